@@ -1,0 +1,210 @@
+/* generate.c - minions-generate: load a GGUF model and continue a prompt on one sequence.
+ *
+ * The continuation (not the prompt) goes to stdout as the raw bytes its tokens decode to, flushed as
+ * they come; statistics go to stderr. Greedy (temperature 0, the default) is deterministic.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "model/model.h"
+#include "model/sampler.h"
+#include "runtime/backend.h"
+#include "util/alloc.h"
+#include "util/log.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: minions-generate --model FILE.gguf --prompt TEXT [options]\n"
+            "  -m, --model PATH        GGUF llama model\n"
+            "  -p, --prompt TEXT       prompt (use --prompt-file for a file)\n"
+            "      --prompt-file PATH  read the prompt from a file\n"
+            "  -n, --max-tokens N      tokens to generate (default 64)\n"
+            "      --temperature T     0 = greedy (default 0)\n"
+            "      --top-p P           nucleus mass in (0, 1] (default 1)\n"
+            "      --seed N            sampling seed (default 0)\n"
+            "  -t, --threads N         compute threads (default: all cores)\n"
+            "      --log-level L       error|warn|info|debug (default warn)\n");
+}
+
+static int parse_num(const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi))
+        return 0;
+    *out = v;
+    return 1;
+}
+
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = mn_malloc(cap);
+    for (size_t r; buf && (r = fread(buf + n, 1, cap - n, f)) > 0;) {
+        n += r;
+        if (n == cap) {
+            char *nb = mn_realloc(buf, cap *= 2);
+            if (!nb) {
+                mn_free(buf);
+                buf = NULL;
+            }
+            buf = nb;
+        }
+    }
+    fclose(f);
+    *len = n;
+    return buf;
+}
+
+int main(int argc, char **argv)
+{
+    const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL;
+    double max_tokens = 64, temperature = 0, top_p = 1, seed = 0, threads = 0;
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'},       {"prompt", required_argument, 0, 'p'},
+        {"prompt-file", required_argument, 0, 'F'}, {"max-tokens", required_argument, 0, 'n'},
+        {"temperature", required_argument, 0, 'T'}, {"top-p", required_argument, 0, 'P'},
+        {"seed", required_argument, 0, 'S'},        {"threads", required_argument, 0, 't'},
+        {"log-level", required_argument, 0, 'L'},   {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    for (int c; (c = getopt_long(argc, argv, "m:p:n:t:h", opts, NULL)) != -1;) {
+        int ok = 1;
+        switch (c) {
+        case 'm': model_path = optarg; break;
+        case 'p': prompt = optarg; break;
+        case 'F': prompt_file = optarg; break;
+        case 'n': ok = parse_num(optarg, 1, 1 << 20, &max_tokens); break;
+        case 'T': ok = parse_num(optarg, 0, 100, &temperature); break;
+        case 'P': ok = parse_num(optarg, 1e-6, 1, &top_p); break;
+        case 'S': ok = parse_num(optarg, 0, 1.8e19, &seed); break;
+        case 't': ok = parse_num(optarg, 1, 256, &threads); break;
+        case 'L': {
+            int lvl = mn_log_parse_level(optarg);
+            ok = lvl >= 0;
+            if (ok)
+                mn_log_set_level((mn_log_level)lvl);
+            break;
+        }
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+        if (!ok) {
+            fprintf(stderr, "minions-generate: bad option value '%s'\n", optarg);
+            return 2;
+        }
+    }
+    if (!model_path || (!prompt && !prompt_file)) {
+        usage(stderr);
+        return 2;
+    }
+    size_t prompt_len = prompt ? strlen(prompt) : 0;
+    char *prompt_buf = NULL;
+    if (prompt_file) {
+        if (!(prompt_buf = read_file(prompt_file, &prompt_len))) {
+            fprintf(stderr, "minions-generate: cannot read %s: %s\n", prompt_file, strerror(errno));
+            return 1;
+        }
+        prompt = prompt_buf;
+    }
+
+    int rc = 1;
+    mn_err err = {{0}};
+    mn_model *m = NULL;
+    mn_backend *be = NULL;
+    mn_sampler *smp = NULL;
+    mn_tokens toks = {0};
+    mn_kv_seq kv = {0};
+    float *logits = NULL;
+    double t0 = now_s();
+    if (mn_model_load(model_path, &m, &err) != MN_OK) {
+        fprintf(stderr, "minions-generate: %s\n", err.msg);
+        goto out;
+    }
+    if (mn_tok_encode(m->tok, prompt, prompt_len, true, &toks) != MN_OK) {
+        fprintf(stderr, "minions-generate: cannot tokenize the prompt\n");
+        goto out;
+    }
+    if (toks.n == 0) {
+        fprintf(stderr, "minions-generate: the prompt is empty\n");
+        goto out;
+    }
+    uint64_t want = toks.n + (uint64_t)max_tokens;
+    if (want > m->hp.n_ctx)
+        want = m->hp.n_ctx;
+    if (toks.n >= want) {
+        fprintf(stderr, "minions-generate: the prompt (%zu tokens) fills the context of %u\n", toks.n, m->hp.n_ctx);
+        goto out;
+    }
+    mn_backend_config cfg = mn_backend_defaults(m, (uint32_t)want);
+    if (threads > 0)
+        cfg.n_threads = (int)threads;
+    mn_sampler_params sp = {(float)temperature, (float)top_p, (uint64_t)seed};
+    if (mn_backend_new(m, &cfg, &be, &err) != MN_OK || mn_sampler_new(m->hp.n_vocab, &sp, &smp) != MN_OK ||
+        !(logits = mn_malloc((size_t)m->hp.n_vocab * sizeof(float)))) {
+        fprintf(stderr, "minions-generate: %s\n", err.msg[0] ? err.msg : "out of memory");
+        goto out;
+    }
+    double t1 = now_s();
+    if (mn_backend_prefill(be, &kv, toks.ids, (uint32_t)toks.n, logits, &err) != MN_OK) {
+        fprintf(stderr, "minions-generate: %s\n", err.msg);
+        goto out;
+    }
+    double t2 = now_s();
+    uint32_t produced = 0;
+    const char *finish = "length";
+    for (; kv.len < want;) {
+        int32_t next = mn_sampler_next(smp, logits);
+        produced++;
+        if (next == mn_tok_eos(m->tok)) {
+            finish = "eos";
+            break;
+        }
+        size_t n;
+        const char *piece = mn_tok_piece(m->tok, next, &n);
+        fwrite(piece, 1, n, stdout);
+        fflush(stdout);
+        if (produced == (uint32_t)max_tokens || kv.len + 1 > want)
+            break;
+        mn_batch_seq seq = {.kv = &kv, .tokens = &next, .n_tokens = 1};
+        mn_batch batch = {&seq, 1};
+        if (mn_kv_reserve(be->kv, &kv, kv.len + 1) != MN_OK ||
+            mn_backend_forward(be, &batch, logits, &err) != MN_OK) {
+            fprintf(stderr, "\nminions-generate: %s\n", err.msg[0] ? err.msg : "KV pool exhausted");
+            goto out;
+        }
+    }
+    double t3 = now_s();
+    fprintf(stderr,
+            "\nminions-generate: model %s (%s), backend %s, %d threads\n"
+            "  load %.3f s | prompt %zu tokens, %.1f tok/s | generated %u tokens, %.1f tok/s | finish: %s\n",
+            m->name, model_path, be->ops->name, cfg.n_threads, t1 - t0, toks.n, toks.n / (t2 - t1), produced,
+            produced > 1 ? (produced - 1) / (t3 - t2) : 0.0, finish);
+    rc = 0;
+out:
+    if (be)
+        mn_kv_seq_release(be->kv, &kv);
+    mn_free(logits);
+    mn_sampler_free(smp);
+    mn_tokens_free(&toks);
+    mn_backend_free(be);
+    mn_model_free(m);
+    mn_free(prompt_buf);
+    return rc;
+}

@@ -1,0 +1,341 @@
+/* cpu_backend.c - the llama forward pass on the CPU over an unpadded batch and a paged KV cache.
+ *
+ * Activations are [T][width] row-major for the T new tokens of the whole batch. Every buffer is
+ * sized once at creation for cfg->max_tokens, so a pass allocates nothing.
+ *
+ * Parallel regions per layer: QKV projections, attention, output projection (+ residual), gate/up
+ * projections (+ SwiGLU), down projection (+ residual). Work is split by output rows or by
+ * (token, head) pairs, never inside one reduction, so results do not depend on the thread count.
+ */
+#include "cpu/cpu_backend.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "cpu/matmul.h"
+#include "model/quant.h"
+#include "runtime/pool.h"
+#include "util/alloc.h"
+
+typedef struct cpu_state {
+    mn_pool *pool;
+    uint32_t max_t;
+    /* activations, [max_t][...] */
+    float *x;        /* [dim] residual stream */
+    float *xb;       /* [dim] normed input of a block */
+    float *q;        /* [n_heads*head_dim] */
+    float *k;        /* [kv_dim] */
+    float *v;        /* [kv_dim] */
+    float *att;      /* [n_heads*head_dim] attention output */
+    float *gate;     /* [n_ff] (holds SwiGLU output after the gate/up region) */
+    float *up;       /* [n_ff] */
+    float *rope_cs;  /* [rope_dim] cos, sin interleaved per pair */
+    float *scores;   /* [n_threads][n_ctx] attention scratch */
+    float *inv_freq; /* [rope_dim/2] */
+    /* per token of the current pass */
+    uint32_t *tok_seq; /* sequence index */
+    uint32_t *tok_pos; /* absolute position */
+    uint32_t *out_rows;/* token indices whose logits are wanted */
+} cpu_state;
+
+/* What a parallel region needs to know. */
+typedef struct pass {
+    const mn_model *m;
+    mn_kv_pool *kv;
+    cpu_state *st;
+    const mn_batch *batch;
+    uint32_t T;
+    uint32_t layer;
+    float *logits;
+    uint32_t n_out;
+} pass;
+
+static void rmsnorm(float *out, const float *x, const float *w, uint32_t n, float eps)
+{
+    float ss = mn_dot(x, x, (int)n);
+    float scale = 1.0f / sqrtf(ss / (float)n + eps);
+    for (uint32_t i = 0; i < n; i++)
+        out[i] = x[i] * scale * w[i];
+}
+
+static void rmsnorm_rows(float *out, const float *x, const float *w, uint32_t T, uint32_t n, float eps)
+{
+    for (uint32_t t = 0; t < T; t++)
+        rmsnorm(out + (size_t)t * n, x + (size_t)t * n, w, n, eps);
+}
+
+/* ---- region: Q, K, V projections ----------------------------------------------------------------
+ * The three matrices form one virtual row space [wq rows | wk rows | wv rows] split among threads. */
+static void region_qkv(void *arg, int ith, int nth)
+{
+    pass *p = arg;
+    const mn_layer *L = &p->m->layers[p->layer];
+    const mn_weight *w[3] = {&L->wq, &L->wk, &L->wv};
+    float *dst[3] = {p->st->q, p->st->k, p->st->v};
+    uint32_t total = L->wq.rows + L->wk.rows + L->wv.rows;
+    unsigned b, e;
+    mn_pool_split(ith, nth, total, 4, &b, &e);
+    uint32_t base = 0;
+    for (int i = 0; i < 3; i++) {
+        uint32_t lo = b > base ? b - base : 0, hi = e - base < w[i]->rows ? e - base : w[i]->rows;
+        if (e > base && lo < hi)
+            mn_matmul(w[i], p->st->xb, p->m->hp.dim, dst[i], w[i]->rows, (int)p->T, lo, hi);
+        base += w[i]->rows;
+    }
+}
+
+/* ---- RoPE (adjacent pairs) and the KV write: serial, cheap ------------------------------------ */
+static void rope_rows(float *v, uint32_t n_heads, const mn_hparams *hp, const float *cs)
+{
+    for (uint32_t h = 0; h < n_heads; h++) {
+        float *x = v + (size_t)h * hp->head_dim;
+        for (uint32_t i = 0; i < hp->rope_dim / 2; i++) {
+            float c = cs[2 * i], s = cs[2 * i + 1], a = x[2 * i], b = x[2 * i + 1];
+            x[2 * i] = a * c - b * s;
+            x[2 * i + 1] = a * s + b * c;
+        }
+    }
+}
+
+static void rope_and_store(pass *p)
+{
+    const mn_hparams *hp = &p->m->hp;
+    cpu_state *st = p->st;
+    uint32_t qdim = hp->n_heads * hp->head_dim, kvdim = hp->n_kv_heads * hp->head_dim;
+    for (uint32_t t = 0; t < p->T; t++) {
+        const float *cs = st->rope_cs + (size_t)t * hp->rope_dim;
+        rope_rows(st->q + (size_t)t * qdim, hp->n_heads, hp, cs);
+        rope_rows(st->k + (size_t)t * kvdim, hp->n_kv_heads, hp, cs);
+        const mn_kv_seq *kv = p->batch->seqs[st->tok_seq[t]].kv;
+        memcpy(mn_kv_k(p->kv, kv, p->layer, st->tok_pos[t]), st->k + (size_t)t * kvdim, kvdim * sizeof(float));
+        memcpy(mn_kv_v(p->kv, kv, p->layer, st->tok_pos[t]), st->v + (size_t)t * kvdim, kvdim * sizeof(float));
+    }
+}
+
+/* ---- region: causal attention, one (token, head) pair at a time -------------------------------- */
+static void region_attention(void *arg, int ith, int nth)
+{
+    pass *p = arg;
+    const mn_hparams *hp = &p->m->hp;
+    cpu_state *st = p->st;
+    uint32_t hd = hp->head_dim, qdim = hp->n_heads * hd, group = hp->n_heads / hp->n_kv_heads;
+    float *sc = st->scores + (size_t)ith * hp->n_ctx;
+    float scale = 1.0f / sqrtf((float)hd);
+    unsigned b, e;
+    mn_pool_split(ith, nth, p->T * hp->n_heads, 1, &b, &e);
+    for (unsigned pair = b; pair < e; pair++) {
+        uint32_t t = pair / hp->n_heads, h = pair % hp->n_heads, g = h / group;
+        const mn_kv_seq *kv = p->batch->seqs[st->tok_seq[t]].kv;
+        uint32_t n = st->tok_pos[t] + 1;
+        const float *q = st->q + (size_t)t * qdim + (size_t)h * hd;
+        float mx = -INFINITY;
+        for (uint32_t j = 0; j < n; j++) {
+            sc[j] = mn_dot(q, mn_kv_k(p->kv, kv, p->layer, j) + (size_t)g * hd, (int)hd) * scale;
+            mx = sc[j] > mx ? sc[j] : mx;
+        }
+        float sum = 0.0f;
+        for (uint32_t j = 0; j < n; j++) {
+            sc[j] = expf(sc[j] - mx);
+            sum += sc[j];
+        }
+        float *out = st->att + (size_t)t * qdim + (size_t)h * hd;
+        memset(out, 0, hd * sizeof(float));
+        for (uint32_t j = 0; j < n; j++)
+            mn_axpy(out, sc[j], mn_kv_v(p->kv, kv, p->layer, j) + (size_t)g * hd, (int)hd);
+        float inv = 1.0f / sum;
+        for (uint32_t i = 0; i < hd; i++)
+            out[i] *= inv;
+    }
+}
+
+/* y = x + W a, for the rows [b, e) of W: the residual add of a block's output projection. */
+static void matmul_residual(const mn_weight *w, const float *a, uint32_t lda, float *x, float *tmp, uint32_t T,
+                            unsigned b, unsigned e)
+{
+    if (b >= e)
+        return;
+    mn_matmul(w, a, lda, tmp, w->rows, (int)T, b, e);
+    for (uint32_t t = 0; t < T; t++)
+        for (unsigned o = b; o < e; o++)
+            x[(size_t)t * w->rows + o] += tmp[(size_t)t * w->rows + o];
+}
+
+static void region_wo(void *arg, int ith, int nth)
+{
+    pass *p = arg;
+    const mn_layer *L = &p->m->layers[p->layer];
+    unsigned b, e;
+    mn_pool_split(ith, nth, L->wo.rows, 4, &b, &e);
+    matmul_residual(&L->wo, p->st->att, L->wo.cols, p->st->x, p->st->xb, p->T, b, e);
+}
+
+static void region_gate_up(void *arg, int ith, int nth)
+{
+    pass *p = arg;
+    const mn_layer *L = &p->m->layers[p->layer];
+    uint32_t ff = L->w_gate.rows, dim = p->m->hp.dim;
+    unsigned b, e;
+    mn_pool_split(ith, nth, ff, 4, &b, &e);
+    if (b >= e)
+        return;
+    mn_matmul(&L->w_gate, p->st->xb, dim, p->st->gate, ff, (int)p->T, b, e);
+    mn_matmul(&L->w_up, p->st->xb, dim, p->st->up, ff, (int)p->T, b, e);
+    for (uint32_t t = 0; t < p->T; t++)
+        for (unsigned o = b; o < e; o++) {
+            float g = p->st->gate[(size_t)t * ff + o];
+            p->st->gate[(size_t)t * ff + o] = g / (1.0f + expf(-g)) * p->st->up[(size_t)t * ff + o];
+        }
+}
+
+static void region_down(void *arg, int ith, int nth)
+{
+    pass *p = arg;
+    const mn_layer *L = &p->m->layers[p->layer];
+    unsigned b, e;
+    mn_pool_split(ith, nth, L->w_down.rows, 4, &b, &e);
+    matmul_residual(&L->w_down, p->st->gate, L->w_down.cols, p->st->x, p->st->xb, p->T, b, e);
+}
+
+static void region_logits(void *arg, int ith, int nth)
+{
+    pass *p = arg;
+    const mn_weight *w = &p->m->output;
+    unsigned b, e;
+    mn_pool_split(ith, nth, w->rows, 8, &b, &e);
+    if (b < e)
+        mn_matmul(w, p->st->xb, p->m->hp.dim, p->logits, w->rows, (int)p->n_out, b, e);
+}
+
+static mn_status cpu_forward(mn_backend *be, const mn_batch *batch, float *logits, mn_err *err)
+{
+    cpu_state *st = be->impl;
+    const mn_model *m = be->model;
+    const mn_hparams *hp = &m->hp;
+    pass p = {.m = m, .kv = be->kv, .st = st, .batch = batch, .logits = logits};
+
+    /* Lay the batch out token by token. */
+    uint32_t T = 0, n_out = 0;
+    for (uint32_t s = 0; s < batch->n_seqs; s++) {
+        const mn_batch_seq *bs = &batch->seqs[s];
+        for (uint32_t i = 0; i < bs->n_tokens; i++, T++) {
+            st->tok_seq[T] = s;
+            st->tok_pos[T] = bs->kv->len + i;
+            if (bs->want_all_logits || i + 1 == bs->n_tokens)
+                st->out_rows[n_out++] = T;
+            mn_dequant_row(m->token_embd.type, m->token_embd.data + (size_t)bs->tokens[i] * m->token_embd.row_bytes,
+                           st->x + (size_t)T * hp->dim, hp->dim);
+            float *cs = st->rope_cs + (size_t)T * hp->rope_dim;
+            for (uint32_t j = 0; j < hp->rope_dim / 2; j++) {
+                double angle = (double)st->tok_pos[T] * st->inv_freq[j];
+                cs[2 * j] = (float)cos(angle);
+                cs[2 * j + 1] = (float)sin(angle);
+            }
+        }
+    }
+    p.T = T;
+    p.n_out = n_out;
+
+    for (uint32_t l = 0; l < hp->n_layers; l++) {
+        const mn_layer *L = &m->layers[l];
+        p.layer = l;
+        rmsnorm_rows(st->xb, st->x, L->attn_norm, T, hp->dim, hp->rms_eps);
+        mn_pool_run(st->pool, region_qkv, &p);
+        rope_and_store(&p);
+        mn_pool_run(st->pool, region_attention, &p);
+        mn_pool_run(st->pool, region_wo, &p);
+        rmsnorm_rows(st->xb, st->x, L->ffn_norm, T, hp->dim, hp->rms_eps);
+        mn_pool_run(st->pool, region_gate_up, &p);
+        mn_pool_run(st->pool, region_down, &p);
+    }
+    for (uint32_t i = 0; i < n_out; i++)
+        rmsnorm(st->xb + (size_t)i * hp->dim, st->x + (size_t)st->out_rows[i] * hp->dim, m->output_norm, hp->dim,
+                hp->rms_eps);
+    mn_pool_run(st->pool, region_logits, &p);
+    for (uint32_t s = 0; s < batch->n_seqs; s++)
+        batch->seqs[s].kv->len += batch->seqs[s].n_tokens;
+    (void)err;
+    return MN_OK;
+}
+
+static void cpu_free(mn_backend *be)
+{
+    cpu_state *st = be->impl;
+    if (st) {
+        mn_pool_free(st->pool);
+        float *bufs[] = {st->x, st->xb, st->q, st->k, st->v, st->att, st->gate, st->up, st->rope_cs,
+                         st->scores, st->inv_freq};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+            mn_free(bufs[i]);
+        mn_free(st->tok_seq);
+        mn_free(st->tok_pos);
+        mn_free(st->out_rows);
+        mn_free(st);
+    }
+    mn_kv_pool_free(be->kv);
+    mn_free(be);
+}
+
+static const mn_backend_ops cpu_ops = {
+    .name = "cpu",
+    .forward = cpu_forward,
+    .free = cpu_free,
+};
+
+static float *fbuf(size_t rows, size_t cols, int *ok)
+{
+    size_t n;
+    float *p = mn_mul_ok(rows, cols * sizeof(float), &n) ? mn_aligned_calloc(64, n) : NULL;
+    if (!p)
+        *ok = 0;
+    return p;
+}
+
+mn_status mn_cpu_backend_new(const mn_model *m, const mn_backend_config *cfg, mn_backend **out, mn_err *err)
+{
+    const mn_hparams *hp = &m->hp;
+    if (cfg->max_tokens == 0 || cfg->max_tokens > 65536)
+        return mn_fail(err, MN_INVALID, "cpu: max_tokens %u is out of range 1..65536", cfg->max_tokens);
+    mn_backend *be = mn_calloc(1, sizeof *be);
+    cpu_state *st = mn_calloc(1, sizeof *st);
+    if (!be || !st) {
+        mn_free(be);
+        mn_free(st);
+        return mn_fail(err, MN_NOMEM, "cpu: out of memory");
+    }
+    be->ops = &cpu_ops;
+    be->model = m;
+    be->cfg = *cfg;
+    be->impl = st;
+    mn_status s;
+    uint32_t T = cfg->max_tokens, qdim = hp->n_heads * hp->head_dim, kvdim = hp->n_kv_heads * hp->head_dim;
+    if ((s = mn_kv_pool_new(hp->n_layers, kvdim, cfg->kv_block_size, cfg->kv_blocks, &be->kv, err)) ||
+        (s = mn_pool_new(cfg->n_threads, &st->pool, err)))
+        goto fail;
+    st->max_t = T;
+    int ok = 1;
+    st->x = fbuf(T, hp->dim, &ok);
+    st->xb = fbuf(T, hp->dim > hp->n_ff ? hp->dim : hp->n_ff, &ok);
+    st->q = fbuf(T, qdim, &ok);
+    st->k = fbuf(T, kvdim, &ok);
+    st->v = fbuf(T, kvdim, &ok);
+    st->att = fbuf(T, qdim, &ok);
+    st->gate = fbuf(T, hp->n_ff, &ok);
+    st->up = fbuf(T, hp->n_ff, &ok);
+    st->rope_cs = fbuf(T, hp->rope_dim, &ok);
+    st->scores = fbuf((size_t)cfg->n_threads, hp->n_ctx, &ok);
+    st->inv_freq = fbuf(1, hp->rope_dim / 2, &ok);
+    st->tok_seq = mn_calloc(T, sizeof(uint32_t));
+    st->tok_pos = mn_calloc(T, sizeof(uint32_t));
+    st->out_rows = mn_calloc(T, sizeof(uint32_t));
+    if (!ok || !st->tok_seq || !st->tok_pos || !st->out_rows) {
+        s = mn_fail(err, MN_NOMEM, "cpu: cannot allocate activations for %u tokens", T);
+        goto fail;
+    }
+    for (uint32_t j = 0; j < hp->rope_dim / 2; j++)
+        st->inv_freq[j] = (float)pow((double)hp->rope_base, -2.0 * j / (double)hp->rope_dim);
+    *out = be;
+    return MN_OK;
+fail:
+    cpu_free(be);
+    return s;
+}

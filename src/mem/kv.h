@@ -1,0 +1,69 @@
+/* kv.h - paged KV cache: a pool of fixed-size blocks per model and a block table per sequence.
+ *
+ * Storage: for every layer, K and V are [n_blocks][block_size][kv_dim] floats. A sequence's
+ * position p lives in block table[p / block_size], slot p % block_size. Blocks come from one free
+ * list; mn_kv_reserve grows a table, mn_kv_truncate shrinks a sequence (rollback of rejected drafts)
+ * and returns whole blocks past the new length, mn_kv_seq_release returns all of them. Accounting
+ * (mn_kv_used) is exact: it is zero again when every sequence is released.
+ *
+ * Thread: not thread-safe. One owner (the kvmem actor in the server, the caller in tools) changes
+ * tables; the compute backend only reads tables and writes K/V rows of positions the owner reserved.
+ */
+#ifndef MN_KV_H
+#define MN_KV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/status.h"
+
+typedef struct mn_kv_pool {
+    uint32_t n_layers;
+    uint32_t kv_dim;       /* n_kv_heads * head_dim */
+    uint32_t block_size;   /* tokens per block */
+    uint32_t n_blocks;
+    float **k;             /* [n_layers] -> [n_blocks][block_size][kv_dim] */
+    float **v;             /* same shape */
+    uint32_t *free_list;   /* stack of free block ids */
+    uint32_t n_free;
+} mn_kv_pool;
+
+typedef struct mn_kv_seq {
+    uint32_t len;          /* positions [0, len) hold valid K/V */
+    uint32_t n_blocks;     /* blocks owned */
+    uint32_t cap;          /* capacity of blocks[] */
+    uint32_t *blocks;      /* block table */
+} mn_kv_seq;
+
+/* A pool of n_blocks blocks of block_size tokens. MN_NOMEM / MN_INVALID with a message. */
+mn_status mn_kv_pool_new(uint32_t n_layers, uint32_t kv_dim, uint32_t block_size, uint32_t n_blocks,
+                         mn_kv_pool **out, mn_err *err);
+void mn_kv_pool_free(mn_kv_pool *p);
+
+/* Make positions [0, n) addressable (n may exceed len: the caller will write them next).
+ * MN_BUSY when the pool has too few free blocks (nothing is taken then), MN_NOMEM when the table
+ * cannot grow. */
+mn_status mn_kv_reserve(mn_kv_pool *p, mn_kv_seq *s, uint32_t n);
+/* Drop positions [n, len) (n <= len) and return blocks no longer needed to the pool. */
+void mn_kv_truncate(mn_kv_pool *p, mn_kv_seq *s, uint32_t n);
+/* Return every block and the table itself; s is empty (reusable) afterwards. */
+void mn_kv_seq_release(mn_kv_pool *p, mn_kv_seq *s);
+
+static inline uint32_t mn_kv_used(const mn_kv_pool *p) { return p->n_blocks - p->n_free; }
+/* Blocks needed for n positions. */
+static inline uint32_t mn_kv_blocks_for(const mn_kv_pool *p, uint32_t n)
+{
+    return (n + p->block_size - 1) / p->block_size;
+}
+
+/* The K (or V) row of position pos of sequence s in layer l: kv_dim floats. */
+static inline float *mn_kv_k(const mn_kv_pool *p, const mn_kv_seq *s, uint32_t l, uint32_t pos)
+{
+    return p->k[l] + ((size_t)s->blocks[pos / p->block_size] * p->block_size + pos % p->block_size) * p->kv_dim;
+}
+static inline float *mn_kv_v(const mn_kv_pool *p, const mn_kv_seq *s, uint32_t l, uint32_t pos)
+{
+    return p->v[l] + ((size_t)s->blocks[pos / p->block_size] * p->block_size + pos % p->block_size) * p->kv_dim;
+}
+
+#endif

@@ -1,0 +1,119 @@
+/* sampler.c - greedy and nucleus sampling. */
+#include "model/sampler.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "util/alloc.h"
+
+typedef struct cand {
+    float p;
+    int32_t id;
+} cand;
+
+struct mn_sampler {
+    uint32_t n;
+    mn_sampler_params par;
+    mn_rng rng;
+    cand *c;   /* [n] */
+};
+
+static uint64_t splitmix(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void mn_rng_seed(mn_rng *r, uint64_t seed)
+{
+    for (int i = 0; i < 4; i++)
+        r->s[i] = splitmix(&seed);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+double mn_rng_uniform(mn_rng *r)
+{
+    uint64_t *s = r->s, out = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return (double)(out >> 11) * 0x1.0p-53;
+}
+
+mn_status mn_sampler_new(uint32_t n_vocab, const mn_sampler_params *params, mn_sampler **out)
+{
+    mn_sampler *s = mn_calloc(1, sizeof *s);
+    if (!s || !(s->c = mn_malloc((size_t)n_vocab * sizeof *s->c))) {
+        mn_free(s);
+        return MN_NOMEM;
+    }
+    s->n = n_vocab;
+    s->par = *params;
+    if (!(s->par.top_p > 0.0f) || s->par.top_p > 1.0f)
+        s->par.top_p = 1.0f;
+    mn_rng_seed(&s->rng, params->seed);
+    *out = s;
+    return MN_OK;
+}
+
+void mn_sampler_free(mn_sampler *s)
+{
+    if (s) {
+        mn_free(s->c);
+        mn_free(s);
+    }
+}
+
+int32_t mn_argmax(const float *logits, uint32_t n)
+{
+    int32_t best = 0;
+    for (uint32_t i = 1; i < n; i++)
+        if (logits[i] > logits[best])
+            best = (int32_t)i;
+    return best;
+}
+
+static int by_prob_desc(const void *a, const void *b)
+{
+    const cand *x = a, *y = b;
+    if (x->p != y->p)
+        return x->p < y->p ? 1 : -1;
+    return x->id - y->id;
+}
+
+int32_t mn_sampler_next(mn_sampler *s, const float *logits)
+{
+    if (s->par.temperature <= 0.0f)
+        return mn_argmax(logits, s->n);
+    float mx = logits[mn_argmax(logits, s->n)];
+    double sum = 0.0;
+    for (uint32_t i = 0; i < s->n; i++) {
+        s->c[i].p = expf((logits[i] - mx) / s->par.temperature);
+        s->c[i].id = (int32_t)i;
+        sum += s->c[i].p;
+    }
+    uint32_t keep = s->n;
+    if (s->par.top_p < 1.0f) {
+        qsort(s->c, s->n, sizeof *s->c, by_prob_desc);
+        double acc = 0.0;
+        for (keep = 0; keep < s->n;) {
+            acc += s->c[keep++].p;
+            if (acc >= s->par.top_p * sum)
+                break;
+        }
+        sum = acc;
+    }
+    double r = mn_rng_uniform(&s->rng) * sum, acc = 0.0;
+    for (uint32_t i = 0; i < keep; i++) {
+        acc += s->c[i].p;
+        if (r < acc)
+            return s->c[i].id;
+    }
+    return s->c[keep - 1].id;
+}

@@ -1,0 +1,35 @@
+/* sampler.h - next-token choice from logits: greedy, or temperature + top-p with a seeded RNG.
+ *
+ * Greedy (temperature <= 0) takes the first index of the largest logit, so it is deterministic and
+ * matches any other greedy implementation on ties. Sampling is reproducible for a given seed.
+ * Ownership: the sampler owns its scratch (sized for the vocabulary). Thread: one owner.
+ */
+#ifndef MN_SAMPLER_H
+#define MN_SAMPLER_H
+
+#include <stdint.h>
+
+#include "util/status.h"
+
+typedef struct mn_sampler_params {
+    float temperature;  /* <= 0: greedy */
+    float top_p;        /* (0, 1]: nucleus mass */
+    uint64_t seed;
+} mn_sampler_params;
+
+typedef struct mn_sampler mn_sampler;
+
+mn_status mn_sampler_new(uint32_t n_vocab, const mn_sampler_params *params, mn_sampler **out);
+void mn_sampler_free(mn_sampler *s);
+int32_t mn_sampler_next(mn_sampler *s, const float *logits);
+
+int32_t mn_argmax(const float *logits, uint32_t n);
+
+/* xoshiro256** generator: uniform in [0, 1). */
+typedef struct mn_rng {
+    uint64_t s[4];
+} mn_rng;
+void mn_rng_seed(mn_rng *r, uint64_t seed);
+double mn_rng_uniform(mn_rng *r);
+
+#endif

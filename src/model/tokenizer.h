@@ -1,0 +1,56 @@
+/* tokenizer.h - byte-level BPE (GGUF tokenizer.ggml.model = "gpt2") from a GGUF vocabulary.
+ *
+ * Encoding: the text is split by the pre-tokenizer that tokenizer.ggml.pre names, then each piece's
+ * bytes are merged by rank like the reference BPE (lowest rank first, leftmost first on ties).
+ * Pre-tokenizers:
+ *   "default", "gpt2": GPT-2's pattern
+ *       's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ *   "smollm": every \p{N} is its own piece, then GPT-2's pattern on what lies between.
+ * Bytes that are not valid UTF-8 are pieces of the "other" class, so with a vocabulary that has a
+ * token for each of the 256 bytes (mn_tok_is_lossless) any byte string encodes and
+ * decode(encode(x)) == x for every x. A vocabulary without some bytes (SmolLM2 lacks a few control
+ * bytes) drops them, as the reference tokenizers do. Control tokens never come out of encode (plain text is never
+ * parsed for special tokens) and decode to nothing.
+ *
+ * Ownership: the tokenizer copies what it needs from the GGUF file. Immutable after load; encode and
+ * decode may run on any thread concurrently.
+ */
+#ifndef MN_TOKENIZER_H
+#define MN_TOKENIZER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/gguf.h"
+#include "util/status.h"
+
+typedef struct mn_tokenizer mn_tokenizer;
+
+/* A growable token array owned by the caller; zero-initialize, release with mn_tokens_free. */
+typedef struct mn_tokens {
+    int32_t *ids;
+    size_t n;
+    size_t cap;
+} mn_tokens;
+
+mn_status mn_tokens_push(mn_tokens *t, int32_t id);
+void mn_tokens_free(mn_tokens *t);
+
+/* Build a tokenizer from f's tokenizer.ggml.* keys; n_vocab must match the token list. */
+mn_status mn_tok_load(const gguf_file *f, uint32_t n_vocab, mn_tokenizer **out, mn_err *err);
+void mn_tok_free(mn_tokenizer *t);
+
+/* Append the tokens of text[0..len) to out (BOS first when add_bos and the model asks for it). */
+mn_status mn_tok_encode(const mn_tokenizer *t, const char *text, size_t len, bool add_bos, mn_tokens *out);
+
+/* The bytes token id decodes to (empty for control tokens and ids out of range). */
+const char *mn_tok_piece(const mn_tokenizer *t, int32_t id, size_t *len);
+
+int32_t mn_tok_bos(const mn_tokenizer *t);   /* -1 when the model has none */
+int32_t mn_tok_eos(const mn_tokenizer *t);   /* -1 when the model has none */
+uint32_t mn_tok_n_vocab(const mn_tokenizer *t);
+bool mn_tok_is_control(const mn_tokenizer *t, int32_t id);
+bool mn_tok_is_lossless(const mn_tokenizer *t);
+
+#endif

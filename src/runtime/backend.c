@@ -1,0 +1,103 @@
+/* backend.c - backend selection and the checks every backend relies on. */
+#include "runtime/backend.h"
+
+#include <unistd.h>
+
+#include "cpu/cpu_backend.h"
+#include "gpu/cuda_backend.h"
+#include "util/log.h"
+
+mn_backend_config mn_backend_defaults(const mn_model *m, uint32_t n_ctx_total)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    mn_backend_config c = {
+        .n_threads = cpus > 0 ? (int)(cpus > 64 ? 64 : cpus) : 1,
+        .max_tokens = 512,
+        .kv_block_size = 16,
+        .try_gpu = true,
+    };
+    if (n_ctx_total == 0)
+        n_ctx_total = m->hp.n_ctx;
+    c.kv_blocks = (n_ctx_total + c.kv_block_size - 1) / c.kv_block_size;
+    return c;
+}
+
+mn_status mn_backend_new(const mn_model *m, const mn_backend_config *cfg, mn_backend **out, mn_err *err)
+{
+    if (cfg->try_gpu) {
+        mn_err gerr = {{0}};
+        mn_status s = mn_cuda_backend_new(m, cfg, out, &gerr);
+        if (s == MN_OK)
+            return MN_OK;
+        static int said;
+        if (!said++)
+            mn_log(MN_LOG_WARN, "no usable GPU (%s); computing on the CPU", gerr.msg);
+    }
+    return mn_cpu_backend_new(m, cfg, out, err);
+}
+
+void mn_backend_free(mn_backend *b)
+{
+    if (b)
+        b->ops->free(b);
+}
+
+uint32_t mn_batch_n_logits(const mn_batch *batch)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < batch->n_seqs; i++)
+        n += batch->seqs[i].want_all_logits ? batch->seqs[i].n_tokens : 1;
+    return n;
+}
+
+mn_status mn_backend_forward(mn_backend *b, const mn_batch *batch, float *logits, mn_err *err)
+{
+    uint64_t total = 0;
+    if (batch->n_seqs == 0)
+        return mn_fail(err, MN_INVALID, "forward: empty batch");
+    for (uint32_t i = 0; i < batch->n_seqs; i++) {
+        const mn_batch_seq *s = &batch->seqs[i];
+        if (!s->kv || !s->tokens || s->n_tokens == 0)
+            return mn_fail(err, MN_INVALID, "forward: sequence %u has no tokens or no cache", i);
+        uint64_t end = (uint64_t)s->kv->len + s->n_tokens;
+        if (end > b->model->hp.n_ctx)
+            return mn_fail(err, MN_INVALID, "forward: sequence %u would reach position %llu past the context of %u",
+                           i, (unsigned long long)end, b->model->hp.n_ctx);
+        if (end > (uint64_t)s->kv->n_blocks * b->kv->block_size)
+            return mn_fail(err, MN_INVALID, "forward: sequence %u has not reserved KV up to position %llu", i,
+                           (unsigned long long)end);
+        for (uint32_t t = 0; t < s->n_tokens; t++)
+            if (s->tokens[t] < 0 || (uint32_t)s->tokens[t] >= b->model->hp.n_vocab)
+                return mn_fail(err, MN_INVALID, "forward: token %d is outside the vocabulary", s->tokens[t]);
+        for (uint32_t j = 0; j < i; j++)
+            if (batch->seqs[j].kv == s->kv)
+                return mn_fail(err, MN_INVALID, "forward: sequence %u appears twice in the batch", i);
+        total += s->n_tokens;
+    }
+    if (total > b->cfg.max_tokens)
+        return mn_fail(err, MN_INVALID, "forward: %llu tokens exceed the pass limit of %u",
+                       (unsigned long long)total, b->cfg.max_tokens);
+    return b->ops->forward(b, batch, logits, err);
+}
+
+mn_status mn_backend_prefill(mn_backend *b, mn_kv_seq *kv, const int32_t *tokens, uint32_t n, float *logits,
+                             mn_err *err)
+{
+    if (n == 0)
+        return mn_fail(err, MN_INVALID, "prefill: no tokens");
+    if ((uint64_t)kv->len + n > b->model->hp.n_ctx)
+        return mn_fail(err, MN_INVALID, "prefill: %u tokens do not fit the context of %u", kv->len + n,
+                       b->model->hp.n_ctx);
+    if (mn_kv_reserve(b->kv, kv, kv->len + n) != MN_OK)
+        return mn_fail(err, MN_BUSY, "prefill: the KV pool has no room for %u more tokens", n);
+    for (uint32_t done = 0; done < n;) {
+        uint32_t step = n - done < b->cfg.max_tokens ? n - done : b->cfg.max_tokens;
+        mn_batch_seq seq = {.kv = kv, .tokens = tokens + done, .n_tokens = step};
+        mn_batch batch = {&seq, 1};
+        mn_status s = mn_backend_forward(b, &batch, logits, err);
+        if (s != MN_OK)
+            return s;
+        done += step;
+    }
+    return MN_OK;
+}

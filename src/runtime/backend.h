@@ -1,0 +1,85 @@
+/* backend.h - the compute backend interface: one forward pass over an unpadded batch.
+ *
+ * A batch is a list of sequences, each bringing its own new tokens (any number >= 1) and its own
+ * KV cache (block table + length). The new tokens of sequence s take positions
+ * [s.kv->len, s.kv->len + s.n_tokens); the caller reserves those positions in the backend's KV pool
+ * first (mn_kv_reserve), and the pass advances s.kv->len by n_tokens. No padding exists anywhere:
+ * the pass computes exactly the tokens given.
+ *
+ * Output: logits rows, sequence by sequence in batch order: all n_tokens rows for a sequence with
+ * want_all_logits, otherwise only its last token's row. mn_batch_n_logits says how many rows.
+ *
+ * Invariance: a sequence's logits are bit-identical whatever else is in the batch and however its
+ * tokens are split into passes (the CPU backend guarantees it; see src/cpu/matmul.h).
+ *
+ * Implementations are vtables (CPU in src/cpu, CUDA in src/gpu). mn_backend_new picks CUDA when it
+ * is compiled in, asked for and a device exists; otherwise the CPU, saying so once in the log.
+ *
+ * Thread: one thread drives a backend (forward, kv ops); internally it may use many.
+ */
+#ifndef MN_BACKEND_H
+#define MN_BACKEND_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "mem/kv.h"
+#include "model/model.h"
+#include "util/status.h"
+
+typedef struct mn_batch_seq {
+    mn_kv_seq *kv;           /* the sequence's cache; len advances by n_tokens */
+    const int32_t *tokens;   /* [n_tokens] new tokens */
+    uint32_t n_tokens;       /* >= 1 */
+    bool want_all_logits;    /* logits for every new token (verification) or only the last */
+} mn_batch_seq;
+
+typedef struct mn_batch {
+    const mn_batch_seq *seqs;
+    uint32_t n_seqs;
+} mn_batch;
+
+typedef struct mn_backend_config {
+    int n_threads;           /* CPU compute threads (>= 1) */
+    uint32_t max_tokens;     /* most new tokens in one pass (sizes activations) */
+    uint32_t kv_block_size;  /* tokens per KV block */
+    uint32_t kv_blocks;      /* blocks in the KV pool */
+    bool try_gpu;            /* use CUDA when available */
+} mn_backend_config;
+
+typedef struct mn_backend mn_backend;
+
+typedef struct mn_backend_ops {
+    const char *name;
+    mn_status (*forward)(mn_backend *b, const mn_batch *batch, float *logits, mn_err *err);
+    void (*free)(mn_backend *b);
+} mn_backend_ops;
+
+struct mn_backend {
+    const mn_backend_ops *ops;
+    const mn_model *model;   /* borrowed: must outlive the backend */
+    mn_kv_pool *kv;          /* owned: the model's paged KV memory */
+    mn_backend_config cfg;
+    void *impl;
+};
+
+/* Sensible defaults for a model: threads = online CPUs, 512 tokens a pass, 16-token blocks and
+ * enough blocks for `n_ctx_total` positions in all. */
+mn_backend_config mn_backend_defaults(const mn_model *m, uint32_t n_ctx_total);
+
+mn_status mn_backend_new(const mn_model *m, const mn_backend_config *cfg, mn_backend **out, mn_err *err);
+void mn_backend_free(mn_backend *b);
+
+/* Rows of logits the batch produces. */
+uint32_t mn_batch_n_logits(const mn_batch *batch);
+
+/* Validate the batch (sizes, reserved positions, context length) and run the pass. logits holds
+ * mn_batch_n_logits(batch) * n_vocab floats. MN_INVALID (nothing computed) for a malformed batch. */
+mn_status mn_backend_forward(mn_backend *b, const mn_batch *batch, float *logits, mn_err *err);
+
+/* Reserve KV for and feed tokens[0..n) to one sequence in passes of at most max_tokens; the last
+ * token's logits land in logits (n_vocab floats). MN_BUSY when the KV pool is too small. */
+mn_status mn_backend_prefill(mn_backend *b, mn_kv_seq *kv, const int32_t *tokens, uint32_t n, float *logits,
+                             mn_err *err);
+
+#endif

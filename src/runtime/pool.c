@@ -1,0 +1,134 @@
+/* pool.c - fork-join compute pool: a generation counter announces work, a pending counter joins. */
+#include "runtime/pool.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "util/alloc.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define CPU_RELAX() _mm_pause()
+#else
+#define CPU_RELAX() ((void)0)
+#endif
+
+#define SPIN_ROUNDS 20000 /* ~1 ms of pause loops before a worker sleeps */
+
+typedef struct worker {
+    mn_pool *pool;
+    int ith;
+    pthread_t th;
+} worker;
+
+struct mn_pool {
+    int n;                      /* threads, the caller included */
+    worker *workers;            /* [n - 1] */
+    int started;                /* workers actually created */
+    atomic_uint gen;            /* bumped for every run and for stop */
+    atomic_int pending;         /* workers still inside the current run */
+    atomic_int stop;
+    mn_pool_fn fn;              /* published before gen is bumped */
+    void *ctx;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+};
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    mn_pool *p = w->pool;
+    unsigned seen = 0;
+    for (;;) {
+        unsigned g;
+        int spins = 0;
+        while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen && spins++ < SPIN_ROUNDS)
+            CPU_RELAX();
+        if (g == seen) {
+            pthread_mutex_lock(&p->mu);
+            while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen)
+                pthread_cond_wait(&p->cv, &p->mu);
+            pthread_mutex_unlock(&p->mu);
+        }
+        seen = g;
+        if (atomic_load_explicit(&p->stop, memory_order_acquire))
+            return NULL;
+        p->fn(p->ctx, w->ith, p->n);
+        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel);
+    }
+}
+
+static void announce(mn_pool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add_explicit(&p->gen, 1, memory_order_acq_rel);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+mn_status mn_pool_new(int n_threads, mn_pool **out, mn_err *err)
+{
+    if (n_threads < 1 || n_threads > 256)
+        return mn_fail(err, MN_INVALID, "pool: thread count %d is out of range 1..256", n_threads);
+    mn_pool *p = mn_calloc(1, sizeof *p);
+    if (!p || !(p->workers = mn_calloc((size_t)n_threads, sizeof *p->workers))) {
+        mn_free(p);
+        return mn_fail(err, MN_NOMEM, "pool: out of memory");
+    }
+    p->n = n_threads;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    for (int i = 1; i < n_threads; i++) {
+        worker *w = &p->workers[i - 1];
+        w->pool = p;
+        w->ith = i;
+        if (pthread_create(&w->th, NULL, worker_main, w) != 0) {
+            mn_pool_free(p);
+            return mn_fail(err, MN_ERROR, "pool: cannot start compute thread %d", i);
+        }
+        p->started++;
+    }
+    *out = p;
+    return MN_OK;
+}
+
+void mn_pool_free(mn_pool *p)
+{
+    if (!p)
+        return;
+    atomic_store(&p->stop, 1);
+    announce(p);
+    for (int i = 0; i < p->started; i++)
+        pthread_join(p->workers[i].th, NULL);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+    mn_free(p->workers);
+    mn_free(p);
+}
+
+int mn_pool_size(const mn_pool *p) { return p->n; }
+
+void mn_pool_run(mn_pool *p, mn_pool_fn fn, void *ctx)
+{
+    if (p->n == 1) {
+        fn(ctx, 0, 1);
+        return;
+    }
+    p->fn = fn;
+    p->ctx = ctx;
+    atomic_store_explicit(&p->pending, p->n - 1, memory_order_release);
+    announce(p);
+    fn(ctx, 0, p->n);
+    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0)
+        CPU_RELAX();
+}
+
+void mn_pool_split(int ith, int nth, unsigned n, unsigned align, unsigned *begin, unsigned *end)
+{
+    unsigned units = (n + align - 1) / align;
+    unsigned per = units / (unsigned)nth, extra = units % (unsigned)nth;
+    unsigned b = (unsigned)ith * per + ((unsigned)ith < extra ? (unsigned)ith : extra);
+    unsigned e = b + per + ((unsigned)ith < extra ? 1 : 0);
+    *begin = b * align < n ? b * align : n;
+    *end = e * align < n ? e * align : n;
+}

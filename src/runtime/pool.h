@@ -1,0 +1,27 @@
+/* pool.h - a fork-join pool of compute threads for the CPU backend.
+ *
+ * mn_pool_run(p, fn, ctx) calls fn(ctx, i, n) once for every i in [0, n) where n is the pool size;
+ * the calling thread runs i = 0, the workers the rest; it returns when all calls have returned.
+ * Workers spin briefly between runs (a decode step issues a few hundred runs) and then sleep on a
+ * condition variable, so an idle pool costs no CPU.
+ *
+ * Thread: one thread at a time may call mn_pool_run (the backend's owner). fn must not call
+ * mn_pool_run. Errors: mn_pool_new fails with MN_NOMEM / MN_ERROR (thread creation).
+ */
+#ifndef MN_POOL_H
+#define MN_POOL_H
+
+#include "util/status.h"
+
+typedef struct mn_pool mn_pool;
+typedef void (*mn_pool_fn)(void *ctx, int ith, int nth);
+
+mn_status mn_pool_new(int n_threads, mn_pool **out, mn_err *err);
+void mn_pool_free(mn_pool *p);
+int mn_pool_size(const mn_pool *p);
+void mn_pool_run(mn_pool *p, mn_pool_fn fn, void *ctx);
+
+/* The [begin, end) share of thread ith out of nth for n items, in multiples of `align`. */
+void mn_pool_split(int ith, int nth, unsigned n, unsigned align, unsigned *begin, unsigned *end);
+
+#endif

@@ -1,0 +1,27 @@
+/* alloc.h - the one allocation wrapper of the project.
+ *
+ * Every host allocation goes through these functions; with jemalloc configured (the default build)
+ * they are jemalloc's, under the sanitizers they are the C library's so ASan/TSan can see them.
+ * Failures return NULL (never abort); callers turn that into MN_NOMEM. Thread-safe.
+ */
+#ifndef MN_ALLOC_H
+#define MN_ALLOC_H
+
+#include <stddef.h>
+
+void *mn_malloc(size_t n);
+void *mn_calloc(size_t count, size_t size);
+void *mn_realloc(void *p, size_t n);
+/* Memory aligned to `align` (a power of two >= sizeof(void *)), zero-filled; free with mn_free. */
+void *mn_aligned_calloc(size_t align, size_t n);
+void mn_free(void *p);
+/* A NUL-terminated copy of the first n bytes of s. */
+char *mn_strndup(const char *s, size_t n);
+
+/* Multiplication that reports overflow: returns 0 and leaves *out untouched when a*b overflows. */
+static inline int mn_mul_ok(size_t a, size_t b, size_t *out)
+{
+    return !__builtin_mul_overflow(a, b, out);
+}
+
+#endif
