@@ -1,0 +1,30 @@
+#!/bin/sh
+# install-deps.sh: everything minions needs on Debian 12, installed idempotently.
+#   - Debian packages (compiler, autotools, libraries, Criterion, Python with numpy and regex);
+#   - .venv: a virtual environment over Debian's Python with the PyPI `gguf` package, used by
+#     tools/ for the test fixtures and the independent reference implementations.
+# Safe to run again: it installs only what is missing.
+set -eu
+cd "$(dirname "$0")/.."
+
+PKGS="build-essential autoconf automake libtool pkg-config ca-certificates unzip
+      libevent-dev libjemalloc-dev libnanomsg-dev libjansson-dev libutf8proc-dev libcriterion-dev
+      python3 python3-numpy python3-regex python3-venv python3-yaml"
+SUDO=""
+[ "$(id -u)" = 0 ] || SUDO=sudo
+
+missing=""
+for p in $PKGS; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  echo "install-deps: installing$missing"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+if ! .venv/bin/python -c "import gguf, numpy, regex" 2>/dev/null; then
+  echo "install-deps: creating .venv (Debian's python3 + PyPI gguf)"
+  /usr/bin/python3 -m venv --system-site-packages .venv
+  .venv/bin/pip install -q --disable-pip-version-check "gguf==0.19.0"
+fi

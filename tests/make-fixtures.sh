@@ -1,0 +1,44 @@
+#!/bin/sh
+# make-fixtures.sh SRCDIR OUTDIR PYTHON: build the test models and the reference outputs.
+#
+# Models are small llama GGUF files written by tools/ggufw.py; reference logits come from
+# tools/ref_forward.py and reference encodings from tools/ref_tokenize.py, both independent of the
+# engine. When the real SmolLM2 model has been fetched (tools/fetch-smollm2.sh), its reference
+# top-2 over 2,048 teacher-forced tokens is computed too.
+set -eu
+src=$1
+out=$2
+py=$3
+mkdir -p "$out"
+w="$py $src/tools/ggufw.py"
+
+$w --out "$out/gqa_f32.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 100 --vocab 512 --seed 1
+$w --out "$out/untied_f32.gguf" --dim 48 --layers 3 --heads 3 --kv-heads 3 --ff 96 --vocab 400 \
+   --untied --pre smollm --rope-base 500 --seed 2
+for t in f16 q8_0 q4_0 q4_1; do
+  $w --out "$out/$t.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --vocab 384 --untied \
+     --type "$t" --seed 3
+done
+$w --out "$out/broken_missing.gguf" --vocab 300 --drop blk.1.ffn_up.weight
+$w --out "$out/broken_shape.gguf" --vocab 300 --ff 96 --bad-shape blk.0.ffn_gate.weight
+
+# one teacher-forced sequence of 40 tokens for the logits references
+$py -c "print(' '.join(str((i * 7919 + 11) % 384) for i in range(40)))" > "$out/tokens.txt"
+for m in gqa_f32 untied_f32 f16 q8_0 q4_0 q4_1; do
+  $py "$src/tools/ref_forward.py" "$out/$m.gguf" "$out/tokens.txt" "$out/$m.logits"
+done
+
+# tokenizer references
+$py "$src/tests/tokenizer_texts.py" > "$out/texts.jsonl"
+for m in gqa_f32 untied_f32; do
+  $py "$src/tools/ref_tokenize.py" "$out/$m.gguf" "$out/texts.jsonl" "$out/$m.tokens.jsonl"
+done
+
+smol="$src/models/cache/SmolLM2-135M-Instruct.Q4_1.gguf"
+if [ -f "$smol" ]; then
+  $py "$src/tools/ref_tokenize.py" "$smol" "$out/texts.jsonl" "$out/smollm2.tokens.jsonl"
+  $py "$src/tests/heldout_tokens.py" "$smol" 2048 > "$out/smollm2.heldout.txt"
+  $py "$src/tools/ref_forward.py" "$smol" "$out/smollm2.heldout.txt" - --top2 "$out/smollm2.top2"
+else
+  rm -f "$out/smollm2.tokens.jsonl" "$out/smollm2.heldout.txt" "$out/smollm2.top2"
+fi

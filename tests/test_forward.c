@@ -1,0 +1,231 @@
+/* test_forward.c - the CPU forward pass: agreement with the independent numpy reference, bitwise
+ * batch invariance, rollback of the paged KV cache. */
+#include <math.h>
+#include <string.h>
+
+#include "testutil.h"
+
+#define N_TOK 40
+
+static void read_tokens(int32_t *t, int n)
+{
+    FILE *f = fopen(fixture("tokens.txt"), "r");
+    cr_assert(f);
+    for (int i = 0; i < n; i++)
+        cr_assert_eq(fscanf(f, "%d", &t[i]), 1);
+    fclose(f);
+}
+
+/* Logits of one sequence fed in chunks of `chunk` tokens (all logits wanted). */
+static float *run_sequence(mn_backend *b, const int32_t *toks, int n, int chunk)
+{
+    uint32_t V = b->model->hp.n_vocab;
+    float *out = malloc((size_t)n * V * sizeof(float));
+    mn_kv_seq kv = {0};
+    mn_err err = {{0}};
+    for (int done = 0; done < n; done += chunk) {
+        int step = n - done < chunk ? n - done : chunk;
+        cr_assert_eq(mn_kv_reserve(b->kv, &kv, kv.len + (uint32_t)step), MN_OK);
+        mn_batch_seq s = {.kv = &kv, .tokens = toks + done, .n_tokens = (uint32_t)step, .want_all_logits = true};
+        mn_batch batch = {&s, 1};
+        cr_assert_eq(mn_backend_forward(b, &batch, out + (size_t)done * V, &err), MN_OK, "%s", err.msg);
+    }
+    mn_kv_seq_release(b->kv, &kv);
+    return out;
+}
+
+static void check_reference(const char *model)
+{
+    char gguf[128], logits[128];
+    snprintf(gguf, sizeof gguf, "%s.gguf", model);
+    snprintf(logits, sizeof logits, "%s.logits", model);
+    mn_model *m = load_model(gguf);
+    mn_backend *b = cpu_backend(m, 2, 64, 64);
+    int32_t toks[N_TOK];
+    read_tokens(toks, N_TOK);
+    size_t len;
+    float *ref = slurp(fixture(logits), &len);
+    uint32_t V = m->hp.n_vocab;
+    cr_assert_eq(len, (size_t)N_TOK * V * sizeof(float));
+    float *got = run_sequence(b, toks, N_TOK, N_TOK);
+    for (int t = 0; t < N_TOK; t++) {
+        float maxabs = 0, maxdiff = 0;
+        for (uint32_t v = 0; v < V; v++) {
+            maxabs = fmaxf(maxabs, fabsf(ref[(size_t)t * V + v]));
+            maxdiff = fmaxf(maxdiff, fabsf(ref[(size_t)t * V + v] - got[(size_t)t * V + v]));
+        }
+        cr_assert_leq(maxdiff / maxabs, 1e-4f, "%s position %d: max |diff| %g relative to max |logit| %g", model, t,
+                      maxdiff, maxabs);
+    }
+    free(got);
+    free(ref);
+    mn_backend_free(b);
+    mn_model_free(m);
+}
+
+Test(forward, matches_reference_gqa_tied_f32) { check_reference("gqa_f32"); }
+Test(forward, matches_reference_untied_f32) { check_reference("untied_f32"); }
+Test(forward, matches_reference_f16) { check_reference("f16"); }
+Test(forward, matches_reference_q8_0) { check_reference("q8_0"); }
+Test(forward, matches_reference_q4_0) { check_reference("q4_0"); }
+Test(forward, matches_reference_q4_1) { check_reference("q4_1"); }
+
+/* A sequence's logits are bit-identical alone in one pass, token by token, in uneven chunks, and
+ * inside a batch of 8 sequences of different lengths (some prefilling, some decoding). */
+static void check_invariance(const char *gguf, int threads)
+{
+    mn_model *m = load_model(gguf);
+    mn_backend *b = cpu_backend(m, threads, 256, 512);
+    uint32_t V = m->hp.n_vocab;
+    int32_t toks[N_TOK];
+    read_tokens(toks, N_TOK);
+    float *alone = run_sequence(b, toks, N_TOK, N_TOK);
+    float *by_one = run_sequence(b, toks, N_TOK, 1);
+    float *by_seven = run_sequence(b, toks, N_TOK, 7);
+    cr_assert(memcmp(alone, by_one, (size_t)N_TOK * V * sizeof(float)) == 0, "token by token differs");
+    cr_assert(memcmp(alone, by_seven, (size_t)N_TOK * V * sizeof(float)) == 0, "chunks of 7 differ");
+
+    /* 8 sequences; sequence 3 is ours, the others have other tokens and lengths */
+    enum { B = 8 };
+    mn_kv_seq kv[B] = {{0}};
+    int32_t other[B][N_TOK];
+    for (int s = 0; s < B; s++)
+        for (int i = 0; i < N_TOK; i++)
+            other[s][i] = s == 3 ? toks[i] : (int32_t)((i * 31 + s * 17 + 5) % 300);
+    float *batched = malloc((size_t)N_TOK * V * sizeof(float));
+    float *out = malloc((size_t)B * N_TOK * V * sizeof(float));
+    int fed[B] = {0};
+    mn_err err = {{0}};
+    for (int round = 0; fed[3] < N_TOK; round++) {
+        mn_batch_seq seqs[B];
+        int n = 0, ours_row = -1, ours_n = 0;
+        uint32_t row = 0;
+        for (int s = 0; s < B; s++) {
+            int step = 1 + (s * 5 + round * 3) % 9; /* uneven, changing chunk sizes */
+            if (fed[s] + step > N_TOK)
+                step = N_TOK - fed[s];
+            if (step <= 0)
+                continue;
+            cr_assert_eq(mn_kv_reserve(b->kv, &kv[s], kv[s].len + (uint32_t)step), MN_OK);
+            bool all = s == 3 || s % 2 == 0;
+            seqs[n++] = (mn_batch_seq){.kv = &kv[s], .tokens = other[s] + fed[s], .n_tokens = (uint32_t)step,
+                                       .want_all_logits = all};
+            if (s == 3) {
+                ours_row = (int)row;
+                ours_n = step;
+            }
+            row += all ? (uint32_t)step : 1;
+        }
+        mn_batch batch = {seqs, (uint32_t)n};
+        cr_assert_eq(mn_backend_forward(b, &batch, out, &err), MN_OK, "%s", err.msg);
+        memcpy(batched + (size_t)fed[3] * V, out + (size_t)ours_row * V, (size_t)ours_n * V * sizeof(float));
+        for (int i = 0; i < n; i++)
+            fed[seqs[i].kv - kv] += (int)seqs[i].n_tokens;
+    }
+    cr_assert(memcmp(alone, batched, (size_t)N_TOK * V * sizeof(float)) == 0, "batched logits differ");
+    for (int s = 0; s < B; s++)
+        mn_kv_seq_release(b->kv, &kv[s]);
+    cr_assert_eq(mn_kv_used(b->kv), 0);
+    free(alone);
+    free(by_one);
+    free(by_seven);
+    free(batched);
+    free(out);
+    mn_backend_free(b);
+    mn_model_free(m);
+}
+
+Test(forward, batch_invariant_f32) { check_invariance("gqa_f32.gguf", 2); }
+Test(forward, batch_invariant_q4_1) { check_invariance("q4_1.gguf", 2); }
+Test(forward, batch_invariant_q8_0_three_threads) { check_invariance("q8_0.gguf", 3); }
+
+Test(forward, thread_count_does_not_change_logits)
+{
+    mn_model *m = load_model("untied_f32.gguf");
+    int32_t toks[N_TOK];
+    read_tokens(toks, N_TOK);
+    mn_backend *b1 = cpu_backend(m, 1, 64, 64), *b4 = cpu_backend(m, 4, 64, 64);
+    float *a = run_sequence(b1, toks, N_TOK, 13), *c = run_sequence(b4, toks, N_TOK, 13);
+    cr_assert(memcmp(a, c, (size_t)N_TOK * m->hp.n_vocab * sizeof(float)) == 0);
+    free(a);
+    free(c);
+    mn_backend_free(b1);
+    mn_backend_free(b4);
+    mn_model_free(m);
+}
+
+/* Append k tokens, truncate back to n, append others: the logits equal those of a sequence that
+ * never saw the rolled-back tokens, and the pool gets the blocks back. */
+Test(forward, rollback_equals_never_seen)
+{
+    mn_model *m = load_model("gqa_f32.gguf");
+    mn_backend *b = cpu_backend(m, 2, 64, 64);
+    uint32_t V = m->hp.n_vocab;
+    int32_t toks[N_TOK];
+    read_tokens(toks, N_TOK);
+    float *clean = run_sequence(b, toks, N_TOK, N_TOK);
+
+    mn_kv_seq kv = {0};
+    mn_err err = {{0}};
+    float *out = malloc((size_t)N_TOK * V * sizeof(float)), *got = malloc((size_t)N_TOK * V * sizeof(float));
+    int32_t junk[11];
+    for (int i = 0; i < 11; i++)
+        junk[i] = (int32_t)(200 + i * 7);
+    uint32_t n = 0;
+    while (n < N_TOK) {
+        uint32_t step = N_TOK - n < 6 ? N_TOK - n : 6;
+        /* the real tokens */
+        cr_assert_eq(mn_kv_reserve(b->kv, &kv, n + step), MN_OK);
+        mn_batch_seq s = {.kv = &kv, .tokens = toks + n, .n_tokens = step, .want_all_logits = true};
+        mn_batch batch = {&s, 1};
+        cr_assert_eq(mn_backend_forward(b, &batch, got + (size_t)n * V, &err), MN_OK);
+        n += step;
+        /* rejected drafts: append 11 junk tokens (crossing block boundaries), then roll back */
+        uint32_t blocks_before = kv.n_blocks;
+        cr_assert_eq(mn_kv_reserve(b->kv, &kv, n + 11), MN_OK);
+        mn_batch_seq j = {.kv = &kv, .tokens = junk, .n_tokens = 11, .want_all_logits = true};
+        mn_batch jb = {&j, 1};
+        cr_assert_eq(mn_backend_forward(b, &jb, out, &err), MN_OK);
+        cr_assert_eq(kv.len, n + 11);
+        mn_kv_truncate(b->kv, &kv, n);
+        cr_assert_eq(kv.len, n);
+        cr_assert_eq(kv.n_blocks, blocks_before, "truncate returns the blocks past the new length");
+    }
+    cr_assert(memcmp(clean, got, (size_t)N_TOK * V * sizeof(float)) == 0, "rolled-back tokens leaked into logits");
+    mn_kv_seq_release(b->kv, &kv);
+    cr_assert_eq(mn_kv_used(b->kv), 0);
+    free(clean);
+    free(out);
+    free(got);
+    mn_backend_free(b);
+    mn_model_free(m);
+}
+
+Test(forward, rejects_malformed_batches)
+{
+    mn_model *m = load_model("gqa_f32.gguf");
+    mn_backend *b = cpu_backend(m, 1, 16, 8);
+    float *out = malloc(32 * (size_t)m->hp.n_vocab * sizeof(float));
+    mn_err err = {{0}};
+    mn_kv_seq kv = {0};
+    int32_t toks[20] = {1, 2, 3};
+    mn_batch_seq s = {.kv = &kv, .tokens = toks, .n_tokens = 3};
+    mn_batch batch = {&s, 1};
+    cr_assert_eq(mn_backend_forward(b, &batch, out, &err), MN_INVALID, "unreserved positions must be refused");
+    cr_assert_eq(mn_kv_reserve(b->kv, &kv, 20), MN_OK);
+    s.n_tokens = 20;
+    cr_assert_eq(mn_backend_forward(b, &batch, out, &err), MN_INVALID, "more tokens than the pass limit");
+    s.n_tokens = 3;
+    toks[1] = 99999;
+    cr_assert_eq(mn_backend_forward(b, &batch, out, &err), MN_INVALID, "token outside the vocabulary");
+    toks[1] = 2;
+    mn_batch_seq twice[2] = {s, s};
+    mn_batch tb = {twice, 2};
+    cr_assert_eq(mn_backend_forward(b, &tb, out, &err), MN_INVALID, "a sequence twice in one batch");
+    cr_assert_eq(kv.len, 0, "a refused batch changes nothing");
+    cr_assert_eq(mn_kv_reserve(b->kv, &kv, 1000), MN_BUSY, "the pool holds only 8 blocks of 4");
+    mn_kv_seq_release(b->kv, &kv);
+    free(out);
+    mn_backend_free(b);
+    mn_model_free(m);
+}

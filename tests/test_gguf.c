@@ -1,0 +1,182 @@
+/* test_gguf.c - the GGUF reader and the model loader against valid, truncated, bit-flipped and
+ * deliberately broken files. Run under ASan as part of the test command: any out-of-bounds read
+ * fails the run. */
+#include <string.h>
+
+#include "model/gguf.h"
+#include "testutil.h"
+
+Test(gguf, reads_a_valid_file)
+{
+    gguf_file *f;
+    mn_err err = {{0}};
+    cr_assert_eq(gguf_open_file(fixture("gqa_f32.gguf"), &f, &err), MN_OK, "%s", err.msg);
+    cr_assert_eq(gguf_version(f), 3);
+    uint64_t v;
+    cr_assert_eq(gguf_get_uint(f, "llama.embedding_length", &v, &err), MN_OK);
+    cr_assert_eq(v, 64);
+    gguf_str arch;
+    cr_assert_eq(gguf_get_string(f, "general.architecture", &arch, &err), MN_OK);
+    cr_assert(gguf_str_eq(arch, "llama"));
+    const gguf_tensor *t = gguf_find_tensor(f, "blk.1.ffn_down.weight");
+    cr_assert_not_null(t);
+    cr_assert_eq(t->ne[0], 100);
+    cr_assert_eq(t->ne[1], 64);
+    cr_assert_eq(t->nbytes, 100 * 64 * 4);
+    cr_assert_eq(gguf_get_uint(f, "no.such.key", &v, &err), MN_NOTFOUND);
+    cr_assert_eq(gguf_get_uint(f, "general.architecture", &v, &err), MN_INVALID);
+    gguf_close(f);
+}
+
+/* Every prefix of a valid file is an error, never a crash or an out-of-bounds read. The buffer is
+ * copied to an exact-size allocation each time so ASan sees reads past its end. */
+Test(gguf, every_truncation_is_an_error, .timeout = 600)
+{
+    size_t len;
+    unsigned char *full = slurp(fixture("q4_1.gguf"), &len);
+    /* every length through the header and the first tensor bytes, then a stride through the data */
+    for (size_t n = 0; n < len; n += n < 20000 ? 1 : 97) {
+        unsigned char *cut = malloc(n ? n : 1);
+        memcpy(cut, full, n);
+        gguf_file *f = NULL;
+        mn_err err = {{0}};
+        mn_status s = gguf_open_mem(cut, n, &f, &err);
+        cr_assert_neq(s, MN_OK, "a file cut to %zu of %zu bytes was accepted", n, len);
+        cr_assert(err.msg[0], "no message for a cut at %zu", n);
+        free(cut);
+    }
+    free(full);
+}
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint64_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+/* Bit flips anywhere in the header (and a few in the data): the reader either accepts the file or
+ * names a problem; the model loader likewise. Nothing crashes. */
+Test(gguf, bit_flips_never_crash, .timeout = 600)
+{
+    size_t len;
+    unsigned char *orig = slurp(fixture("untied_f32.gguf"), &len);
+    gguf_file *f0;
+    cr_assert_eq(gguf_open_mem(orig, len, &f0, NULL), MN_OK);
+    size_t header = (size_t)((const unsigned char *)gguf_tensor_at(f0, 0)->data - orig);
+    gguf_close(f0);
+    unsigned char *buf = malloc(len);
+    int rejected = 0;
+    for (int i = 0; i < 3000; i++) {
+        memcpy(buf, orig, len);
+        int flips = 1 + (int)(rnd() % 3);
+        for (int k = 0; k < flips; k++) {
+            size_t pos = (size_t)(rnd() % (i % 10 == 9 ? len : header));
+            buf[pos] ^= (unsigned char)(1u << (rnd() % 8));
+        }
+        gguf_file *f = NULL;
+        mn_err err = {{0}};
+        if (gguf_open_mem(buf, len, &f, &err) != MN_OK) {
+            rejected++;
+            cr_assert(err.msg[0]);
+            continue;
+        }
+        mn_model *m = NULL;
+        if (mn_model_from_gguf(f, "flipped", &m, &err) == MN_OK)
+            mn_model_free(m);
+        else
+            cr_assert(err.msg[0], "the loader failed without a message");
+    }
+    cr_assert_gt(rejected, 100, "bit flips in the header should usually be caught (%d were)", rejected);
+    free(buf);
+    free(orig);
+}
+
+static void expect_error(const unsigned char *buf, size_t len, const char *needle)
+{
+    gguf_file *f = NULL;
+    mn_err err = {{0}};
+    mn_status s = gguf_open_mem(buf, len, &f, &err);
+    cr_assert_neq(s, MN_OK, "expected an error containing '%s'", needle);
+    cr_assert(strstr(err.msg, needle), "message '%s' does not mention '%s'", err.msg, needle);
+}
+
+Test(gguf, named_errors)
+{
+    size_t len;
+    unsigned char *orig = slurp(fixture("gqa_f32.gguf"), &len);
+    unsigned char *buf = malloc(len);
+
+    memcpy(buf, orig, len);
+    buf[0] = 'X';
+    expect_error(buf, len, "magic");
+
+    memcpy(buf, orig, len);
+    buf[4] = 7;
+    expect_error(buf, len, "version");
+
+    memcpy(buf, orig, len);
+    memset(buf + 8, 0xff, 8); /* tensor count */
+    expect_error(buf, len, "tensors cannot fit");
+
+    memcpy(buf, orig, len);
+    memset(buf + 16, 0x7f, 8); /* kv count */
+    expect_error(buf, len, "keys cannot fit");
+
+    /* the last tensor's data offset pushed past the end */
+    gguf_file *f;
+    cr_assert_eq(gguf_open_mem(orig, len, &f, NULL), MN_OK);
+    const gguf_tensor *last = gguf_tensor_at(f, gguf_n_tensors(f) - 1);
+    size_t name_len = strlen(last->name);
+    gguf_close(f);
+    unsigned char *p = NULL;
+    for (size_t i = 0; i + name_len < len; i++)
+        if (memcmp(orig + i, "output_norm.weight", name_len) == 0) {
+            p = orig + i;
+            break;
+        }
+    cr_assert_not_null(p);
+    memcpy(buf, orig, len);
+    size_t off_pos = (size_t)(p - orig) + name_len + 4 + 8 * 1 + 4; /* n_dims, ne[0], type */
+    uint64_t huge = (uint64_t)len * 4;
+    huge -= huge % 32;
+    memcpy(buf + off_pos, &huge, 8);
+    expect_error(buf, len, "runs past the end");
+
+    memcpy(buf, orig, len);
+    uint64_t odd = 8;
+    memcpy(buf + off_pos, &odd, 8);
+    expect_error(buf, len, "not aligned");
+    free(buf);
+    free(orig);
+}
+
+Test(model, loader_names_missing_and_misshapen_tensors)
+{
+    mn_model *m = NULL;
+    mn_err err = {{0}};
+    cr_assert_eq(mn_model_load(fixture("broken_missing.gguf"), &m, &err), MN_INVALID);
+    cr_assert(strstr(err.msg, "blk.1.ffn_up.weight") && strstr(err.msg, "missing"), "%s", err.msg);
+    cr_assert_eq(mn_model_load(fixture("broken_shape.gguf"), &m, &err), MN_INVALID);
+    cr_assert(strstr(err.msg, "blk.0.ffn_gate.weight") && strstr(err.msg, "shape"), "%s", err.msg);
+    cr_assert_eq(mn_model_load("/nonexistent/model.gguf", &m, &err), MN_IO);
+    cr_assert(strstr(err.msg, "/nonexistent/model.gguf"), "%s", err.msg);
+}
+
+Test(model, hparams_and_tied_output)
+{
+    mn_model *m = load_model("gqa_f32.gguf");
+    cr_assert_eq(m->hp.dim, 64);
+    cr_assert_eq(m->hp.n_heads, 4);
+    cr_assert_eq(m->hp.n_kv_heads, 2);
+    cr_assert_eq(m->hp.head_dim, 16);
+    cr_assert_eq(m->hp.n_vocab, 512);
+    cr_assert(m->tied_output);
+    mn_model_free(m);
+    m = load_model("untied_f32.gguf");
+    cr_assert(!m->tied_output);
+    cr_assert_float_eq(m->hp.rope_base, 500.0f, 1e-3);
+    mn_model_free(m);
+}

@@ -1,0 +1,193 @@
+/* test_kernels.c - SIMD matmul vs its scalar twin (bitwise, every type, every tile shape),
+ * dequantization and half floats, the KV block pool, the sampler. */
+#include <math.h>
+#include <string.h>
+
+#include "cpu/matmul.h"
+#include "mem/kv.h"
+#include "model/dtype.h"
+#include "model/quant.h"
+#include "model/sampler.h"
+#include "testutil.h"
+
+static void check_matmul(const char *gguf, const char *tensor_kind)
+{
+    mn_model *m = load_model(gguf);
+    const mn_weight *ws[] = {&m->layers[0].wq, &m->layers[0].w_down, &m->output};
+    for (size_t wi = 0; wi < 3; wi++) {
+        const mn_weight *w = ws[wi];
+        for (int T = 1; T <= 9; T++) {
+            float *x = malloc((size_t)T * w->cols * sizeof(float));
+            float *y = calloc((size_t)T * w->rows, sizeof(float)), *r = calloc((size_t)T * w->rows, sizeof(float));
+            for (size_t i = 0; i < (size_t)T * w->cols; i++)
+                x[i] = sinf((float)i * 0.37f) * 2.0f;
+            /* an odd output range exercises the partial tiles */
+            uint32_t ob = 1, oe = w->rows - 2;
+            mn_matmul(w, x, w->cols, y, w->rows, T, ob, oe);
+            mn_matmul_ref(w, x, w->cols, r, w->rows, T, ob, oe);
+            cr_assert(memcmp(y, r, (size_t)T * w->rows * sizeof(float)) == 0, "%s %s weight %zu T=%d differs", gguf,
+                      tensor_kind, wi, T);
+            free(x);
+            free(y);
+            free(r);
+        }
+    }
+    mn_model_free(m);
+}
+
+Test(kernels, matmul_f32_equals_scalar_twin) { check_matmul("gqa_f32.gguf", "f32"); }
+Test(kernels, matmul_f16_equals_scalar_twin) { check_matmul("f16.gguf", "f16"); }
+Test(kernels, matmul_q8_0_equals_scalar_twin) { check_matmul("q8_0.gguf", "q8_0"); }
+Test(kernels, matmul_q4_0_equals_scalar_twin) { check_matmul("q4_0.gguf", "q4_0"); }
+Test(kernels, matmul_q4_1_equals_scalar_twin) { check_matmul("q4_1.gguf", "q4_1"); }
+
+Test(kernels, half_float_conversions)
+{
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = mn_f16_to_f32((uint16_t)h);
+        if (isnan(f))
+            continue;
+        cr_assert_eq(mn_f32_to_f16(f), h, "f16 0x%04x does not round-trip", h);
+    }
+    cr_assert_eq(mn_f32_to_f16(1.0f), 0x3c00);
+    cr_assert_eq(mn_f32_to_f16(65520.0f), 0x7c00, "overflow rounds to infinity");
+    cr_assert_eq(mn_f32_to_f16(1.0f + 1.0f / 4096), 0x3c00, "ties go to even");
+}
+
+Test(kernels, q4_1_block_layout)
+{
+    /* one block: d = 0.5, m = -1, element j = j % 16 in the low nibbles, 15 - j%16 in the high */
+    unsigned char blk[20];
+    uint16_t d = mn_f32_to_f16(0.5f), mn = mn_f32_to_f16(-1.0f);
+    memcpy(blk, &d, 2);
+    memcpy(blk + 2, &mn, 2);
+    for (int j = 0; j < 16; j++)
+        blk[4 + j] = (unsigned char)(j | ((15 - j) << 4));
+    float out[32];
+    mn_dequant_row(MN_Q4_1, blk, out, 32);
+    for (int j = 0; j < 16; j++) {
+        cr_assert_float_eq(out[j], 0.5f * j - 1.0f, 0);
+        cr_assert_float_eq(out[j + 16], 0.5f * (15 - j) - 1.0f, 0);
+    }
+}
+
+Test(kv, accounting_returns_to_zero)
+{
+    mn_kv_pool *p;
+    mn_err err = {{0}};
+    cr_assert_eq(mn_kv_pool_new(2, 8, 16, 10, &p, &err), MN_OK);
+    mn_kv_seq a = {0}, b = {0};
+    cr_assert_eq(mn_kv_reserve(p, &a, 33), MN_OK);
+    cr_assert_eq(a.n_blocks, 3);
+    cr_assert_eq(mn_kv_used(p), 3);
+    a.len = 33;
+    cr_assert_eq(mn_kv_reserve(p, &b, 16 * 7), MN_OK);
+    cr_assert_eq(mn_kv_used(p), 10);
+    cr_assert_eq(mn_kv_reserve(p, &a, 49), MN_BUSY, "the pool is full");
+    cr_assert_eq(a.n_blocks, 3, "a refused reserve takes nothing");
+    mn_kv_truncate(p, &a, 16);
+    cr_assert_eq(a.len, 16);
+    cr_assert_eq(a.n_blocks, 1);
+    cr_assert_eq(mn_kv_used(p), 8);
+    mn_kv_truncate(p, &a, 0);
+    cr_assert_eq(a.n_blocks, 0);
+    /* K rows of different positions never alias */
+    cr_assert_eq(mn_kv_reserve(p, &a, 20), MN_OK);
+    cr_assert_neq(mn_kv_k(p, &a, 1, 15), mn_kv_k(p, &a, 1, 16));
+    cr_assert_eq(mn_kv_k(p, &a, 1, 16) + 8, mn_kv_k(p, &a, 1, 17));
+    mn_kv_seq_release(p, &a);
+    mn_kv_seq_release(p, &b);
+    cr_assert_eq(mn_kv_used(p), 0);
+    cr_assert_null(a.blocks);
+    mn_kv_pool_free(p);
+}
+
+Test(sampler, greedy_takes_first_max_and_sampling_is_seeded)
+{
+    float logits[6] = {0.5f, 3.0f, 1.0f, 3.0f, -2.0f, 0.0f};
+    cr_assert_eq(mn_argmax(logits, 6), 1);
+    mn_sampler_params p = {.temperature = 1.0f, .top_p = 1.0f, .seed = 42};
+    mn_sampler *a, *b;
+    cr_assert_eq(mn_sampler_new(6, &p, &a), MN_OK);
+    cr_assert_eq(mn_sampler_new(6, &p, &b), MN_OK);
+    int counts[6] = {0};
+    for (int i = 0; i < 20000; i++) {
+        int32_t x = mn_sampler_next(a, logits);
+        cr_assert_eq(x, mn_sampler_next(b, logits), "same seed, same draws");
+        counts[x]++;
+    }
+    /* p(1) = p(3) = e^3 / Z ~ 0.45: both near 9000 */
+    cr_assert(counts[1] > 8000 && counts[1] < 10000 && counts[3] > 8000 && counts[3] < 10000, "%d %d", counts[1],
+              counts[3]);
+    mn_sampler_free(a);
+    mn_sampler_free(b);
+    /* top_p = 0.4 keeps only the first of the two tied best (p ~ 0.45 each; ties broken by id) */
+    p.top_p = 0.4f;
+    cr_assert_eq(mn_sampler_new(6, &p, &a), MN_OK);
+    for (int i = 0; i < 2000; i++) {
+        int32_t x = mn_sampler_next(a, logits);
+        cr_assert(x == 1, "top-p 0.4 keeps only the first of the tied best (%d)", x);
+    }
+    mn_sampler_free(a);
+}
+
+/* ---- the fork-join pool: every run calls each thread index exactly once, runs never overlap ---- */
+#include <stdatomic.h>
+
+#include "runtime/pool.h"
+
+typedef struct pool_probe {
+    atomic_int calls[8];
+    atomic_int inside;
+    int overlap;      /* written only by thread 0, read after the run */
+    long sum[8];      /* each index writes only its own slot */
+} pool_probe;
+
+static void probe_fn(void *arg, int ith, int nth)
+{
+    pool_probe *p = arg;
+    atomic_fetch_add(&p->calls[ith], 1);
+    atomic_fetch_add(&p->inside, 1);
+    unsigned b, e;
+    mn_pool_split(ith, nth, 1000, 8, &b, &e);
+    for (unsigned i = b; i < e; i++)
+        p->sum[ith] += i;
+    atomic_fetch_sub(&p->inside, 1);
+}
+
+Test(pool, every_index_once_per_run)
+{
+    for (int n = 1; n <= 4; n++) {
+        mn_pool *pool;
+        cr_assert_eq(mn_pool_new(n, &pool, NULL), MN_OK);
+        pool_probe p = {0};
+        for (int run = 0; run < 2000; run++) {
+            memset(p.sum, 0, sizeof p.sum);
+            mn_pool_run(pool, probe_fn, &p);
+            cr_assert_eq(atomic_load(&p.inside), 0, "a run returned while a thread was still inside");
+            long total = 0;
+            for (int i = 0; i < n; i++)
+                total += p.sum[i];
+            cr_assert_eq(total, 999L * 1000 / 2, "the split covers [0, 1000) exactly once");
+        }
+        for (int i = 0; i < n; i++)
+            cr_assert_eq(atomic_load(&p.calls[i]), 2000);
+        mn_pool_free(pool);
+    }
+}
+
+Test(pool, split_is_a_partition)
+{
+    for (unsigned n = 0; n < 300; n += 7)
+        for (int nth = 1; nth <= 5; nth++) {
+            unsigned next = 0;
+            for (int i = 0; i < nth; i++) {
+                unsigned b, e;
+                mn_pool_split(i, nth, n, 4, &b, &e);
+                cr_assert_eq(b, next);
+                cr_assert(e >= b && (e == n || e % 4 == 0));
+                next = e;
+            }
+            cr_assert_eq(next, n);
+        }
+}

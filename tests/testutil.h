@@ -1,0 +1,78 @@
+/* testutil.h - helpers shared by the test suites: fixture paths and file loading.
+ * Fixtures live in $MINIONS_TEST_DATA (made by tests/make-fixtures.sh before the suites run). */
+#ifndef MN_TESTUTIL_H
+#define MN_TESTUTIL_H
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "model/model.h"
+#include "runtime/backend.h"
+
+static inline const char *fixture(const char *name)
+{
+    static char buf[8][1024];
+    static int next;
+    const char *dir = getenv("MINIONS_TEST_DATA");
+    char *b = buf[next++ % 8];
+    snprintf(b, 1024, "%s/%s", dir ? dir : "tests/data", name);
+    return b;
+}
+
+/* The fetched SmolLM2 model when it and its reference fixtures exist, else NULL. */
+static inline const char *smollm2_path(void)
+{
+    static char path[1024];
+    const char *dir = getenv("MINIONS_MODELS_DIR");
+    snprintf(path, sizeof path, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir ? dir : "models/cache");
+    FILE *a = fopen(path, "rb"), *b = fopen(fixture("smollm2.top2"), "r");
+    const char *ok = a && b ? path : NULL;
+    if (a)
+        fclose(a);
+    if (b)
+        fclose(b);
+    return ok;
+}
+
+/* The whole file, malloc'd; *len its size. Fails the test when unreadable. */
+static inline void *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert(f, "cannot open fixture %s (run make check, which builds fixtures)", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *buf = malloc((size_t)n + 1);
+    cr_assert(buf);
+    cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    ((char *)buf)[n] = 0;
+    *len = (size_t)n;
+    return buf;
+}
+
+static inline mn_model *load_model(const char *name)
+{
+    mn_model *m = NULL;
+    mn_err err = {{0}};
+    mn_status s = mn_model_load(fixture(name), &m, &err);
+    cr_assert_eq(s, MN_OK, "loading %s: %s", name, err.msg);
+    return m;
+}
+
+static inline mn_backend *cpu_backend(const mn_model *m, int threads, uint32_t max_tokens, uint32_t blocks)
+{
+    mn_backend_config cfg = mn_backend_defaults(m, 0);
+    cfg.n_threads = threads;
+    cfg.max_tokens = max_tokens;
+    cfg.kv_block_size = 4; /* small blocks so tests cross many block boundaries */
+    cfg.kv_blocks = blocks;
+    cfg.try_gpu = false;
+    mn_backend *b = NULL;
+    mn_err err = {{0}};
+    cr_assert_eq(mn_backend_new(m, &cfg, &b, &err), MN_OK, "backend: %s", err.msg);
+    return b;
+}
+
+#endif
