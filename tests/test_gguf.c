@@ -180,3 +180,25 @@ Test(model, hparams_and_tied_output)
     cr_assert_float_eq(m->hp.rope_base, 500.0f, 1e-3);
     mn_model_free(m);
 }
+
+Test(model, unknown_pre_tokenizer_is_named)
+{
+    size_t len;
+    unsigned char *buf = slurp(fixture("gqa_f32.gguf"), &len);
+    /* the value of tokenizer.ggml.pre follows its key, type and length: "default" -> "defauX" */
+    const char *key = "tokenizer.ggml.pre";
+    unsigned char *p = NULL;
+    for (size_t i = 0; i + strlen(key) < len && !p; i++)
+        if (memcmp(buf + i, key, strlen(key)) == 0)
+            p = buf + i + strlen(key) + 4 + 8;
+    cr_assert_not_null(p);
+    cr_assert(memcmp(p, "default", 7) == 0);
+    p[6] = 'X';
+    gguf_file *f;
+    mn_err err = {{0}};
+    cr_assert_eq(gguf_open_mem(buf, len, &f, &err), MN_OK);
+    mn_model *m = NULL;
+    cr_assert_eq(mn_model_from_gguf(f, "renamed", &m, &err), MN_UNSUPPORTED);
+    cr_assert(strstr(err.msg, "pre-tokenizer 'defauX'"), "%s", err.msg);
+    free(buf);
+}

@@ -41,6 +41,85 @@ Test(kernels, matmul_q8_0_equals_scalar_twin) { check_matmul("q8_0.gguf", "q8_0"
 Test(kernels, matmul_q4_0_equals_scalar_twin) { check_matmul("q4_0.gguf", "q4_0"); }
 Test(kernels, matmul_q4_1_equals_scalar_twin) { check_matmul("q4_1.gguf", "q4_1"); }
 
+Test(kernels, dot4_and_weighted_sum_equal_their_one_at_a_time_forms)
+{
+    for (int n = 1; n <= 80; n++) {
+        float a[80], b[4][80], w[37], out4[4];
+        for (int i = 0; i < n; i++) {
+            a[i] = cosf((float)i * 1.3f + (float)n);
+            for (int k = 0; k < 4; k++)
+                b[k][i] = sinf((float)(i * 7 + k * 3 + n));
+        }
+        const float *ptr[4] = {b[0], b[1], b[2], b[3]};
+        mn_dot4(a, ptr, n, out4);
+        for (int k = 0; k < 4; k++) {
+            float one = mn_dot(a, b[k], n);
+            cr_assert(memcmp(&one, &out4[k], sizeof one) == 0, "n=%d key %d: dot4 %a vs dot %a", n, k, out4[k], one);
+        }
+        /* weighted sums over 37 rows (b's four rows reused) */
+        const float *rows[37];
+        for (int j = 0; j < 37; j++) {
+            rows[j] = b[j % 4];
+            w[j] = 0.01f * (float)(j + 1);
+        }
+        float fast[80], slow[80] = {0};
+        mn_weighted_sum(fast, w, rows, 37, n);
+        for (int j = 0; j < 37; j++)
+            mn_axpy(slow, w[j], rows[j], n);
+        cr_assert(memcmp(fast, slow, (size_t)n * sizeof(float)) == 0, "weighted sum differs at n=%d", n);
+    }
+}
+
+static void check_matmul_q8(const char *gguf)
+{
+    mn_model *m = load_model(gguf);
+    const mn_weight *ws[] = {&m->layers[0].wq, &m->layers[0].w_down, &m->output};
+    for (size_t wi = 0; wi < 3; wi++) {
+        const mn_weight *w = ws[wi];
+        size_t ld = w->cols / 32;
+        for (int T = 1; T <= 9; T++) {
+            float *x = malloc((size_t)T * w->cols * sizeof(float));
+            mn_q8 *xq = malloc((size_t)T * ld * sizeof(mn_q8));
+            float *y = calloc((size_t)T * w->rows, sizeof(float)), *r = calloc((size_t)T * w->rows, sizeof(float));
+            for (size_t i = 0; i < (size_t)T * w->cols; i++)
+                x[i] = sinf((float)i * 0.37f) * 2.0f;
+            for (int t = 0; t < T; t++)
+                mn_quantize_q8(x + (size_t)t * w->cols, w->cols, xq + (size_t)t * ld);
+            mn_matmul_q8(w, xq, ld, y, w->rows, T, 1, w->rows - 2);
+            mn_matmul_q8_ref(w, xq, ld, r, w->rows, T, 1, w->rows - 2);
+            cr_assert(memcmp(y, r, (size_t)T * w->rows * sizeof(float)) == 0, "%s weight %zu T=%d differs", gguf, wi, T);
+            /* and it differs from the float product by no more than the activations' rounding allows:
+             * each x is off by at most d_b / 2, so |y - y_float| <= sum_b d_b / 2 * sum_{k in b} |w_k| */
+            mn_matmul_ref(w, x, w->cols, r, w->rows, T, 1, w->rows - 2);
+            float *wrow = malloc(w->cols * sizeof(float));
+            for (uint32_t o = 1; o < w->rows - 2; o++) {
+                mn_dequant_row(w->type, w->data + (size_t)o * w->row_bytes, wrow, w->cols);
+                for (int t = 0; t < T; t++) {
+                    double bound = 0, mass = 0;
+                    for (size_t bk = 0; bk < ld; bk++)
+                        for (int k = 0; k < 32; k++) {
+                            bound += xq[(size_t)t * ld + bk].d / 2 * fabs(wrow[bk * 32 + k]);
+                            mass += fabs(wrow[bk * 32 + k] * x[(size_t)t * w->cols + bk * 32 + k]);
+                        }
+                    float diff = fabsf(y[(size_t)t * w->rows + o] - r[(size_t)t * w->rows + o]);
+                    cr_assert(diff <= bound + 1e-5 * mass, "%s o=%u t=%d: |%g| exceeds the rounding bound %g", gguf, o,
+                              t, diff, bound);
+                }
+            }
+            free(wrow);
+            free(x);
+            free(xq);
+            free(y);
+            free(r);
+        }
+    }
+    mn_model_free(m);
+}
+
+Test(kernels, matmul_int_activations_q8_0) { check_matmul_q8("q8_0.gguf"); }
+Test(kernels, matmul_int_activations_q4_0) { check_matmul_q8("q4_0.gguf"); }
+Test(kernels, matmul_int_activations_q4_1) { check_matmul_q8("q4_1.gguf"); }
+
 Test(kernels, half_float_conversions)
 {
     for (uint32_t h = 0; h < 65536; h++) {

@@ -8,6 +8,10 @@ SwiGLU.
 
     ref_forward.py MODEL.gguf TOKENS.txt OUT.f32 [--top2 OUT.txt]
 
+With --q16-activations, the input of every product with a quantized weight (Q8_0, Q4_0, Q4_1) is
+first rounded as the engine's integer kernels round it: per block of 32, d = max|x| / 32767 and
+q = round-half-even(x / d) in float32; F32/F16 products stay exact.
+
 TOKENS.txt holds whitespace-separated token ids (one sequence, teacher-forced). OUT.f32 receives
 the logits of every position as little-endian float32, [n_tokens][n_vocab]. With --top2, each line
 of OUT.txt is "best second best_logit second_logit" for the position, for top-1 agreement checks
@@ -36,6 +40,9 @@ def load(path):
         a = dequantize(t.data, t.tensor_type)
         return np.asarray(a, dtype=np.float64).reshape([int(n) for n in reversed(t.shape.tolist())])
 
+    def is_quantized(name):
+        return tensors[name].tensor_type.name in ("Q8_0", "Q4_0", "Q4_1")
+
     hp = dict(
         dim=field(r, "llama.embedding_length"),
         layers=field(r, "llama.block_count"),
@@ -46,7 +53,17 @@ def load(path):
     )
     hp["head_dim"] = hp["dim"] // hp["heads"]
     hp["rope_dim"] = field(r, "llama.rope.dimension_count", hp["head_dim"])
-    return hp, W, "output.weight" in tensors
+    return hp, W, is_quantized, "output.weight" in tensors
+
+
+def q16_round(x):
+    """x as the engine's 16-bit activations represent it (float32 arithmetic, like the C code)."""
+    x32 = np.asarray(x, dtype=np.float32)
+    b = x32.reshape(*x32.shape[:-1], -1, 32)
+    d = (np.abs(b).max(axis=-1, keepdims=True) / np.float32(32767)).astype(np.float32)
+    inv = np.where(d > 0, np.float32(1) / np.where(d > 0, d, np.float32(1)), np.float32(0)).astype(np.float32)
+    q = np.clip(np.rint((b * inv).astype(np.float32)), -32767, 32767)
+    return (q.astype(np.float64) * d.astype(np.float64)).reshape(x.shape)
 
 
 def rmsnorm(x, w, eps):
@@ -65,7 +82,11 @@ def rope(x, pos, rope_dim, base):
     return out
 
 
-def forward(hp, W, untied, tokens):
+def forward(hp, W, is_quantized, untied, tokens, q16=False):
+    def mm(x, name):
+        """x W^T, with x rounded to 16 bits first where the engine does that."""
+        return (q16_round(x) if q16 and is_quantized(name) else x) @ W(name).T
+
     T = len(tokens)
     hd, H, KV = hp["head_dim"], hp["heads"], hp["kv_heads"]
     emb = W("token_embd.weight")
@@ -75,9 +96,9 @@ def forward(hp, W, untied, tokens):
     for l in range(hp["layers"]):
         p = f"blk.{l}."
         h = rmsnorm(x, W(p + "attn_norm.weight"), hp["eps"])
-        q = (h @ W(p + "attn_q.weight").T).reshape(T, H, hd)
-        k = (h @ W(p + "attn_k.weight").T).reshape(T, KV, hd)
-        v = (h @ W(p + "attn_v.weight").T).reshape(T, KV, hd)
+        q = mm(h, p + "attn_q.weight").reshape(T, H, hd)
+        k = mm(h, p + "attn_k.weight").reshape(T, KV, hd)
+        v = mm(h, p + "attn_v.weight").reshape(T, KV, hd)
         q, k = rope(q, pos, hp["rope_dim"], hp["base"]), rope(k, pos, hp["rope_dim"], hp["base"])
         rep = H // KV
         k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
@@ -85,13 +106,12 @@ def forward(hp, W, untied, tokens):
         att = np.exp(att - att.max(axis=-1, keepdims=True))
         att /= att.sum(axis=-1, keepdims=True)
         o = np.einsum("hts,shd->thd", att, v).reshape(T, H * hd)
-        x = x + o @ W(p + "attn_output.weight").T
+        x = x + mm(o, p + "attn_output.weight")
         h = rmsnorm(x, W(p + "ffn_norm.weight"), hp["eps"])
-        g, u = h @ W(p + "ffn_gate.weight").T, h @ W(p + "ffn_up.weight").T
-        x = x + (g / (1 + np.exp(-g)) * u) @ W(p + "ffn_down.weight").T
+        g, u = mm(h, p + "ffn_gate.weight"), mm(h, p + "ffn_up.weight")
+        x = x + mm(g / (1 + np.exp(-g)) * u, p + "ffn_down.weight")
     x = rmsnorm(x, W("output_norm.weight"), hp["eps"])
-    out = W("output.weight") if untied else emb
-    return x @ out.T
+    return mm(x, "output.weight" if untied else "token_embd.weight")
 
 
 def main():
@@ -100,10 +120,11 @@ def main():
     ap.add_argument("tokens")
     ap.add_argument("out")
     ap.add_argument("--top2")
+    ap.add_argument("--q16-activations", action="store_true", help="round activations as the integer kernels do")
     a = ap.parse_args()
     tokens = np.array([int(t) for t in open(a.tokens).read().split()], dtype=np.int64)
-    hp, W, untied = load(a.model)
-    logits = forward(hp, W, untied, tokens)
+    hp, W, is_quantized, untied = load(a.model)
+    logits = forward(hp, W, is_quantized, untied, tokens, a.q16_activations)
     if a.out != "-":
         logits.astype("<f4").tofile(a.out)
     if a.top2:

@@ -31,7 +31,10 @@ typedef struct cpu_state {
     float *up;       /* [n_ff] */
     float *rope_cs;  /* [rope_dim] cos, sin interleaved per pair */
     float *scores;   /* [n_threads][n_ctx] attention scratch */
+    const float **rows; /* [n_threads][n_ctx] K or V rows of the positions being attended */
     float *inv_freq; /* [rope_dim/2] */
+    mn_q8 *xq;       /* [max_t][widest input / 32] 16-bit copy of a region's input (quantized weights) */
+    size_t xq_ld;    /* blocks per row of xq */
     /* per token of the current pass */
     uint32_t *tok_seq; /* sequence index */
     uint32_t *tok_pos; /* absolute position */
@@ -64,6 +67,27 @@ static void rmsnorm_rows(float *out, const float *x, const float *w, uint32_t T,
         rmsnorm(out + (size_t)t * n, x + (size_t)t * n, w, n, eps);
 }
 
+/* Quantize T rows of `width` floats into st->xq when weight w takes integer activations. */
+static void prepare_input(cpu_state *st, const mn_weight *w, const float *x, uint32_t T, uint32_t width)
+{
+    if (!mn_weight_uses_q8(w))
+        return;
+    for (uint32_t t = 0; t < T; t++)
+        mn_quantize_q8(x + (size_t)t * width, width, st->xq + (size_t)t * st->xq_ld);
+}
+
+/* y = x W^T for outputs [b, e), from the float input or its 16-bit copy, whichever w takes. */
+static void project(const cpu_state *st, const mn_weight *w, const float *x, float *y, uint32_t T, unsigned b,
+                    unsigned e)
+{
+    if (b >= e)
+        return;
+    if (mn_weight_uses_q8(w))
+        mn_matmul_q8(w, st->xq, st->xq_ld, y, w->rows, (int)T, b, e);
+    else
+        mn_matmul(w, x, w->cols, y, w->rows, (int)T, b, e);
+}
+
 /* ---- region: Q, K, V projections ----------------------------------------------------------------
  * The three matrices form one virtual row space [wq rows | wk rows | wv rows] split among threads. */
 static void region_qkv(void *arg, int ith, int nth)
@@ -79,7 +103,7 @@ static void region_qkv(void *arg, int ith, int nth)
     for (int i = 0; i < 3; i++) {
         uint32_t lo = b > base ? b - base : 0, hi = e - base < w[i]->rows ? e - base : w[i]->rows;
         if (e > base && lo < hi)
-            mn_matmul(w[i], p->st->xb, p->m->hp.dim, dst[i], w[i]->rows, (int)p->T, lo, hi);
+            project(p->st, w[i], p->st->xb, dst[i], p->T, lo, hi);
         base += w[i]->rows;
     }
 }
@@ -112,7 +136,10 @@ static void rope_and_store(pass *p)
     }
 }
 
-/* ---- region: causal attention, one (token, head) pair at a time -------------------------------- */
+/* ---- region: causal attention, one (token, head) pair at a time --------------------------------
+ * Pairs go to threads round-robin: later tokens attend over more positions, so contiguous ranges
+ * would leave the first thread idle. Each score and each output element is reduced in one fixed
+ * order whatever the grouping (mn_dot4 equals mn_dot bit for bit), so results stay batch-invariant. */
 static void region_attention(void *arg, int ith, int nth)
 {
     pass *p = arg;
@@ -120,41 +147,46 @@ static void region_attention(void *arg, int ith, int nth)
     cpu_state *st = p->st;
     uint32_t hd = hp->head_dim, qdim = hp->n_heads * hd, group = hp->n_heads / hp->n_kv_heads;
     float *sc = st->scores + (size_t)ith * hp->n_ctx;
+    const float **rows = st->rows + (size_t)ith * hp->n_ctx;
     float scale = 1.0f / sqrtf((float)hd);
-    unsigned b, e;
-    mn_pool_split(ith, nth, p->T * hp->n_heads, 1, &b, &e);
-    for (unsigned pair = b; pair < e; pair++) {
+    for (uint32_t pair = (uint32_t)ith; pair < p->T * hp->n_heads; pair += (uint32_t)nth) {
         uint32_t t = pair / hp->n_heads, h = pair % hp->n_heads, g = h / group;
         const mn_kv_seq *kv = p->batch->seqs[st->tok_seq[t]].kv;
-        uint32_t n = st->tok_pos[t] + 1;
+        uint32_t n = st->tok_pos[t] + 1, j = 0;
         const float *q = st->q + (size_t)t * qdim + (size_t)h * hd;
+        for (uint32_t i = 0; i < n; i++)
+            rows[i] = mn_kv_k(p->kv, kv, p->layer, i) + (size_t)g * hd;
+        for (; j + 4 <= n; j += 4)
+            mn_dot4(q, rows + j, (int)hd, sc + j);
+        for (; j < n; j++)
+            sc[j] = mn_dot(q, rows[j], (int)hd);
         float mx = -INFINITY;
-        for (uint32_t j = 0; j < n; j++) {
-            sc[j] = mn_dot(q, mn_kv_k(p->kv, kv, p->layer, j) + (size_t)g * hd, (int)hd) * scale;
-            mx = sc[j] > mx ? sc[j] : mx;
+        for (uint32_t i = 0; i < n; i++) {
+            sc[i] *= scale;
+            mx = sc[i] > mx ? sc[i] : mx;
         }
         float sum = 0.0f;
-        for (uint32_t j = 0; j < n; j++) {
-            sc[j] = expf(sc[j] - mx);
-            sum += sc[j];
+        for (uint32_t i = 0; i < n; i++) {
+            sc[i] = expf(sc[i] - mx);
+            sum += sc[i];
         }
+        for (uint32_t i = 0; i < n; i++)
+            rows[i] = mn_kv_v(p->kv, kv, p->layer, i) + (size_t)g * hd;
         float *out = st->att + (size_t)t * qdim + (size_t)h * hd;
-        memset(out, 0, hd * sizeof(float));
-        for (uint32_t j = 0; j < n; j++)
-            mn_axpy(out, sc[j], mn_kv_v(p->kv, kv, p->layer, j) + (size_t)g * hd, (int)hd);
+        mn_weighted_sum(out, sc, rows, (int)n, (int)hd);
         float inv = 1.0f / sum;
         for (uint32_t i = 0; i < hd; i++)
             out[i] *= inv;
     }
 }
 
-/* y = x + W a, for the rows [b, e) of W: the residual add of a block's output projection. */
-static void matmul_residual(const mn_weight *w, const float *a, uint32_t lda, float *x, float *tmp, uint32_t T,
-                            unsigned b, unsigned e)
+/* x += a W^T for the rows [b, e) of W: the residual add of a block's output projection. */
+static void project_residual(const cpu_state *st, const mn_weight *w, const float *a, float *x, float *tmp,
+                             uint32_t T, unsigned b, unsigned e)
 {
     if (b >= e)
         return;
-    mn_matmul(w, a, lda, tmp, w->rows, (int)T, b, e);
+    project(st, w, a, tmp, T, b, e);
     for (uint32_t t = 0; t < T; t++)
         for (unsigned o = b; o < e; o++)
             x[(size_t)t * w->rows + o] += tmp[(size_t)t * w->rows + o];
@@ -166,7 +198,7 @@ static void region_wo(void *arg, int ith, int nth)
     const mn_layer *L = &p->m->layers[p->layer];
     unsigned b, e;
     mn_pool_split(ith, nth, L->wo.rows, 4, &b, &e);
-    matmul_residual(&L->wo, p->st->att, L->wo.cols, p->st->x, p->st->xb, p->T, b, e);
+    project_residual(p->st, &L->wo, p->st->att, p->st->x, p->st->xb, p->T, b, e);
 }
 
 static void region_gate_up(void *arg, int ith, int nth)
@@ -178,8 +210,9 @@ static void region_gate_up(void *arg, int ith, int nth)
     mn_pool_split(ith, nth, ff, 4, &b, &e);
     if (b >= e)
         return;
-    mn_matmul(&L->w_gate, p->st->xb, dim, p->st->gate, ff, (int)p->T, b, e);
-    mn_matmul(&L->w_up, p->st->xb, dim, p->st->up, ff, (int)p->T, b, e);
+    (void)dim;
+    project(p->st, &L->w_gate, p->st->xb, p->st->gate, p->T, b, e);
+    project(p->st, &L->w_up, p->st->xb, p->st->up, p->T, b, e);
     for (uint32_t t = 0; t < p->T; t++)
         for (unsigned o = b; o < e; o++) {
             float g = p->st->gate[(size_t)t * ff + o];
@@ -193,7 +226,7 @@ static void region_down(void *arg, int ith, int nth)
     const mn_layer *L = &p->m->layers[p->layer];
     unsigned b, e;
     mn_pool_split(ith, nth, L->w_down.rows, 4, &b, &e);
-    matmul_residual(&L->w_down, p->st->gate, L->w_down.cols, p->st->x, p->st->xb, p->T, b, e);
+    project_residual(p->st, &L->w_down, p->st->gate, p->st->x, p->st->xb, p->T, b, e);
 }
 
 static void region_logits(void *arg, int ith, int nth)
@@ -202,8 +235,7 @@ static void region_logits(void *arg, int ith, int nth)
     const mn_weight *w = &p->m->output;
     unsigned b, e;
     mn_pool_split(ith, nth, w->rows, 8, &b, &e);
-    if (b < e)
-        mn_matmul(w, p->st->xb, p->m->hp.dim, p->logits, w->rows, (int)p->n_out, b, e);
+    project(p->st, w, p->st->xb, p->logits, p->n_out, b, e);
 }
 
 static mn_status cpu_forward(mn_backend *be, const mn_batch *batch, float *logits, mn_err *err)
@@ -239,17 +271,22 @@ static mn_status cpu_forward(mn_backend *be, const mn_batch *batch, float *logit
         const mn_layer *L = &m->layers[l];
         p.layer = l;
         rmsnorm_rows(st->xb, st->x, L->attn_norm, T, hp->dim, hp->rms_eps);
+        prepare_input(st, &L->wq, st->xb, T, hp->dim);
         mn_pool_run(st->pool, region_qkv, &p);
         rope_and_store(&p);
         mn_pool_run(st->pool, region_attention, &p);
+        prepare_input(st, &L->wo, st->att, T, L->wo.cols);
         mn_pool_run(st->pool, region_wo, &p);
         rmsnorm_rows(st->xb, st->x, L->ffn_norm, T, hp->dim, hp->rms_eps);
+        prepare_input(st, &L->w_gate, st->xb, T, hp->dim);
         mn_pool_run(st->pool, region_gate_up, &p);
+        prepare_input(st, &L->w_down, st->gate, T, hp->n_ff);
         mn_pool_run(st->pool, region_down, &p);
     }
     for (uint32_t i = 0; i < n_out; i++)
         rmsnorm(st->xb + (size_t)i * hp->dim, st->x + (size_t)st->out_rows[i] * hp->dim, m->output_norm, hp->dim,
                 hp->rms_eps);
+    prepare_input(st, &m->output, st->xb, n_out, hp->dim);
     mn_pool_run(st->pool, region_logits, &p);
     for (uint32_t s = 0; s < batch->n_seqs; s++)
         batch->seqs[s].kv->len += batch->seqs[s].n_tokens;
@@ -266,6 +303,8 @@ static void cpu_free(mn_backend *be)
                          st->scores, st->inv_freq};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             mn_free(bufs[i]);
+        mn_free(st->xq);
+        mn_free(st->rows);
         mn_free(st->tok_seq);
         mn_free(st->tok_pos);
         mn_free(st->out_rows);
@@ -324,10 +363,15 @@ mn_status mn_cpu_backend_new(const mn_model *m, const mn_backend_config *cfg, mn
     st->rope_cs = fbuf(T, hp->rope_dim, &ok);
     st->scores = fbuf((size_t)cfg->n_threads, hp->n_ctx, &ok);
     st->inv_freq = fbuf(1, hp->rope_dim / 2, &ok);
+    st->rows = mn_calloc((size_t)cfg->n_threads * hp->n_ctx, sizeof *st->rows);
     st->tok_seq = mn_calloc(T, sizeof(uint32_t));
     st->tok_pos = mn_calloc(T, sizeof(uint32_t));
     st->out_rows = mn_calloc(T, sizeof(uint32_t));
-    if (!ok || !st->tok_seq || !st->tok_pos || !st->out_rows) {
+    uint32_t widest = hp->dim > hp->n_ff ? hp->dim : hp->n_ff;
+    widest = widest > qdim ? widest : qdim;
+    st->xq_ld = widest / 32 + 1;
+    st->xq = mn_aligned_calloc(64, (size_t)T * st->xq_ld * sizeof(mn_q8));
+    if (!ok || !st->xq || !st->rows || !st->tok_seq || !st->tok_pos || !st->out_rows) {
         s = mn_fail(err, MN_NOMEM, "cpu: cannot allocate activations for %u tokens", T);
         goto fail;
     }

@@ -186,6 +186,55 @@ float mn_dot(const float *a, const float *b, int n)
     return s;
 }
 
+void mn_dot4(const float *a, const float *const b[4], int n, float out[4])
+{
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    int k = 0;
+    for (; k + 8 <= n; k += 8) {
+        __m256 va = _mm256_loadu_ps(a + k);
+        for (int i = 0; i < 4; i++)
+            acc[i] = _mm256_fmadd_ps(va, _mm256_loadu_ps(b[i] + k), acc[i]);
+    }
+    /* hsum of the four at once, pairing lanes exactly as hsum() does:
+     * s = lo + hi; result = (s0 + s2) + (s1 + s3) */
+    __m128 s[4];
+    for (int i = 0; i < 4; i++)
+        s[i] = _mm_add_ps(_mm256_castps256_ps128(acc[i]), _mm256_extractf128_ps(acc[i], 1));
+    _MM_TRANSPOSE4_PS(s[0], s[1], s[2], s[3]); /* s[j] now holds lane j of each key */
+    __m128 r = _mm_add_ps(_mm_add_ps(s[0], s[2]), _mm_add_ps(s[1], s[3]));
+    _mm_storeu_ps(out, r);
+    for (; k < n; k++)
+        for (int i = 0; i < 4; i++)
+            out[i] = fmaf(a[k], b[i][k], out[i]);
+}
+
+void mn_weighted_sum(float *out, const float *w, const float *const *rows, int n_rows, int n)
+{
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps(),
+               acc3 = _mm256_setzero_ps();
+        for (int j = 0; j < n_rows; j++) {
+            __m256 a = _mm256_set1_ps(w[j]);
+            const float *r = rows[j] + i;
+            acc0 = _mm256_fmadd_ps(a, _mm256_loadu_ps(r), acc0);
+            acc1 = _mm256_fmadd_ps(a, _mm256_loadu_ps(r + 8), acc1);
+            acc2 = _mm256_fmadd_ps(a, _mm256_loadu_ps(r + 16), acc2);
+            acc3 = _mm256_fmadd_ps(a, _mm256_loadu_ps(r + 24), acc3);
+        }
+        _mm256_storeu_ps(out + i, acc0);
+        _mm256_storeu_ps(out + i + 8, acc1);
+        _mm256_storeu_ps(out + i + 16, acc2);
+        _mm256_storeu_ps(out + i + 24, acc3);
+    }
+    for (; i < n; i++) {
+        float s = 0.0f;
+        for (int j = 0; j < n_rows; j++)
+            s = fmaf(w[j], rows[j][i], s);
+        out[i] = s;
+    }
+}
+
 void mn_axpy(float *y, float a, const float *x, int n)
 {
     __m256 va = _mm256_set1_ps(a);
@@ -194,4 +243,202 @@ void mn_axpy(float *y, float a, const float *x, int n)
         _mm256_storeu_ps(y + k, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + k), _mm256_loadu_ps(y + k)));
     for (; k < n; k++)
         y[k] = fmaf(a, x[k], y[k]);
+}
+
+/* ---- 16-bit activation path ---------------------------------------------------------------------
+ * Reduction order of one output (kept by the SIMD tiles and spelled out by mn_matmul_q8_ref):
+ *   for block b: p[l] = integer sum of w*q over elements 2l, 2l+1, 16+2l, 17+2l (l = 0..7), exact
+ *                in int32 (and in float: |p| < 2^24)
+ *                acc[l] = fma(dw * dx, (float)p[l], acc[l]);   Q4_1 also: m_acc = fma(m, s_x, m_acc)
+ *   y = hsum(acc) + m_acc
+ * Weight integers: Q8_0 qs, Q4_0 nibble - 8, Q4_1 nibble (its min m enters through
+ * s_x = dx * sum(qx)). */
+
+int mn_weight_uses_q8(const mn_weight *W)
+{
+    return W->type == MN_Q8_0 || W->type == MN_Q4_0 || W->type == MN_Q4_1;
+}
+
+void mn_quantize_q8(const float *x, size_t n, mn_q8 *out)
+{
+    for (size_t b = 0; b < n / 32; b++) {
+        const float *v = x + b * 32;
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++)
+            amax = fmaxf(amax, fabsf(v[j]));
+        float d = amax / 32767.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+        int sum = 0;
+        for (int j = 0; j < 32; j++) {
+            int q = (int)lrintf(v[j] * id);
+            q = q > 32767 ? 32767 : q < -32767 ? -32767 : q;
+            out[b].qs[j] = (int16_t)q;
+            sum += q;
+        }
+        out[b].d = d;
+        out[b].s = d * (float)sum;
+    }
+}
+
+static inline uint16_t rd_u16(const uint8_t *p)
+{
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+/* The 32 weight integers of a block as int16: lo = elements 0..15, hi = elements 16..31. */
+ALWAYS_INLINE void load_wq(uint32_t type, const uint8_t *blk, __m256i *lo, __m256i *hi)
+{
+    if (type == MN_Q8_0) {
+        *lo = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 2)));
+        *hi = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 18)));
+        return;
+    }
+    __m128i raw = _mm_loadu_si128((const __m128i *)(blk + (type == MN_Q4_1 ? 4 : 2)));
+    __m128i m = _mm_set1_epi8(15);
+    __m128i l = _mm_and_si128(raw, m), h = _mm_and_si128(_mm_srli_epi16(raw, 4), m);
+    if (type == MN_Q4_0) {
+        l = _mm_sub_epi8(l, _mm_set1_epi8(8));
+        h = _mm_sub_epi8(h, _mm_set1_epi8(8));
+        *lo = _mm256_cvtepi8_epi16(l);
+        *hi = _mm256_cvtepi8_epi16(h);
+    } else {
+        *lo = _mm256_cvtepu8_epi16(l);
+        *hi = _mm256_cvtepu8_epi16(h);
+    }
+}
+
+/* 8 int32 lanes: lane l = w[2l]x[2l] + w[2l+1]x[2l+1] + w[16+2l]x[16+2l] + w[17+2l]x[17+2l]. */
+ALWAYS_INLINE __m256i dot_lanes(__m256i wlo, __m256i whi, const int16_t *x)
+{
+    __m256i a = _mm256_madd_epi16(wlo, _mm256_loadu_si256((const __m256i *)x));
+    __m256i b = _mm256_madd_epi16(whi, _mm256_loadu_si256((const __m256i *)(x + 16)));
+    return _mm256_add_epi32(a, b);
+}
+
+/* How far ahead of the block being read each weight row is prefetched: decode streams several
+ * rows at once, more than the hardware prefetchers follow well. */
+#define PREFETCH_BYTES 384
+
+ALWAYS_INLINE uint32_t q_block_bytes(uint32_t type) { return type == MN_Q8_0 ? 34 : type == MN_Q4_1 ? 20 : 18; }
+
+ALWAYS_INLINE void tile_q8(uint32_t type, const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, size_t ldy,
+                           int t0, uint32_t o0, const int RT, const int OT)
+{
+    const int nb = (int)(W->cols / 32);
+    const uint32_t bb = q_block_bytes(type);
+    const uint8_t *rows[8];
+    __m256 acc[4][8];
+    float macc[4][8];
+#pragma GCC unroll 8
+    for (int o = 0; o < OT; o++)
+        rows[o] = W->data + (size_t)(o0 + o) * W->row_bytes;
+#pragma GCC unroll 4
+    for (int t = 0; t < RT; t++)
+#pragma GCC unroll 8
+        for (int o = 0; o < OT; o++) {
+            acc[t][o] = _mm256_setzero_ps();
+            macc[t][o] = 0.0f;
+        }
+    for (int b = 0; b < nb; b++) {
+#pragma GCC unroll 8
+        for (int o = 0; o < OT; o++) {
+            const uint8_t *blk = rows[o] + (size_t)b * bb;
+            _mm_prefetch((const char *)blk + PREFETCH_BYTES, _MM_HINT_T0);
+            __m256i wlo, whi;
+            load_wq(type, blk, &wlo, &whi);
+            float dw = _cvtsh_ss(rd_u16(blk));
+#pragma GCC unroll 4
+            for (int t = 0; t < RT; t++) {
+                const mn_q8 *xb = xq + (size_t)(t0 + t) * ldxq + b;
+                __m256i p = dot_lanes(wlo, whi, xb->qs);
+                acc[t][o] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xb->d), _mm256_cvtepi32_ps(p), acc[t][o]);
+                if (type == MN_Q4_1)
+                    macc[t][o] = fmaf(_cvtsh_ss(rd_u16(blk + 2)), xb->s, macc[t][o]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < RT; t++)
+#pragma GCC unroll 8
+        for (int o = 0; o < OT; o++)
+            y[(size_t)(t0 + t) * ldy + o0 + o] = hsum(acc[t][o]) + macc[t][o];
+}
+
+ALWAYS_INLINE void matmul_q8_typed(uint32_t type, const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y,
+                                   size_t ldy, int T, uint32_t ob, uint32_t oe)
+{
+    uint32_t o = ob;
+    if (T == 1) {
+        for (; o + 4 <= oe; o += 4)
+            tile_q8(type, W, xq, ldxq, y, ldy, 0, o, 1, 4);
+        for (; o < oe; o++)
+            tile_q8(type, W, xq, ldxq, y, ldy, 0, o, 1, 1);
+        return;
+    }
+    for (; o + 2 <= oe; o += 2) {
+        int t = 0;
+        for (; t + 4 <= T; t += 4)
+            tile_q8(type, W, xq, ldxq, y, ldy, t, o, 4, 2);
+        for (; t < T; t++)
+            tile_q8(type, W, xq, ldxq, y, ldy, t, o, 1, 2);
+    }
+    for (; o < oe; o++)
+        for (int t = 0; t < T; t++)
+            tile_q8(type, W, xq, ldxq, y, ldy, t, o, 1, 1);
+}
+
+#define DEFINE_MATMUL_Q8(name, type)                                                                 \
+    static void name(const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, size_t ldy, int T,    \
+                     uint32_t ob, uint32_t oe)                                                         \
+    {                                                                                                  \
+        matmul_q8_typed(type, W, xq, ldxq, y, ldy, T, ob, oe);                                         \
+    }
+DEFINE_MATMUL_Q8(matmul_q8_q8_0, MN_Q8_0)
+DEFINE_MATMUL_Q8(matmul_q8_q4_0, MN_Q4_0)
+DEFINE_MATMUL_Q8(matmul_q8_q4_1, MN_Q4_1)
+
+void mn_matmul_q8(const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, size_t ldy, int T, uint32_t o_begin,
+                  uint32_t o_end)
+{
+    switch (W->type) {
+    case MN_Q8_0: matmul_q8_q8_0(W, xq, ldxq, y, ldy, T, o_begin, o_end); break;
+    case MN_Q4_0: matmul_q8_q4_0(W, xq, ldxq, y, ldy, T, o_begin, o_end); break;
+    case MN_Q4_1: matmul_q8_q4_1(W, xq, ldxq, y, ldy, T, o_begin, o_end); break;
+    default: break; /* mn_weight_uses_q8 is false for every other type */
+    }
+}
+
+void mn_matmul_q8_ref(const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, size_t ldy, int T,
+                      uint32_t o_begin, uint32_t o_end)
+{
+    const uint32_t bb = W->type == MN_Q8_0 ? 34 : W->type == MN_Q4_1 ? 20 : 18;
+    for (uint32_t o = o_begin; o < o_end; o++)
+        for (int t = 0; t < T; t++) {
+            float acc[8] = {0}, macc = 0.0f;
+            for (uint32_t b = 0; b < W->cols / 32; b++) {
+                const uint8_t *blk = W->data + (size_t)o * W->row_bytes + (size_t)b * bb;
+                const mn_q8 *xb = xq + (size_t)t * ldxq + b;
+                int w[32];
+                for (int k = 0; k < 32; k++) {
+                    if (W->type == MN_Q8_0)
+                        w[k] = (int8_t)blk[2 + k];
+                    else {
+                        const uint8_t *qs = blk + (W->type == MN_Q4_1 ? 4 : 2);
+                        int nib = k < 16 ? (qs[k] & 15) : (qs[k - 16] >> 4);
+                        w[k] = W->type == MN_Q4_0 ? nib - 8 : nib;
+                    }
+                }
+                float s = mn_f16_to_f32(rd_u16(blk)) * xb->d;
+                for (int l = 0; l < 8; l++) {
+                    int p = w[2 * l] * xb->qs[2 * l] + w[2 * l + 1] * xb->qs[2 * l + 1] +
+                            w[16 + 2 * l] * xb->qs[16 + 2 * l] + w[17 + 2 * l] * xb->qs[17 + 2 * l];
+                    acc[l] = fmaf(s, (float)p, acc[l]);
+                }
+                if (W->type == MN_Q4_1)
+                    macc = fmaf(mn_f16_to_f32(rd_u16(blk + 2)), xb->s, macc);
+            }
+            float sum = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+            y[(size_t)t * ldy + o] = sum + macc;
+        }
 }

@@ -8,8 +8,8 @@
  *   "smollm": every \p{N} is its own piece, then GPT-2's pattern on what lies between.
  * Bytes that are not valid UTF-8 are pieces of the "other" class, so with a vocabulary that has a
  * token for each of the 256 bytes (mn_tok_is_lossless) any byte string encodes and
- * decode(encode(x)) == x for every x. A vocabulary without some bytes (SmolLM2 lacks a few control
- * bytes) drops them, as the reference tokenizers do. Control tokens never come out of encode (plain text is never
+ * decode(encode(x)) == x for every x. A vocabulary without some bytes (SmolLM2 lacks 21, control
+ * bytes and bytes invalid in UTF-8) drops them, as the reference tokenizers do. Control tokens never come out of encode (plain text is never
  * parsed for special tokens) and decode to nothing.
  *
  * Ownership: the tokenizer copies what it needs from the GGUF file. Immutable after load; encode and

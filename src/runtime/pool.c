@@ -28,6 +28,7 @@ struct mn_pool {
     atomic_uint gen;            /* bumped for every run and for stop */
     atomic_int pending;         /* workers still inside the current run */
     atomic_int stop;
+    atomic_int sleepers;        /* workers blocked (or about to block) on cv */
     mn_pool_fn fn;              /* published before gen is bumped */
     void *ctx;
     pthread_mutex_t mu;
@@ -45,9 +46,13 @@ static void *worker_main(void *arg)
         while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen && spins++ < SPIN_ROUNDS)
             CPU_RELAX();
         if (g == seen) {
+            /* Announce increments gen and then reads sleepers; we increment sleepers and then read
+             * gen (both sequentially consistent), so one of us sees the other: no lost wakeup. */
             pthread_mutex_lock(&p->mu);
-            while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen)
+            atomic_fetch_add(&p->sleepers, 1);
+            while ((g = atomic_load(&p->gen)) == seen)
                 pthread_cond_wait(&p->cv, &p->mu);
+            atomic_fetch_sub(&p->sleepers, 1);
             pthread_mutex_unlock(&p->mu);
         }
         seen = g;
@@ -58,12 +63,16 @@ static void *worker_main(void *arg)
     }
 }
 
+/* Start a run (or the stop): spinning workers see gen move; sleeping ones need the condition
+ * variable, and only then do we pay for the mutex and the broadcast. */
 static void announce(mn_pool *p)
 {
-    pthread_mutex_lock(&p->mu);
-    atomic_fetch_add_explicit(&p->gen, 1, memory_order_acq_rel);
-    pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->mu);
+    atomic_fetch_add(&p->gen, 1);
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+    }
 }
 
 mn_status mn_pool_new(int n_threads, mn_pool **out, mn_err *err)
