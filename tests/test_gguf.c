@@ -185,7 +185,7 @@ Test(model, unknown_pre_tokenizer_is_named)
 {
     size_t len;
     unsigned char *buf = slurp(fixture("gqa_f32.gguf"), &len);
-    /* the value of tokenizer.ggml.pre follows its key, type and length: "default" -> "defauX" */
+    /* the value of tokenizer.ggml.pre follows its key, type and length: "default" -> "defaulX" */
     const char *key = "tokenizer.ggml.pre";
     unsigned char *p = NULL;
     for (size_t i = 0; i + strlen(key) < len && !p; i++)
@@ -199,6 +199,6 @@ Test(model, unknown_pre_tokenizer_is_named)
     cr_assert_eq(gguf_open_mem(buf, len, &f, &err), MN_OK);
     mn_model *m = NULL;
     cr_assert_eq(mn_model_from_gguf(f, "renamed", &m, &err), MN_UNSUPPORTED);
-    cr_assert(strstr(err.msg, "pre-tokenizer 'defauX'"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "pre-tokenizer 'defaulX'"), "%s", err.msg);
     free(buf);
 }

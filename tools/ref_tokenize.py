@@ -16,19 +16,10 @@ import sys
 import regex
 from gguf import GGUFReader
 
-GPT2 = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
-
-
-def bytes_to_unicode():
-    keep = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-    out, extra = {}, 0
-    for b in range(256):
-        if b in keep:
-            out[b] = chr(b)
-        else:
-            out[b] = chr(256 + extra)
-            extra += 1
-    return out
+# GPT-2's byte map and pattern are the format's definition, shared with the writer; the merge
+# algorithm below is what is independent of the engine.
+from ggufw import GPT2_PATTERN as GPT2
+from ggufw import bytes_to_unicode
 
 
 def strings(r, key):

@@ -104,29 +104,35 @@ ALWAYS_INLINE void tile(uint32_t type, const mn_weight *W, const float *x, size_
         }
 }
 
-/* Tile the [T x (o_begin, o_end)] block: outputs outer (a weight tile is read once from memory and
- * reused for every row), rows inner. */
+/* Cover the [T x (ob, oe)] block with tiles: outputs outer (a weight tile is read once from memory
+ * and reused for every row), rows inner; 1 x 4 tiles for a single row (decode). TILE(t, o, RT, OT)
+ * computes one tile; both the float and the integer paths use this driver. */
+#define FOR_EACH_TILE(T, ob, oe, TILE)                                                             \
+    do {                                                                                           \
+        uint32_t o_ = (ob);                                                                        \
+        if ((T) == 1) {                                                                            \
+            for (; o_ + 4 <= (oe); o_ += 4)                                                        \
+                TILE(0, o_, 1, 4);                                                                 \
+        } else {                                                                                   \
+            for (; o_ + 2 <= (oe); o_ += 2) {                                                      \
+                int t_ = 0;                                                                        \
+                for (; t_ + 4 <= (T); t_ += 4)                                                     \
+                    TILE(t_, o_, 4, 2);                                                            \
+                for (; t_ < (T); t_++)                                                             \
+                    TILE(t_, o_, 1, 2);                                                            \
+            }                                                                                      \
+        }                                                                                          \
+        for (; o_ < (oe); o_++)                                                                    \
+            for (int t_ = 0; t_ < (T); t_++)                                                       \
+                TILE(t_, o_, 1, 1);                                                                \
+    } while (0)
+
 ALWAYS_INLINE void matmul_typed(uint32_t type, const mn_weight *W, const float *x, size_t ldx, float *y,
                                 size_t ldy, int T, uint32_t ob, uint32_t oe)
 {
-    uint32_t o = ob;
-    if (T == 1) {
-        for (; o + 4 <= oe; o += 4)
-            tile(type, W, x, ldx, y, ldy, 0, o, 1, 4);
-        for (; o < oe; o++)
-            tile(type, W, x, ldx, y, ldy, 0, o, 1, 1);
-        return;
-    }
-    for (; o + 2 <= oe; o += 2) {
-        int t = 0;
-        for (; t + 4 <= T; t += 4)
-            tile(type, W, x, ldx, y, ldy, t, o, 4, 2);
-        for (; t < T; t++)
-            tile(type, W, x, ldx, y, ldy, t, o, 1, 2);
-    }
-    for (; o < oe; o++)
-        for (int t = 0; t < T; t++)
-            tile(type, W, x, ldx, y, ldy, t, o, 1, 1);
+#define FLOAT_TILE(t, o, RT, OT) tile(type, W, x, ldx, y, ldy, t, o, RT, OT)
+    FOR_EACH_TILE(T, ob, oe, FLOAT_TILE);
+#undef FLOAT_TILE
 }
 
 #define DEFINE_MATMUL(name, type)                                                                 \
@@ -368,24 +374,9 @@ ALWAYS_INLINE void tile_q8(uint32_t type, const mn_weight *W, const mn_q8 *xq, s
 ALWAYS_INLINE void matmul_q8_typed(uint32_t type, const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y,
                                    size_t ldy, int T, uint32_t ob, uint32_t oe)
 {
-    uint32_t o = ob;
-    if (T == 1) {
-        for (; o + 4 <= oe; o += 4)
-            tile_q8(type, W, xq, ldxq, y, ldy, 0, o, 1, 4);
-        for (; o < oe; o++)
-            tile_q8(type, W, xq, ldxq, y, ldy, 0, o, 1, 1);
-        return;
-    }
-    for (; o + 2 <= oe; o += 2) {
-        int t = 0;
-        for (; t + 4 <= T; t += 4)
-            tile_q8(type, W, xq, ldxq, y, ldy, t, o, 4, 2);
-        for (; t < T; t++)
-            tile_q8(type, W, xq, ldxq, y, ldy, t, o, 1, 2);
-    }
-    for (; o < oe; o++)
-        for (int t = 0; t < T; t++)
-            tile_q8(type, W, xq, ldxq, y, ldy, t, o, 1, 1);
+#define INT_TILE(t, o, RT, OT) tile_q8(type, W, xq, ldxq, y, ldy, t, o, RT, OT)
+    FOR_EACH_TILE(T, ob, oe, INT_TILE);
+#undef INT_TILE
 }
 
 #define DEFINE_MATMUL_Q8(name, type)                                                                 \
