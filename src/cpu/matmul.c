@@ -322,8 +322,11 @@ ALWAYS_INLINE __m256i dot_lanes(__m256i wlo, __m256i whi, const int16_t *x)
     return _mm256_add_epi32(a, b);
 }
 
-/* How far ahead of the block being read each weight row is prefetched: decode streams several
- * rows at once, more than the hardware prefetchers follow well. */
+/* Software prefetch of the weight stream, which the hardware prefetchers follow poorly when a tile
+ * reads several rows at once. A single-row (decode) tile prefetches the same block of the rows one
+ * tile further down (they are what it reads next; a SmolLM2 row is only 360 bytes); wider tiles
+ * prefetch 384 bytes ahead in their own rows. Measured in A/B runs on SmolLM2 decode: 109-119
+ * tok/s without prefetch, 123-137 with 384 bytes ahead, 143-147 one tile ahead. */
 #define PREFETCH_BYTES 384
 
 ALWAYS_INLINE uint32_t q_block_bytes(uint32_t type) { return type == MN_Q8_0 ? 34 : type == MN_Q4_1 ? 20 : 18; }
@@ -350,7 +353,7 @@ ALWAYS_INLINE void tile_q8(uint32_t type, const mn_weight *W, const mn_q8 *xq, s
 #pragma GCC unroll 8
         for (int o = 0; o < OT; o++) {
             const uint8_t *blk = rows[o] + (size_t)b * bb;
-            _mm_prefetch((const char *)blk + PREFETCH_BYTES, _MM_HINT_T0);
+            _mm_prefetch((const char *)blk + (RT == 1 ? (size_t)OT * W->row_bytes : PREFETCH_BYTES), _MM_HINT_T0);
             __m256i wlo, whi;
             load_wq(type, blk, &wlo, &whi);
             float dw = _cvtsh_ss(rd_u16(blk));
