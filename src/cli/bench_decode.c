@@ -130,7 +130,10 @@ int main(int argc, char **argv)
             t0 = now_s();
             for (int g = 0; g < gen_tokens; g++) {
                 for (int s = 0; s < B; s++) {
-                    mn_kv_reserve(be->kv, &kv[s], kv[s].len + 1);
+                    if (mn_kv_reserve(be->kv, &kv[s], kv[s].len + 1) != MN_OK) {
+                        fprintf(stderr, "minions-bench-decode: the KV pool is too small\n");
+                        return 1;
+                    }
                     seqs[s] = (mn_batch_seq){.kv = &kv[s], .tokens = &next[s], .n_tokens = 1};
                 }
                 mn_batch batch = {seqs, (uint32_t)B};

@@ -54,17 +54,15 @@ static char *read_file(const char *path, size_t *len)
     FILE *f = fopen(path, "rb");
     if (!f)
         return NULL;
-    size_t cap = 4096, n = 0;
+    size_t cap = 4096, n = 0, r;
     char *buf = mn_malloc(cap);
-    for (size_t r; buf && (r = fread(buf + n, 1, cap - n, f)) > 0;) {
+    while (buf && (r = fread(buf + n, 1, cap - n, f)) > 0) {
         n += r;
         if (n == cap) {
-            char *nb = mn_realloc(buf, cap *= 2);
-            if (!nb) {
+            char *grown = mn_realloc(buf, cap *= 2);
+            if (!grown)
                 mn_free(buf);
-                buf = NULL;
-            }
-            buf = nb;
+            buf = grown;
         }
     }
     fclose(f);

@@ -1,0 +1,47 @@
+#!/bin/sh
+# cli.sh - black-box checks of minions-generate and minions-bench-decode on a fixture model.
+# Prints "cli: N passed, N failed"; exits non-zero on any failure.
+set -u
+bin=${MINIONS_BIN_DIR:-.}
+data=${MINIONS_TEST_DATA:-tests/data}
+model=$data/gqa_f32.gguf
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+check() { # description, then a command whose success means pass
+  desc=$1
+  shift
+  if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: $desc"; fi
+}
+
+gen() { "$bin/minions-generate" --model "$model" --threads 2 "$@"; }
+
+gen --prompt "This License applies" --max-tokens 24 >"$tmp/a" 2>"$tmp/a.err"
+check "greedy generation succeeds" test $? -eq 0
+gen --prompt "This License applies" --max-tokens 24 --threads 1 >"$tmp/b" 2>/dev/null
+check "greedy output is deterministic across runs and thread counts" cmp -s "$tmp/a" "$tmp/b"
+check "greedy output is not empty" test -s "$tmp/a"
+check "stats go to stderr" grep -q "generated 24 tokens" "$tmp/a.err"
+printf 'This License applies' >"$tmp/prompt"
+gen --prompt-file "$tmp/prompt" --max-tokens 24 >"$tmp/c" 2>/dev/null
+check "--prompt-file gives the same text" cmp -s "$tmp/a" "$tmp/c"
+gen --prompt "Hello" --max-tokens 24 --temperature 0.9 --top-p 0.9 --seed 7 >"$tmp/s1" 2>/dev/null
+gen --prompt "Hello" --max-tokens 24 --temperature 0.9 --top-p 0.9 --seed 7 >"$tmp/s2" 2>/dev/null
+check "sampling with a seed is reproducible" cmp -s "$tmp/s1" "$tmp/s2"
+"$bin/minions-generate" --model /nonexistent.gguf --prompt x >/dev/null 2>"$tmp/e1"
+check "a missing model fails with exit 1" test $? -eq 1
+check "... and names the file" grep -q "/nonexistent.gguf" "$tmp/e1"
+"$bin/minions-generate" --model "$data/broken_missing.gguf" --prompt x >/dev/null 2>"$tmp/e2"
+check "a broken model names the missing tensor" grep -q "blk.1.ffn_up.weight" "$tmp/e2"
+gen --prompt x --max-tokens 0 >/dev/null 2>&1
+check "--max-tokens 0 is a usage error (exit 2)" test $? -eq 2
+gen --prompt x --top-p 1.5 >/dev/null 2>&1
+check "--top-p out of range is a usage error (exit 2)" test $? -eq 2
+"$bin/minions-bench-decode" --model "$model" --threads 2 --prompt-tokens 16 --ctx-tokens 4 --gen-tokens 4 \
+  --batches 1,3 >"$tmp/bench" 2>/dev/null
+check "the decode benchmark runs" test $? -eq 0
+check "... and reports prefill and both batch sizes" sh -c "grep -q prefill '$tmp/bench' && grep -q 'batch  3' '$tmp/bench'"
+
+echo "cli: $passed passed, $failed failed"
+test "$failed" -eq 0
