@@ -233,33 +233,41 @@ def default_text():
     return "\n".join(parts)
 
 
-def make_model(args):
-    rng = np.random.default_rng(args.seed)
-    text = "".join(open(p, encoding="utf-8").read() for p in args.text) if args.text else default_text()
-    tokens, types, merges = build_vocab(text, args.vocab, args.pre)
-    hd = args.dim // args.heads
+def llama_writer(name, dim, layers, heads, kv_heads, ff, ctx, vocab, tokens, types, merges, pre="default",
+                 rope_base=10000.0, eps=1e-5):
+    """A Writer holding the llama and tokenizer metadata; the caller adds the tensors."""
     w = Writer()
     w.add("general.architecture", STRING, "llama")
-    w.add("general.name", STRING, args.name or f"test-d{args.dim}-l{args.layers}-{args.type}")
+    w.add("general.name", STRING, name)
     w.add("general.alignment", U32, 32)
-    w.add("llama.context_length", U32, args.ctx)
-    w.add("llama.embedding_length", U32, args.dim)
-    w.add("llama.block_count", U32, args.layers)
-    w.add("llama.feed_forward_length", U32, args.ff)
-    w.add("llama.attention.head_count", U32, args.heads)
-    w.add("llama.attention.head_count_kv", U32, args.kv_heads)
-    w.add("llama.attention.layer_norm_rms_epsilon", F32, 1e-5)
-    w.add("llama.rope.freq_base", F32, args.rope_base)
-    w.add("llama.rope.dimension_count", U32, hd)
-    w.add("llama.vocab_size", U32, args.vocab)
+    w.add("llama.context_length", U32, ctx)
+    w.add("llama.embedding_length", U32, dim)
+    w.add("llama.block_count", U32, layers)
+    w.add("llama.feed_forward_length", U32, ff)
+    w.add("llama.attention.head_count", U32, heads)
+    w.add("llama.attention.head_count_kv", U32, kv_heads)
+    w.add("llama.attention.layer_norm_rms_epsilon", F32, eps)
+    w.add("llama.rope.freq_base", F32, rope_base)
+    w.add("llama.rope.dimension_count", U32, dim // heads)
+    w.add("llama.vocab_size", U32, vocab)
     w.add("tokenizer.ggml.model", STRING, "gpt2")
-    w.add("tokenizer.ggml.pre", STRING, args.pre)
+    w.add("tokenizer.ggml.pre", STRING, pre)
     w.add("tokenizer.ggml.tokens", ARRAY, tokens, STRING)
     w.add("tokenizer.ggml.token_type", ARRAY, types, I32)
     w.add("tokenizer.ggml.merges", ARRAY, merges, STRING)
     w.add("tokenizer.ggml.bos_token_id", U32, 0)
     w.add("tokenizer.ggml.eos_token_id", U32, 0)
     w.add("tokenizer.ggml.add_bos_token", BOOL, False)
+    return w
+
+
+def make_model(args):
+    rng = np.random.default_rng(args.seed)
+    text = "".join(open(p, encoding="utf-8").read() for p in args.text) if args.text else default_text()
+    tokens, types, merges = build_vocab(text, args.vocab, args.pre)
+    hd = args.dim // args.heads
+    w = llama_writer(args.name or f"test-d{args.dim}-l{args.layers}-{args.type}", args.dim, args.layers, args.heads,
+                     args.kv_heads, args.ff, args.ctx, args.vocab, tokens, types, merges, args.pre, args.rope_base)
     ttype = TYPE_NAMES[args.type]
 
     def mat(rows, cols, scale=1.0):

@@ -73,8 +73,12 @@ class BPE:
 
     def encode(self, text):
         out = []
+        cache = self.__dict__.setdefault("_cache", {})  # pieces repeat; the result is the same
         for piece in self.pieces(text):
-            out += self.bpe("".join(self.b2u[b] for b in piece.encode("utf-8")))
+            ids = cache.get(piece)
+            if ids is None:
+                ids = cache[piece] = self.bpe("".join(self.b2u[b] for b in piece.encode("utf-8")))
+            out += ids
         return out
 
 
