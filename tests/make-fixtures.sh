@@ -40,6 +40,18 @@ for m in gqa_f32 untied_f32; do
   $py "$src/tools/ref_tokenize.py" "$out/$m.gguf" "$out/texts.jsonl" "$out/$m.tokens.jsonl"
 done
 
+# the bundled family: held-out text of every corpus, encoded by the training tool's encoder
+if [ -f "$src/models/target.gguf" ]; then
+  $py "$src/tools/train/corpora.py" "$out/corpora" >/dev/null
+  $py -c "
+import json, sys
+for c in ('kjv', 'web', 'devil'):
+    for u in json.load(open('$out/corpora/' + c + '.units.json')):
+        print(json.dumps(u))
+" > "$out/family.texts.jsonl"
+  $py "$src/tools/ref_tokenize.py" "$src/models/target.gguf" "$out/family.texts.jsonl" "$out/family.tokens.jsonl"
+fi
+
 smol="$src/models/cache/SmolLM2-135M-Instruct.Q4_1.gguf"
 if [ -f "$smol" ]; then
   $py "$src/tools/ref_tokenize.py" "$smol" "$out/texts.jsonl" "$out/smollm2.tokens.jsonl"

@@ -1,0 +1,107 @@
+/* test_family.c - the bundled model family (models/): every model loads, all share one vocabulary
+ * (the voter compares their tokens), the engine's tokenizer encodes every held-out unit of the three
+ * corpora exactly like the training tool, and the committed prompt sets are what they claim. */
+#include <jansson.h>
+#include <string.h>
+
+#include "model/model.h"
+#include "testutil.h"
+
+static const char *const MODELS[] = {"target", "draft-kjv", "draft-web", "draft-devil"};
+
+static mn_model *load_family(const char *name)
+{
+    char path[1024];
+    const char *src = getenv("MINIONS_SRCDIR");
+    snprintf(path, sizeof path, "%s/models/%s.gguf", src ? src : ".", name);
+    mn_model *m = NULL;
+    mn_err err = {{0}};
+    cr_assert_eq(mn_model_load(path, &m, &err), MN_OK, "%s: %s", name, err.msg);
+    return m;
+}
+
+Test(family, models_load_and_share_one_vocabulary)
+{
+    mn_model *target = load_family("target");
+    cr_assert_eq(target->hp.n_vocab, 2048);
+    cr_assert(mn_tok_is_lossless(target->tok), "the family's vocabulary has all 256 bytes");
+    cr_assert_lt(target->hp.n_kv_heads, target->hp.n_heads, "the target exercises grouped-query attention");
+    for (size_t i = 1; i < sizeof MODELS / sizeof MODELS[0]; i++) {
+        mn_model *d = load_family(MODELS[i]);
+        cr_assert_eq(d->hp.n_vocab, target->hp.n_vocab);
+        cr_assert_lt(mn_model_n_params(d), mn_model_n_params(target) / 3, "%s is a small draft", MODELS[i]);
+        for (int32_t id = 0; id < (int32_t)target->hp.n_vocab; id++) {
+            size_t a, b;
+            const char *pa = mn_tok_piece(target->tok, id, &a), *pb = mn_tok_piece(d->tok, id, &b);
+            cr_assert(a == b && memcmp(pa, pb, a) == 0, "%s token %d differs from the target's", MODELS[i], id);
+        }
+        mn_model_free(d);
+    }
+    mn_model_free(target);
+}
+
+Test(family, engine_encodes_heldout_text_like_the_training_tool, .timeout = 600)
+{
+    FILE *ft = fopen(fixture("family.texts.jsonl"), "r"), *fe = fopen(fixture("family.tokens.jsonl"), "r");
+    cr_assert(ft && fe, "family fixtures missing (tests/make-fixtures.sh builds them from Debian's corpora)");
+    mn_model *m = load_family("target");
+    char *lt = NULL, *le = NULL;
+    size_t ct = 0, ce = 0, units = 0, tokens = 0;
+    while (getline(&lt, &ct, ft) > 0) {
+        cr_assert(getline(&le, &ce, fe) > 0);
+        json_error_t jerr;
+        json_t *text = json_loads(lt, JSON_DECODE_ANY, &jerr), *ids = json_loads(le, 0, &jerr);
+        cr_assert(json_is_string(text) && json_is_array(ids));
+        mn_tokens out = {0};
+        cr_assert_eq(mn_tok_encode(m->tok, json_string_value(text), json_string_length(text), false, &out), MN_OK);
+        cr_assert_eq(out.n, json_array_size(ids), "unit %zu: %zu tokens, the training tool %zu", units, out.n,
+                     json_array_size(ids));
+        for (size_t i = 0; i < out.n; i++)
+            cr_assert_eq(out.ids[i], json_integer_value(json_array_get(ids, i)), "unit %zu token %zu", units, i);
+        tokens += out.n;
+        units++;
+        mn_tokens_free(&out);
+        json_decref(text);
+        json_decref(ids);
+    }
+    cr_log_info("%zu held-out units, %zu tokens, identical", units, tokens);
+    cr_assert_gt(units, 150, "every held-out chapter and entry of the three corpora");
+    free(lt);
+    free(le);
+    fclose(ft);
+    fclose(fe);
+    mn_model_free(m);
+}
+
+Test(family, prompt_sets_have_200_prompts_of_8_to_64_tokens)
+{
+    mn_model *m = load_family("target");
+    const char *src = getenv("MINIONS_SRCDIR");
+    static const char *const sets[] = {"kjv", "web", "devil"};
+    for (int s = 0; s < 3; s++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/prompts/%s.jsonl", src ? src : ".", sets[s]);
+        FILE *f = fopen(path, "r");
+        cr_assert(f, "missing %s", path);
+        char *line = NULL;
+        size_t cap = 0;
+        int n = 0;
+        while (getline(&line, &cap, f) > 0) {
+            json_error_t jerr;
+            json_t *o = json_loads(line, 0, &jerr);
+            const char *p = json_string_value(json_object_get(o, "prompt"));
+            cr_assert(p, "%s line %d has no prompt", sets[s], n + 1);
+            mn_tokens t = {0};
+            cr_assert_eq(mn_tok_encode(m->tok, p, strlen(p), false, &t), MN_OK);
+            cr_assert(t.n >= 8 && t.n <= 64, "%s line %d: %zu tokens", sets[s], n + 1, t.n);
+            cr_assert_eq((json_int_t)t.n, json_integer_value(json_object_get(o, "tokens")));
+            mn_tokens_free(&t);
+            json_decref(o);
+            n++;
+        }
+        cr_assert_geq(n, 200, "%s has %d prompts", sets[s], n);
+        free(line);
+        fclose(f);
+    }
+    mn_model_free(m);
+}
