@@ -161,6 +161,19 @@ def pretokenize(text, pre):
     return regex.findall(GPT2_PATTERN, text)
 
 
+def merge_pair(parts, a, b):
+    """parts with every non-overlapping occurrence of the adjacent pair (a, b) merged, left to right."""
+    out, i = [], 0
+    while i < len(parts):
+        if i + 1 < len(parts) and parts[i] == a and parts[i + 1] == b:
+            out.append(a + b)
+            i += 2
+        else:
+            out.append(parts[i])
+            i += 1
+    return out
+
+
 def train_bpe(text, n_merges, pre="default"):
     """Merges (pairs of byte strings) learned by counting adjacent pairs within pre-tokens."""
     words = collections.Counter(tuple(bytes([c]) for c in w.encode("utf-8")) for w in pretokenize(text, pre))
@@ -183,15 +196,7 @@ def train_bpe(text, n_merges, pre="default"):
                 pairs[(x, y)] -= n
                 if pairs[(x, y)] <= 0:
                     del pairs[(x, y)]
-            j, nw = 0, []
-            while j < len(w):
-                if j + 1 < len(w) and w[j] == a and w[j + 1] == b:
-                    nw.append(a + b)
-                    j += 2
-                else:
-                    nw.append(w[j])
-                    j += 1
-            words[i][0] = nw
+            nw = words[i][0] = merge_pair(w, a, b)
             for x, y in zip(nw, nw[1:]):
                 pairs[(x, y)] += n
                 where[(x, y)].add(i)

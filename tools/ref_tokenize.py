@@ -19,7 +19,7 @@ from gguf import GGUFReader
 # GPT-2's byte map and pattern are the format's definition, shared with the writer; the merge
 # algorithm below is what is independent of the engine.
 from ggufw import GPT2_PATTERN as GPT2
-from ggufw import bytes_to_unicode
+from ggufw import bytes_to_unicode, merge_pair
 
 
 def strings(r, key):
@@ -59,16 +59,7 @@ class BPE:
             best = min(((self.ranks.get(p, 1 << 60), i) for i, p in enumerate(zip(parts, parts[1:]))))
             if best[0] == 1 << 60:
                 break
-            a, b = parts[best[1]], parts[best[1] + 1]
-            merged, i = [], 0
-            while i < len(parts):
-                if i + 1 < len(parts) and parts[i] == a and parts[i + 1] == b:
-                    merged.append(a + b)
-                    i += 2
-                else:
-                    merged.append(parts[i])
-                    i += 1
-            parts = merged
+            parts = merge_pair(parts, parts[best[1]], parts[best[1] + 1])
         return [self.ids[p] for p in parts if p in self.ids]
 
     def encode(self, text):
