@@ -1,20 +1,24 @@
 #!/usr/bin/env python3
 """heldout_tokens.py MODEL N: print N token ids of public-domain English text for a teacher-forced
-check, encoded by the independent reference tokenizer. The text is the King James Bible when the
-bible-kjv-text package is installed, else Debian's licence texts."""
+check, encoded by the independent reference tokenizer. The text is the King James Bible's held-out
+chapters (every 20th, as tools/train/corpora.py splits it) when the `bible` program of bible-kjv is
+installed, else Debian's licence texts."""
 import glob
-import gzip
 import os
+import shutil
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tools"))
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(here, "..", "tools"))
+sys.path.insert(0, os.path.join(here, "..", "tools", "train"))
 from ref_tokenize import BPE  # noqa: E402
 
 
 def text():
-    for p in ["/usr/share/bible-kjv/bible.rawtext", "/usr/share/bible-kjv/bible.data"]:
-        if os.path.exists(p):
-            return open(p, encoding="latin-1").read()[:200000]
+    if shutil.which("bible"):
+        from corpora import HOLDOUT_EVERY, kjv_units
+        units = kjv_units()
+        return "\n\n".join(u for i, u in enumerate(units) if i % HOLDOUT_EVERY == HOLDOUT_EVERY - 1)
     parts = []
     for p in sorted(glob.glob("/usr/share/common-licenses/*")):
         try:
