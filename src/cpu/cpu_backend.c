@@ -19,8 +19,7 @@
 
 typedef struct cpu_state {
     mn_pool *pool;
-    uint32_t max_t;
-    /* activations, [max_t][...] */
+    /* activations, [cfg.max_tokens][...] */
     float *x;        /* [dim] residual stream */
     float *xb;       /* [dim] normed input of a block */
     float *q;        /* [n_heads*head_dim] */
@@ -33,7 +32,7 @@ typedef struct cpu_state {
     float *scores;   /* [n_threads][n_ctx] attention scratch */
     const float **rows; /* [n_threads][n_ctx] K or V rows of the positions being attended */
     float *inv_freq; /* [rope_dim/2] */
-    mn_q8 *xq;       /* [max_t][widest input / 32] 16-bit copy of a region's input (quantized weights) */
+    mn_q8 *xq;       /* [cfg.max_tokens][widest input / 32] 16-bit copy of a region's input (quantized weights) */
     size_t xq_ld;    /* blocks per row of xq */
     /* per token of the current pass */
     uint32_t *tok_seq; /* sequence index */
@@ -349,7 +348,6 @@ mn_status mn_cpu_backend_new(const mn_model *m, const mn_backend_config *cfg, mn
     if ((s = mn_kv_pool_new(hp->n_layers, kvdim, cfg->kv_block_size, cfg->kv_blocks, &be->kv, err)) ||
         (s = mn_pool_new(cfg->n_threads, &st->pool, err)))
         goto fail;
-    st->max_t = T;
     int ok = 1;
     st->x = fbuf(T, hp->dim, &ok);
     st->xb = fbuf(T, hp->dim > hp->n_ff ? hp->dim : hp->n_ff, &ok);
