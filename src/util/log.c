@@ -10,6 +10,8 @@ static atomic_int g_level = MN_LOG_WARN;
 static const char *const g_names[] = {"error", "warn", "info", "debug"};
 
 void mn_log_set_level(mn_log_level level) { atomic_store(&g_level, (int)level); }
+mn_log_level mn_log_get_level(void) { return (mn_log_level)atomic_load(&g_level); }
+const char *mn_log_level_name(mn_log_level level) { return g_names[level]; }
 
 int mn_log_parse_level(const char *name)
 {

@@ -1,0 +1,229 @@
+/* bench_serve.c - minions-bench: N concurrent clients replay a prompt set against minionsd over TCP
+ * (or a Unix socket) and report throughput, mean normalized latency (request latency / output
+ * tokens), time to first token p50/p99; --out writes one JSON record per request.
+ * Each client is a thread with one connection and one request in flight at a time; clients take the
+ * next prompt from a shared counter until --requests are done. The last stdout line is a JSON
+ * summary for scripts. */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/client.h"
+#include "util/alloc.h"
+
+typedef struct record {
+    int client;
+    int prompt;
+    long prompt_tokens, completion_tokens;
+    double start, ttft, latency; /* seconds */
+    char finish[16];
+    int ok;
+} record;
+
+typedef struct bench {
+    const char *addr;
+    char **prompts;
+    int n_prompts;
+    int n_requests;
+    int max_tokens;
+    double temperature;
+    atomic_int next;
+    record *records;
+    double t0;
+} bench;
+
+typedef struct client_arg {
+    bench *b;
+    int id;
+} client_arg;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void *client_main(void *arg)
+{
+    client_arg *ca = arg;
+    bench *b = ca->b;
+    mn_client c;
+    mn_err err = {{0}};
+    if (mn_client_connect(b->addr, &c, &err) < 0) {
+        fprintf(stderr, "minions-bench: client %d: %s\n", ca->id, err.msg);
+        return NULL;
+    }
+    for (int k; (k = atomic_fetch_add(&b->next, 1)) < b->n_requests;) {
+        record *r = &b->records[k];
+        r->client = ca->id;
+        r->prompt = k % b->n_prompts;
+        json_t *o = json_pack("{s:s, s:s, s:i, s:f, s:b}", "id", "b", "prompt", b->prompts[r->prompt], "max_tokens",
+                              b->max_tokens, "temperature", b->temperature, "stream", 1);
+        char *line = json_dumps(o, JSON_COMPACT);
+        json_decref(o);
+        size_t n = strlen(line);
+        line[n] = '\n';
+        r->start = now_s();
+        int sent = mn_client_send(&c, line, n + 1);
+        free(line);
+        if (sent < 0)
+            break;
+        for (char *l; (l = mn_client_read_line(&c, &n));) {
+            json_t *reply = json_loadb(l, n, 0, NULL);
+            if (json_object_get(reply, "delta") && !r->ttft)
+                r->ttft = now_s() - r->start;
+            if (json_object_get(reply, "error")) {
+                fprintf(stderr, "minions-bench: %s\n", l);
+                json_decref(reply);
+                break;
+            }
+            if (json_object_get(reply, "done")) {
+                r->latency = now_s() - r->start;
+                json_t *u = json_object_get(reply, "usage");
+                r->prompt_tokens = (long)json_integer_value(json_object_get(u, "prompt_tokens"));
+                r->completion_tokens = (long)json_integer_value(json_object_get(u, "completion_tokens"));
+                snprintf(r->finish, sizeof r->finish, "%s", json_string_value(json_object_get(reply, "finish_reason")));
+                if (!r->ttft)
+                    r->ttft = r->latency;
+                r->ok = 1;
+                json_decref(reply);
+                break;
+            }
+            json_decref(reply);
+        }
+        if (!r->ok)
+            break;
+    }
+    mn_client_close(&c);
+    return NULL;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int load_prompts(const char *path, bench *b)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    while ((n = getline(&line, &cap, f)) > 0) {
+        json_t *o = json_loadb(line, (size_t)n, 0, NULL);
+        const char *p = json_string_value(json_object_get(o, "prompt"));
+        if (p) {
+            char **grown = mn_realloc(b->prompts, (size_t)(b->n_prompts + 1) * sizeof *grown);
+            if (!grown)
+                break;
+            b->prompts = grown;
+            b->prompts[b->n_prompts++] = mn_strndup(p, strlen(p));
+        }
+        json_decref(o);
+    }
+    free(line);
+    fclose(f);
+    return b->n_prompts ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+    bench b = {.addr = "127.0.0.1:8090", .max_tokens = 64};
+    const char *prompts = "prompts/kjv.jsonl", *out = NULL;
+    int clients = 1;
+    static const struct option opts[] = {
+        {"addr", required_argument, 0, 'a'},     {"clients", required_argument, 0, 'c'},
+        {"prompts", required_argument, 0, 'p'},  {"requests", required_argument, 0, 'r'},
+        {"max-tokens", required_argument, 0, 'n'}, {"temperature", required_argument, 0, 'T'},
+        {"out", required_argument, 0, 'o'},      {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    for (int c; (c = getopt_long(argc, argv, "a:c:p:r:n:o:h", opts, NULL)) != -1;) {
+        switch (c) {
+        case 'a': b.addr = optarg; break;
+        case 'c': clients = atoi(optarg); break;
+        case 'p': prompts = optarg; break;
+        case 'r': b.n_requests = atoi(optarg); break;
+        case 'n': b.max_tokens = atoi(optarg); break;
+        case 'T': b.temperature = atof(optarg); break;
+        case 'o': out = optarg; break;
+        case 'h':
+        default:
+            fprintf(c == 'h' ? stdout : stderr,
+                    "usage: minions-bench [--addr HOST:PORT|PATH] [--clients N] [--prompts FILE.jsonl]\n"
+                    "                     [--requests N] [--max-tokens N] [--temperature T] [--out FILE.jsonl]\n");
+            return c == 'h' ? 0 : 2;
+        }
+    }
+    if (clients < 1 || clients > 1024 || b.max_tokens < 1) {
+        fprintf(stderr, "minions-bench: bad --clients or --max-tokens\n");
+        return 2;
+    }
+    if (load_prompts(prompts, &b) < 0) {
+        fprintf(stderr, "minions-bench: cannot read prompts from %s\n", prompts);
+        return 1;
+    }
+    if (b.n_requests <= 0)
+        b.n_requests = b.n_prompts;
+    b.records = mn_calloc((size_t)b.n_requests, sizeof *b.records);
+    pthread_t *th = mn_calloc((size_t)clients, sizeof *th);
+    client_arg *args = mn_calloc((size_t)clients, sizeof *args);
+    double *ttft = mn_calloc((size_t)b.n_requests, sizeof *ttft);
+    if (!b.records || !th || !args || !ttft)
+        return 1;
+    b.t0 = now_s();
+    for (int i = 0; i < clients; i++) {
+        args[i] = (client_arg){&b, i};
+        pthread_create(&th[i], NULL, client_main, &args[i]);
+    }
+    for (int i = 0; i < clients; i++)
+        pthread_join(th[i], NULL);
+    double wall = now_s() - b.t0;
+    long tokens = 0;
+    int ok = 0;
+    double norm = 0;
+    FILE *rf = out ? fopen(out, "w") : NULL;
+    for (int k = 0; k < b.n_requests; k++) {
+        record *r = &b.records[k];
+        if (!r->ok)
+            continue;
+        tokens += r->completion_tokens;
+        norm += r->latency / (r->completion_tokens ? r->completion_tokens : 1);
+        ttft[ok++] = r->ttft;
+        if (rf)
+            fprintf(rf,
+                    "{\"client\":%d,\"prompt\":%d,\"prompt_tokens\":%ld,\"completion_tokens\":%ld,"
+                    "\"start_s\":%.6f,\"ttft_s\":%.6f,\"latency_s\":%.6f,\"finish_reason\":\"%s\"}\n",
+                    r->client, r->prompt, r->prompt_tokens, r->completion_tokens, r->start - b.t0, r->ttft, r->latency,
+                    r->finish);
+    }
+    if (rf)
+        fclose(rf);
+    qsort(ttft, (size_t)ok, sizeof *ttft, cmp_double);
+    double p50 = ok ? ttft[(ok - 1) / 2] : 0, p99 = ok ? ttft[(int)((ok - 1) * 0.99)] : 0;
+    printf("minions-bench: %d clients, %d/%d requests ok, %ld tokens in %.2f s\n", clients, ok, b.n_requests, tokens,
+           wall);
+    printf("  throughput %.1f tok/s | mean normalized latency %.2f ms/token | TTFT p50 %.1f ms p99 %.1f ms\n",
+           tokens / wall, 1e3 * norm / (ok ? ok : 1), 1e3 * p50, 1e3 * p99);
+    printf("{\"clients\":%d,\"requests\":%d,\"ok\":%d,\"tokens\":%ld,\"seconds\":%.4f,\"tok_per_s\":%.2f,"
+           "\"norm_latency_ms\":%.4f,\"ttft_p50_ms\":%.3f,\"ttft_p99_ms\":%.3f}\n",
+           clients, b.n_requests, ok, tokens, wall, tokens / wall, 1e3 * norm / (ok ? ok : 1), 1e3 * p50, 1e3 * p99);
+    for (int i = 0; i < b.n_prompts; i++)
+        mn_free(b.prompts[i]);
+    mn_free(b.prompts);
+    mn_free(b.records);
+    mn_free(th);
+    mn_free(args);
+    mn_free(ttft);
+    return ok == b.n_requests ? 0 : 1;
+}

@@ -1,0 +1,115 @@
+/* client.c - blocking JSON-lines client (see client.h). */
+#include "cli/client.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "util/alloc.h"
+
+int mn_client_connect(const char *addr, mn_client *c, mn_err *err)
+{
+    memset(c, 0, sizeof *c);
+    c->fd = -1;
+    struct sockaddr_storage ss = {0};
+    socklen_t len;
+    if (strchr(addr, '/')) {
+        struct sockaddr_un *un = (struct sockaddr_un *)&ss;
+        if (strlen(addr) >= sizeof un->sun_path)
+            return mn_fail(err, MN_INVALID, "%s: path too long", addr), -1;
+        un->sun_family = AF_UNIX;
+        strcpy(un->sun_path, addr);
+        len = sizeof *un;
+    } else {
+        const char *colon = strrchr(addr, ':');
+        char host[64];
+        if (!colon || (size_t)(colon - addr) >= sizeof host)
+            return mn_fail(err, MN_INVALID, "%s: expected HOST:PORT or a socket path", addr), -1;
+        snprintf(host, sizeof host, "%.*s", (int)(colon - addr), addr);
+        int port = atoi(colon + 1);
+        struct sockaddr_in *in4 = (struct sockaddr_in *)&ss;
+        if (inet_pton(AF_INET, host, &in4->sin_addr) != 1 || port <= 0 || port > 65535)
+            return mn_fail(err, MN_INVALID, "%s: expected a numeric IPv4 HOST:PORT", addr), -1;
+        in4->sin_family = AF_INET;
+        in4->sin_port = htons((uint16_t)port);
+        len = sizeof *in4;
+    }
+    if ((c->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0 ||
+        connect(c->fd, (struct sockaddr *)&ss, len) < 0) {
+        int en = errno;
+        mn_client_close(c);
+        return mn_fail(err, MN_IO, "cannot connect to %s: %s", addr, strerror(en)), -1;
+    }
+    if (ss.ss_family == AF_INET) {
+        int one = 1;
+        setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
+    return 0;
+}
+
+int mn_client_send(mn_client *c, const char *data, size_t len)
+{
+    while (len) {
+        ssize_t n = send(c->fd, data, len, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        data += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+char *mn_client_read_line(mn_client *c, size_t *out_len)
+{
+    for (;;) {
+        char *nl = c->len ? memchr(c->buf, '\n', c->len) : NULL;
+        if (nl) {
+            size_t n = (size_t)(nl - c->buf);
+            char *line = mn_malloc(n + 1);
+            if (!line)
+                return NULL;
+            memcpy(line, c->buf, n);
+            line[n] = 0;
+            memmove(c->buf, nl + 1, c->len - n - 1);
+            c->len -= n + 1;
+            mn_free(c->line);
+            c->line = line;
+            if (out_len)
+                *out_len = n;
+            return line;
+        }
+        if (c->len == c->cap) {
+            size_t cap = c->cap ? c->cap * 2 : 4096;
+            char *b = mn_realloc(c->buf, cap);
+            if (!b)
+                return NULL;
+            c->buf = b;
+            c->cap = cap;
+        }
+        ssize_t n = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return NULL;
+        c->len += (size_t)n;
+    }
+}
+
+void mn_client_close(mn_client *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    mn_free(c->buf);
+    mn_free(c->line);
+    memset(c, 0, sizeof *c);
+    c->fd = -1;
+}

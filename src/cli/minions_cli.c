@@ -1,0 +1,118 @@
+/* minions_cli.c - minions-cli: send one prompt to a running minionsd and stream the continuation to
+ * stdout (raw text, as it arrives); the finish reason and token counts go to stderr. Exit 1 when the
+ * server answers with an error (its code and message go to stderr). */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/client.h"
+#include "net/proto.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: minions-cli [options] PROMPT\n"
+            "  -a, --addr HOST:PORT   server TCP address (default 127.0.0.1:8090)\n"
+            "  -u, --unix PATH        use the server's Unix socket instead\n"
+            "  -n, --max-tokens N     tokens to generate (default 64)\n"
+            "      --temperature T    0 = greedy (default 0)\n"
+            "      --top-p P          nucleus mass (default 1)\n"
+            "      --seed N           sampling seed (default 0)\n"
+            "      --stop TEXT        stop string (repeatable)\n"
+            "      --no-stream        print the text once, at the end\n");
+}
+
+int main(int argc, char **argv)
+{
+    const char *addr = "127.0.0.1:8090";
+    int stream = 1;
+    json_t *req = json_object(), *stops = json_array();
+    json_object_set_new(req, "id", json_string("cli"));
+    json_object_set_new(req, "stream", json_true());
+    static const struct option opts[] = {
+        {"addr", required_argument, 0, 'a'},        {"unix", required_argument, 0, 'u'},
+        {"max-tokens", required_argument, 0, 'n'},  {"temperature", required_argument, 0, 'T'},
+        {"top-p", required_argument, 0, 'P'},       {"seed", required_argument, 0, 'S'},
+        {"stop", required_argument, 0, 's'},        {"no-stream", no_argument, 0, 'N'},
+        {"help", no_argument, 0, 'h'},              {0, 0, 0, 0},
+    };
+    for (int c; (c = getopt_long(argc, argv, "a:u:n:h", opts, NULL)) != -1;) {
+        char *end = NULL;
+        switch (c) {
+        case 'a': case 'u': addr = optarg; break;
+        case 'n': json_object_set_new(req, "max_tokens", json_integer(strtoll(optarg, &end, 10))); break;
+        case 'T': json_object_set_new(req, "temperature", json_real(strtod(optarg, &end))); break;
+        case 'P': json_object_set_new(req, "top_p", json_real(strtod(optarg, &end))); break;
+        case 'S': json_object_set_new(req, "seed", json_integer(strtoll(optarg, &end, 10))); break;
+        case 's': json_array_append_new(stops, json_string(optarg)); break;
+        case 'N': json_object_set_new(req, "stream", json_false()), stream = 0; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+        if (end && *end) {
+            fprintf(stderr, "minions-cli: bad option value '%s'\n", optarg);
+            return 2;
+        }
+    }
+    if (optind != argc - 1) {
+        usage(stderr);
+        return 2;
+    }
+    json_object_set_new(req, "prompt", json_string(argv[optind]));
+    if (json_array_size(stops))
+        json_object_set(req, "stop", stops);
+    json_decref(stops);
+    char *line = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    mn_client c;
+    mn_err err = {{0}};
+    if (!line || mn_client_connect(addr, &c, &err) < 0) {
+        fprintf(stderr, "minions-cli: %s\n", err.msg[0] ? err.msg : "bad prompt (not UTF-8?)");
+        free(line);
+        return 1;
+    }
+    size_t n = strlen(line);
+    line[n] = '\n'; /* json_dumps leaves room for the NUL we overwrite; send n + 1 bytes */
+    int rc = 1;
+    if (mn_client_send(&c, line, n + 1) < 0) {
+        fprintf(stderr, "minions-cli: send failed: %s\n", strerror(errno));
+        goto out;
+    }
+    for (char *l; (l = mn_client_read_line(&c, &n));) {
+        json_t *o = json_loadb(l, n, 0, NULL), *v;
+        if (!o) {
+            fprintf(stderr, "minions-cli: bad reply line: %s\n", l);
+            break;
+        }
+        if ((v = json_object_get(o, "delta"))) {
+            fwrite(json_string_value(v), 1, json_string_length(v), stdout);
+            fflush(stdout);
+        } else if ((v = json_object_get(o, "error"))) {
+            fprintf(stderr, "minions-cli: %s: %s\n", json_string_value(json_object_get(v, "code")),
+                    json_string_value(json_object_get(v, "message")));
+            json_decref(o);
+            break;
+        } else if (json_object_get(o, "done")) {
+            if (!stream) { /* without streaming the text comes only here */
+                json_t *text = json_object_get(o, "text");
+                fwrite(json_string_value(text), 1, json_string_length(text), stdout);
+            }
+            json_t *u = json_object_get(o, "usage");
+            fprintf(stderr, "\nminions-cli: finish %s, prompt %lld tokens, completion %lld tokens\n",
+                    json_string_value(json_object_get(o, "finish_reason")),
+                    (long long)json_integer_value(json_object_get(u, "prompt_tokens")),
+                    (long long)json_integer_value(json_object_get(u, "completion_tokens")));
+            rc = 0;
+            json_decref(o);
+            break;
+        }
+        json_decref(o);
+    }
+out:
+    free(line);
+    mn_client_close(&c);
+    return rc;
+}

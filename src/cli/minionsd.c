@@ -1,0 +1,114 @@
+/* minionsd.c - the serving daemon: the engine on one loop, clients over TCP and a Unix socket, an
+ * admin socket. Prints one "minionsd: listening ..." line on stdout once it accepts connections
+ * (tests read the TCP port from it when --port 0 asks for an ephemeral one). Exits 0 after a drain. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <unistd.h>
+
+#include "serve/engine.h"
+#include "util/log.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: minionsd [options]\n"
+            "  -m, --model PATH       GGUF llama model (default models/target.gguf)\n"
+            "      --host ADDR        TCP listen address (default 127.0.0.1)\n"
+            "      --port N           TCP port; 0 = ephemeral, -1 = no TCP (default 8090)\n"
+            "      --unix PATH        also listen on a Unix socket\n"
+            "      --admin ADDR       admin socket: ipc://PATH or tcp://127.0.0.1:N\n"
+            "                         (default ipc:///tmp/minionsd-UID.admin; 'none' for no admin socket)\n"
+            "  -t, --threads N        compute threads (default: all cores)\n"
+            "      --max-batch N      most sequences decoded together (default 16)\n"
+            "      --kv-blocks N      KV blocks of 16 tokens (default: max-batch full contexts)\n"
+            "      --kv-mib N         KV budget in MiB instead of --kv-blocks\n"
+            "      --max-queue N      most requests waiting before 'busy' (default 256)\n"
+            "      --max-line N       longest request line in bytes (default 1048576)\n"
+            "      --log-level L      error|warn|info|debug (default warn)\n");
+}
+
+static int parse_int(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return 0;
+    *out = v;
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    mn_engine_config cfg = mn_engine_defaults();
+    char admin_default[64];
+    snprintf(admin_default, sizeof admin_default, "ipc:///tmp/minionsd-%u.admin", (unsigned)getuid());
+    cfg.admin_addr = admin_default;
+    long v, kv_mib = 0;
+    int model_given = 0;
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'},     {"host", required_argument, 0, 'H'},
+        {"port", required_argument, 0, 'p'},      {"unix", required_argument, 0, 'u'},
+        {"admin", required_argument, 0, 'a'},     {"threads", required_argument, 0, 't'},
+        {"max-batch", required_argument, 0, 'b'}, {"kv-blocks", required_argument, 0, 'k'},
+        {"kv-mib", required_argument, 0, 'K'},    {"max-queue", required_argument, 0, 'q'},
+        {"max-line", required_argument, 0, 'l'},  {"log-level", required_argument, 0, 'L'},
+        {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
+    };
+    for (int c; (c = getopt_long(argc, argv, "m:t:h", opts, NULL)) != -1;) {
+        int ok = 1;
+        switch (c) {
+        case 'm': cfg.model_path = optarg, model_given = 1; break;
+        case 'H': cfg.host = optarg; break;
+        case 'p': ok = parse_int(optarg, -1, 65535, &v), cfg.port = (int)v; break;
+        case 'u': cfg.unix_path = optarg; break;
+        case 'a': cfg.admin_addr = strcmp(optarg, "none") ? optarg : NULL; break;
+        case 't': ok = parse_int(optarg, 1, 256, &v), cfg.n_threads = (int)v; break;
+        case 'b': ok = parse_int(optarg, 1, 1024, &v), cfg.max_batch = (uint32_t)v; break;
+        case 'k': ok = parse_int(optarg, 1, 1 << 24, &v), cfg.kv_blocks = (uint32_t)v; break;
+        case 'K': ok = parse_int(optarg, 1, 1 << 20, &kv_mib); break;
+        case 'q': ok = parse_int(optarg, 1, 1 << 20, &v), cfg.max_queue = (uint32_t)v; break;
+        case 'l': ok = parse_int(optarg, 64, 1 << 30, &v), cfg.max_line = (uint32_t)v; break;
+        case 'L': ok = (v = mn_log_parse_level(optarg)) >= 0; if (ok) mn_log_set_level((mn_log_level)v); break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+        if (!ok) {
+            fprintf(stderr, "minionsd: bad option value '%s'\n", optarg);
+            return 2;
+        }
+    }
+    if (optind != argc) {
+        usage(stderr);
+        return 2;
+    }
+    cfg.kv_mib = (uint32_t)kv_mib;
+    if (!model_given && access(cfg.model_path, R_OK) != 0)
+        cfg.model_path = MN_BUNDLED_MODEL; /* run from outside the source tree: the bundled target */
+    mn_err err = {{0}};
+    mn_engine *e = NULL;
+    if (mn_engine_new(&cfg, &e, &err) != MN_OK) {
+        fprintf(stderr, "minionsd: %s\n", err.msg);
+        return 1;
+    }
+    printf("minionsd: listening");
+    if (mn_engine_port(e) >= 0)
+        printf(" tcp %s:%d", cfg.host, mn_engine_port(e));
+    if (cfg.unix_path)
+        printf(" unix %s", cfg.unix_path);
+    if (cfg.admin_addr)
+        printf(" admin %s", cfg.admin_addr);
+    printf("\n");
+    fflush(stdout);
+    mn_status st = mn_engine_run(e, &err);
+    mn_engine_free(e);
+    if (st != MN_OK) {
+        fprintf(stderr, "minionsd: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,281 @@
+/* proto.c - parsing and formatting the JSON-lines client protocol with jansson. */
+#include "net/proto.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "util/alloc.h"
+
+const char *mn_errcode_name(mn_errcode code)
+{
+    switch (code) {
+    case MN_E_INVALID_JSON: return "invalid_json";
+    case MN_E_INVALID_REQUEST: return "invalid_request";
+    case MN_E_LINE_TOO_LONG: return "line_too_long";
+    case MN_E_BUSY: return "busy";
+    case MN_E_UNKNOWN_ID: return "unknown_id";
+    case MN_E_INTERNAL: return "internal";
+    }
+    return "internal";
+}
+
+void mn_req_params_free(mn_req_params *p)
+{
+    mn_free(p->id);
+    mn_free(p->prompt);
+    for (uint32_t i = 0; i < p->n_stop; i++)
+        mn_free(p->stop[i]);
+    memset(p, 0, sizeof *p);
+}
+
+void mn_line_free(mn_line *l)
+{
+    mn_req_params_free(&l->req);
+    mn_free(l->cancel_id);
+    l->cancel_id = NULL;
+}
+
+static mn_status bad(mn_proto_error *err, mn_errcode code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static mn_status bad(mn_proto_error *err, mn_errcode code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    err->code = code;
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+    return MN_INVALID;
+}
+
+/* A number field within [lo, hi]; integral when `integer`. Absent: keep *out. */
+static mn_status num_field(json_t *obj, const char *key, double lo, double hi, bool integer, double *out,
+                           mn_proto_error *err)
+{
+    json_t *v = json_object_get(obj, key);
+    if (!v)
+        return MN_OK;
+    if (!json_is_number(v))
+        return bad(err, MN_E_INVALID_REQUEST, "%s must be a number", key);
+    double x = json_number_value(v);
+    if (integer && (!json_is_integer(v) && x != floor(x)))
+        return bad(err, MN_E_INVALID_REQUEST, "%s must be an integer", key);
+    if (!(x >= lo && x <= hi))
+        return bad(err, MN_E_INVALID_REQUEST, "%s must be in [%g, %g]", key, lo, hi);
+    *out = x;
+    return MN_OK;
+}
+
+static mn_status parse_request(json_t *o, uint32_t limit, mn_req_params *p, mn_proto_error *err)
+{
+    static const char *known[] = {"id", "prompt", "max_tokens", "temperature", "top_p", "seed", "stop", "stream"};
+    const char *key;
+    json_t *v;
+    json_object_foreach(o, key, v) {
+        size_t i = 0;
+        while (i < sizeof known / sizeof *known && strcmp(key, known[i]))
+            i++;
+        if (i == sizeof known / sizeof *known)
+            return bad(err, MN_E_INVALID_REQUEST, "unknown field '%.60s'", key);
+    }
+    json_t *prompt = json_object_get(o, "prompt");
+    if (!json_is_string(prompt))
+        return bad(err, MN_E_INVALID_REQUEST, "prompt must be a string");
+    if (json_string_length(prompt) == 0)
+        return bad(err, MN_E_INVALID_REQUEST, "prompt must not be empty");
+    double max_tokens = 64, temperature = 0, top_p = 1, seed = 0;
+    if (num_field(o, "max_tokens", 1, limit, true, &max_tokens, err) ||
+        num_field(o, "temperature", 0, 100, false, &temperature, err) ||
+        num_field(o, "top_p", 1e-6, 1, false, &top_p, err) ||
+        num_field(o, "seed", 0, 9007199254740992.0, true, &seed, err))
+        return MN_INVALID;
+    json_t *stream = json_object_get(o, "stream");
+    if (stream && !json_is_boolean(stream))
+        return bad(err, MN_E_INVALID_REQUEST, "stream must be true or false");
+    json_t *stop = json_object_get(o, "stop");
+    if (stop && !json_is_array(stop))
+        return bad(err, MN_E_INVALID_REQUEST, "stop must be a list of strings");
+    if (stop && json_array_size(stop) > MN_PROTO_MAX_STOP)
+        return bad(err, MN_E_INVALID_REQUEST, "stop takes at most %d strings", MN_PROTO_MAX_STOP);
+    size_t i;
+    json_array_foreach(stop, i, v) {
+        if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) > MN_PROTO_MAX_STOP_LEN)
+            return bad(err, MN_E_INVALID_REQUEST, "stop[%zu] must be a string of 1..%d bytes", i,
+                       MN_PROTO_MAX_STOP_LEN);
+    }
+    p->id = mn_strndup(json_string_value(json_object_get(o, "id")), json_string_length(json_object_get(o, "id")));
+    p->prompt_len = json_string_length(prompt);
+    if ((p->prompt = mn_malloc(p->prompt_len + 1)))
+        memcpy(p->prompt, json_string_value(prompt), p->prompt_len + 1);
+    p->max_tokens = (uint32_t)max_tokens;
+    p->temperature = (float)temperature;
+    p->top_p = (float)top_p;
+    p->seed = (uint64_t)seed;
+    p->stream = stream && json_is_true(stream);
+    json_array_foreach(stop, i, v) {
+        p->stop[i] = mn_strndup(json_string_value(v), json_string_length(v));
+        p->n_stop = (uint32_t)i + 1;
+        if (!p->stop[i])
+            break;
+    }
+    if (!p->id || !p->prompt || p->n_stop != (stop ? json_array_size(stop) : 0)) {
+        mn_req_params_free(p);
+        return bad(err, MN_E_INTERNAL, "out of memory");
+    }
+    return MN_OK;
+}
+
+mn_status mn_proto_parse(const char *line, size_t len, uint32_t limit, mn_line *out, mn_proto_error *err)
+{
+    memset(out, 0, sizeof *out);
+    err->id[0] = 0;
+    json_error_t jerr;
+    json_t *o = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!o)
+        return bad(err, MN_E_INVALID_JSON, "column %d: %s", jerr.column, jerr.text);
+    mn_status st = MN_INVALID;
+    if (!json_is_object(o)) {
+        bad(err, MN_E_INVALID_JSON, "a line must be a JSON object");
+        goto out;
+    }
+    json_t *cancel = json_object_get(o, "cancel");
+    if (cancel) {
+        if (!json_is_string(cancel) || json_object_size(o) != 1) {
+            bad(err, MN_E_INVALID_REQUEST, "a cancel line is {\"cancel\": \"<id>\"} and nothing else");
+            goto out;
+        }
+        snprintf(err->id, sizeof err->id, "%s", json_string_value(cancel));
+        out->kind = MN_LINE_CANCEL;
+        if (!(out->cancel_id = mn_strndup(json_string_value(cancel), json_string_length(cancel)))) {
+            bad(err, MN_E_INTERNAL, "out of memory");
+            goto out;
+        }
+        st = MN_OK;
+        goto out;
+    }
+    json_t *id = json_object_get(o, "id");
+    if (!json_is_string(id) || json_string_length(id) == 0 || json_string_length(id) > MN_PROTO_MAX_ID_LEN ||
+        strlen(json_string_value(id)) != json_string_length(id)) {
+        bad(err, MN_E_INVALID_REQUEST, "id must be a string of 1..%d bytes", MN_PROTO_MAX_ID_LEN);
+        goto out;
+    }
+    snprintf(err->id, sizeof err->id, "%s", json_string_value(id));
+    out->kind = MN_LINE_REQUEST;
+    st = parse_request(o, limit, &out->req, err);
+out:
+    json_decref(o);
+    return st;
+}
+
+static char *dump_line(json_t *o, size_t *len)
+{
+    char *s = NULL;
+    if (o) {
+        char *j = json_dumps(o, JSON_COMPACT);
+        json_decref(o);
+        if (j) {
+            size_t n = strlen(j);
+            if ((s = mn_malloc(n + 2))) {
+                memcpy(s, j, n);
+                s[n] = '\n';
+                s[n + 1] = 0;
+                *len = n + 1;
+            }
+            free(j); /* jansson allocates with the system allocator */
+        }
+    }
+    return s;
+}
+
+char *mn_proto_delta(const char *id, const char *text, size_t text_len, size_t *len)
+{
+    return dump_line(json_pack("{s:s, s:s%}", "id", id, "delta", text, text_len), len);
+}
+
+char *mn_proto_done(const char *id, const char *text, size_t text_len, const char *finish_reason,
+                    uint32_t prompt_tokens, uint32_t completion_tokens, size_t *len)
+{
+    return dump_line(json_pack("{s:s, s:b, s:s%, s:s, s:{s:i, s:i}}", "id", id, "done", 1, "text", text, text_len,
+                               "finish_reason", finish_reason, "usage", "prompt_tokens", (json_int_t)prompt_tokens,
+                               "completion_tokens", (json_int_t)completion_tokens),
+                     len);
+}
+
+char *mn_proto_error_line(const char *id, mn_errcode code, const char *message, size_t *len)
+{
+    json_t *e = json_pack("{s:s, s:s}", "code", mn_errcode_name(code), "message", message);
+    if (!e)
+        return NULL;
+    json_t *o = id && *id ? json_pack("{s:s, s:o}", "id", id, "error", e) : json_pack("{s:o}", "error", e);
+    return dump_line(o, len);
+}
+
+/* Length of the valid UTF-8 sequence starting at s[0] (1..4), 0 if invalid, -1 if it may be
+ * valid but is cut short by the end of the buffer. */
+static int utf8_seq(const unsigned char *s, size_t avail)
+{
+    unsigned c = s[0];
+    int n;
+    unsigned min;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf)
+        n = 2, min = 0x80;
+    else if (c >= 0xe0 && c <= 0xef)
+        n = 3, min = 0x800;
+    else if (c >= 0xf0 && c <= 0xf4)
+        n = 4, min = 0x10000;
+    else
+        return 0;
+    unsigned cp = c & (0x3f >> (n - 1));
+    for (int i = 1; i < n; i++) {
+        if ((size_t)i >= avail)
+            return -1;
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        cp = cp << 6 | (s[i] & 0x3f);
+        /* reject overlongs, surrogates and > U+10FFFF as early as the second byte allows */
+        if (i == 1 && ((n == 3 && c == 0xe0 && s[1] < 0xa0) || (n == 3 && c == 0xed && s[1] >= 0xa0) ||
+                       (n == 4 && c == 0xf0 && s[1] < 0x90) || (n == 4 && c == 0xf4 && s[1] >= 0x90)))
+            return 0;
+    }
+    return cp >= min ? n : 0;
+}
+
+size_t mn_utf8_complete_len(const char *s, size_t len)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < len) {
+        int n = utf8_seq(u + i, len - i);
+        if (n < 0)
+            return i;
+        i += n ? (size_t)n : 1;
+    }
+    return len;
+}
+
+char *mn_utf8_sanitize(const char *s, size_t len, size_t *out_len)
+{
+    size_t cap = len * 3 + 1, o = 0; /* each bad byte becomes at most 3 bytes */
+    char *d = mn_malloc(cap);
+    if (!d)
+        return NULL;
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < len;) {
+        int n = utf8_seq(u + i, len - i);
+        if (n > 0) {
+            memcpy(d + o, s + i, (size_t)n);
+            o += (size_t)n;
+            i += (size_t)n;
+        } else {
+            memcpy(d + o, "\xef\xbf\xbd", 3);
+            o += 3;
+            i++;
+        }
+    }
+    d[o] = 0;
+    *out_len = o;
+    return d;
+}

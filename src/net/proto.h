@@ -1,0 +1,85 @@
+/* proto.h - the client protocol: one JSON object per line, both ways (docs/server.md).
+ *
+ * Pure functions over jansson, no I/O: parse and validate a request or cancel line, and format the
+ * reply lines (delta, done, error). Every reply line ends with '\n'. Strings in replies are UTF-8:
+ * mn_utf8_complete_len tells how much of a byte-level model's output can be sent without splitting a
+ * character, and mn_utf8_sanitize replaces what is not valid UTF-8 with U+FFFD.
+ *
+ * Thread: any; nothing is shared.
+ */
+#ifndef MN_PROTO_H
+#define MN_PROTO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/status.h"
+
+typedef enum mn_errcode {
+    MN_E_INVALID_JSON,     /* the line is not a JSON object */
+    MN_E_INVALID_REQUEST,  /* a field is missing, of the wrong type or out of range */
+    MN_E_LINE_TOO_LONG,    /* the line passed the limit; the connection closes after the error */
+    MN_E_BUSY,             /* the server cannot take the request now (queue full, draining) */
+    MN_E_UNKNOWN_ID,       /* cancel of an id not in flight on this connection */
+    MN_E_INTERNAL,         /* the server failed; the request is gone */
+} mn_errcode;
+
+const char *mn_errcode_name(mn_errcode code);
+
+#define MN_PROTO_MAX_STOP 8      /* stop strings per request */
+#define MN_PROTO_MAX_STOP_LEN 64 /* bytes per stop string */
+#define MN_PROTO_MAX_ID_LEN 128  /* bytes per id */
+
+typedef struct mn_req_params {
+    char *id;                    /* owned, NUL-terminated */
+    char *prompt;                /* owned, may contain NUL bytes: use prompt_len */
+    size_t prompt_len;
+    uint32_t max_tokens;         /* 1..limit (default 64) */
+    float temperature;           /* >= 0 (default 0: greedy) */
+    float top_p;                 /* (0, 1] (default 1) */
+    uint64_t seed;               /* default 0 */
+    bool stream;                 /* delta lines (default false) */
+    char *stop[MN_PROTO_MAX_STOP];  /* owned */
+    uint32_t n_stop;
+} mn_req_params;
+
+void mn_req_params_free(mn_req_params *p);
+
+typedef enum mn_line_kind {
+    MN_LINE_REQUEST,  /* params filled; the caller owns them */
+    MN_LINE_CANCEL,   /* cancel_id filled (owned) */
+} mn_line_kind;
+
+typedef struct mn_line {
+    mn_line_kind kind;
+    mn_req_params req;
+    char *cancel_id;
+} mn_line;
+
+typedef struct mn_proto_error {
+    mn_errcode code;
+    char id[MN_PROTO_MAX_ID_LEN + 1];  /* the request's id when it could be read, else "" */
+    char message[200];                 /* names the offending field */
+} mn_proto_error;
+
+/* Parse one line (without its '\n'). max_tokens_limit bounds max_tokens. On success *out is filled
+ * and owned by the caller (free with mn_line_free); otherwise MN_INVALID and *err says why. */
+mn_status mn_proto_parse(const char *line, size_t len, uint32_t max_tokens_limit, mn_line *out, mn_proto_error *err);
+void mn_line_free(mn_line *l);
+
+/* Reply lines, newly allocated (mn_free), '\n'-terminated; *len gets the length. NULL on OOM. The
+ * text arguments must be valid UTF-8 (use the helpers below). */
+char *mn_proto_delta(const char *id, const char *text, size_t text_len, size_t *len);
+char *mn_proto_done(const char *id, const char *text, size_t text_len, const char *finish_reason,
+                    uint32_t prompt_tokens, uint32_t completion_tokens, size_t *len);
+char *mn_proto_error_line(const char *id, mn_errcode code, const char *message, size_t *len);
+
+/* Length of the longest prefix of s that does not end inside an incomplete UTF-8 sequence (invalid
+ * bytes count as complete: they are replaced at send time). */
+size_t mn_utf8_complete_len(const char *s, size_t len);
+/* A copy of s with every invalid UTF-8 byte sequence replaced by U+FFFD; NUL-terminated, *out_len
+ * gets its length. NULL on OOM. */
+char *mn_utf8_sanitize(const char *s, size_t len, size_t *out_len);
+
+#endif

@@ -1,0 +1,118 @@
+/* request.c - a request's text bookkeeping: stop strings and what may be streamed yet. */
+#include "serve/request.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "util/alloc.h"
+
+double mn_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+mn_req *mn_req_new(mn_req_params *p, struct mn_conn *conn)
+{
+    mn_req *r = mn_calloc(1, sizeof *r);
+    if (!r) {
+        mn_req_params_free(p);
+        return NULL;
+    }
+    r->p = *p;
+    memset(p, 0, sizeof *p);
+    r->conn = conn;
+    r->t_arrive = mn_now();
+    return r;
+}
+
+void mn_req_free(mn_req *r)
+{
+    if (!r)
+        return;
+    mn_req_params_free(&r->p);
+    mn_tokens_free(&r->toks);
+    mn_sampler_free(r->smp);
+    mn_free(r->text);
+    mn_free(r->err_msg);
+    mn_free(r);
+}
+
+void mn_req_fail(mn_req *r, mn_errcode code, const char *fmt, ...)
+{
+    char buf[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    mn_free(r->err_msg);
+    r->err_code = code;
+    r->err_msg = mn_strndup(buf, strlen(buf));
+    if (!r->err_msg) { /* keep the failure visible even without memory for its message */
+        static char oom[] = "out of memory";
+        r->err_msg = mn_strndup(oom, sizeof oom - 1);
+    }
+}
+
+/* Longest suffix of text that is a proper prefix of stop: those bytes may yet become a stop string. */
+static size_t partial_stop(const char *text, size_t len, const char *stop)
+{
+    size_t sl = strlen(stop);
+    for (size_t k = sl - 1 < len ? sl - 1 : len; k > 0; k--)
+        if (!memcmp(text + len - k, stop, k))
+            return k;
+    return 0;
+}
+
+mn_status mn_req_append(mn_req *r, const char *piece, size_t n, bool *stopped)
+{
+    *stopped = false;
+    if (r->text_len + n + 1 > r->text_cap) {
+        size_t cap = r->text_cap ? r->text_cap : 256;
+        while (cap < r->text_len + n + 1)
+            cap *= 2;
+        char *t = mn_realloc(r->text, cap);
+        if (!t)
+            return MN_NOMEM;
+        r->text = t;
+        r->text_cap = cap;
+    }
+    size_t old = r->text_len;
+    memcpy(r->text + old, piece, n);
+    r->text_len += n;
+    r->text[r->text_len] = 0;
+    size_t cut = r->text_len;
+    for (uint32_t i = 0; i < r->p.n_stop; i++) {
+        const char *s = r->p.stop[i];
+        size_t sl = strlen(s);
+        size_t from = old >= sl - 1 ? old - (sl - 1) : 0; /* a new match must end in the new piece */
+        const char *hit = memmem(r->text + from, r->text_len - from, s, sl);
+        if (hit && (size_t)(hit - r->text) < cut)
+            cut = (size_t)(hit - r->text);
+        *stopped |= hit != NULL;
+    }
+    if (*stopped) {
+        r->text_len = cut;
+        r->text[cut] = 0;
+        mn_req_seal(r);
+        return MN_OK;
+    }
+    size_t hold = 0;
+    for (uint32_t i = 0; i < r->p.n_stop; i++) {
+        size_t k = partial_stop(r->text, r->text_len, r->p.stop[i]);
+        if (k > hold)
+            hold = k;
+    }
+    size_t ready = mn_utf8_complete_len(r->text, r->text_len - hold);
+    if (ready > r->ready)
+        r->ready = ready;
+    return MN_OK;
+}
+
+void mn_req_seal(mn_req *r)
+{
+    r->ready = r->text_len;
+}
