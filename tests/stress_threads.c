@@ -2,15 +2,23 @@
  * (Criterion cannot start under TSan: Snaipe/Criterion#274). Runs in every build; in the TSan build
  * it is the suite that matters.
  *   1. the fork-join pool: 4 threads x 20,000 runs, each index called once per run, joins complete;
- *   2. the multi-threaded batched forward pass equals the single-threaded one bit for bit.
+ *   2. the multi-threaded batched forward pass equals the single-threaded one bit for bit;
+ *   3. an actor mailbox on a real libevent loop: 4 producer threads x 1M messages, none lost, none
+ *      duplicated, each producer's order kept; and compute-worker jobs posting completions back.
  * Prints "stress_threads: N passed, N failed" and exits non-zero on any failure. */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <event2/event.h>
+#include <event2/thread.h>
+#include <pthread.h>
+
 #include "runtime/backend.h"
+#include "runtime/mailbox.h"
 #include "runtime/pool.h"
+#include "runtime/worker.h"
 
 static int passed, failed;
 #define CHECK(cond, ...)                                                                            \
@@ -115,12 +123,125 @@ static void forward_threads(const char *dir, const char *name)
     mn_model_free(m);
 }
 
+/* ---- mailbox: 4 producers x 1M messages into one actor on a loop ---------------------------- */
+enum { PRODUCERS = 4, PER_PRODUCER = 1000000 };
+
+typedef struct tmsg {
+    mn_msg msg;
+    uint32_t producer, seq;
+} tmsg;
+
+typedef struct mb_test {
+    struct event_base *base;
+    mn_mailbox *mb;
+    tmsg *msgs;                     /* [PRODUCERS][PER_PRODUCER] */
+    uint32_t next_seq[PRODUCERS];   /* consumer: the seq expected next from each producer */
+    long received, out_of_order, handled_jobs;
+    uint8_t *seen;                  /* [PRODUCERS * PER_PRODUCER] */
+} mb_test;
+
+static void mb_handler(void *actor, mn_msg *m)
+{
+    mb_test *t = actor;
+    if (m->type == 1) { /* a completed worker job */
+        t->handled_jobs++;
+        if (t->handled_jobs == 1000)
+            event_base_loopbreak(t->base);
+        return;
+    }
+    tmsg *x = (tmsg *)m;
+    size_t idx = (size_t)x->producer * PER_PRODUCER + x->seq;
+    t->seen[idx]++;
+    if (x->seq != t->next_seq[x->producer])
+        t->out_of_order++;
+    t->next_seq[x->producer] = x->seq + 1;
+    if (++t->received == (long)PRODUCERS * PER_PRODUCER)
+        event_base_loopbreak(t->base);
+}
+
+typedef struct prod_arg {
+    mb_test *t;
+    uint32_t id;
+} prod_arg;
+
+static void *mb_producer(void *arg)
+{
+    prod_arg *pa = arg;
+    tmsg *mine = pa->t->msgs + (size_t)pa->id * PER_PRODUCER;
+    for (uint32_t i = 0; i < PER_PRODUCER; i++) {
+        mine[i].producer = pa->id;
+        mine[i].seq = i;
+        mine[i].msg.type = 0;
+        mn_mailbox_post(pa->t->mb, &mine[i].msg);
+    }
+    return NULL;
+}
+
+typedef struct count_job {
+    mn_job job;
+    long *counter; /* written on the worker, read on the loop after the completion message */
+} count_job;
+
+static void count_run(mn_job *job)
+{
+    (*((count_job *)job)->counter)++;
+}
+
+static void mailbox_stress(void)
+{
+    mb_test t = {0};
+    mn_err err = {{0}};
+    CHECK(evthread_use_pthreads() == 0, "evthread_use_pthreads");
+    t.base = event_base_new();
+    t.msgs = calloc((size_t)PRODUCERS * PER_PRODUCER, sizeof *t.msgs);
+    t.seen = calloc((size_t)PRODUCERS * PER_PRODUCER, 1);
+    if (!t.base || !t.msgs || !t.seen || mn_mailbox_new(t.base, "test", mb_handler, &t, 64, &t.mb, &err) != MN_OK) {
+        CHECK(0, "setup: %s", err.msg);
+        return;
+    }
+    pthread_t th[PRODUCERS];
+    prod_arg args[PRODUCERS];
+    for (uint32_t i = 0; i < PRODUCERS; i++) {
+        args[i] = (prod_arg){&t, i};
+        pthread_create(&th[i], NULL, mb_producer, &args[i]);
+    }
+    event_base_loop(t.base, EVLOOP_NO_EXIT_ON_EMPTY);
+    for (int i = 0; i < PRODUCERS; i++)
+        pthread_join(th[i], NULL);
+    long dup = 0, lost = 0;
+    for (size_t i = 0; i < (size_t)PRODUCERS * PER_PRODUCER; i++)
+        dup += t.seen[i] > 1, lost += t.seen[i] == 0;
+    CHECK(t.received == (long)PRODUCERS * PER_PRODUCER, "received %ld of %d", t.received, PRODUCERS * PER_PRODUCER);
+    CHECK(lost == 0 && dup == 0, "%ld lost, %ld duplicated", lost, dup);
+    CHECK(t.out_of_order == 0, "%ld messages out of their producer's order", t.out_of_order);
+    CHECK(mn_mailbox_depth(t.mb) == 0, "depth %zu after draining", mn_mailbox_depth(t.mb));
+
+    /* the compute worker: 1000 jobs, each completion re-enters the loop through the mailbox */
+    mn_worker *w;
+    CHECK(mn_worker_new("test", &w, &err) == MN_OK, "worker: %s", err.msg);
+    static count_job jobs[1000];
+    long counter = 0;
+    for (int i = 0; i < 1000; i++) {
+        jobs[i] = (count_job){.job = {.run = count_run, .reply_to = t.mb}, .counter = &counter};
+        jobs[i].job.msg.type = 1;
+        mn_worker_submit(w, &jobs[i].job);
+    }
+    event_base_loop(t.base, EVLOOP_NO_EXIT_ON_EMPTY);
+    CHECK(t.handled_jobs == 1000 && counter == 1000, "jobs: %ld completions, %ld runs", t.handled_jobs, counter);
+    mn_worker_free(w);
+    mn_mailbox_free(t.mb);
+    event_base_free(t.base);
+    free(t.msgs);
+    free(t.seen);
+}
+
 int main(void)
 {
     const char *dir = getenv("MINIONS_TEST_DATA");
     if (!dir)
         dir = "tests/data";
     pool_stress();
+    mailbox_stress();
     forward_threads(dir, "gqa_f32.gguf");
     forward_threads(dir, "q4_1.gguf");
     printf("stress_threads: %d passed, %d failed\n", passed, failed);

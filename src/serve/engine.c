@@ -157,7 +157,7 @@ int mn_engine_port(const mn_engine *e)
 
 mn_status mn_engine_run(mn_engine *e, mn_err *err)
 {
-    if (event_base_dispatch(e->base) < 0)
+    if (event_base_loop(e->base, EVLOOP_NO_EXIT_ON_EMPTY) < 0) /* actors live on active-only events */
         return mn_fail(err, MN_ERROR, "the event loop failed");
     return MN_OK;
 }

@@ -1,0 +1,655 @@
+/* test_server.c - minionsd end to end: the real daemon on an ephemeral TCP port, a temporary Unix
+ * socket and an ipc:// admin socket, driven over real sockets. Greedy texts must equal
+ * minions-generate's byte for byte whatever else runs; bad input gets its error and the connection
+ * lives on; a dropped client's KV returns to the pool; drain and SIGTERM exit 0 (in the ASan build
+ * LeakSanitizer turns any leak into a non-zero exit). Needs $MINIONS_BIN_DIR and $MINIONS_SRCDIR. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <nanomsg/nn.h>
+#include <nanomsg/reqrep.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/client.h"
+
+extern char **environ;
+
+static const char *env_or(const char *name, const char *dflt)
+{
+    const char *v = getenv(name);
+    return v ? v : dflt;
+}
+
+static const char *model_path(void)
+{
+    static char path[1024];
+    snprintf(path, sizeof path, "%s/models/target.gguf", env_or("MINIONS_SRCDIR", "."));
+    return path;
+}
+
+typedef struct server {
+    pid_t pid;
+    char dir[64];
+    char tcp[64];      /* 127.0.0.1:PORT */
+    char unix_path[128];
+    char admin[160];   /* ipc://... */
+} server;
+
+static void server_start(server *s, const char *const *extra)
+{
+    snprintf(s->dir, sizeof s->dir, "/tmp/minions-test-XXXXXX");
+    cr_assert(mkdtemp(s->dir));
+    snprintf(s->unix_path, sizeof s->unix_path, "%s/sock", s->dir);
+    snprintf(s->admin, sizeof s->admin, "ipc://%s/admin", s->dir);
+    char bin[1024];
+    snprintf(bin, sizeof bin, "%s/minionsd", env_or("MINIONS_BIN_DIR", "."));
+    const char *argv[32] = {bin, "--model", model_path(), "--port", "0", "--unix", s->unix_path,
+                            "--admin", s->admin, "--threads", "2"};
+    int argc = 11;
+    for (int i = 0; extra && extra[i]; i++)
+        argv[argc++] = extra[i];
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    pid_t parent = getpid();
+    s->pid = fork();
+    cr_assert(s->pid >= 0);
+    if (s->pid == 0) { /* the daemon dies with the test, even when an assertion ends it early */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(127);
+        dup2(fds[1], 1);
+        close(fds[0]);
+        close(fds[1]);
+        execv(bin, (char **)argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    FILE *out = fdopen(fds[0], "r");
+    char line[512] = {0};
+    cr_assert(fgets(line, sizeof line, out), "minionsd printed no ready line");
+    fclose(out);
+    const char *tcp = strstr(line, "tcp ");
+    cr_assert(tcp, "ready line: %s", line);
+    sscanf(tcp + 4, "%63s", s->tcp);
+}
+
+/* Wait for the daemon to exit; returns its exit status (-1: killed after timeout_s, or a signal). */
+static int server_wait(server *s, int timeout_s)
+{
+    int status;
+    for (int i = 0; i < timeout_s * 20; i++) {
+        if (waitpid(s->pid, &status, WNOHANG) == s->pid) {
+            char cmd[200];
+            snprintf(cmd, sizeof cmd, "rm -rf %s", s->dir);
+            (void)!system(cmd);
+            return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        }
+        usleep(50000);
+    }
+    kill(s->pid, SIGKILL);
+    waitpid(s->pid, &status, 0);
+    return -1;
+}
+
+static void server_stop(server *s)
+{
+    kill(s->pid, SIGTERM);
+    cr_assert_eq(server_wait(s, 60), 0, "minionsd did not exit 0 after SIGTERM");
+}
+
+/* One admin command; the parsed reply (caller decrefs). */
+static json_t *admin(server *s, const char *cmd)
+{
+    int sock = nn_socket(AF_SP, NN_REQ);
+    cr_assert(sock >= 0);
+    int tmo = 20000;
+    nn_setsockopt(sock, NN_SOL_SOCKET, NN_RCVTIMEO, &tmo, sizeof tmo);
+    cr_assert(nn_connect(sock, s->admin) >= 0);
+    cr_assert(nn_send(sock, cmd, strlen(cmd), 0) >= 0);
+    char *buf = NULL;
+    int n = nn_recv(sock, &buf, NN_MSG, 0);
+    cr_assert(n > 0, "admin reply: %s", nn_strerror(nn_errno()));
+    json_t *o = json_loadb(buf, (size_t)n, 0, NULL);
+    cr_assert(o, "admin reply is not JSON");
+    nn_freemsg(buf);
+    nn_close(sock);
+    return o;
+}
+
+static json_int_t stat_of(json_t *stats, const char *group, const char *key)
+{
+    return json_integer_value(json_object_get(json_object_get(json_object_get(stats, "stats"), group), key));
+}
+
+/* A client plus the replies read while waiting for another id. */
+typedef struct tconn {
+    mn_client c;
+    json_t *stash; /* array of replies not yet consumed */
+} tconn;
+
+static void connect_to(const char *addr, tconn *t)
+{
+    mn_err err = {{0}};
+    cr_assert_eq(mn_client_connect(addr, &t->c, &err), 0, "%s", err.msg);
+    t->stash = json_array();
+}
+
+static void tconn_close(tconn *t)
+{
+    mn_client_close(&t->c);
+    json_decref(t->stash);
+    t->stash = NULL;
+}
+
+static void send_line(tconn *t, const char *line)
+{
+    cr_assert_eq(mn_client_send(&t->c, line, strlen(line)), 0);
+    cr_assert_eq(mn_client_send(&t->c, "\n", 1), 0);
+}
+
+static void send_request(tconn *c, const char *id, const char *prompt, int max_tokens, double temperature,
+                         int stream)
+{
+    json_t *o = json_pack("{s:s, s:s, s:i, s:f, s:b}", "id", id, "prompt", prompt, "max_tokens", max_tokens,
+                          "temperature", temperature, "stream", stream);
+    char *line = json_dumps(o, JSON_COMPACT);
+    send_line(c, line);
+    free(line);
+    json_decref(o);
+}
+
+/* The next reply line from the socket (the stash is not consulted). */
+static json_t *read_reply(tconn *t)
+{
+    size_t n;
+    char *l = mn_client_read_line(&t->c, &n);
+    cr_assert(l, "the server closed the connection");
+    json_t *o = json_loadb(l, n, 0, NULL);
+    cr_assert(o, "reply is not JSON: %s", l);
+    return o;
+}
+
+/* The next reply for id: from the stash, else from the socket (stashing other ids' replies). */
+static json_t *next_for(tconn *t, const char *id)
+{
+    size_t i;
+    json_t *o;
+    json_array_foreach(t->stash, i, o) {
+        const char *rid = json_string_value(json_object_get(o, "id"));
+        if (rid && !strcmp(rid, id)) {
+            json_incref(o);
+            json_array_remove(t->stash, i);
+            return o;
+        }
+    }
+    for (;;) {
+        o = read_reply(t);
+        const char *rid = json_string_value(json_object_get(o, "id"));
+        if (rid && !strcmp(rid, id))
+            return o;
+        json_array_append_new(t->stash, o);
+    }
+}
+
+/* Read until the done or error line of `id`; the deltas read here must be the done text's tail
+ * (all of it when none were read before). */
+static json_t *await(tconn *c, const char *id)
+{
+    json_t *acc = json_string("");
+    for (;;) {
+        json_t *o = next_for(c, id);
+        {
+            json_t *d = json_object_get(o, "delta");
+            if (d) {
+                char *joined = NULL;
+                cr_assert(asprintf(&joined, "%s%s", json_string_value(acc), json_string_value(d)) > 0);
+                json_string_set(acc, joined);
+                free(joined);
+            } else {
+                const char *text = json_string_value(json_object_get(o, "text"));
+                if (json_object_get(o, "done") && json_string_length(acc))
+                    cr_assert(strlen(text) >= json_string_length(acc) &&
+                                  !strcmp(text + strlen(text) - json_string_length(acc), json_string_value(acc)),
+                              "%s: deltas differ from the done text", id);
+                json_decref(acc);
+                return o;
+            }
+        }
+        json_decref(o);
+    }
+}
+
+/* minions-generate's greedy continuation of prompt. */
+static char *generate(const char *prompt, int n)
+{
+    char bin[1024], ntok[16];
+    snprintf(bin, sizeof bin, "%s/minions-generate", env_or("MINIONS_BIN_DIR", "."));
+    snprintf(ntok, sizeof ntok, "%d", n);
+    const char *argv[] = {bin, "--model", model_path(), "--prompt", prompt, "-n", ntok, "-t", "1", NULL};
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+    posix_spawn_file_actions_addclose(&fa, fds[0]);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    pid_t pid;
+    cr_assert_eq(posix_spawn(&pid, bin, &fa, NULL, (char **)argv, environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[1]);
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    ssize_t r;
+    while ((r = read(fds[0], buf + len, cap - 1 - len)) > 0)
+        len += (size_t)r;
+    buf[len] = 0;
+    close(fds[0]);
+    int status;
+    waitpid(pid, &status, 0);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "minions-generate failed");
+    return buf;
+}
+
+/* The first prompts of each bundled prompt set. */
+static int load_prompts(char **out, int per_set)
+{
+    static const char *sets[] = {"kjv", "web", "devil"};
+    int n = 0;
+    for (int s = 0; s < 3; s++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/prompts/%s.jsonl", env_or("MINIONS_SRCDIR", "."), sets[s]);
+        FILE *f = fopen(path, "r");
+        cr_assert(f, "%s", path);
+        char line[8192];
+        for (int i = 0; i < per_set && fgets(line, sizeof line, f); i++) {
+            json_t *o = json_loads(line, 0, NULL);
+            out[n++] = strdup(json_string_value(json_object_get(o, "prompt")));
+            json_decref(o);
+        }
+        fclose(f);
+    }
+    return n;
+}
+
+/* Greedy over the socket equals minions-generate, while sampled requests run beside them. */
+Test(server, greedy_equals_generate_under_load, .timeout = 300)
+{
+    char *prompts[6];
+    int n = load_prompts(prompts, 2);
+    server s;
+    server_start(&s, NULL);
+    tconn a, b;
+    connect_to(s.tcp, &a);
+    connect_to(s.unix_path, &b);
+    for (int i = 0; i < 4; i++) {
+        char id[8];
+        snprintf(id, sizeof id, "s%d", i);
+        send_request(&b, id, prompts[i], 40, 0.9, i % 2);
+    }
+    for (int i = 0; i < n; i++) {
+        char id[8];
+        snprintf(id, sizeof id, "g%d", i);
+        send_request(&a, id, prompts[i], 48, 0, i % 2);
+    }
+    for (int i = 0; i < n; i++) {
+        char id[8];
+        snprintf(id, sizeof id, "g%d", i);
+        json_t *done = await(&a, id);
+        char *want = generate(prompts[i], 48);
+        cr_assert_str_eq(json_string_value(json_object_get(done, "text")), want, "prompt %d: %s", i, prompts[i]);
+        free(want);
+        json_decref(done);
+    }
+    for (int i = 0; i < 4; i++) {
+        char id[8];
+        snprintf(id, sizeof id, "s%d", i);
+        json_t *done = await(&b, id);
+        cr_assert(json_object_get(done, "done"));
+        json_decref(done);
+    }
+    tconn_close(&a);
+    tconn_close(&b);
+    server_stop(&s);
+    for (int i = 0; i < n; i++)
+        free(prompts[i]);
+}
+
+typedef struct client_job {
+    const char *addr;
+    char **prompts;
+    char **want;
+    int id, failures;
+} client_job;
+
+static void *client_thread(void *arg)
+{
+    client_job *j = arg;
+    mn_client c;
+    mn_err err = {{0}};
+    if (mn_client_connect(j->addr, &c, &err) < 0) {
+        j->failures = 4;
+        return NULL;
+    }
+    for (int k = 0; k < 4; k++) {
+        int p = (j->id + k) % 6;
+        json_t *o = json_pack("{s:s, s:s, s:i, s:b}", "id", "x", "prompt", j->prompts[p], "max_tokens", 16, "stream", k % 2);
+        char *line = json_dumps(o, JSON_COMPACT);
+        json_decref(o);
+        mn_client_send(&c, line, strlen(line));
+        mn_client_send(&c, "\n", 1);
+        free(line);
+        int ok = 0;
+        for (char *l; !ok && (l = mn_client_read_line(&c, NULL));) {
+            json_t *r = json_loads(l, 0, NULL);
+            if (json_object_get(r, "done")) {
+                ok = strcmp(json_string_value(json_object_get(r, "text")), j->want[p]) == 0 ? 1 : -1;
+            } else if (!json_object_get(r, "delta")) {
+                ok = -1;
+            }
+            json_decref(r);
+        }
+        j->failures += ok != 1;
+    }
+    mn_client_close(&c);
+    return NULL;
+}
+
+Test(server, thirty_two_clients_four_requests_each, .timeout = 300)
+{
+    char *prompts[6], *want[6];
+    int n = load_prompts(prompts, 2);
+    for (int i = 0; i < n; i++)
+        want[i] = generate(prompts[i], 16);
+    server s;
+    server_start(&s, NULL);
+    pthread_t th[32];
+    client_job jobs[32];
+    for (int i = 0; i < 32; i++) {
+        jobs[i] = (client_job){i % 2 ? s.tcp : s.unix_path, prompts, want, i, 0};
+        pthread_create(&th[i], NULL, client_thread, &jobs[i]);
+    }
+    int failures = 0;
+    for (int i = 0; i < 32; i++) {
+        pthread_join(th[i], NULL);
+        failures += jobs[i].failures;
+    }
+    cr_assert_eq(failures, 0, "%d of 128 requests failed or differed from minions-generate", failures);
+    json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
+    cr_assert_eq(stat_of(st, "requests", "done"), 128);
+    json_decref(st);
+    server_stop(&s);
+    for (int i = 0; i < n; i++)
+        free(prompts[i]), free(want[i]);
+}
+
+static void expect_error(tconn *c, const char *line, const char *code)
+{
+    send_line(c, line);
+    json_t *o = read_reply(c);
+    json_t *e = json_object_get(o, "error");
+    cr_assert(e, "no error for %s", line);
+    cr_assert_str_eq(json_string_value(json_object_get(e, "code")), code, "%s", line);
+    cr_assert(json_string_length(json_object_get(e, "message")) > 0);
+    json_decref(o);
+}
+
+Test(server, bad_input_gets_errors_and_the_connection_lives, .timeout = 120)
+{
+    server s;
+    server_start(&s, NULL);
+    tconn c;
+    connect_to(s.tcp, &c);
+    expect_error(&c, "this is not json", "invalid_json");
+    expect_error(&c, "[1]", "invalid_json");
+    expect_error(&c, "{\"prompt\":\"x\"}", "invalid_request");
+    expect_error(&c, "{\"id\":\"a\",\"prompt\":\"x\",\"max_tokens\":-1}", "invalid_request");
+    expect_error(&c, "{\"id\":\"a\",\"prompt\":\"x\",\"temperature\":\"hot\"}", "invalid_request");
+    expect_error(&c, "{\"id\":\"a\",\"prompt\":\"x\",\"colour\":1}", "invalid_request");
+    expect_error(&c, "{\"cancel\":\"nobody\"}", "unknown_id");
+    /* a prompt longer than the model's context */
+    size_t big = 40000;
+    char *line = malloc(big + 64), *p = line;
+    p += sprintf(p, "{\"id\":\"long\",\"prompt\":\"");
+    for (size_t i = 0; i < big / 4; i++)
+        p += sprintf(p, "abc ");
+    sprintf(p, "\"}");
+    expect_error(&c, line, "invalid_request");
+    free(line);
+    /* a duplicate id while the first is in flight */
+    send_request(&c, "dup", "And God said", 300, 0, 0);
+    send_request(&c, "dup", "And God said", 5, 0, 0);
+    json_t *o = read_reply(&c);
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(o, "error"), "code")), "invalid_request");
+    json_decref(o);
+    o = await(&c, "dup");
+    cr_assert(json_object_get(o, "done"));
+    json_decref(o);
+    /* still usable */
+    send_request(&c, "ok", "In the beginning", 8, 0, 1);
+    o = await(&c, "ok");
+    cr_assert(json_object_get(o, "done"), "after the errors a request still completes");
+    json_decref(o);
+    tconn_close(&c);
+    server_stop(&s);
+}
+
+Test(server, line_too_long_closes_after_the_error, .timeout = 120)
+{
+    server s;
+    server_start(&s, (const char *[]){"--max-line", "256", NULL});
+    tconn c;
+    connect_to(s.unix_path, &c);
+    char junk[600];
+    memset(junk, 'x', sizeof junk);
+    cr_assert_eq(mn_client_send(&c.c, junk, sizeof junk), 0);
+    json_t *o = read_reply(&c);
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(o, "error"), "code")), "line_too_long");
+    json_decref(o);
+    cr_assert_null(mn_client_read_line(&c.c, NULL), "the connection closes after line_too_long");
+    tconn_close(&c);
+    connect_to(s.tcp, &c); /* the server itself is fine */
+    send_request(&c, "after", "And", 4, 0, 0);
+    o = await(&c, "after");
+    cr_assert(json_object_get(o, "done"));
+    json_decref(o);
+    tconn_close(&c);
+    server_stop(&s);
+}
+
+static void wait_idle(server *s)
+{
+    for (int i = 0; i < 200; i++) {
+        json_t *st = admin(s, "{\"cmd\":\"stats\"}");
+        json_t *kv = json_object_get(json_object_get(json_object_get(st, "stats"), "kv"), "target");
+        json_int_t used = json_integer_value(json_object_get(kv, "used"));
+        json_int_t live = stat_of(st, "requests", "in_flight");
+        json_decref(st);
+        if (used == 0 && live == 0)
+            return;
+        usleep(50000);
+    }
+    cr_assert_fail("KV blocks or requests still held 10 s after the client left");
+}
+
+Test(server, disconnect_and_cancel_free_the_kv, .timeout = 120)
+{
+    server s;
+    server_start(&s, NULL);
+    tconn c;
+    connect_to(s.tcp, &c);
+    send_request(&c, "keep", "And God said", 900, 0, 1);
+    send_request(&c, "also", "Blessed are", 900, 0.7, 1);
+    json_t *o = read_reply(&c); /* streaming has begun */
+    cr_assert(json_object_get(o, "delta"));
+    json_decref(o);
+    json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
+    cr_assert_gt(json_integer_value(json_object_get(
+                     json_object_get(json_object_get(json_object_get(st, "stats"), "kv"), "target"), "used")),
+                 0);
+    json_decref(st);
+    tconn_close(&c); /* drop mid-stream */
+    wait_idle(&s);
+
+    connect_to(s.unix_path, &c);
+    send_request(&c, "c1", "And God said", 900, 0, 1);
+    o = read_reply(&c);
+    json_decref(o);
+    send_line(&c, "{\"cancel\":\"c1\"}");
+    o = await(&c, "c1");
+    cr_assert_str_eq(json_string_value(json_object_get(o, "finish_reason")), "cancelled");
+    json_decref(o);
+    wait_idle(&s);
+    tconn_close(&c);
+    server_stop(&s);
+}
+
+/* A pool too small for every request at once: kvmem preempts and recomputes, output unchanged. */
+Test(server, preemption_keeps_greedy_output, .timeout = 300)
+{
+    char *prompts[6], *want[6];
+    int n = load_prompts(prompts, 2);
+    for (int i = 0; i < n; i++)
+        want[i] = generate(prompts[i], 200);
+    server s;
+    server_start(&s, (const char *[]){"--kv-blocks", "64", NULL});
+    tconn c;
+    connect_to(s.tcp, &c);
+    for (int i = 0; i < n; i++) {
+        char id[8];
+        snprintf(id, sizeof id, "p%d", i);
+        send_request(&c, id, prompts[i], 200, 0, 0);
+    }
+    for (int i = 0; i < n; i++) {
+        char id[8];
+        snprintf(id, sizeof id, "p%d", i);
+        json_t *o = await(&c, id);
+        cr_assert_str_eq(json_string_value(json_object_get(o, "text")), want[i], "prompt %d", i);
+        json_decref(o);
+    }
+    json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
+    cr_assert_gt(json_integer_value(json_object_get(json_object_get(st, "stats"), "preemptions")), 0,
+                 "6 x ~230 tokens in 64 blocks of 16 must preempt");
+    json_decref(st);
+    wait_idle(&s);
+    tconn_close(&c);
+    server_stop(&s);
+    for (int i = 0; i < n; i++)
+        free(prompts[i]), free(want[i]);
+}
+
+Test(server, admin_get_set_stats, .timeout = 120)
+{
+    server s;
+    server_start(&s, NULL);
+    json_t *o = admin(&s, "{\"cmd\":\"get\"}");
+    cr_assert(json_is_true(json_object_get(o, "ok")));
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(o, "config"), "batch.max_sequences")), 16);
+    json_decref(o);
+    o = admin(&s, "{\"cmd\":\"set\",\"key\":\"batch.max_sequences\",\"value\":3}");
+    cr_assert(json_is_true(json_object_get(o, "ok")));
+    json_decref(o);
+    o = admin(&s, "{\"cmd\":\"get\",\"key\":\"batch.max_sequences\"}");
+    cr_assert_eq(json_integer_value(json_object_get(o, "value")), 3);
+    json_decref(o);
+    static const char *bad[] = {
+        "{\"cmd\":\"set\",\"key\":\"batch.max_sequences\",\"value\":0}",
+        "{\"cmd\":\"set\",\"key\":\"batch.max_sequences\",\"value\":100000}",
+        "{\"cmd\":\"set\",\"key\":\"batch.max_sequences\",\"value\":\"4\"}",
+        "{\"cmd\":\"set\",\"key\":\"no.such.key\",\"value\":1}",
+        "{\"cmd\":\"set\",\"key\":\"log.level\",\"value\":\"loud\"}",
+        "{\"cmd\":\"frobnicate\"}",
+        "not json",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        o = admin(&s, bad[i]);
+        cr_assert(json_is_false(json_object_get(o, "ok")), "accepted: %s", bad[i]);
+        cr_assert(json_string_length(json_object_get(o, "error")) > 0);
+        json_decref(o);
+    }
+    /* with batch.max_sequences 3, at most 3 run; the rest queue */
+    tconn c;
+    connect_to(s.tcp, &c);
+    for (int i = 0; i < 6; i++) {
+        char id[8];
+        snprintf(id, sizeof id, "q%d", i);
+        send_request(&c, id, "And it came to pass", 300, 0, 0);
+    }
+    int saw_queue = 0;
+    for (int i = 0; i < 40 && !saw_queue; i++) {
+        o = admin(&s, "{\"cmd\":\"stats\"}");
+        cr_assert_leq(stat_of(o, "requests", "running"), 3);
+        saw_queue = stat_of(o, "requests", "queued") > 0 && stat_of(o, "requests", "running") == 3;
+        json_decref(o);
+        usleep(20000);
+    }
+    cr_assert(saw_queue, "never saw 3 running with others queued");
+    for (int i = 0; i < 6; i++) {
+        char id[8];
+        snprintf(id, sizeof id, "q%d", i);
+        json_decref(await(&c, id));
+    }
+    o = admin(&s, "{\"cmd\":\"stats\"}");
+    cr_assert_eq(stat_of(o, "requests", "done"), 6);
+    cr_assert_eq(stat_of(o, "tokens", "generated"), 6 * 300);
+    cr_assert(json_object_get(json_object_get(json_object_get(o, "stats"), "mailboxes"), "verifier"));
+    json_decref(o);
+    tconn_close(&c);
+    server_stop(&s);
+}
+
+/* drain: running requests finish, new ones are refused, the daemon exits 0. */
+static void drain_test(int by_signal)
+{
+    server s;
+    server_start(&s, NULL);
+    tconn c;
+    connect_to(s.tcp, &c);
+    send_request(&c, "last", "And God said", 900, 0, 1);
+    json_t *o = read_reply(&c);
+    json_decref(o);
+    if (by_signal) {
+        kill(s.pid, SIGTERM);
+        int draining = 0;
+        for (int i = 0; i < 100 && !draining; i++, usleep(10000)) { /* the signal arrives when it arrives */
+            o = admin(&s, "{\"cmd\":\"stats\"}");
+            draining = json_is_true(json_object_get(json_object_get(o, "stats"), "draining"));
+            json_decref(o);
+        }
+        cr_assert(draining, "SIGTERM did not start a drain");
+    } else {
+        o = admin(&s, "{\"cmd\":\"drain\"}");
+        cr_assert(json_is_true(json_object_get(o, "draining")));
+        json_decref(o);
+    }
+    send_request(&c, "late", "And", 5, 0, 0); /* the drain was acknowledged: this one is refused */
+    o = await(&c, "late");
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(o, "error"), "code")), "busy");
+    json_decref(o);
+    o = await(&c, "last");
+    cr_assert_str_eq(json_string_value(json_object_get(o, "finish_reason")), "length");
+    json_decref(o);
+    tconn_close(&c);
+    cr_assert_eq(server_wait(&s, 60), 0, "minionsd did not exit 0 after the drain");
+}
+
+Test(server, admin_drain_finishes_and_exits_zero, .timeout = 120)
+{
+    drain_test(0);
+}
+
+Test(server, sigterm_drains_and_exits_zero, .timeout = 120)
+{
+    drain_test(1);
+}
