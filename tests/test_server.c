@@ -16,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -294,17 +296,17 @@ Test(server, greedy_equals_generate_under_load, .timeout = 300)
     connect_to(s.tcp, &a);
     connect_to(s.unix_path, &b);
     for (int i = 0; i < 4; i++) {
-        char id[8];
+        char id[16];
         snprintf(id, sizeof id, "s%d", i);
         send_request(&b, id, prompts[i], 40, 0.9, i % 2);
     }
     for (int i = 0; i < n; i++) {
-        char id[8];
+        char id[16];
         snprintf(id, sizeof id, "g%d", i);
         send_request(&a, id, prompts[i], 48, 0, i % 2);
     }
     for (int i = 0; i < n; i++) {
-        char id[8];
+        char id[16];
         snprintf(id, sizeof id, "g%d", i);
         json_t *done = await(&a, id);
         char *want = generate(prompts[i], 48);
@@ -313,7 +315,7 @@ Test(server, greedy_equals_generate_under_load, .timeout = 300)
         json_decref(done);
     }
     for (int i = 0; i < 4; i++) {
-        char id[8];
+        char id[16];
         snprintf(id, sizeof id, "s%d", i);
         json_t *done = await(&b, id);
         cr_assert(json_object_get(done, "done"));
@@ -515,6 +517,58 @@ Test(server, disconnect_and_cancel_free_the_kv, .timeout = 120)
     server_stop(&s);
 }
 
+/* Backpressure: a client that does not read is throttled (its requests pause) and the others go on. */
+Test(server, a_client_that_does_not_read_stalls_only_itself, .timeout = 300)
+{
+    server s;
+    server_start(&s, (const char *[]){"--output-buffer", "16", NULL});
+    tconn slow, fast;
+    { /* a small receive window, so the kernel holds little of what the server sends */
+        slow.c = (mn_client){.fd = socket(AF_INET, SOCK_STREAM, 0)};
+        slow.stash = json_array();
+        int small = 4096, port = atoi(strchr(s.tcp, ':') + 1);
+        setsockopt(slow.c.fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        cr_assert_eq(connect(slow.c.fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    }
+    for (int i = 0; i < 48; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "big%d", i);
+        send_request(&slow, id, "And God said", 1000, 0, 1);
+    }
+    int throttled = 0;
+    for (int i = 0; i < 1200 && !throttled; i++, usleep(50000)) {
+        json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
+        throttled = json_integer_value(json_object_get(json_object_get(st, "stats"), "throttled")) == 1;
+        json_decref(st);
+    }
+    cr_assert(throttled, "the connection that does not read was never throttled");
+    json_t *a = admin(&s, "{\"cmd\":\"stats\"}");
+    connect_to(s.tcp, &fast);
+    send_request(&fast, "quick", "In the beginning", 32, 0, 1);
+    json_t *o = await(&fast, "quick");
+    cr_assert(json_object_get(o, "done"), "a reading client is served while another is throttled");
+    json_decref(o);
+    json_t *b = admin(&s, "{\"cmd\":\"stats\"}");
+    cr_assert_eq(stat_of(b, "tokens", "generated") - stat_of(a, "tokens", "generated"), 32,
+                 "the throttled client's requests kept producing");
+    cr_assert_gt(stat_of(b, "requests", "in_flight"), 0);
+    json_decref(a);
+    json_decref(b);
+    for (int i = 0; i < 48; i++) { /* reading again releases it: everything completes */
+        char id[16];
+        snprintf(id, sizeof id, "big%d", i);
+        o = await(&slow, id);
+        cr_assert(json_object_get(o, "done"), "%s", id);
+        json_decref(o);
+    }
+    wait_idle(&s);
+    tconn_close(&slow);
+    tconn_close(&fast);
+    server_stop(&s);
+}
+
 /* A pool too small for every request at once: kvmem preempts and recomputes, output unchanged. */
 Test(server, preemption_keeps_greedy_output, .timeout = 300)
 {
@@ -527,12 +581,12 @@ Test(server, preemption_keeps_greedy_output, .timeout = 300)
     tconn c;
     connect_to(s.tcp, &c);
     for (int i = 0; i < n; i++) {
-        char id[8];
+        char id[16];
         snprintf(id, sizeof id, "p%d", i);
         send_request(&c, id, prompts[i], 200, 0, 0);
     }
     for (int i = 0; i < n; i++) {
-        char id[8];
+        char id[16];
         snprintf(id, sizeof id, "p%d", i);
         json_t *o = await(&c, id);
         cr_assert_str_eq(json_string_value(json_object_get(o, "text")), want[i], "prompt %d", i);
@@ -582,7 +636,7 @@ Test(server, admin_get_set_stats, .timeout = 120)
     tconn c;
     connect_to(s.tcp, &c);
     for (int i = 0; i < 6; i++) {
-        char id[8];
+        char id[16];
         snprintf(id, sizeof id, "q%d", i);
         send_request(&c, id, "And it came to pass", 300, 0, 0);
     }
@@ -596,7 +650,7 @@ Test(server, admin_get_set_stats, .timeout = 120)
     }
     cr_assert(saw_queue, "never saw 3 running with others queued");
     for (int i = 0; i < 6; i++) {
-        char id[8];
+        char id[16];
         snprintf(id, sizeof id, "q%d", i);
         json_decref(await(&c, id));
     }

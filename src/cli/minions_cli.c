@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <nanomsg/nn.h>
+#include <nanomsg/reqrep.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,13 +24,37 @@ static void usage(FILE *f)
             "      --top-p P          nucleus mass (default 1)\n"
             "      --seed N           sampling seed (default 0)\n"
             "      --stop TEXT        stop string (repeatable)\n"
-            "      --no-stream        print the text once, at the end\n");
+            "      --no-stream        print the text once, at the end\n"
+            "usage: minions-cli --admin ADDR COMMAND   (e.g. --admin ipc:///tmp/minionsd-0.admin '{\"cmd\":\"stats\"}')\n"
+            "      sends one JSON command to the admin socket and prints the reply\n");
+}
+
+/* One request-reply round trip on the admin socket; the reply goes to stdout. */
+static int admin_command(const char *addr, const char *cmd)
+{
+    int sock = nn_socket(AF_SP, NN_REQ), tmo = 10000;
+    char *reply = NULL;
+    int n = -1;
+    if (sock >= 0 && nn_setsockopt(sock, NN_SOL_SOCKET, NN_RCVTIMEO, &tmo, sizeof tmo) >= 0 &&
+        nn_connect(sock, addr) >= 0 && nn_send(sock, cmd, strlen(cmd), 0) >= 0)
+        n = nn_recv(sock, &reply, NN_MSG, 0);
+    if (n < 0) {
+        fprintf(stderr, "minions-cli: admin %s: %s\n", addr, nn_strerror(nn_errno()));
+        if (sock >= 0)
+            nn_close(sock);
+        return 1;
+    }
+    printf("%.*s\n", n, reply);
+    nn_freemsg(reply);
+    nn_close(sock);
+    return 0;
 }
 
 int main(int argc, char **argv)
 {
     const char *addr = "127.0.0.1:8090";
     int stream = 1;
+    const char *admin = NULL;
     json_t *req = json_object(), *stops = json_array();
     json_object_set_new(req, "id", json_string("cli"));
     json_object_set_new(req, "stream", json_true());
@@ -37,7 +63,8 @@ int main(int argc, char **argv)
         {"max-tokens", required_argument, 0, 'n'},  {"temperature", required_argument, 0, 'T'},
         {"top-p", required_argument, 0, 'P'},       {"seed", required_argument, 0, 'S'},
         {"stop", required_argument, 0, 's'},        {"no-stream", no_argument, 0, 'N'},
-        {"help", no_argument, 0, 'h'},              {0, 0, 0, 0},
+        {"admin", required_argument, 0, 'A'},      {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
     };
     for (int c; (c = getopt_long(argc, argv, "a:u:n:h", opts, NULL)) != -1;) {
         char *end = NULL;
@@ -48,6 +75,7 @@ int main(int argc, char **argv)
         case 'P': json_object_set_new(req, "top_p", json_real(strtod(optarg, &end))); break;
         case 'S': json_object_set_new(req, "seed", json_integer(strtoll(optarg, &end, 10))); break;
         case 's': json_array_append_new(stops, json_string(optarg)); break;
+        case 'A': admin = optarg; break;
         case 'N': json_object_set_new(req, "stream", json_false()), stream = 0; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
@@ -60,6 +88,11 @@ int main(int argc, char **argv)
     if (optind != argc - 1) {
         usage(stderr);
         return 2;
+    }
+    if (admin) {
+        json_decref(req);
+        json_decref(stops);
+        return admin_command(admin, argv[optind]);
     }
     json_object_set_new(req, "prompt", json_string(argv[optind]));
     if (json_array_size(stops))

@@ -32,7 +32,7 @@ static json_t *stats_json(mn_engine *e)
 {
     const mn_kv_pool *kv = e->be->kv;
     return json_pack("{s:{s:i, s:i, s:i, s:i, s:i}, s:{s:I, s:I}, s:f, s:I, s:I, s:{s:{s:i, s:i, s:i}},"
-                     " s:{s:i, s:i, s:i, s:i}, s:i, s:b}",
+                     " s:{s:i, s:i, s:i, s:i}, s:i, s:i, s:b}",
                      "requests", "running", (json_int_t)mn_kvmem_running(e->kvmem), "queued",
                      (json_int_t)mn_kvmem_queued(e->kvmem), "in_flight", (json_int_t)e->live_requests, "done",
                      (json_int_t)e->stats.requests_done, "failed", (json_int_t)e->stats.requests_failed,
@@ -43,7 +43,8 @@ static json_t *stats_json(mn_engine *e)
                      (json_int_t)kv->n_blocks, "mailboxes", "intake", (json_int_t)mn_mailbox_depth(e->intake_mb),
                      "kvmem", (json_int_t)mn_mailbox_depth(e->kvmem_mb), "verifier",
                      (json_int_t)mn_mailbox_depth(e->verifier_mb), "net", (json_int_t)mn_mailbox_depth(e->net_mb),
-                     "connections", (json_int_t)mn_net_connections(e->net), "draining", e->draining);
+                     "connections", (json_int_t)mn_net_connections(e->net), "throttled",
+                     (json_int_t)mn_net_throttled(e->net), "draining", e->draining);
 }
 
 static json_t *fail(const char *fmt, const char *arg)

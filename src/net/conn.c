@@ -17,8 +17,6 @@
 #include "util/alloc.h"
 #include "util/log.h"
 
-#define OUT_HIGH (256u << 10) /* throttle a connection above this much unsent output */
-#define OUT_LOW (64u << 10)   /* and resume below this */
 
 struct mn_conn {
     mn_net *net;
@@ -35,12 +33,15 @@ struct mn_net {
     int port;
     mn_conn *conns;
     uint32_t n_conns;
+    uint32_t n_throttled;  /* connections now throttled */
     char *line;            /* [max_line + 1] scratch for one line */
 };
 
 bool mn_conn_throttled(const mn_conn *c) { return c->throttled; }
+bool mn_req_paused(const mn_req *r) { return r->conn && r->conn->throttled; }
 int mn_net_port(const mn_net *n) { return n->port; }
 uint32_t mn_net_connections(const mn_net *n) { return n->n_conns; }
+uint32_t mn_net_throttled(const mn_net *n) { return n->n_throttled; }
 
 bool mn_net_flushed(const mn_net *n)
 {
@@ -61,6 +62,7 @@ static void conn_free(mn_conn *c)
         mn_engine_kick(n->e, &n->e->kvmem_kick, n->e->kvmem_mb);
         mn_engine_kick(n->e, &n->e->verifier_kick, n->e->verifier_mb);
     }
+    n->n_throttled -= c->throttled;
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -82,9 +84,11 @@ static void conn_write(mn_conn *c, char *line, size_t len)
     }
     bufferevent_write(c->bev, line, len);
     mn_free(line);
-    if (!c->throttled && evbuffer_get_length(bufferevent_get_output(c->bev)) > OUT_HIGH) {
+    if (!c->throttled && evbuffer_get_length(bufferevent_get_output(c->bev)) > c->net->e->cfg.out_high) {
         c->throttled = true;
+        c->net->n_throttled++;
         bufferevent_disable(c->bev, EV_READ);
+        mn_engine_kick(c->net->e, &c->net->e->kvmem_kick, c->net->e->kvmem_mb); /* its slots are free now */
     }
 }
 
@@ -196,6 +200,7 @@ static void on_write(struct bufferevent *bev, void *arg)
     }
     if (c->throttled) {
         c->throttled = false;
+        c->net->n_throttled--;
         bufferevent_enable(bev, EV_READ);
         mn_engine_kick(e, &e->verifier_kick, e->verifier_mb);
         read_lines(c);
@@ -218,6 +223,10 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
         int one = 1; /* replies are small lines that should leave at once */
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     }
+    /* Bound what the kernel holds for a client, so the output watermark - not a multi-megabyte
+     * auto-tuned socket buffer - decides when a client that does not read is paused. */
+    int sndbuf = (int)n->e->cfg.out_high;
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
     mn_conn *c = mn_calloc(1, sizeof *c);
     if (!c || !(c->bev = bufferevent_socket_new(n->e->base, fd, BEV_OPT_CLOSE_ON_FREE))) {
         mn_log(MN_LOG_ERROR, "net: out of memory for a connection");
@@ -232,7 +241,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     n->conns = c;
     n->n_conns++;
     bufferevent_setcb(c->bev, on_read, on_write, on_event, c);
-    bufferevent_setwatermark(c->bev, EV_WRITE, OUT_LOW, 0);
+    bufferevent_setwatermark(c->bev, EV_WRITE, n->e->cfg.out_high / 4, 0); /* resume below a quarter */
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
 }
 

@@ -31,6 +31,8 @@ void mn_net_stop_listening(mn_net *n);
 /* True when no connection has output waiting. */
 bool mn_net_flushed(const mn_net *n);
 uint32_t mn_net_connections(const mn_net *n);
+/* Connections whose output is above the high watermark right now. */
+uint32_t mn_net_throttled(const mn_net *n);
 bool mn_conn_throttled(const mn_conn *c);
 
 #endif

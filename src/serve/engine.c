@@ -23,6 +23,7 @@ mn_engine_config mn_engine_defaults(void)
         .max_queue = 256,
         .max_line = 1 << 20,
         .max_tokens_limit = 4096,
+        .out_high = 256 << 10,
     };
 }
 
@@ -95,6 +96,7 @@ mn_status mn_engine_new(const mn_engine_config *cfg, mn_engine **out, mn_err *er
     e->cfg = *cfg;
     e->max_batch = e->max_batch_cap = cfg->max_batch ? cfg->max_batch : 1;
     e->max_queue = e->max_queue_cap = cfg->max_queue ? cfg->max_queue : 1;
+    e->max_running = e->max_batch_cap + e->max_queue_cap;
     if (evthread_use_pthreads() != 0 || !(e->base = event_base_new())) {
         st = mn_fail(err, MN_ERROR, "cannot create the event loop");
         goto fail;

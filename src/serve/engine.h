@@ -29,6 +29,7 @@ typedef struct mn_engine_config {
     uint32_t max_queue;        /* most requests waiting for admission before `busy` */
     uint32_t max_line;         /* longest request line in bytes */
     uint32_t max_tokens_limit; /* largest max_tokens a request may ask for */
+    uint32_t out_high;         /* bytes of unsent output that throttle a connection (resumes at 1/4) */
 } mn_engine_config;
 
 mn_engine_config mn_engine_defaults(void);

@@ -69,6 +69,7 @@ struct mn_engine {
     mn_kick kvmem_kick, verifier_kick;
     uint32_t max_batch;          /* live setting: batch.max_sequences */
     uint32_t max_batch_cap;      /* what the buffers were sized for */
+    uint32_t max_running;        /* admitted requests, paused ones included (max_batch_cap + max_queue_cap) */
     uint32_t max_queue;          /* live setting: queue.max */
     uint32_t max_queue_cap;      /* what kvmem's queue was sized for */
     uint64_t live_requests;      /* accepted and not yet answered */
@@ -102,6 +103,9 @@ mn_status mn_verifier_new(mn_engine *e, mn_verifier **out, mn_err *err);
 void mn_verifier_handle(void *verifier, mn_msg *m);
 void mn_verifier_free(mn_verifier *v);
 bool mn_verifier_busy(const mn_verifier *v);
+
+/* True when r's client is not reading: r keeps its KV but neither runs nor counts against the batch. */
+bool mn_req_paused(const mn_req *r);
 
 /* The KV request of one verifier step: sequences and the length each must reach. */
 typedef struct mn_kv_grow {

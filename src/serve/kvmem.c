@@ -9,7 +9,7 @@ struct mn_kvmem {
     mn_kv_pool *pool;     /* the target's, owned by the backend */
     mn_req **queue;       /* ring of pending requests */
     uint32_t q_cap, q_head, q_len;
-    mn_req **running;     /* [max_batch_cap] */
+    mn_req **running;     /* [max_running] */
     uint32_t n_running;
     uint64_t serial;
 };
@@ -21,9 +21,9 @@ mn_status mn_kvmem_new(mn_engine *e, mn_kvmem **out, mn_err *err)
         return mn_fail(err, MN_NOMEM, "kvmem: out of memory");
     k->e = e;
     k->pool = e->be->kv;
-    k->q_cap = e->max_queue_cap + e->max_batch_cap; /* preempted requests come back on top */
+    k->q_cap = e->max_queue_cap + e->max_running; /* preempted requests come back on top */
     k->queue = mn_calloc(k->q_cap, sizeof *k->queue);
-    k->running = mn_calloc(e->max_batch_cap, sizeof *k->running);
+    k->running = mn_calloc(e->max_running, sizeof *k->running);
     if (!k->queue || !k->running) {
         mn_kvmem_free(k);
         return mn_fail(err, MN_NOMEM, "kvmem: out of memory");
@@ -93,10 +93,19 @@ static void drop_cancelled(mn_kvmem *k)
     k->q_len = kept;
 }
 
+/* Running requests that can run (their client reads); paused ones do not hold a batch slot. */
+static uint32_t active(const mn_kvmem *k)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < k->n_running; i++)
+        n += !mn_req_paused(k->running[i]);
+    return n;
+}
+
 /* Start queued requests, oldest first, while the batch has room and the pool has blocks. */
 static void try_admit(mn_kvmem *k)
 {
-    while (k->q_len && k->n_running < k->e->max_batch) {
+    while (k->q_len && k->n_running < k->e->max_running && active(k) < k->e->max_batch) {
         mn_req *r = queue_at(k, 0);
         if (mn_kv_reserve(k->pool, &r->kv, (uint32_t)r->toks.n) != MN_OK)
             return; /* head-of-line waits for blocks: admission stays FIFO */
@@ -110,13 +119,18 @@ static void try_admit(mn_kvmem *k)
     }
 }
 
-/* Take the newest running request's blocks; it goes back to the head of the queue. */
+/* Take the blocks of the newest paused request, else of the newest running one; it goes back to
+ * the head of the queue. */
 static mn_req *preempt_newest(mn_kvmem *k)
 {
     mn_req *victim = NULL;
-    for (uint32_t i = 0; i < k->n_running; i++)
-        if (!victim || k->running[i]->serial > victim->serial)
-            victim = k->running[i];
+    for (uint32_t i = 0; i < k->n_running; i++) {
+        mn_req *r = k->running[i];
+        bool better = !victim || mn_req_paused(r) > mn_req_paused(victim) ||
+                      (mn_req_paused(r) == mn_req_paused(victim) && r->serial > victim->serial);
+        if (better)
+            victim = r;
+    }
     if (!victim)
         return NULL;
     running_remove(k, victim);

@@ -1,7 +1,8 @@
 /* verifier.c - the verifier actor (see verifier.h).
  *
  * Invariants: at most one of {GROW, step job} is outstanding (busy); a request in the running set is
- * in at most one step; the step's buffers are sized once for max_batch_cap requests. */
+ * in at most one step; a step holds at most batch.max_sequences requests (its buffers are sized once
+ * for max_batch_cap); the running set may be larger by the paused requests of clients not reading. */
 #include "serve/verifier.h"
 
 #include <string.h>
@@ -25,7 +26,7 @@ typedef struct step_job {
 
 struct mn_verifier {
     mn_engine *e;
-    mn_req **running;       /* [max_batch_cap] in admission order */
+    mn_req **running;       /* [max_running] in admission order */
     uint32_t n_running;
     bool busy;              /* a GROW or a step is outstanding */
     mn_kv_grow grow;
@@ -53,7 +54,7 @@ mn_status mn_verifier_new(mn_engine *e, mn_verifier **out, mn_err *err)
     if (!v)
         return mn_fail(err, MN_NOMEM, "verifier: out of memory");
     v->e = e;
-    v->running = mn_calloc(cap, sizeof *v->running);
+    v->running = mn_calloc(e->max_running, sizeof *v->running);
     v->grow.reqs = mn_calloc(cap, sizeof *v->grow.reqs);
     v->grow.need = mn_calloc(cap, sizeof *v->grow.need);
     v->step.seqs = mn_calloc(cap, sizeof *v->step.seqs);
@@ -126,9 +127,9 @@ static uint32_t plan(mn_verifier *v, bool fit)
     mn_kv_pool *pool = v->e->be->kv;
     uint32_t budget = v->e->be->cfg.max_tokens, n = 0;
     v->grow.n = 0;
-    for (uint32_t i = 0; i < v->n_running && budget > 0; i++) {
+    for (uint32_t i = 0; i < v->n_running && budget > 0 && n < v->e->max_batch; i++) {
         mn_req *r = v->running[i];
-        if (r->conn && mn_conn_throttled(r->conn))
+        if (mn_req_paused(r))
             continue; /* its client is not reading: let it catch up */
         uint32_t n_new = (uint32_t)r->toks.n - r->kv.len;
         if (n_new == 0)
