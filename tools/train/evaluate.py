@@ -20,33 +20,14 @@ import sys
 import numpy as np
 import torch
 import torch.nn.functional as F
-from gguf import GGUFReader
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from ref_tokenize import BPE  # noqa: E402
-from train import CORPORA, FAMILY, SEQ, Llama  # noqa: E402
+from train import CORPORA, FAMILY, SEQ, load_gguf as load  # noqa: E402
 
 S = 4
 GEN = 64
-
-
-def load(path, spec):
-    name, role, dim, layers, heads, kv, ff, _ = spec
-    m = Llama(dim, layers, heads, kv, ff)
-    t = {x.name: torch.from_numpy(np.array(x.data, dtype=np.float32).reshape([int(n) for n in reversed(x.shape.tolist())]))
-         for x in GGUFReader(path).tensors}
-    with torch.no_grad():
-        m.emb.weight.copy_(t["token_embd.weight"])
-        m.out_norm.copy_(t["output_norm.weight"])
-        for i, L in enumerate(m.layers):
-            p = f"blk.{i}."
-            L.attn_norm.copy_(t[p + "attn_norm.weight"])
-            L.ffn_norm.copy_(t[p + "ffn_norm.weight"])
-            for mod, g in ((L.q, "attn_q"), (L.k, "attn_k"), (L.v, "attn_v"), (L.o, "attn_output"),
-                           (L.gate, "ffn_gate"), (L.up, "ffn_up"), (L.down, "ffn_down")):
-                mod.weight.copy_(t[p + g + ".weight"])
-    return m.eval()
 
 
 def windows(ids, n):

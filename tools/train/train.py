@@ -33,7 +33,7 @@ FAMILY = [
     ("target", "target", 256, 6, 8, 4, 688, (1.0, 1.0, 1.0)),
     ("draft-kjv", "draft", 128, 3, 4, 2, 344, (0.85, 0.10, 0.05)),
     ("draft-web", "draft", 112, 3, 4, 2, 304, (0.10, 0.85, 0.05)),
-    ("draft-devil", "draft", 144, 2, 4, 2, 384, (0.30, 0.30, 0.40)),
+    ("draft-devil", "draft", 144, 2, 4, 2, 384, (0.20, 0.20, 0.60)),
 ]
 CORPORA = ("kjv", "web", "devil")
 
@@ -146,7 +146,30 @@ def batches(streams, mixture, batch, rng):
         yield torch.from_numpy(np.stack(xs))
 
 
-def train(spec, streams, budget_tokens, budget_s, seed, log):
+def load_gguf(path, spec):
+    """A Llama with the weights of a GGUF file this tool exported."""
+    from gguf import GGUFReader
+    name, role, dim, layers, heads, kv, ff, _ = spec
+    m = Llama(dim, layers, heads, kv, ff)
+    t = {x.name: torch.from_numpy(np.array(x.data, dtype=np.float32).reshape([int(n) for n in reversed(x.shape.tolist())]))
+         for x in GGUFReader(path).tensors}
+    with torch.no_grad():
+        m.emb.weight.copy_(t["token_embd.weight"])
+        m.out_norm.copy_(t["output_norm.weight"])
+        for i, L in enumerate(m.layers):
+            p = f"blk.{i}."
+            L.attn_norm.copy_(t[p + "attn_norm.weight"])
+            L.ffn_norm.copy_(t[p + "ffn_norm.weight"])
+            for mod, g in ((L.q, "attn_q"), (L.k, "attn_k"), (L.v, "attn_v"), (L.o, "attn_output"),
+                           (L.gate, "ffn_gate"), (L.up, "ffn_up"), (L.down, "ffn_down")):
+                mod.weight.copy_(t[p + g + ".weight"])
+    return m.eval()
+
+
+def train(spec, streams, budget_tokens, budget_s, seed, log, teacher=None):
+    """Next-token training; with a teacher, the loss is the cross-entropy against the teacher's
+    distribution instead of the data (distillation: the draft learns to predict what the target
+    will say, which is what speculative decoding rewards)."""
     name, role, dim, layers, heads, kv, ff, mixture = spec
     torch.manual_seed(seed)
     model = Llama(dim, layers, heads, kv, ff)
@@ -163,7 +186,12 @@ def train(spec, streams, budget_tokens, budget_s, seed, log):
             g["lr"] = g.setdefault("base_lr", g["lr"]) * lr_scale
         xy = next(it)
         logits = model(xy[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, VOCAB), xy[:, 1:].reshape(-1))
+        if teacher is None:
+            loss = F.cross_entropy(logits.reshape(-1, VOCAB), xy[:, 1:].reshape(-1))
+        else:
+            with torch.no_grad():
+                p = torch.softmax(teacher(xy[:, :-1]), dim=-1)
+            loss = -(p * torch.log_softmax(logits, dim=-1)).sum(-1).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -210,8 +238,11 @@ def main():
         if a.only and name != a.only:
             continue
         budget = a.target_tokens if role == "target" else a.draft_tokens
+        # drafts distil from the target trained just before them (FAMILY lists it first)
+        teacher = load_gguf(os.path.join(a.out, "target.gguf"), FAMILY[0]) if role == "draft" else None
         t0 = time.time()
-        model, seen = train(spec, streams, budget, a.minutes_target * 60 if role == "target" else 0, 1000 + i, log)
+        model, seen = train(spec, streams, budget, a.minutes_target * 60 if role == "target" else 0, 1000 + i, log,
+                            teacher)
         path = os.path.join(a.out, f"{name}.gguf")
         export(model, path, f"minions-{name}", tok)
         manifest["models"][name] = {
@@ -219,6 +250,7 @@ def main():
             "dim": spec[2], "layers": spec[3], "heads": spec[4], "kv_heads": spec[5], "ff": spec[6],
             "mixture": dict(zip(CORPORA, spec[7])), "training_tokens": seen,
             "training_seconds": round(time.time() - t0), "threads": a.threads,
+            "distilled_from": "target" if teacher is not None else None,
             "sha256": hashlib.sha256(open(path, "rb").read()).hexdigest(),
         }
         json.dump(manifest, open(manifest_path, "w"), indent=1)
