@@ -3,8 +3,10 @@
 #   1. dependencies (scripts/install-deps.sh) and the real SmolLM2 model (skipped tests if offline)
 #   2. build/       -Werror build: every Criterion suite (fixtures built once, here)
 #   3. build-asan/  ASan + UBSan build: every suite again
-#   4. build-tsan/  TSan build: tests/stress_threads (pool, multi-threaded batched forward); the
-#                   Criterion suites cannot start under TSan (Snaipe/Criterion#274)
+#   4. build-tsan/  TSan build: tests/stress_threads (pool, multi-threaded batched forward, actor
+#                   mailbox with 4 producers x 1M messages on a libevent loop, compute worker), and
+#                   the server suite driving the TSan minionsd; the Criterion suites themselves
+#                   cannot start under TSan (Snaipe/Criterion#274)
 # Ends with one line "tests: N passed, N failed", summed over every suite's own summary; a suite
 # that printed no summary (it crashed or never started) counts as one failure.
 set -eu
@@ -35,6 +37,11 @@ make -s -C build-asan -j"$jobs" check FIXTURE_DIR="$top/build/tests/data" || sta
 build build-tsan --enable-werror --enable-tsan
 make -s -C build-tsan -j"$jobs" check FIXTURE_DIR="$top/build/tests/data" \
   TESTS="tests/stress_threads" || status=1
+# The server suite once more against the TSan minionsd: the Criterion runner is the normal build's
+# (it cannot start under TSan), the daemon it starts is TSan's, and a race report makes the daemon
+# exit non-zero, which the suite checks at every shutdown.
+(cd build && MINIONS_BIN_DIR="$top/build-tsan" MINIONS_SRCDIR="$top" CRITERION_JOBS=2 \
+  ./tests/test_server >"$top/build-tsan/tests/test_server.log" 2>&1) || status=1
 
 passed=0
 failed=0
