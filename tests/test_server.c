@@ -328,6 +328,35 @@ Test(server, greedy_equals_generate_under_load, .timeout = 300)
         free(prompts[i]);
 }
 
+/* A stop string cuts the text before its first occurrence, also across token boundaries. */
+Test(server, stop_strings, .timeout = 120)
+{
+    char *want = generate("In the beginning", 40);
+    size_t len = strlen(want);
+    cr_assert_gt(len, 20);
+    char stop[8];
+    snprintf(stop, sizeof stop, "%.4s", want + len / 2); /* 4 bytes from the middle of the text */
+    size_t cut = (size_t)(strstr(want, stop) - want);
+    server s;
+    server_start(&s, NULL);
+    tconn c;
+    connect_to(s.tcp, &c);
+    json_t *o = json_pack("{s:s, s:s, s:i, s:b, s:[s, s]}", "id", "st", "prompt", "In the beginning", "max_tokens", 40,
+                          "stream", 1, "stop", "never-appears", stop);
+    char *line = json_dumps(o, JSON_COMPACT);
+    send_line(&c, line);
+    free(line);
+    json_decref(o);
+    o = await(&c, "st");
+    cr_assert_str_eq(json_string_value(json_object_get(o, "finish_reason")), "stop");
+    cr_assert_eq(json_string_length(json_object_get(o, "text")), cut);
+    cr_assert(!strncmp(json_string_value(json_object_get(o, "text")), want, cut));
+    json_decref(o);
+    tconn_close(&c);
+    server_stop(&s);
+    free(want);
+}
+
 typedef struct client_job {
     const char *addr;
     char **prompts;

@@ -102,7 +102,6 @@ uint32_t mn_kvmem_running(const mn_kvmem *k);
 mn_status mn_verifier_new(mn_engine *e, mn_verifier **out, mn_err *err);
 void mn_verifier_handle(void *verifier, mn_msg *m);
 void mn_verifier_free(mn_verifier *v);
-bool mn_verifier_busy(const mn_verifier *v);
 
 /* True when r's client is not reading: r keeps its KV but neither runs nor counts against the batch. */
 bool mn_req_paused(const mn_req *r);

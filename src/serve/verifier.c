@@ -89,9 +89,10 @@ void mn_verifier_free(mn_verifier *v)
     mn_free(v);
 }
 
-bool mn_verifier_busy(const mn_verifier *v)
+/* Remove running[i], keeping the others in admission order (the oldest are served first). */
+static void running_remove(mn_verifier *v, uint32_t i)
 {
-    return v->busy;
+    memmove(v->running + i, v->running + i + 1, (--v->n_running - i) * sizeof *v->running);
 }
 
 static void finish(mn_verifier *v, uint32_t i, const char *reason)
@@ -100,7 +101,7 @@ static void finish(mn_verifier *v, uint32_t i, const char *reason)
     if (!r->finish)
         r->finish = reason;
     mn_req_seal(r);
-    v->running[i] = v->running[--v->n_running];
+    running_remove(v, i);
     r->msg.type = MN_MSG_FINISH;
     mn_mailbox_post(v->e->kvmem_mb, &r->msg);
 }
@@ -111,7 +112,7 @@ static void prune(mn_verifier *v)
     for (uint32_t i = 0; i < v->n_running;) {
         mn_req *r = v->running[i];
         if (r->stage != MN_REQ_RUNNING)
-            v->running[i] = v->running[--v->n_running]; /* kvmem requeued it */
+            running_remove(v, i); /* kvmem requeued it */
         else if (r->cancelled)
             finish(v, i, "cancelled");
         else
