@@ -17,13 +17,7 @@
 #include "model/sampler.h"
 #include "runtime/backend.h"
 #include "util/alloc.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#include "util/clock.h"
 
 static void random_tokens(int32_t *t, uint32_t n, uint32_t vocab, uint64_t seed)
 {
@@ -103,12 +97,12 @@ int main(int argc, char **argv)
 
     for (int r = 0; r < reps; r++) {
         random_tokens(toks, (uint32_t)prompt_tokens, V, 1);
-        double t0 = now_s();
+        double t0 = mn_now();
         if (mn_backend_prefill(be, &kv[0], toks, (uint32_t)prompt_tokens, logits, &err) != MN_OK) {
             fprintf(stderr, "minions-bench-decode: %s\n", err.msg);
             return 1;
         }
-        double dt = now_s() - t0;
+        double dt = mn_now() - t0;
         mn_kv_seq_release(be->kv, &kv[0]);
         printf("prefill   %4d tokens          %9.1f tok/s\n", prompt_tokens, prompt_tokens / dt);
         fflush(stdout);
@@ -127,7 +121,7 @@ int main(int argc, char **argv)
             int32_t *next = toks;
             for (int s = 0; s < B; s++)
                 next[s] = (int32_t)((s * 7919u + 13u) % V);
-            t0 = now_s();
+            t0 = mn_now();
             for (int g = 0; g < gen_tokens; g++) {
                 for (int s = 0; s < B; s++) {
                     if (mn_kv_reserve(be->kv, &kv[s], kv[s].len + 1) != MN_OK) {
@@ -144,7 +138,7 @@ int main(int argc, char **argv)
                 for (int s = 0; s < B; s++)
                     next[s] = mn_argmax(logits + (size_t)s * V, V);
             }
-            dt = now_s() - t0;
+            dt = mn_now() - t0;
             printf("decode    batch %2d x %3d tokens %9.1f tok/s total\n", B, gen_tokens, (double)B * gen_tokens / dt);
             fflush(stdout);
             for (int s = 0; s < B; s++)

@@ -10,6 +10,7 @@
 
 #include "runtime/mailbox.h"
 #include "util/alloc.h"
+#include "util/clock.h"
 
 typedef struct item {
     mn_msg msg;              /* for the MPSC queue */
@@ -34,13 +35,6 @@ typedef struct prod_arg {
     run *r;
     int id;
 } prod_arg;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void *producer(void *arg)
 {
@@ -79,7 +73,7 @@ static double one_run(int use_mpsc, int producers, long per)
         pthread_create(&th[i], NULL, producer, &args[i]);
     }
     long total = producers * per, got = 0;
-    double t0 = now_s();
+    double t0 = mn_now();
     atomic_store(&r.go, 1);
     while (got < total) {
         if (use_mpsc) { /* as a mailbox drains: a batch of pops, then one depth update */
@@ -101,7 +95,7 @@ static double one_run(int use_mpsc, int producers, long per)
             pthread_mutex_unlock(&r.mq.mu);
         }
     }
-    double dt = now_s() - t0;
+    double dt = mn_now() - t0;
     for (int i = 0; i < producers; i++)
         pthread_join(th[i], NULL);
     mn_free(r.items);

@@ -16,6 +16,7 @@
 
 #include "cli/client.h"
 #include "util/alloc.h"
+#include "util/clock.h"
 
 typedef struct record {
     int client;
@@ -43,13 +44,6 @@ typedef struct client_arg {
     int id;
 } client_arg;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void *client_main(void *arg)
 {
     client_arg *ca = arg;
@@ -70,7 +64,7 @@ static void *client_main(void *arg)
         json_decref(o);
         size_t n = strlen(line);
         line[n] = '\n';
-        r->start = now_s();
+        r->start = mn_now();
         int sent = mn_client_send(&c, line, n + 1);
         free(line);
         if (sent < 0)
@@ -78,14 +72,14 @@ static void *client_main(void *arg)
         for (char *l; (l = mn_client_read_line(&c, &n));) {
             json_t *reply = json_loadb(l, n, 0, NULL);
             if (json_object_get(reply, "delta") && !r->ttft)
-                r->ttft = now_s() - r->start;
+                r->ttft = mn_now() - r->start;
             if (json_object_get(reply, "error")) {
                 fprintf(stderr, "minions-bench: %s\n", l);
                 json_decref(reply);
                 break;
             }
             if (json_object_get(reply, "done")) {
-                r->latency = now_s() - r->start;
+                r->latency = mn_now() - r->start;
                 json_t *u = json_object_get(reply, "usage");
                 r->prompt_tokens = (long)json_integer_value(json_object_get(u, "prompt_tokens"));
                 r->completion_tokens = (long)json_integer_value(json_object_get(u, "completion_tokens"));
@@ -181,14 +175,14 @@ int main(int argc, char **argv)
     double *ttft = mn_calloc((size_t)b.n_requests, sizeof *ttft);
     if (!b.records || !th || !args || !ttft)
         return 1;
-    b.t0 = now_s();
+    b.t0 = mn_now();
     for (int i = 0; i < clients; i++) {
         args[i] = (client_arg){&b, i};
         pthread_create(&th[i], NULL, client_main, &args[i]);
     }
     for (int i = 0; i < clients; i++)
         pthread_join(th[i], NULL);
-    double wall = now_s() - b.t0;
+    double wall = mn_now() - b.t0;
     long tokens = 0;
     int ok = 0;
     double norm = 0;

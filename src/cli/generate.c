@@ -14,14 +14,8 @@
 #include "model/sampler.h"
 #include "runtime/backend.h"
 #include "util/alloc.h"
+#include "util/clock.h"
 #include "util/log.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void usage(FILE *f)
 {
@@ -130,7 +124,7 @@ int main(int argc, char **argv)
     mn_tokens toks = {0};
     mn_kv_seq kv = {0};
     float *logits = NULL;
-    double t0 = now_s();
+    double t0 = mn_now();
     if (mn_model_load(model_path, &m, &err) != MN_OK) {
         fprintf(stderr, "minions-generate: %s\n", err.msg);
         goto out;
@@ -159,12 +153,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "minions-generate: %s\n", err.msg[0] ? err.msg : "out of memory");
         goto out;
     }
-    double t1 = now_s();
+    double t1 = mn_now();
     if (mn_backend_prefill(be, &kv, toks.ids, (uint32_t)toks.n, logits, &err) != MN_OK) {
         fprintf(stderr, "minions-generate: %s\n", err.msg);
         goto out;
     }
-    double t2 = now_s();
+    double t2 = mn_now();
     uint32_t produced = 0;
     const char *finish = "length";
     for (; kv.len < want;) {
@@ -188,7 +182,7 @@ int main(int argc, char **argv)
             goto out;
         }
     }
-    double t3 = now_s();
+    double t3 = mn_now();
     fprintf(stderr,
             "\nminions-generate: model %s (%s), backend %s, %d threads\n"
             "  load %.3f s | prompt %zu tokens, %.1f tok/s | generated %u tokens, %.1f tok/s | finish: %s\n",

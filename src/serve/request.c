@@ -4,16 +4,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "util/alloc.h"
-
-double mn_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 mn_req *mn_req_new(mn_req_params *p, struct mn_conn *conn)
 {

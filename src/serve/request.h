@@ -17,6 +17,7 @@
 #include "model/tokenizer.h"
 #include "net/proto.h"
 #include "runtime/mailbox.h"
+#include "util/clock.h"
 
 struct mn_conn;
 
@@ -66,7 +67,5 @@ void mn_req_fail(mn_req *r, mn_errcode code, const char *fmt, ...) __attribute__
 mn_status mn_req_append(mn_req *r, const char *piece, size_t n, bool *stopped);
 /* Make everything left ready (the request is finishing). */
 void mn_req_seal(mn_req *r);
-
-double mn_now(void);
 
 #endif
