@@ -68,7 +68,7 @@ static json_t *set_key(mn_engine *e, const char *key, json_t *value)
             e->max_batch = (uint32_t)json_integer_value(value);
         else
             e->max_queue = (uint32_t)json_integer_value(value);
-        mn_engine_kick(e, &e->kvmem_kick, e->kvmem_mb); /* a larger batch admits at once */
+        mn_engine_kick_kvmem(e); /* a larger batch admits at once */
     } else if (!strcmp(key, "log.level")) {
         int lvl = json_is_string(value) ? mn_log_parse_level(json_string_value(value)) : -1;
         if (lvl < 0)

@@ -37,7 +37,6 @@ struct mn_net {
     char *line;            /* [max_line + 1] scratch for one line */
 };
 
-bool mn_conn_throttled(const mn_conn *c) { return c->throttled; }
 bool mn_req_paused(const mn_req *r) { return r->conn && r->conn->throttled; }
 int mn_net_port(const mn_net *n) { return n->port; }
 uint32_t mn_net_connections(const mn_net *n) { return n->n_conns; }
@@ -59,8 +58,8 @@ static void conn_free(mn_conn *c)
         r->cancelled = true;
     }
     if (c->reqs) {
-        mn_engine_kick(n->e, &n->e->kvmem_kick, n->e->kvmem_mb);
-        mn_engine_kick(n->e, &n->e->verifier_kick, n->e->verifier_mb);
+        mn_engine_kick_kvmem(n->e);
+        mn_engine_kick_verifier(n->e);
     }
     n->n_throttled -= c->throttled;
     if (c->prev)
@@ -88,7 +87,7 @@ static void conn_write(mn_conn *c, char *line, size_t len)
         c->throttled = true;
         c->net->n_throttled++;
         bufferevent_disable(c->bev, EV_READ);
-        mn_engine_kick(c->net->e, &c->net->e->kvmem_kick, c->net->e->kvmem_mb); /* its slots are free now */
+        mn_engine_kick_kvmem(c->net->e); /* its batch slots are free now */
     }
 }
 
@@ -122,8 +121,8 @@ static void handle_line(mn_conn *c, const char *line, size_t len)
             send_error(c, l.cancel_id, MN_E_UNKNOWN_ID, "no request with this id is in flight on this connection");
         } else if (!r->cancelled) {
             r->cancelled = true;
-            mn_engine_kick(e, &e->kvmem_kick, e->kvmem_mb);
-            mn_engine_kick(e, &e->verifier_kick, e->verifier_mb);
+            mn_engine_kick_kvmem(e);
+            mn_engine_kick_verifier(e);
         }
         mn_line_free(&l);
         return;
@@ -202,7 +201,7 @@ static void on_write(struct bufferevent *bev, void *arg)
         c->throttled = false;
         c->net->n_throttled--;
         bufferevent_enable(bev, EV_READ);
-        mn_engine_kick(e, &e->verifier_kick, e->verifier_mb);
+        mn_engine_kick_verifier(e);
         read_lines(c);
     }
     mn_engine_check_drained(e);

@@ -33,6 +33,5 @@ bool mn_net_flushed(const mn_net *n);
 uint32_t mn_net_connections(const mn_net *n);
 /* Connections whose output is above the high watermark right now. */
 uint32_t mn_net_throttled(const mn_net *n);
-bool mn_conn_throttled(const mn_conn *c);
 
 #endif

@@ -27,15 +27,17 @@ mn_engine_config mn_engine_defaults(void)
     };
 }
 
-void mn_engine_kick(mn_engine *e, mn_kick *k, mn_mailbox *mb)
+static void kick(mn_kick *k, mn_mailbox *mb)
 {
-    (void)e;
     if (k->queued)
         return;
     k->queued = true;
     k->msg.type = MN_MSG_KICK;
     mn_mailbox_post(mb, &k->msg);
 }
+
+void mn_engine_kick_kvmem(mn_engine *e) { kick(&e->kvmem_kick, e->kvmem_mb); }
+void mn_engine_kick_verifier(mn_engine *e) { kick(&e->verifier_kick, e->verifier_mb); }
 
 /* Move the per-second window up to now, zeroing the seconds that passed without tokens. */
 static uint64_t *stats_bucket(mn_stats *s)

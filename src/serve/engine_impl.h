@@ -77,8 +77,10 @@ struct mn_engine {
     mn_stats stats;
 };
 
-/* Post the kick if it is not already queued. */
-void mn_engine_kick(mn_engine *e, mn_kick *k, mn_mailbox *mb);
+/* Ask kvmem (admit, drop cancelled) or the verifier (schedule) to look again; a kick already
+ * queued is not posted twice. */
+void mn_engine_kick_kvmem(mn_engine *e);
+void mn_engine_kick_verifier(mn_engine *e);
 /* The actor received its kick: it may be posted again. */
 static inline void mn_kick_taken(mn_kick *k) { k->queued = false; }
 /* Count generated tokens into the stats. */
