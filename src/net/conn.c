@@ -364,13 +364,13 @@ static void answer(mn_net *n, mn_req *r)
 {
     mn_engine *e = n->e;
     mn_conn *c = r->conn;
-    if (r->err_msg)
+    if (r->failed)
         e->stats.requests_failed++;
     else
         e->stats.requests_done++;
     if (c) {
         size_t len = 0;
-        if (r->err_msg) {
+        if (r->failed) {
             char *line = mn_proto_error_line(r->p.id, r->err_code, r->err_msg, &len);
             conn_write(c, line, len);
         } else {

@@ -29,24 +29,17 @@ void mn_req_free(mn_req *r)
     mn_tokens_free(&r->toks);
     mn_sampler_free(r->smp);
     mn_free(r->text);
-    mn_free(r->err_msg);
     mn_free(r);
 }
 
 void mn_req_fail(mn_req *r, mn_errcode code, const char *fmt, ...)
 {
-    char buf[200];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
+    vsnprintf(r->err_msg, sizeof r->err_msg, fmt, ap);
     va_end(ap);
-    mn_free(r->err_msg);
     r->err_code = code;
-    r->err_msg = mn_strndup(buf, strlen(buf));
-    if (!r->err_msg) { /* keep the failure visible even without memory for its message */
-        static char oom[] = "out of memory";
-        r->err_msg = mn_strndup(oom, sizeof oom - 1);
-    }
+    r->failed = true;
 }
 
 /* Longest suffix of text that is a proper prefix of stop: those bytes may yet become a stop string. */

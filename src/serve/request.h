@@ -51,8 +51,9 @@ typedef struct mn_req {
     size_t ready;             /* verifier: bytes that may be streamed (no partial UTF-8 or stop string) */
     size_t sent;              /* net: bytes streamed */
     const char *finish;       /* verifier/kvmem: "length", "stop", "cancelled"; NULL while running */
-    mn_errcode err_code;      /* when err_msg is set the request ends with an error line */
-    char *err_msg;
+    bool failed;              /* the request ends with an error line (err_code, err_msg) */
+    mn_errcode err_code;
+    char err_msg[200];        /* kept in the request: failing never needs memory */
     double t_arrive, t_first; /* seconds, monotonic */
 } mn_req;
 
