@@ -285,6 +285,15 @@ static int load_prompts(char **out, int per_set)
     return n;
 }
 
+/* Two prompts of each set and minions-generate's greedy continuation of each. */
+static int load_references(char **prompts, char **want, int max_tokens)
+{
+    int n = load_prompts(prompts, 2);
+    for (int i = 0; i < n; i++)
+        want[i] = generate(prompts[i], max_tokens);
+    return n;
+}
+
 /* Greedy over the socket equals minions-generate, while sampled requests run beside them. */
 Test(server, greedy_equals_generate_under_load, .timeout = 300)
 {
@@ -400,9 +409,7 @@ static void *client_thread(void *arg)
 Test(server, thirty_two_clients_four_requests_each, .timeout = 300)
 {
     char *prompts[6], *want[6];
-    int n = load_prompts(prompts, 2);
-    for (int i = 0; i < n; i++)
-        want[i] = generate(prompts[i], 16);
+    int n = load_references(prompts, want, 16);
     server s;
     server_start(&s, NULL);
     pthread_t th[32];
@@ -612,9 +619,7 @@ Test(server, a_client_that_does_not_read_stalls_only_itself, .timeout = 300)
 Test(server, preemption_keeps_greedy_output, .timeout = 300)
 {
     char *prompts[6], *want[6];
-    int n = load_prompts(prompts, 2);
-    for (int i = 0; i < n; i++)
-        want[i] = generate(prompts[i], 200);
+    int n = load_references(prompts, want, 200);
     server s;
     server_start(&s, (const char *[]){"--kv-blocks", "64", NULL});
     tconn c;
