@@ -65,6 +65,10 @@ for log in build/tests/*.log build-asan/tests/*.log build-tsan/tests/*.log; do
   passed=$((passed + p))
   failed=$((failed + f))
   echo "$log: $line"
+  if [ "$f" != 0 ]; then # say which test failed and why: CI shows only this output
+    grep -a -E '\[(----|FAIL)\]|^FAIL|CRASH|Timed out|ERROR: |WARNING: ThreadSanitizer' "$log" |
+      head -n 40 | sed 's/^/    /'
+  fi
 done
 echo "tests: $passed passed, $failed failed"
 [ "$failed" = 0 ] || status=1
