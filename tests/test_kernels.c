@@ -16,7 +16,7 @@ static void check_matmul(const char *gguf, const char *tensor_kind)
     const mn_weight *ws[] = {&m->layers[0].wq, &m->layers[0].w_down, &m->output};
     for (size_t wi = 0; wi < 3; wi++) {
         const mn_weight *w = ws[wi];
-        for (int T = 1; T <= 9; T++) {
+        for (int T = 1; T <= 13; T++) { /* every tile shape and remainder: 1, 4, 6, 6+4, 6+6+1 */
             float *x = malloc((size_t)T * w->cols * sizeof(float));
             float *y = calloc((size_t)T * w->rows, sizeof(float)), *r = calloc((size_t)T * w->rows, sizeof(float));
             for (size_t i = 0; i < (size_t)T * w->cols; i++)
@@ -41,32 +41,83 @@ Test(kernels, matmul_q8_0_equals_scalar_twin) { check_matmul("q8_0.gguf", "q8_0"
 Test(kernels, matmul_q4_0_equals_scalar_twin) { check_matmul("q4_0.gguf", "q4_0"); }
 Test(kernels, matmul_q4_1_equals_scalar_twin) { check_matmul("q4_1.gguf", "q4_1"); }
 
-Test(kernels, dot4_and_weighted_sum_equal_their_one_at_a_time_forms)
+Test(kernels, attention_kernels_equal_their_one_at_a_time_forms)
 {
+    enum { KEYS = 19 };
     for (int n = 1; n <= 80; n++) {
-        float a[80], b[4][80], w[37], out4[4];
+        float a[80], b[KEYS][80], wts[3][37], out[KEYS];
         for (int i = 0; i < n; i++) {
             a[i] = cosf((float)i * 1.3f + (float)n);
-            for (int k = 0; k < 4; k++)
+            for (int k = 0; k < KEYS; k++)
                 b[k][i] = sinf((float)(i * 7 + k * 3 + n));
         }
-        const float *ptr[4] = {b[0], b[1], b[2], b[3]};
-        mn_dot4(a, ptr, n, out4);
-        for (int k = 0; k < 4; k++) {
+        const float *ptr[KEYS];
+        for (int k = 0; k < KEYS; k++)
+            ptr[k] = b[k];
+        mn_dots(a, ptr, KEYS, n, out); /* two groups of eight and a remainder */
+        for (int k = 0; k < KEYS; k++) {
             float one = mn_dot(a, b[k], n);
-            cr_assert(memcmp(&one, &out4[k], sizeof one) == 0, "n=%d key %d: dot4 %a vs dot %a", n, k, out4[k], one);
+            cr_assert(memcmp(&one, &out[k], sizeof one) == 0, "n=%d key %d: dots %a vs dot %a", n, k, out[k], one);
         }
-        /* weighted sums over 37 rows (b's four rows reused) */
+        /* weighted sums of three heads (a pair and a single) over 37 rows */
         const float *rows[37];
         for (int j = 0; j < 37; j++) {
-            rows[j] = b[j % 4];
-            w[j] = 0.01f * (float)(j + 1);
+            rows[j] = b[j % KEYS];
+            wts[0][j] = 0.01f * (float)(j + 1);
+            wts[1][j] = 0.5f - 0.013f * (float)j;
+            wts[2][j] = 0.02f * (float)(j % 5);
         }
-        float fast[80], slow[80] = {0};
-        mn_weighted_sum(fast, w, rows, 37, n);
-        for (int j = 0; j < 37; j++)
-            mn_axpy(slow, w[j], rows[j], n);
-        cr_assert(memcmp(fast, slow, (size_t)n * sizeof(float)) == 0, "weighted sum differs at n=%d", n);
+        float fast[3][80], slow[3][80] = {{0}};
+        mn_weighted_sum(fast[0], 80, wts[0], 37, 3, rows, 37, n);
+        for (int h = 0; h < 3; h++) {
+            for (int j = 0; j < 37; j++)
+                mn_axpy(slow[h], wts[h][j], rows[j], n);
+            cr_assert(memcmp(fast[h], slow[h], (size_t)n * sizeof(float)) == 0, "head %d differs at n=%d", h, n);
+        }
+    }
+}
+
+Test(kernels, softmax_matches_libm_and_depends_only_on_the_scores)
+{
+    float x[300], y[300], z[300];
+    for (int n = 1; n <= 300; n += (n < 20 ? 1 : 37)) {
+        for (int i = 0; i < n; i++)
+            x[i] = 9.0f * sinf((float)(i * i + n)) - (i == 5 ? 200.0f : 0.0f); /* one far below: e^-x ~ 0 */
+        memcpy(y, x, sizeof x);
+        float sum = mn_softmax(y, n, 0.25f);
+        float mx = -INFINITY;
+        for (int i = 0; i < n; i++)
+            mx = fmaxf(mx, x[i] * 0.25f);
+        double ref_sum = 0.0;
+        for (int i = 0; i < n; i++) {
+            double e = exp((double)(x[i] * 0.25f - mx)); /* the argument as the kernel rounds it */
+            ref_sum += e;
+            cr_assert_leq(fabs(y[i] - e), 2e-7 * e + 1e-30, "n=%d i=%d: %g vs %g", n, i, y[i], e);
+        }
+        cr_assert_leq(fabs(sum - ref_sum), 1e-6 * ref_sum, "n=%d: sum %g vs %g", n, sum, ref_sum);
+        memcpy(z, x, sizeof x); /* the same scores, the same bits */
+        cr_assert(mn_softmax(z, n, 0.25f) == sum && memcmp(y, z, (size_t)n * sizeof(float)) == 0);
+    }
+}
+
+Test(kernels, swiglu_matches_libm_wherever_an_element_sits)
+{
+    float g[100], u[100], y[100], z[100];
+    for (int i = 0; i < 100; i++) {
+        g[i] = 12.0f * sinf((float)i * 0.7f) + (i == 3 ? 95.0f : i == 4 ? -95.0f : 0.0f); /* past exp's range */
+        u[i] = cosf((float)i);
+    }
+    memcpy(y, g, sizeof g);
+    mn_swiglu(y, u, 100);
+    for (int i = 0; i < 100; i++) {
+        double ref = (double)g[i] / (1.0 + exp(-(double)g[i])) * u[i];
+        cr_assert_leq(fabs(y[i] - ref), 3e-7 * fabs(ref) + 1e-30, "i=%d: %g vs %g", i, y[i], ref);
+    }
+    for (int off = 1; off < 9; off++) { /* other splits (threads own row ranges): the same bits */
+        memcpy(z, g, sizeof g);
+        mn_swiglu(z, u, off);
+        mn_swiglu(z + off, u + off, 100 - off);
+        cr_assert(memcmp(y, z, sizeof y) == 0, "split at %d changes the result", off);
     }
 }
 
@@ -77,7 +128,7 @@ static void check_matmul_q8(const char *gguf)
     for (size_t wi = 0; wi < 3; wi++) {
         const mn_weight *w = ws[wi];
         size_t ld = w->cols / 32;
-        for (int T = 1; T <= 9; T++) {
+        for (int T = 1; T <= 13; T++) { /* every tile shape and remainder: 1, 4, 6, 6+4, 6+6+1 */
             float *x = malloc((size_t)T * w->cols * sizeof(float));
             mn_q8 *xq = malloc((size_t)T * ld * sizeof(mn_q8));
             float *y = calloc((size_t)T * w->rows, sizeof(float)), *r = calloc((size_t)T * w->rows, sizeof(float));

@@ -29,7 +29,7 @@ typedef struct cpu_state {
     float *gate;     /* [n_ff] (holds SwiGLU output after the gate/up region) */
     float *up;       /* [n_ff] */
     float *rope_cs;  /* [rope_dim] cos, sin interleaved per pair */
-    float *scores;   /* [n_threads][n_ctx] attention scratch */
+    float *scores;   /* [n_threads][heads per KV head][n_ctx] attention scratch */
     const float **rows; /* [n_threads][n_ctx] K or V rows of the positions being attended */
     float *inv_freq; /* [rope_dim/2] */
     mn_q8 *xq;       /* [cfg.max_tokens][widest input / 32] 16-bit copy of a region's input (quantized weights) */
@@ -135,47 +135,51 @@ static void rope_and_store(pass *p)
     }
 }
 
-/* ---- region: causal attention, one (token, head) pair at a time --------------------------------
- * Pairs go to threads round-robin: later tokens attend over more positions, so contiguous ranges
- * would leave the first thread idle. Each score and each output element is reduced in one fixed
- * order whatever the grouping (mn_dot4 equals mn_dot bit for bit), so results stay batch-invariant. */
+/* ---- region: causal attention, one (token, KV head) pair at a time -----------------------------
+ * A pair covers the query heads that share the KV head (grouped-query attention), so its K and V
+ * rows are located once and each V row is loaded once for the group. Pairs go to threads
+ * round-robin: later tokens attend over more positions, so contiguous ranges would leave the first
+ * thread idle. Each score and each output element is reduced in one fixed order whatever the
+ * grouping (mn_dots equals mn_dot bit for bit), so results stay batch-invariant. */
+
+/* rows[i] = the head-g slice of K (or V) at positions 0..n-1 of a sequence, block by block. */
+static void gather_rows(const float **rows, const float *base, const mn_kv_pool *kv, const mn_kv_seq *seq,
+                        uint32_t n, size_t head_off)
+{
+    uint32_t bs = kv->block_size;
+    for (uint32_t b = 0, i = 0; i < n; b++) {
+        const float *blk = base + ((size_t)seq->blocks[b] * bs) * kv->kv_dim + head_off;
+        for (uint32_t slot = 0; slot < bs && i < n; slot++, i++)
+            rows[i] = blk + (size_t)slot * kv->kv_dim;
+    }
+}
+
 static void region_attention(void *arg, int ith, int nth)
 {
     pass *p = arg;
     const mn_hparams *hp = &p->m->hp;
     cpu_state *st = p->st;
     uint32_t hd = hp->head_dim, qdim = hp->n_heads * hd, group = hp->n_heads / hp->n_kv_heads;
-    float *sc = st->scores + (size_t)ith * hp->n_ctx;
+    float *sc = st->scores + (size_t)ith * group * hp->n_ctx; /* [group][n_ctx] */
     const float **rows = st->rows + (size_t)ith * hp->n_ctx;
-    float scale = 1.0f / sqrtf((float)hd);
-    for (uint32_t pair = (uint32_t)ith; pair < p->T * hp->n_heads; pair += (uint32_t)nth) {
-        uint32_t t = pair / hp->n_heads, h = pair % hp->n_heads, g = h / group;
-        const mn_kv_seq *kv = p->batch->seqs[st->tok_seq[t]].kv;
-        uint32_t n = st->tok_pos[t] + 1, j = 0;
-        const float *q = st->q + (size_t)t * qdim + (size_t)h * hd;
-        for (uint32_t i = 0; i < n; i++)
-            rows[i] = mn_kv_k(p->kv, kv, p->layer, i) + (size_t)g * hd;
-        for (; j + 4 <= n; j += 4)
-            mn_dot4(q, rows + j, (int)hd, sc + j);
-        for (; j < n; j++)
-            sc[j] = mn_dot(q, rows[j], (int)hd);
-        float mx = -INFINITY;
-        for (uint32_t i = 0; i < n; i++) {
-            sc[i] *= scale;
-            mx = sc[i] > mx ? sc[i] : mx;
+    float scale = 1.0f / sqrtf((float)hd), sum[group];
+    for (uint32_t pair = (uint32_t)ith; pair < p->T * hp->n_kv_heads; pair += (uint32_t)nth) {
+        uint32_t t = pair / hp->n_kv_heads, g = pair % hp->n_kv_heads, n = st->tok_pos[t] + 1;
+        const mn_kv_seq *seq = p->batch->seqs[st->tok_seq[t]].kv;
+        const float *q = st->q + (size_t)t * qdim + (size_t)g * group * hd;
+        gather_rows(rows, p->kv->k[p->layer], p->kv, seq, n, (size_t)g * hd);
+        for (uint32_t h = 0; h < group; h++) {
+            mn_dots(q + (size_t)h * hd, rows, (int)n, (int)hd, sc + (size_t)h * hp->n_ctx);
+            sum[h] = mn_softmax(sc + (size_t)h * hp->n_ctx, (int)n, scale);
         }
-        float sum = 0.0f;
-        for (uint32_t i = 0; i < n; i++) {
-            sc[i] = expf(sc[i] - mx);
-            sum += sc[i];
+        gather_rows(rows, p->kv->v[p->layer], p->kv, seq, n, (size_t)g * hd);
+        float *out = st->att + (size_t)t * qdim + (size_t)g * group * hd;
+        mn_weighted_sum(out, hd, sc, hp->n_ctx, (int)group, rows, (int)n, (int)hd);
+        for (uint32_t h = 0; h < group; h++) {
+            float inv = 1.0f / sum[h];
+            for (uint32_t i = 0; i < hd; i++)
+                out[(size_t)h * hd + i] *= inv;
         }
-        for (uint32_t i = 0; i < n; i++)
-            rows[i] = mn_kv_v(p->kv, kv, p->layer, i) + (size_t)g * hd;
-        float *out = st->att + (size_t)t * qdim + (size_t)h * hd;
-        mn_weighted_sum(out, sc, rows, (int)n, (int)hd);
-        float inv = 1.0f / sum;
-        for (uint32_t i = 0; i < hd; i++)
-            out[i] *= inv;
     }
 }
 
@@ -212,10 +216,7 @@ static void region_gate_up(void *arg, int ith, int nth)
     project(p->st, &L->w_gate, p->st->xb, p->st->gate, p->T, b, e);
     project(p->st, &L->w_up, p->st->xb, p->st->up, p->T, b, e);
     for (uint32_t t = 0; t < p->T; t++)
-        for (unsigned o = b; o < e; o++) {
-            float g = p->st->gate[(size_t)t * ff + o];
-            p->st->gate[(size_t)t * ff + o] = g / (1.0f + expf(-g)) * p->st->up[(size_t)t * ff + o];
-        }
+        mn_swiglu(p->st->gate + (size_t)t * ff + b, p->st->up + (size_t)t * ff + b, (int)(e - b));
 }
 
 static void region_down(void *arg, int ith, int nth)
@@ -358,7 +359,7 @@ mn_status mn_cpu_backend_new(const mn_model *m, const mn_backend_config *cfg, mn
     st->gate = fbuf(T, hp->n_ff, &ok);
     st->up = fbuf(T, hp->n_ff, &ok);
     st->rope_cs = fbuf(T, hp->rope_dim, &ok);
-    st->scores = fbuf((size_t)cfg->n_threads, hp->n_ctx, &ok);
+    st->scores = fbuf((size_t)cfg->n_threads * (hp->n_heads / hp->n_kv_heads), hp->n_ctx, &ok);
     st->inv_freq = fbuf(1, hp->rope_dim / 2, &ok);
     st->rows = mn_calloc((size_t)cfg->n_threads * hp->n_ctx, sizeof *st->rows);
     st->tok_seq = mn_calloc(T, sizeof(uint32_t));

@@ -74,11 +74,11 @@ ALWAYS_INLINE void tile(uint32_t type, const mn_weight *W, const float *x, size_
 {
     const int n_chunks = (int)(W->cols / 8), tail = (int)(W->cols % 8);
     const uint8_t *rows[8];
-    __m256 acc[4][8];
+    __m256 acc[6][8];
 #pragma GCC unroll 8
     for (int o = 0; o < OT; o++)
         rows[o] = W->data + (size_t)(o0 + o) * W->row_bytes;
-#pragma GCC unroll 4
+#pragma GCC unroll 6
     for (int t = 0; t < RT; t++)
 #pragma GCC unroll 8
         for (int o = 0; o < OT; o++)
@@ -87,12 +87,12 @@ ALWAYS_INLINE void tile(uint32_t type, const mn_weight *W, const float *x, size_
 #pragma GCC unroll 8
         for (int o = 0; o < OT; o++) {
             __m256 w = load_chunk(type, rows[o], c);
-#pragma GCC unroll 4
+#pragma GCC unroll 6
             for (int t = 0; t < RT; t++)
                 acc[t][o] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x + (size_t)(t0 + t) * ldx + c * 8), acc[t][o]);
         }
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 6
     for (int t = 0; t < RT; t++)
 #pragma GCC unroll 8
         for (int o = 0; o < OT; o++) {
@@ -105,7 +105,8 @@ ALWAYS_INLINE void tile(uint32_t type, const mn_weight *W, const float *x, size_
 }
 
 /* Cover the [T x (ob, oe)] block with tiles: outputs outer (a weight tile is read once from memory
- * and reused for every row), rows inner; 1 x 4 tiles for a single row (decode). TILE(t, o, RT, OT)
+ * and reused for every row), rows inner; 1 x 4 tiles for a single row (decode), else 6 x 2 (twelve
+ * independent chains, eight loads per twelve FMAs), then 4 x 2 and 1 x 2 for the remaining rows. TILE(t, o, RT, OT)
  * computes one tile; both the float and the integer paths use this driver. */
 #define FOR_EACH_TILE(T, ob, oe, TILE)                                                             \
     do {                                                                                           \
@@ -116,6 +117,8 @@ ALWAYS_INLINE void tile(uint32_t type, const mn_weight *W, const float *x, size_
         } else {                                                                                   \
             for (; o_ + 2 <= (oe); o_ += 2) {                                                      \
                 int t_ = 0;                                                                        \
+                for (; t_ + 6 <= (T); t_ += 6)                                                     \
+                    TILE(t_, o_, 6, 2);                                                            \
                 for (; t_ + 4 <= (T); t_ += 4)                                                     \
                     TILE(t_, o_, 4, 2);                                                            \
                 for (; t_ < (T); t_++)                                                             \
@@ -192,53 +195,165 @@ float mn_dot(const float *a, const float *b, int n)
     return s;
 }
 
-void mn_dot4(const float *a, const float *const b[4], int n, float out[4])
+/* The four sums of s[0..3] (each lo + hi of one accumulator), reduced exactly as hsum() does:
+ * result lane i = (s_i0 + s_i2) + (s_i1 + s_i3). */
+ALWAYS_INLINE __m128 hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3)
 {
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    int k = 0;
-    for (; k + 8 <= n; k += 8) {
-        __m256 va = _mm256_loadu_ps(a + k);
-        for (int i = 0; i < 4; i++)
-            acc[i] = _mm256_fmadd_ps(va, _mm256_loadu_ps(b[i] + k), acc[i]);
-    }
-    /* hsum of the four at once, pairing lanes exactly as hsum() does:
-     * s = lo + hi; result = (s0 + s2) + (s1 + s3) */
-    __m128 s[4];
-    for (int i = 0; i < 4; i++)
-        s[i] = _mm_add_ps(_mm256_castps256_ps128(acc[i]), _mm256_extractf128_ps(acc[i], 1));
-    _MM_TRANSPOSE4_PS(s[0], s[1], s[2], s[3]); /* s[j] now holds lane j of each key */
-    __m128 r = _mm_add_ps(_mm_add_ps(s[0], s[2]), _mm_add_ps(s[1], s[3]));
-    _mm_storeu_ps(out, r);
-    for (; k < n; k++)
-        for (int i = 0; i < 4; i++)
-            out[i] = fmaf(a[k], b[i][k], out[i]);
+    __m128 s0 = _mm_add_ps(_mm256_castps256_ps128(a0), _mm256_extractf128_ps(a0, 1));
+    __m128 s1 = _mm_add_ps(_mm256_castps256_ps128(a1), _mm256_extractf128_ps(a1, 1));
+    __m128 s2 = _mm_add_ps(_mm256_castps256_ps128(a2), _mm256_extractf128_ps(a2, 1));
+    __m128 s3 = _mm_add_ps(_mm256_castps256_ps128(a3), _mm256_extractf128_ps(a3, 1));
+    _MM_TRANSPOSE4_PS(s0, s1, s2, s3); /* s_j now holds lane j of each sum */
+    return _mm_add_ps(_mm_add_ps(s0, s2), _mm_add_ps(s1, s3));
 }
 
-void mn_weighted_sum(float *out, const float *w, const float *const *rows, int n_rows, int n)
+void mn_dots(const float *a, const float *const *b, int n_b, int n, float *out)
+{
+    const int full = n / 8 * 8;
+    int j = 0;
+    for (; j + 8 <= n_b; j += 8) { /* eight independent chains keep both FMA pipes busy */
+        __m256 acc[8];
+        for (int i = 0; i < 8; i++)
+            acc[i] = _mm256_setzero_ps();
+        for (int k = 0; k < full; k += 8) {
+            __m256 va = _mm256_loadu_ps(a + k);
+            for (int i = 0; i < 8; i++)
+                acc[i] = _mm256_fmadd_ps(va, _mm256_loadu_ps(b[j + i] + k), acc[i]);
+        }
+        _mm_storeu_ps(out + j, hsum4(acc[0], acc[1], acc[2], acc[3]));
+        _mm_storeu_ps(out + j + 4, hsum4(acc[4], acc[5], acc[6], acc[7]));
+        for (int k = full; k < n; k++)
+            for (int i = 0; i < 8; i++)
+                out[j + i] = fmaf(a[k], b[j + i][k], out[j + i]);
+    }
+    for (; j < n_b; j++)
+        out[j] = mn_dot(a, b[j], n);
+}
+
+/* exp(x) lane-wise: x = k ln2 + r with |r| <= ln2/2, exp(r) by Cephes' degree-7 polynomial
+ * (relative error ~1e-7), times 2^k built in the exponent bits. Below -87 the result is 0; x is
+ * clamped at 88 above (e^88 ~ 1.7e38, so callers see a huge value rather than infinity). */
+ALWAYS_INLINE __m256 exp_ps(__m256 x)
+{
+    const __m256 lo = _mm256_set1_ps(-87.0f);
+    __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.0f));
+    __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+float mn_softmax(float *x, int n, float scale)
+{
+    const __m256 vs = _mm256_set1_ps(scale);
+    __m256 vmax = _mm256_set1_ps(-INFINITY);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), vs);
+        _mm256_storeu_ps(x + i, v);
+        vmax = _mm256_max_ps(vmax, v);
+    }
+    float mx = -INFINITY, lanes[8];
+    _mm256_storeu_ps(lanes, vmax);
+    for (int l = 0; l < 8; l++)
+        mx = lanes[l] > mx ? lanes[l] : mx;
+    for (; i < n; i++) {
+        x[i] *= scale;
+        mx = x[i] > mx ? x[i] : mx;
+    }
+    const __m256 vm = _mm256_set1_ps(mx);
+    __m256 sum = _mm256_setzero_ps();
+    for (i = 0; i + 8 <= n; i += 8) {
+        __m256 e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+        _mm256_storeu_ps(x + i, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    if (i < n) { /* the tail through the same vector exp, padded with lanes that come out 0 */
+        float pad[8];
+        for (int l = 0; l < 8; l++)
+            pad[l] = i + l < n ? x[i + l] - mx : -INFINITY;
+        __m256 e = exp_ps(_mm256_loadu_ps(pad));
+        _mm256_storeu_ps(pad, e);
+        sum = _mm256_add_ps(sum, e);
+        for (int l = 0; i + l < n; l++)
+            x[i + l] = pad[l];
+    }
+    return hsum(sum);
+}
+
+/* silu(g) * u = g / (1 + e^-g) * u over eight lanes. */
+ALWAYS_INLINE __m256 swiglu8(__m256 g, __m256 u)
+{
+    __m256 den = _mm256_add_ps(_mm256_set1_ps(1.0f), exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), g)));
+    return _mm256_mul_ps(_mm256_div_ps(g, den), u);
+}
+
+void mn_swiglu(float *gate, const float *up, int n)
+{
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(gate + i, swiglu8(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+    if (i < n) { /* the tail through the same lanes, so every element gets the same arithmetic */
+        float g[8] = {0}, u[8] = {0};
+        memcpy(g, gate + i, (size_t)(n - i) * sizeof(float));
+        memcpy(u, up + i, (size_t)(n - i) * sizeof(float));
+        _mm256_storeu_ps(g, swiglu8(_mm256_loadu_ps(g), _mm256_loadu_ps(u)));
+        memcpy(gate + i, g, (size_t)(n - i) * sizeof(float));
+    }
+}
+
+/* G heads (1 or 2) at once over the same rows: out[h*ldo + i] = sum_j w[h*ldw + j] * rows[j][i]. */
+ALWAYS_INLINE void weighted_sum_g(float *out, size_t ldo, const float *w, size_t ldw, const float *const *rows,
+                                  int n_rows, int n, const int G)
 {
     int i = 0;
     for (; i + 32 <= n; i += 32) {
-        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps(),
-               acc3 = _mm256_setzero_ps();
+        __m256 acc[2][4];
+        for (int h = 0; h < G; h++)
+            for (int c = 0; c < 4; c++)
+                acc[h][c] = _mm256_setzero_ps();
         for (int j = 0; j < n_rows; j++) {
-            __m256 a = _mm256_set1_ps(w[j]);
             const float *r = rows[j] + i;
-            acc0 = _mm256_fmadd_ps(a, _mm256_loadu_ps(r), acc0);
-            acc1 = _mm256_fmadd_ps(a, _mm256_loadu_ps(r + 8), acc1);
-            acc2 = _mm256_fmadd_ps(a, _mm256_loadu_ps(r + 16), acc2);
-            acc3 = _mm256_fmadd_ps(a, _mm256_loadu_ps(r + 24), acc3);
+            __m256 v[4];
+            for (int c = 0; c < 4; c++)
+                v[c] = _mm256_loadu_ps(r + 8 * c);
+            for (int h = 0; h < G; h++) {
+                __m256 a = _mm256_set1_ps(w[(size_t)h * ldw + j]);
+                for (int c = 0; c < 4; c++)
+                    acc[h][c] = _mm256_fmadd_ps(a, v[c], acc[h][c]);
+            }
         }
-        _mm256_storeu_ps(out + i, acc0);
-        _mm256_storeu_ps(out + i + 8, acc1);
-        _mm256_storeu_ps(out + i + 16, acc2);
-        _mm256_storeu_ps(out + i + 24, acc3);
+        for (int h = 0; h < G; h++)
+            for (int c = 0; c < 4; c++)
+                _mm256_storeu_ps(out + (size_t)h * ldo + i + 8 * c, acc[h][c]);
     }
-    for (; i < n; i++) {
-        float s = 0.0f;
-        for (int j = 0; j < n_rows; j++)
-            s = fmaf(w[j], rows[j][i], s);
-        out[i] = s;
-    }
+    for (; i < n; i++)
+        for (int h = 0; h < G; h++) {
+            float s = 0.0f;
+            for (int j = 0; j < n_rows; j++)
+                s = fmaf(w[(size_t)h * ldw + j], rows[j][i], s);
+            out[(size_t)h * ldo + i] = s;
+        }
+}
+
+void mn_weighted_sum(float *out, size_t ldo, const float *w, size_t ldw, int n_heads, const float *const *rows,
+                     int n_rows, int n)
+{
+    int h = 0;
+    for (; h + 2 <= n_heads; h += 2) /* two heads share each row load and double the chains */
+        weighted_sum_g(out + (size_t)h * ldo, ldo, w + (size_t)h * ldw, ldw, rows, n_rows, n, 2);
+    if (h < n_heads)
+        weighted_sum_g(out + (size_t)h * ldo, ldo, w + (size_t)h * ldw, ldw, rows, n_rows, n, 1);
 }
 
 void mn_axpy(float *y, float a, const float *x, int n)
@@ -337,12 +452,12 @@ ALWAYS_INLINE void tile_q8(uint32_t type, const mn_weight *W, const mn_q8 *xq, s
     const int nb = (int)(W->cols / 32);
     const uint32_t bb = q_block_bytes(type);
     const uint8_t *rows[8];
-    __m256 acc[4][8];
-    float macc[4][8];
+    __m256 acc[6][8];
+    float macc[6][8];
 #pragma GCC unroll 8
     for (int o = 0; o < OT; o++)
         rows[o] = W->data + (size_t)(o0 + o) * W->row_bytes;
-#pragma GCC unroll 4
+#pragma GCC unroll 6
     for (int t = 0; t < RT; t++)
 #pragma GCC unroll 8
         for (int o = 0; o < OT; o++) {
@@ -357,7 +472,7 @@ ALWAYS_INLINE void tile_q8(uint32_t type, const mn_weight *W, const mn_q8 *xq, s
             __m256i wlo, whi;
             load_wq(type, blk, &wlo, &whi);
             float dw = _cvtsh_ss(rd_u16(blk));
-#pragma GCC unroll 4
+#pragma GCC unroll 6
             for (int t = 0; t < RT; t++) {
                 const mn_q8 *xb = xq + (size_t)(t0 + t) * ldxq + b;
                 __m256i p = dot_lanes(wlo, whi, xb->qs);
@@ -367,7 +482,7 @@ ALWAYS_INLINE void tile_q8(uint32_t type, const mn_weight *W, const mn_q8 *xq, s
             }
         }
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 6
     for (int t = 0; t < RT; t++)
 #pragma GCC unroll 8
         for (int o = 0; o < OT; o++)

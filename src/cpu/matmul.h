@@ -52,12 +52,22 @@ void mn_matmul_q8_ref(const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y
 
 /* A fixed-order dot product of n floats (the attention kernels use it). */
 float mn_dot(const float *a, const float *b, int n);
-/* out[k] = mn_dot(a, b[k], n) for k = 0..3, bit for bit, computed side by side. */
-void mn_dot4(const float *a, const float *const b[4], int n, float out[4]);
+/* out[j] = mn_dot(a, b[j], n) for j < n_b, bit for bit, eight at a time. */
+void mn_dots(const float *a, const float *const *b, int n_b, int n, float *out);
 /* y[i] += a * x[i] for n floats. */
 void mn_axpy(float *y, float a, const float *x, int n);
-/* out[i] = sum_j w[j] * rows[j][i] for i < n, accumulated in j order from 0 with fused multiply-adds
- * (the same result as zeroing out and calling mn_axpy for each j), with the sums held in registers. */
-void mn_weighted_sum(float *out, const float *w, const float *const *rows, int n_rows, int n);
+/* Softmax numerators in place: x[i] = exp(scale * x[i] - max_j(scale * x[j])); returns their sum.
+ * exp is a vector polynomial (relative error ~1e-7; results below e^-87 are 0) applied to every
+ * element alike, and the sum's order depends on n only: the same scores give the same bits. */
+float mn_softmax(float *x, int n, float scale);
+/* gate[i] = silu(gate[i]) * up[i] = gate[i] / (1 + exp(-gate[i])) * up[i], with the vector exp of
+ * mn_softmax; every element alike, whatever its index. */
+void mn_swiglu(float *gate, const float *up, int n);
+/* For h < n_heads: out[h*ldo + i] = sum_j w[h*ldw + j] * rows[j][i] for i < n, accumulated in j
+ * order from 0 with fused multiply-adds (the same result as zeroing the output and calling mn_axpy
+ * for each j), with the sums held in registers; heads that share rows (grouped-query attention)
+ * go two at a time over each row. */
+void mn_weighted_sum(float *out, size_t ldo, const float *w, size_t ldw, int n_heads, const float *const *rows,
+                     int n_rows, int n);
 
 #endif
