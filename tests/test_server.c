@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -545,6 +546,31 @@ Test(server, disconnect_and_cancel_free_the_kv, .timeout = 120)
     o = await(&c, "c1");
     cr_assert_str_eq(json_string_value(json_object_get(o, "finish_reason")), "cancelled");
     json_decref(o);
+    wait_idle(&s);
+    tconn_close(&c);
+    server_stop(&s);
+}
+
+/* A client that shuts down its sending side (nc -N, a script) still gets every answer; the server
+ * closes once they are written. A last line without its newline counts. */
+Test(server, half_close_gets_its_answers_then_the_server_closes, .timeout = 120)
+{
+    server s;
+    server_start(&s, NULL);
+    tconn c;
+    connect_to(s.tcp, &c);
+    send_request(&c, "h1", "And God said", 40, 0, 1);
+    const char *last = "{\"id\":\"h2\",\"prompt\":\"In the beginning\",\"max_tokens\":12}"; /* no newline */
+    cr_assert_eq(mn_client_send(&c.c, last, strlen(last)), 0);
+    cr_assert_eq(shutdown(c.c.fd, SHUT_WR), 0);
+    const char *ids[] = {"h1", "h2"};
+    for (int i = 0; i < 2; i++) {
+        json_t *o = await(&c, ids[i]);
+        cr_assert(json_object_get(o, "done"), "%s was not answered after the half-close", ids[i]);
+        cr_assert_str_eq(json_string_value(json_object_get(o, "finish_reason")), "length");
+        json_decref(o);
+    }
+    cr_assert_null(mn_client_read_line(&c.c, NULL), "the server closes after the last answer");
     wait_idle(&s);
     tconn_close(&c);
     server_stop(&s);

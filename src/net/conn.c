@@ -25,6 +25,7 @@ struct mn_conn {
     mn_conn *prev, *next;  /* the net's list */
     bool throttled;        /* output above the high watermark: not reading, not producing */
     bool closing;          /* close once the output is written */
+    bool input_ended;      /* the client shut down its sending side: answer what it sent, then close */
 };
 
 struct mn_net {
@@ -72,6 +73,23 @@ static void conn_free(mn_conn *c)
     bufferevent_free(c->bev);
     mn_free(c);
     mn_engine_check_drained(n->e);
+}
+
+/* Close c once its output is written (at once if nothing is waiting). */
+static void close_when_written(mn_conn *c)
+{
+    c->closing = true;
+    bufferevent_disable(c->bev, EV_READ);
+    bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
+    if (!evbuffer_get_length(bufferevent_get_output(c->bev)))
+        conn_free(c);
+}
+
+/* After a half-close: close once every line the client sent is handled and answered. */
+static void finish_if_answered(mn_conn *c)
+{
+    if (c->input_ended && !c->closing && !c->reqs && !evbuffer_get_length(bufferevent_get_input(c->bev)))
+        close_when_written(c);
 }
 
 /* Queue a reply line (taking ownership of `line`); throttle past the high watermark. */
@@ -161,18 +179,17 @@ static void read_lines(mn_conn *c)
         size_t avail = evbuffer_get_length(in);
         if ((eol.pos < 0 && avail > max_line) || (eol.pos >= 0 && (size_t)eol.pos > max_line)) {
             send_error(c, NULL, MN_E_LINE_TOO_LONG, "a line must be at most max_line bytes; closing");
-            c->closing = true;
-            bufferevent_disable(c->bev, EV_READ);
-            bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
-            if (!evbuffer_get_length(bufferevent_get_output(c->bev)))
-                conn_free(c);
+            close_when_written(c);
             return;
         }
-        if (eol.pos < 0)
+        if (eol.pos < 0 && !(c->input_ended && avail)) {
+            finish_if_answered(c); /* after a half-close, the last answer may already be out */
             return;
-        size_t len = (size_t)eol.pos;
+        }
+        size_t len = eol.pos >= 0 ? (size_t)eol.pos : avail; /* after a half-close: the unterminated last line */
         evbuffer_remove(in, c->net->line, len);
-        evbuffer_drain(in, eol_len);
+        if (eol.pos >= 0)
+            evbuffer_drain(in, eol_len);
         if (len && c->net->line[len - 1] == '\r')
             len--;
         c->net->line[len] = 0;
@@ -200,18 +217,26 @@ static void on_write(struct bufferevent *bev, void *arg)
     if (c->throttled) {
         c->throttled = false;
         c->net->n_throttled--;
-        bufferevent_enable(bev, EV_READ);
+        if (!c->input_ended)
+            bufferevent_enable(bev, EV_READ);
         mn_engine_kick_verifier(e);
-        read_lines(c);
+        read_lines(c); /* may close c after a half-close */
     }
     mn_engine_check_drained(e);
 }
 
+/* End of input is a half-close until a write fails: a client may shut down its sending side
+ * (`nc -N`, a script) and still read the answers. A client that is really gone turns the next
+ * write into an error, which cancels its requests. */
 static void on_event(struct bufferevent *bev, short what, void *arg)
 {
-    (void)bev;
-    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
-        conn_free(arg); /* the client is gone: its requests are cancelled */
+    mn_conn *c = arg;
+    if (what & BEV_EVENT_ERROR || !(what & BEV_EVENT_EOF)) {
+        conn_free(c); /* the client is gone: its requests are cancelled */
+        return;
+    }
+    c->input_ended = true;
+    read_lines(c); /* may close c */
 }
 
 static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg)
@@ -392,6 +417,8 @@ static void answer(mn_net *n, mn_req *r)
                 *p = r->conn_next;
                 break;
             }
+        r->conn = NULL;
+        finish_if_answered(c); /* may free c */
     }
     e->live_requests--;
     mn_req_free(r);

@@ -7,8 +7,10 @@
  * Writing: the net actor's messages (MN_MSG_FLUSH: stream new text; MN_MSG_DONE: the done or error
  * line, then free the request). Backpressure: when a connection's output passes the high watermark
  * it is throttled - it stops reading and the verifier skips its requests - until the output drains
- * below the low watermark. A connection that closes cancels all its requests; they are freed when
- * their actors hand them back, so their KV returns to the pool.
+ * below the low watermark. End of input is a half-close: the lines already sent (the last may lack
+ * its newline) are answered, then the server closes. A connection that fails (reset, a write error)
+ * cancels all its requests; they are freed when their actors hand them back, so their KV returns to
+ * the pool.
  * Thread: the engine's loop. Handler: mn_net_handle.
  */
 #ifndef MN_CONN_H
