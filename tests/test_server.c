@@ -581,24 +581,31 @@ Test(server, half_close_gets_its_answers_then_the_server_closes, .timeout = 120)
  * buffer alone. Over TCP the receiver's kernel may later open its window a little (it compacts its
  * queue), the output drains, the connection resumes for a moment, and the token counts below would
  * depend on timing. */
+/* Connect `slow` over the Unix socket, ask for 24 x 400 streamed tokens (~270 KB of delta lines:
+ * far past a 16 KiB output buffer and the kernel's), never read, and wait until it is throttled. */
+static void stall_a_client(server *s, tconn *slow)
+{
+    connect_to(s->unix_path, slow);
+    for (int i = 0; i < 24; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "big%d", i);
+        send_request(slow, id, "And God said", 400, 0, 1);
+    }
+    int throttled = 0;
+    for (int i = 0; i < 1200 && !throttled; i++, usleep(50000)) {
+        json_t *st = admin(s, "{\"cmd\":\"stats\"}");
+        throttled = json_integer_value(json_object_get(json_object_get(st, "stats"), "throttled")) == 1;
+        json_decref(st);
+    }
+    cr_assert(throttled, "the connection that does not read was never throttled");
+}
+
 Test(server, a_client_that_does_not_read_stalls_only_itself, .timeout = 300)
 {
     server s;
     server_start(&s, (const char *[]){"--output-buffer", "16", NULL});
     tconn slow, fast;
-    connect_to(s.unix_path, &slow);
-    for (int i = 0; i < 24; i++) { /* ~270 KB of delta lines: far past 16 KiB + the kernel's buffers */
-        char id[16];
-        snprintf(id, sizeof id, "big%d", i);
-        send_request(&slow, id, "And God said", 400, 0, 1);
-    }
-    int throttled = 0;
-    for (int i = 0; i < 1200 && !throttled; i++, usleep(50000)) {
-        json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
-        throttled = json_integer_value(json_object_get(json_object_get(st, "stats"), "throttled")) == 1;
-        json_decref(st);
-    }
-    cr_assert(throttled, "the connection that does not read was never throttled");
+    stall_a_client(&s, &slow);
     /* a step already in flight when the throttle began still lands: wait until the count has not
      * moved for a second (a step of a sanitized daemon on a busy machine can take a few 100 ms) */
     json_t *a = admin(&s, "{\"cmd\":\"stats\"}");
@@ -731,7 +738,7 @@ Test(server, admin_get_set_stats, .timeout = 120)
 static void drain_test(int by_signal)
 {
     server s;
-    server_start(&s, NULL);
+    server_start(&s, (const char *[]){"--drain-timeout", "0", NULL}); /* a sanitized 900 tokens may take 30 s */
     tconn c;
     connect_to(s.tcp, &c);
     send_request(&c, "last", "And God said", 900, 0, 1);
@@ -760,6 +767,40 @@ static void drain_test(int by_signal)
     json_decref(o);
     tconn_close(&c);
     cr_assert_eq(server_wait(&s, 60), 0, "minionsd did not exit 0 after the drain");
+}
+
+/* A client that stopped reading cannot hold a drain up: the deadline closes its connection. */
+Test(server, drain_timeout_closes_a_client_that_does_not_read, .timeout = 300)
+{
+    server s;
+    server_start(&s, (const char *[]){"--output-buffer", "16", "--drain-timeout", "2", NULL});
+    tconn slow;
+    stall_a_client(&s, &slow);
+    kill(s.pid, SIGTERM);
+    cr_assert_eq(server_wait(&s, 120), 0, "minionsd did not exit 0 after the drain timeout");
+    tconn_close(&slow);
+}
+
+/* The same stall with no deadline in sight: a second SIGTERM ends the drain at once. */
+Test(server, a_second_signal_ends_a_stuck_drain, .timeout = 300)
+{
+    server s;
+    server_start(&s, (const char *[]){"--output-buffer", "16", "--drain-timeout", "3600", NULL});
+    tconn slow;
+    stall_a_client(&s, &slow);
+    kill(s.pid, SIGTERM);
+    int draining = 0;
+    for (int i = 0; i < 500 && !draining; i++, usleep(10000)) {
+        json_t *o = admin(&s, "{\"cmd\":\"stats\"}");
+        draining = json_is_true(json_object_get(json_object_get(o, "stats"), "draining"));
+        json_decref(o);
+    }
+    cr_assert(draining, "SIGTERM did not start a drain");
+    sleep(1);
+    cr_assert_eq(waitpid(s.pid, NULL, WNOHANG), 0, "the drain ended while a client still held requests");
+    kill(s.pid, SIGTERM);
+    cr_assert_eq(server_wait(&s, 120), 0, "minionsd did not exit 0 after the second signal");
+    tconn_close(&slow);
 }
 
 Test(server, admin_drain_finishes_and_exits_zero, .timeout = 120)

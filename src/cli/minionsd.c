@@ -29,6 +29,8 @@ static void usage(FILE *f)
             "      --max-queue N      most requests waiting before 'busy' (default 256)\n"
             "      --max-line N       longest request line in bytes (default 1048576)\n"
             "      --output-buffer KIB unsent output that pauses a client's requests (default 256)\n"
+            "      --drain-timeout S  a drain (SIGTERM, SIGINT, admin) still running after S seconds\n"
+            "                         closes every connection; 0 = wait for ever (default 30)\n"
             "      --log-level L      error|warn|info|debug (default warn)\n");
 }
 
@@ -58,7 +60,7 @@ int main(int argc, char **argv)
         {"max-batch", required_argument, 0, 'b'}, {"kv-blocks", required_argument, 0, 'k'},
         {"kv-mib", required_argument, 0, 'K'},    {"max-queue", required_argument, 0, 'q'},
         {"max-line", required_argument, 0, 'l'},  {"log-level", required_argument, 0, 'L'},
-        {"output-buffer", required_argument, 0, 'o'},
+        {"output-buffer", required_argument, 0, 'o'}, {"drain-timeout", required_argument, 0, 'D'},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
     };
     for (int c; (c = getopt_long(argc, argv, "m:t:h", opts, NULL)) != -1;) {
@@ -76,6 +78,7 @@ int main(int argc, char **argv)
         case 'q': ok = parse_int(optarg, 1, 1 << 20, &v), cfg.max_queue = (uint32_t)v; break;
         case 'l': ok = parse_int(optarg, 64, 1 << 30, &v), cfg.max_line = (uint32_t)v; break;
         case 'o': ok = parse_int(optarg, 4, 1 << 20, &v), cfg.out_high = (uint32_t)v << 10; break;
+        case 'D': ok = parse_int(optarg, 0, 86400, &v), cfg.drain_timeout_s = (uint32_t)v; break;
         case 'L': ok = (v = mn_log_parse_level(optarg)) >= 0; if (ok) mn_log_set_level((mn_log_level)v); break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;

@@ -354,12 +354,17 @@ void mn_net_stop_listening(mn_net *n)
         evconnlistener_disable(n->unix_l);
 }
 
+void mn_net_close_all(mn_net *n)
+{
+    while (n->conns)
+        conn_free(n->conns);
+}
+
 void mn_net_free(mn_net *n)
 {
     if (!n)
         return;
-    while (n->conns)
-        conn_free(n->conns);
+    mn_net_close_all(n);
     if (n->tcp)
         evconnlistener_free(n->tcp);
     if (n->unix_l) {

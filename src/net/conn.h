@@ -28,6 +28,8 @@ void mn_net_free(mn_net *n);
 void mn_net_handle(void *net, mn_msg *m);
 /* The bound TCP port, or -1. */
 int mn_net_port(const mn_net *n);
+/* Close every client connection now: their requests are cancelled (a drain that cannot finish). */
+void mn_net_close_all(mn_net *n);
 /* Stop accepting connections (drain). */
 void mn_net_stop_listening(mn_net *n);
 /* True when no connection has output waiting. */

@@ -24,6 +24,7 @@ mn_engine_config mn_engine_defaults(void)
         .max_line = 1 << 20,
         .max_tokens_limit = 4096,
         .out_high = 256 << 10,
+        .drain_timeout_s = 30,
     };
 }
 
@@ -75,18 +76,42 @@ void mn_engine_check_drained(mn_engine *e)
 
 void mn_engine_drain(mn_engine *e)
 {
-    if (!e->draining)
+    if (!e->draining) {
         mn_log(MN_LOG_INFO, "draining: %llu requests in flight", (unsigned long long)e->live_requests);
+        if (e->drain_timer)
+            evtimer_add(e->drain_timer, &(struct timeval){.tv_sec = e->cfg.drain_timeout_s});
+    }
     e->draining = true;
     mn_net_stop_listening(e->net);
     mn_engine_check_drained(e);
 }
 
+/* End a drain that cannot finish by itself (a client that does not read keeps its requests paused):
+ * close every connection, which cancels their requests; the loop ends once the actors hand them back. */
+static void force_drain(mn_engine *e, const char *why)
+{
+    mn_log(MN_LOG_WARN, "%s: closing %u connections, cancelling %llu requests", why, mn_net_connections(e->net),
+           (unsigned long long)e->live_requests);
+    mn_net_close_all(e->net);
+    mn_engine_check_drained(e);
+}
+
+static void on_drain_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    force_drain(arg, "drain timeout");
+}
+
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
+    mn_engine *e = arg;
     (void)what;
+    if (e->draining) {
+        force_drain(e, "second signal during the drain");
+        return;
+    }
     mn_log(MN_LOG_INFO, "signal %d: draining", (int)sig);
-    mn_engine_drain(arg);
+    mn_engine_drain(e);
 }
 
 mn_status mn_engine_new(const mn_engine_config *cfg, mn_engine **out, mn_err *err)
@@ -138,6 +163,10 @@ mn_status mn_engine_new(const mn_engine_config *cfg, mn_engine **out, mn_err *er
         goto fail;
     e->sigterm = evsignal_new(e->base, SIGTERM, on_signal, e);
     e->sigint = evsignal_new(e->base, SIGINT, on_signal, e);
+    if (cfg->drain_timeout_s && !(e->drain_timer = evtimer_new(e->base, on_drain_timeout, e))) {
+        st = mn_fail(err, MN_NOMEM, "engine: out of memory for the drain timer");
+        goto fail;
+    }
     if (!e->sigterm || !e->sigint || evsignal_add(e->sigterm, NULL) < 0 || evsignal_add(e->sigint, NULL) < 0) {
         st = mn_fail(err, MN_ERROR, "cannot watch SIGTERM/SIGINT");
         goto fail;
@@ -170,6 +199,8 @@ void mn_engine_free(mn_engine *e)
 {
     if (!e)
         return;
+    if (e->drain_timer)
+        event_free(e->drain_timer);
     if (e->sigterm)
         event_free(e->sigterm);
     if (e->sigint)

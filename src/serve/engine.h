@@ -3,7 +3,9 @@
  * mn_engine_new loads the model, creates the backend, the compute worker, the actors (net, intake,
  * kvmem, verifier), the client listeners and the admin socket. mn_engine_run runs the loop until a
  * drain (admin `drain`, SIGTERM or SIGINT) has finished every accepted request and flushed every
- * reply; it returns MN_OK then. mn_engine_free releases everything.
+ * reply; it returns MN_OK then. A drain that outlives drain_timeout_s, or a second SIGTERM/SIGINT,
+ * closes every client connection (cancelling what they still wait for), so a client that stopped
+ * reading cannot hold the daemon up. mn_engine_free releases everything.
  *
  * Thread: the calling thread becomes the loop thread; all three calls on it. Errors: start-up
  * failures come back as a status and a message (the caller exits); after start-up a failure fails
@@ -30,6 +32,7 @@ typedef struct mn_engine_config {
     uint32_t max_line;         /* longest request line in bytes */
     uint32_t max_tokens_limit; /* largest max_tokens a request may ask for */
     uint32_t out_high;         /* bytes of unsent output that throttle a connection (resumes at 1/4) */
+    uint32_t drain_timeout_s;  /* a drain still running after this long closes every connection (0: never) */
 } mn_engine_config;
 
 mn_engine_config mn_engine_defaults(void);

@@ -58,6 +58,7 @@ struct mn_engine {
     mn_engine_config cfg;
     struct event_base *base;
     struct event *sigterm, *sigint;
+    struct event *drain_timer;   /* armed when a drain starts (cfg.drain_timeout_s > 0) */
     mn_model *model;
     mn_backend *be;
     mn_worker *worker;
