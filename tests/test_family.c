@@ -56,6 +56,8 @@ Test(family, engine_encodes_heldout_text_like_the_training_tool, .timeout = 600)
         cr_assert_eq(mn_tok_encode(m->tok, json_string_value(text), json_string_length(text), false, &out), MN_OK);
         cr_assert_eq(out.n, json_array_size(ids), "unit %zu: %zu tokens, the training tool %zu", units, out.n,
                      json_array_size(ids));
+        size_t least = mn_tok_min_tokens(m->tok, json_string_length(text), false);
+        cr_assert(least > 0 && least <= out.n, "unit %zu: lower bound %zu, %zu tokens", units, least, out.n);
         for (size_t i = 0; i < out.n; i++)
             cr_assert_eq(out.ids[i], json_integer_value(json_array_get(ids, i)), "unit %zu token %zu", units, i);
         tokens += out.n;

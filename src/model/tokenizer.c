@@ -39,6 +39,7 @@ struct mn_tokenizer {
     int32_t bos, eos;
     bool add_bos;
     bool lossless;         /* every byte has a token: decode(encode(x)) == x for all x */
+    uint32_t max_piece;    /* bytes of the longest piece */
 };
 
 /* ---- tokens buffer ----------------------------------------------------------------------------- */
@@ -211,8 +212,9 @@ static mn_status load_vocab(mn_tokenizer *t, const gguf_file *f, mn_err *err)
             n = (long)strs[i].len;
         }
         t->piece_len[i] = (uint32_t)n;
-        if (t->type[i] == TOKEN_NORMAL || t->type[i] == TOKEN_BYTE) {
+        if (t->type[i] == TOKEN_NORMAL || t->type[i] == TOKEN_BYTE) { /* the pieces encode() emits */
             str_insert(t, (int32_t)i);
+            t->max_piece = (uint32_t)n > t->max_piece ? (uint32_t)n : t->max_piece;
             if (n == 1 && t->byte_id[(uint8_t)t->piece[i][0]] < 0)
                 t->byte_id[(uint8_t)t->piece[i][0]] = (int32_t)i;
         }
@@ -583,3 +585,10 @@ bool mn_tok_is_control(const mn_tokenizer *t, int32_t id)
     return id >= 0 && (uint32_t)id < t->n_vocab && t->type[id] == TOKEN_CONTROL;
 }
 bool mn_tok_is_lossless(const mn_tokenizer *t) { return t->lossless; }
+
+size_t mn_tok_min_tokens(const mn_tokenizer *t, size_t len, bool add_bos)
+{
+    if (!t->lossless || !t->max_piece)
+        return 0;
+    return (add_bos && t->add_bos && t->bos >= 0) + (len + t->max_piece - 1) / t->max_piece;
+}

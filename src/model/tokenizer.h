@@ -47,6 +47,10 @@ mn_status mn_tok_encode(const mn_tokenizer *t, const char *text, size_t len, boo
 /* The bytes token id decodes to (empty for control tokens and ids out of range). */
 const char *mn_tok_piece(const mn_tokenizer *t, int32_t id, size_t *len);
 
+/* A lower bound on the tokens mn_tok_encode gives for len bytes, without encoding them: every token
+ * covers at most the longest piece's bytes (0 for vocabularies that are not lossless, which may
+ * drop bytes). Lets a caller refuse a prompt that cannot fit a context before paying for it. */
+size_t mn_tok_min_tokens(const mn_tokenizer *t, size_t len, bool add_bos);
 int32_t mn_tok_bos(const mn_tokenizer *t);   /* -1 when the model has none */
 int32_t mn_tok_eos(const mn_tokenizer *t);   /* -1 when the model has none */
 uint32_t mn_tok_n_vocab(const mn_tokenizer *t);

@@ -22,6 +22,14 @@ void mn_intake_handle(void *engine, mn_msg *m)
         mn_req_fail(r, MN_E_BUSY, "the server is draining and takes no new requests");
         return answer(e, r);
     }
+    /* Refuse what cannot fit before tokenizing it: this actor runs on the loop, and a 1 MiB prompt
+     * costs tens of milliseconds that every stream would wait for. */
+    size_t least = mn_tok_min_tokens(model->tok, r->p.prompt_len, true);
+    if (least >= model->hp.n_ctx) {
+        mn_req_fail(r, MN_E_INVALID_REQUEST, "prompt is %zu bytes, at least %zu tokens; the model's context is %u",
+                    r->p.prompt_len, least, model->hp.n_ctx);
+        return answer(e, r);
+    }
     if (mn_tok_encode(model->tok, r->p.prompt, r->p.prompt_len, true, &r->toks) != MN_OK) {
         mn_req_fail(r, MN_E_INTERNAL, "out of memory while tokenizing the prompt");
         return answer(e, r);
