@@ -742,6 +742,18 @@ Test(server, admin_get_set_stats, .timeout = 120)
     server_stop(&s);
 }
 
+/* After a SIGTERM: wait until stats say the drain has begun (the signal arrives when it arrives). */
+static void await_draining(server *s)
+{
+    int draining = 0;
+    for (int i = 0; i < 500 && !draining; i++, usleep(10000)) {
+        json_t *o = admin(s, "{\"cmd\":\"stats\"}");
+        draining = json_is_true(json_object_get(json_object_get(o, "stats"), "draining"));
+        json_decref(o);
+    }
+    cr_assert(draining, "SIGTERM did not start a drain");
+}
+
 /* drain: running requests finish, new ones are refused, the daemon exits 0. */
 static void drain_test(int by_signal)
 {
@@ -754,13 +766,7 @@ static void drain_test(int by_signal)
     json_decref(o);
     if (by_signal) {
         kill(s.pid, SIGTERM);
-        int draining = 0;
-        for (int i = 0; i < 500 && !draining; i++, usleep(10000)) { /* the signal arrives when it arrives */
-            o = admin(&s, "{\"cmd\":\"stats\"}");
-            draining = json_is_true(json_object_get(json_object_get(o, "stats"), "draining"));
-            json_decref(o);
-        }
-        cr_assert(draining, "SIGTERM did not start a drain");
+        await_draining(&s);
     } else {
         o = admin(&s, "{\"cmd\":\"drain\"}");
         cr_assert(json_is_true(json_object_get(o, "draining")));
@@ -797,13 +803,7 @@ Test(server, a_second_signal_ends_a_stuck_drain, .timeout = 300)
     tconn slow;
     stall_a_client(&s, &slow);
     kill(s.pid, SIGTERM);
-    int draining = 0;
-    for (int i = 0; i < 500 && !draining; i++, usleep(10000)) {
-        json_t *o = admin(&s, "{\"cmd\":\"stats\"}");
-        draining = json_is_true(json_object_get(json_object_get(o, "stats"), "draining"));
-        json_decref(o);
-    }
-    cr_assert(draining, "SIGTERM did not start a drain");
+    await_draining(&s);
     sleep(1);
     cr_assert_eq(waitpid(s.pid, NULL, WNOHANG), 0, "the drain ended while a client still held requests");
     kill(s.pid, SIGTERM);

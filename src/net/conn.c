@@ -17,7 +17,6 @@
 #include "util/alloc.h"
 #include "util/log.h"
 
-
 struct mn_conn {
     mn_net *net;
     struct bufferevent *bev;

@@ -105,7 +105,8 @@ static uint32_t active(const mn_kvmem *k)
 /* Start queued requests, oldest first, while the batch has room and the pool has blocks. */
 static void try_admit(mn_kvmem *k)
 {
-    while (k->q_len && k->n_running < k->e->max_running && active(k) < k->e->max_batch) {
+    uint32_t n_active = active(k);
+    while (k->q_len && k->n_running < k->e->max_running && n_active < k->e->max_batch) {
         mn_req *r = queue_at(k, 0);
         if (mn_kv_reserve(k->pool, &r->kv, (uint32_t)r->toks.n) != MN_OK)
             return; /* head-of-line waits for blocks: admission stays FIFO */
@@ -114,6 +115,7 @@ static void try_admit(mn_kvmem *k)
         r->stage = MN_REQ_RUNNING;
         r->preempted = false;
         k->running[k->n_running++] = r;
+        n_active += !mn_req_paused(r);
         r->msg.type = MN_MSG_START;
         mn_mailbox_post(k->e->verifier_mb, &r->msg);
     }
