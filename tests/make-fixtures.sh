@@ -12,7 +12,9 @@ py=$3
 mkdir -p "$out"
 w="$py $src/tools/ggufw.py"
 
-$w --out "$out/gqa_f32.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 100 --vocab 512 --seed 1
+# gqa_f32 keeps the old spelling pre = "default" (the other GPT-2 models say "gpt-2"): files written
+# before issue #9 must still load, and test_gguf patches that string
+$w --out "$out/gqa_f32.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 100 --vocab 512 --pre default --seed 1
 $w --out "$out/untied_f32.gguf" --dim 48 --layers 3 --heads 3 --kv-heads 3 --ff 96 --vocab 400 \
    --untied --pre smollm --rope-base 500 --seed 2
 for t in f16 q8_0 q4_0 q4_1; do

@@ -1,6 +1,7 @@
 /* test_family.c - the bundled model family (models/): every model loads, all share one vocabulary
  * (the voter compares their tokens), the engine's tokenizer encodes every held-out unit of the three
- * corpora exactly like the training tool, and the committed prompt sets are what they claim. */
+ * corpora exactly like the training tool and every prompt exactly like llama.cpp, and the committed
+ * prompt sets are what they claim. */
 #include <jansson.h>
 #include <string.h>
 
@@ -105,5 +106,57 @@ Test(family, prompt_sets_have_200_prompts_of_8_to_64_tokens)
         free(line);
         fclose(f);
     }
+    mn_model_free(m);
+}
+
+/* Our GGUF files must tokenize alike in other engines (issue #9): tests/fixtures/llama-tokenize-ids.jsonl
+ * holds llama.cpp's ids for every prompt of the three sets with models/target.gguf, in file order
+ * (tools/llama-tokenize-fixtures.sh made it). */
+Test(family, engine_encodes_every_prompt_like_llama_cpp)
+{
+    mn_model *m = load_family("target");
+    const char *src = getenv("MINIONS_SRCDIR");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/fixtures/llama-tokenize-ids.jsonl", src ? src : ".");
+    FILE *fx = fopen(path, "r");
+    cr_assert(fx, "missing %s", path);
+    static const char *const sets[] = {"kjv", "web", "devil"};
+    char *lp = NULL, *lx = NULL;
+    size_t cp = 0, cx = 0, prompts = 0;
+    for (int s = 0; s < 3; s++) {
+        snprintf(path, sizeof path, "%s/prompts/%s.jsonl", src ? src : ".", sets[s]);
+        FILE *fp = fopen(path, "r");
+        cr_assert(fp, "missing %s", path);
+        for (json_int_t i = 0; getline(&lp, &cp, fp) > 0; i++) {
+            cr_assert(getline(&lx, &cx, fx) > 0, "the fixture ends before %s line %d", sets[s], (int)i + 1);
+            json_error_t jerr;
+            json_t *o = json_loads(lp, 0, &jerr), *x = json_loads(lx, 0, &jerr);
+            const char *p = json_string_value(json_object_get(o, "prompt"));
+            json_t *ids = json_object_get(x, "ids");
+            cr_assert(p && json_is_array(ids));
+            cr_assert_str_eq(json_string_value(json_object_get(x, "set")), sets[s]);
+            cr_assert_eq(json_integer_value(json_object_get(x, "index")), i);
+            /* add_bos as a request asks for it: the family's GGUF says add_bos_token = false, so no
+             * BOS comes out, as llama.cpp gives none (--no-bos) */
+            mn_tokens t = {0};
+            cr_assert_eq(mn_tok_encode(m->tok, p, strlen(p), true, &t), MN_OK);
+            cr_assert_eq(t.n, json_array_size(ids), "%s prompt %d: %zu tokens, llama.cpp %zu", sets[s], (int)i, t.n,
+                         json_array_size(ids));
+            for (size_t k = 0; k < t.n; k++)
+                cr_assert_eq(t.ids[k], json_integer_value(json_array_get(ids, k)), "%s prompt %d token %zu",
+                             sets[s], (int)i, k);
+            mn_tokens_free(&t);
+            json_decref(o);
+            json_decref(x);
+            prompts++;
+        }
+        fclose(fp);
+    }
+    cr_assert(getline(&lx, &cx, fx) <= 0, "the fixture has more lines than the prompt sets");
+    cr_assert_geq(prompts, 600, "every prompt of the three sets");
+    cr_log_info("%zu prompts, identical to llama.cpp's ids", prompts);
+    free(lp);
+    free(lx);
+    fclose(fx);
     mn_model_free(m);
 }

@@ -1,5 +1,5 @@
-/* test_tokenizer.c - the BPE tokenizer against the independent reference (tools/ref_tokenize.py)
- * and its round-trip guarantee on arbitrary bytes. */
+/* test_tokenizer.c - the BPE tokenizer against the independent reference (tools/ref_tokenize.py),
+ * its round-trip guarantee on arbitrary bytes, and which tokenizer.ggml.pre names select which split. */
 #include <jansson.h>
 #include <string.h>
 
@@ -132,4 +132,110 @@ Test(tokenizer, special_ids_and_control_tokens)
         cr_assert_neq(out.ids[i], 0);
     mn_tokens_free(&out);
     mn_model_free(m);
+}
+
+/* ---- pre-tokenizer names ----------------------------------------------------------------------- */
+
+typedef struct gbuf {
+    unsigned char *p;
+    size_t n;
+} gbuf;
+
+static void put(gbuf *b, const void *x, size_t n)
+{
+    b->p = realloc(b->p, b->n + n);
+    cr_assert(b->p);
+    memcpy(b->p + b->n, x, n);
+    b->n += n;
+}
+
+static void put_u32(gbuf *b, uint32_t v) { put(b, &v, 4); } /* GGUF and the test hosts are little-endian */
+
+static void put_str(gbuf *b, const char *s, size_t n)
+{
+    uint64_t len = n;
+    put(b, &len, 8);
+    put(b, s, n);
+}
+
+static void put_key(gbuf *b, const char *key, gguf_vtype type)
+{
+    put_str(b, key, strlen(key));
+    put_u32(b, type);
+}
+
+static void put_array_head(gbuf *b, const char *key, uint64_t n)
+{
+    put_key(b, key, GGUF_ARRAY);
+    put_u32(b, GGUF_STRING);
+    put(b, &n, 8);
+}
+
+/* A GGUF holding only a tokenizer saying tokenizer.ggml.pre = pre: ids 0..255 are the bytes (as
+ * GPT-2 byte-level strings), 256 is "12" with the one merge "1 2". "123" shows the split: GPT-2's
+ * pattern keeps it one piece (256, '3'), smollm's cuts the digits apart ('1', '2', '3'). */
+static mn_status tiny_tokenizer(const char *pre, mn_tokenizer **out, mn_err *err)
+{
+    gbuf b = {0};
+    put(&b, "GGUF", 4);
+    put_u32(&b, 3);
+    uint64_t counts[2] = {0, 4}; /* tensors, keys */
+    put(&b, counts, sizeof counts);
+    put_key(&b, "tokenizer.ggml.model", GGUF_STRING);
+    put_str(&b, "gpt2", 4);
+    put_key(&b, "tokenizer.ggml.pre", GGUF_STRING);
+    put_str(&b, pre, strlen(pre));
+    put_array_head(&b, "tokenizer.ggml.tokens", 257);
+    for (int byte = 0, extra = 0; byte < 256; byte++) {
+        bool printable = (byte >= 33 && byte <= 126) || (byte >= 161 && byte <= 172) || byte >= 174;
+        int cp = printable ? byte : 256 + extra++;
+        char u[2] = {(char)cp, 0};
+        if (cp >= 128) { /* two-byte UTF-8: every code point of the map is below 0x800 */
+            u[0] = (char)(0xc0 | cp >> 6);
+            u[1] = (char)(0x80 | (cp & 0x3f));
+        }
+        put_str(&b, u, cp >= 128 ? 2 : 1);
+    }
+    put_str(&b, "12", 2);
+    put_array_head(&b, "tokenizer.ggml.merges", 1);
+    put_str(&b, "1 2", 3);
+    gguf_file *f = NULL;
+    mn_status s = gguf_open_mem(b.p, b.n, &f, err);
+    cr_assert_eq(s, MN_OK, "%s", err->msg);
+    s = mn_tok_load(f, 257, out, err); /* the tokenizer copies what it keeps */
+    gguf_close(f);
+    free(b.p);
+    return s;
+}
+
+static void expect_ids(const mn_tokenizer *t, const char *text, const int32_t *ids, size_t n, const char *pre)
+{
+    mn_tokens out = {0};
+    cr_assert_eq(mn_tok_encode(t, text, strlen(text), false, &out), MN_OK);
+    cr_assert_eq(out.n, n, "pre '%s': %zu tokens, expected %zu", pre, out.n, n);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(out.ids[i], ids[i], "pre '%s' token %zu", pre, i);
+    mn_tokens_free(&out);
+}
+
+Test(tokenizer, gpt2_pre_names_load_as_the_gpt2_split)
+{
+    /* "gpt-2" is llama.cpp's name and what our files say; "default" and "gpt2" are in older files */
+    static const char *const names[] = {"gpt-2", "default", "gpt2"};
+    static const int32_t gpt2[] = {256, '3'}, smollm[] = {'1', '2', '3'};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        mn_tokenizer *t = NULL;
+        mn_err err = {{0}};
+        cr_assert_eq(tiny_tokenizer(names[i], &t, &err), MN_OK, "pre '%s': %s", names[i], err.msg);
+        expect_ids(t, "123", gpt2, 2, names[i]);
+        mn_tok_free(t);
+    }
+    mn_tokenizer *t = NULL;
+    mn_err err = {{0}};
+    cr_assert_eq(tiny_tokenizer("smollm", &t, &err), MN_OK, "%s", err.msg);
+    expect_ids(t, "123", smollm, 3, "smollm");
+    mn_tok_free(t);
+    /* a split we do not implement is refused, not silently read as GPT-2 */
+    cr_assert_eq(tiny_tokenizer("llama-bpe", &t, &err), MN_UNSUPPORTED);
+    cr_assert(strstr(err.msg, "'llama-bpe'"), "%s", err.msg);
 }

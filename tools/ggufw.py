@@ -5,10 +5,12 @@ The files follow the GGUF llama conventions exactly (keys, tensor names, ne orde
 alignment), so any GGUF reader loads them; the tests check that the PyPI `gguf` reader does.
 
     python3 tools/ggufw.py --out m.gguf --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 100 \
-        --vocab 512 --type f32 [--untied] [--pre default|smollm] [--seed 1] [--text FILE ...]
+        --vocab 512 --type f32 [--untied] [--pre gpt-2|smollm|default] [--seed 1] [--text FILE ...]
 
 The vocabulary is a byte-level BPE trained on --text (default: the licence texts every Debian
 system ships under /usr/share/common-licenses) up to --vocab tokens; weights are random.
+GPT-2's pattern is written as pre = "gpt-2", llama.cpp's name for it: llama.cpp reads "default"
+(what files written before issue #9 say; --pre default still writes it, for tests) as another split.
 Needs only numpy (Debian's python3-numpy) and `regex` (python3-regex).
 """
 import argparse
@@ -174,7 +176,7 @@ def merge_pair(parts, a, b):
     return out
 
 
-def train_bpe(text, n_merges, pre="default"):
+def train_bpe(text, n_merges, pre="gpt-2"):
     """Merges (pairs of byte strings) learned by counting adjacent pairs within pre-tokens."""
     words = collections.Counter(tuple(bytes([c]) for c in w.encode("utf-8")) for w in pretokenize(text, pre))
     words = [[list(w), n] for w, n in words.items()]
@@ -238,7 +240,7 @@ def default_text():
     return "\n".join(parts)
 
 
-def llama_writer(name, dim, layers, heads, kv_heads, ff, ctx, vocab, tokens, types, merges, pre="default",
+def llama_writer(name, dim, layers, heads, kv_heads, ff, ctx, vocab, tokens, types, merges, pre="gpt-2",
                  rope_base=10000.0, eps=1e-5):
     """A Writer holding the llama and tokenizer metadata; the caller adds the tensors."""
     w = Writer()
@@ -316,7 +318,7 @@ def main(argv=None):
     ap.add_argument("--rope-base", type=float, default=10000.0)
     ap.add_argument("--type", choices=sorted(TYPE_NAMES), default="f32")
     ap.add_argument("--untied", action="store_true", help="write a separate output.weight")
-    ap.add_argument("--pre", choices=["default", "smollm"], default="default")
+    ap.add_argument("--pre", choices=["gpt-2", "smollm", "default"], default="gpt-2")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--name")
     ap.add_argument("--text", nargs="*", help="training text for the BPE vocabulary")

@@ -42,7 +42,7 @@ class BPE:
             a, b = m.split(" ", 1)
             self.ranks.setdefault((a, b), i)
         pre = r.fields.get("tokenizer.ggml.pre")
-        self.pre = pre.contents() if pre else "default"
+        self.pre = pre.contents() if pre else "gpt-2"
         self.b2u = bytes_to_unicode()
 
     def pieces(self, text):

@@ -15,7 +15,7 @@
 enum { TOKEN_NORMAL = 1, TOKEN_UNKNOWN = 2, TOKEN_CONTROL = 3, TOKEN_USER = 4, TOKEN_UNUSED = 5, TOKEN_BYTE = 6 };
 
 typedef enum pre_kind {
-    PRE_GPT2,   /* "default", "gpt2" */
+    PRE_GPT2,   /* "gpt-2" (llama.cpp's name); "default" and "gpt2" in files written before it */
     PRE_SMOLLM, /* digits one by one, then GPT-2 */
 } pre_kind;
 
@@ -297,10 +297,13 @@ mn_status mn_tok_load(const gguf_file *f, uint32_t n_vocab, mn_tokenizer **out, 
     t->n_vocab = n_vocab;
     t->pre = PRE_GPT2;
     if (gguf_get_string(f, "tokenizer.ggml.pre", &pre, NULL) == MN_OK) {
+        /* Other engines read "default" as their own default split (llama.cpp: punctuation runs and
+         * digit triples apart), so our files say "gpt-2"; the old spellings still load as GPT-2. */
         if (gguf_str_eq(pre, "smollm"))
             t->pre = PRE_SMOLLM;
-        else if (!gguf_str_eq(pre, "default") && !gguf_str_eq(pre, "gpt2")) {
-            s = mn_fail(err, MN_UNSUPPORTED, "tokenizer: pre-tokenizer '%.*s' is not supported (default, gpt2, smollm are)",
+        else if (!gguf_str_eq(pre, "gpt-2") && !gguf_str_eq(pre, "default") && !gguf_str_eq(pre, "gpt2")) {
+            s = mn_fail(err, MN_UNSUPPORTED,
+                        "tokenizer: pre-tokenizer '%.*s' is not supported (gpt-2, default, gpt2, smollm are)",
                         (int)(pre.len > 32 ? 32 : pre.len), pre.ptr);
             goto fail;
         }

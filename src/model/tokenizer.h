@@ -3,8 +3,10 @@
  * Encoding: the text is split by the pre-tokenizer that tokenizer.ggml.pre names, then each piece's
  * bytes are merged by rank like the reference BPE (lowest rank first, leftmost first on ties).
  * Pre-tokenizers:
- *   "default", "gpt2": GPT-2's pattern
- *       's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ *   "gpt-2" (llama.cpp's name, what our files say), and "default", "gpt2" (older files): GPT-2's
+ *       pattern 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ *       llama.cpp's "gpt-2" splits valid UTF-8 the same way (it turns each invalid byte into
+ *       U+FFFD); its "default" is another split (punctuation runs, digit triples), never written.
  *   "smollm": every \p{N} is its own piece, then GPT-2's pattern on what lies between.
  * Bytes that are not valid UTF-8 are pieces of the "other" class, so with a vocabulary that has a
  * token for each of the 256 bytes (mn_tok_is_lossless) any byte string encodes and

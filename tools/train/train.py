@@ -223,7 +223,7 @@ def main():
     if not os.path.exists(tok_path):
         text = "\n\n".join(open(os.path.join(a.corpora, f"{c}.train.txt"), encoding="utf-8").read() for c in CORPORA)
         t0 = time.time()
-        tokens, types, merges = ggufw.build_vocab(text, VOCAB, "default")
+        tokens, types, merges = ggufw.build_vocab(text, VOCAB, "gpt-2")
         json.dump({"tokens": tokens, "types": types, "merges": merges}, open(tok_path, "w"))
         log(f"tokenizer: {len(merges)} merges in {time.time() - t0:.0f} s")
     tok = json.load(open(tok_path))
