@@ -38,15 +38,49 @@ void mn_line_free(mn_line *l)
     l->cancel_id = NULL;
 }
 
+static int utf8_seq(const unsigned char *s, size_t avail);
+
+/* Copy s[0..len) into dst[cap] as valid UTF-8, stopping before the first character that does not
+ * fit: bytes that are not UTF-8 become U+FFFD, and a character cut short by the end of s is dropped.
+ * The fields of mn_proto_error go back to the client in a JSON reply, and what fills them (a client's
+ * id, jansson's error text quoting the bad line) may be cut or not be UTF-8 at all. */
+static void utf8_copy(char *dst, size_t cap, const char *s, size_t len)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < len;) {
+        int n = utf8_seq((const unsigned char *)s + i, len - i);
+        if (n < 0)
+            break;
+        const char *c = n ? s + i : "\xef\xbf\xbd";
+        size_t k = n ? (size_t)n : 3;
+        if (o + k >= cap)
+            break;
+        memcpy(dst + o, c, k);
+        o += k;
+        i += n ? (size_t)n : 1;
+    }
+    dst[o] = 0;
+}
+
 static mn_status bad(mn_proto_error *err, mn_errcode code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static mn_status bad(mn_proto_error *err, mn_errcode code, const char *fmt, ...)
 {
+    char msg[sizeof err->message];
     va_list ap;
     va_start(ap, fmt);
     err->code = code;
-    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    utf8_copy(err->message, sizeof err->message, msg, strlen(msg));
     return MN_INVALID;
+}
+
+/* JSON_ALLOW_NUL lets "\u0000" into strings. Only the prompt keeps its length; ids and stop strings
+ * are C strings downstream (compared with strcmp, searched by strlen), where a NUL would quietly
+ * cut them: "a\u0000b" would cancel "a". */
+static bool has_nul(json_t *str)
+{
+    return strlen(json_string_value(str)) != json_string_length(str);
 }
 
 /* A number field within [lo, hi]; integral when `integer`. Absent: keep *out. */
@@ -77,7 +111,8 @@ static mn_status parse_request(json_t *o, uint32_t limit, mn_req_params *p, mn_p
         while (i < sizeof known / sizeof *known && strcmp(key, known[i]))
             i++;
         if (i == sizeof known / sizeof *known)
-            return bad(err, MN_E_INVALID_REQUEST, "unknown field '%.60s'", key);
+            return bad(err, MN_E_INVALID_REQUEST, "unknown field '%.*s'",
+                       (int)mn_utf8_complete_len(key, strnlen(key, 60)), key); /* 60 bytes, whole characters */
     }
     json_t *prompt = json_object_get(o, "prompt");
     if (!json_is_string(prompt))
@@ -103,6 +138,8 @@ static mn_status parse_request(json_t *o, uint32_t limit, mn_req_params *p, mn_p
         if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) > MN_PROTO_MAX_STOP_LEN)
             return bad(err, MN_E_INVALID_REQUEST, "stop[%zu] must be a string of 1..%d bytes", i,
                        MN_PROTO_MAX_STOP_LEN);
+        if (has_nul(v))
+            return bad(err, MN_E_INVALID_REQUEST, "stop[%zu] must not contain \\u0000", i);
     }
     p->id = mn_strndup(json_string_value(json_object_get(o, "id")), json_string_length(json_object_get(o, "id")));
     p->prompt_len = json_string_length(prompt);
@@ -130,8 +167,14 @@ mn_status mn_proto_parse(const char *line, size_t len, uint32_t limit, mn_line *
 {
     memset(out, 0, sizeof *out);
     err->id[0] = 0;
+    /* A raw NUL is never JSON, yet jansson skips one that follows a number or a literal (its stream
+     * takes a NUL in its unget buffer for "empty"), so "5\0}" would load as 5. An escaped "\u0000"
+     * inside a string is another matter: JSON_ALLOW_NUL keeps it. */
+    const char *nul = memchr(line, 0, len);
+    if (nul)
+        return bad(err, MN_E_INVALID_JSON, "the line contains a NUL byte at offset %zu", (size_t)(nul - line));
     json_error_t jerr;
-    json_t *o = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *o = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
     if (!o)
         return bad(err, MN_E_INVALID_JSON, "column %d: %s", jerr.column, jerr.text);
     mn_status st = MN_INVALID;
@@ -145,7 +188,11 @@ mn_status mn_proto_parse(const char *line, size_t len, uint32_t limit, mn_line *
             bad(err, MN_E_INVALID_REQUEST, "a cancel line is {\"cancel\": \"<id>\"} and nothing else");
             goto out;
         }
-        snprintf(err->id, sizeof err->id, "%s", json_string_value(cancel));
+        if (has_nul(cancel)) {
+            bad(err, MN_E_INVALID_REQUEST, "cancel must not contain \\u0000");
+            goto out;
+        }
+        utf8_copy(err->id, sizeof err->id, json_string_value(cancel), json_string_length(cancel));
         out->kind = MN_LINE_CANCEL;
         if (!(out->cancel_id = mn_strndup(json_string_value(cancel), json_string_length(cancel)))) {
             bad(err, MN_E_INTERNAL, "out of memory");
@@ -156,11 +203,11 @@ mn_status mn_proto_parse(const char *line, size_t len, uint32_t limit, mn_line *
     }
     json_t *id = json_object_get(o, "id");
     if (!json_is_string(id) || json_string_length(id) == 0 || json_string_length(id) > MN_PROTO_MAX_ID_LEN ||
-        strlen(json_string_value(id)) != json_string_length(id)) {
+        has_nul(id)) {
         bad(err, MN_E_INVALID_REQUEST, "id must be a string of 1..%d bytes", MN_PROTO_MAX_ID_LEN);
         goto out;
     }
-    snprintf(err->id, sizeof err->id, "%s", json_string_value(id));
+    utf8_copy(err->id, sizeof err->id, json_string_value(id), json_string_length(id));
     out->kind = MN_LINE_REQUEST;
     st = parse_request(o, limit, &out->req, err);
 out:
@@ -188,26 +235,48 @@ static char *dump_line(json_t *o, size_t *len)
     return s;
 }
 
+/* A JSON string of s[0..len) in which every byte sequence that is not UTF-8 has become U+FFFD:
+ * jansson refuses invalid UTF-8, and a reply must not be lost because a client's field or a
+ * byte-level model put some in an id, a message or a text. NULL only on OOM. */
+static json_t *utf8_json(const char *s, size_t len)
+{
+    json_t *j = json_stringn(s, len);
+    if (j)
+        return j; /* already valid: the usual case, no copy */
+    size_t n;
+    char *clean = mn_utf8_sanitize(s, len, &n);
+    if (clean) {
+        j = json_stringn(clean, n);
+        mn_free(clean);
+    }
+    return j;
+}
+
+/* The strings go in with "o": since jansson 2.11 json_pack releases what "o" was given even when it
+ * fails, so a NULL from OOM fails the pack without a leak. */
 char *mn_proto_delta(const char *id, const char *text, size_t text_len, size_t *len)
 {
-    return dump_line(json_pack("{s:s, s:s%}", "id", id, "delta", text, text_len), len);
+    return dump_line(json_pack("{s:o, s:o}", "id", utf8_json(id, strlen(id)), "delta", utf8_json(text, text_len)),
+                     len);
 }
 
 char *mn_proto_done(const char *id, const char *text, size_t text_len, const char *finish_reason,
                     uint32_t prompt_tokens, uint32_t completion_tokens, size_t *len)
 {
-    return dump_line(json_pack("{s:s, s:b, s:s%, s:s, s:{s:i, s:i}}", "id", id, "done", 1, "text", text, text_len,
-                               "finish_reason", finish_reason, "usage", "prompt_tokens", (json_int_t)prompt_tokens,
-                               "completion_tokens", (json_int_t)completion_tokens),
+    return dump_line(json_pack("{s:o, s:b, s:o, s:s, s:{s:i, s:i}}", "id", utf8_json(id, strlen(id)), "done", 1,
+                               "text", utf8_json(text, text_len), "finish_reason", finish_reason, "usage",
+                               "prompt_tokens", (json_int_t)prompt_tokens, "completion_tokens",
+                               (json_int_t)completion_tokens),
                      len);
 }
 
 char *mn_proto_error_line(const char *id, mn_errcode code, const char *message, size_t *len)
 {
-    json_t *e = json_pack("{s:s, s:s}", "code", mn_errcode_name(code), "message", message);
+    json_t *e = json_pack("{s:s, s:o}", "code", mn_errcode_name(code), "message", utf8_json(message, strlen(message)));
     if (!e)
         return NULL;
-    json_t *o = id && *id ? json_pack("{s:s, s:o}", "id", id, "error", e) : json_pack("{s:o}", "error", e);
+    json_t *o = id && *id ? json_pack("{s:o, s:o}", "id", utf8_json(id, strlen(id)), "error", e)
+                          : json_pack("{s:o}", "error", e);
     return dump_line(o, len);
 }
 

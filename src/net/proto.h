@@ -61,15 +61,18 @@ typedef struct mn_proto_error {
     mn_errcode code;
     char id[MN_PROTO_MAX_ID_LEN + 1];  /* the request's id when it could be read, else "" */
     char message[200];                 /* names the offending field */
-} mn_proto_error;
+} mn_proto_error;                      /* id and message: valid UTF-8, cut between characters */
 
 /* Parse one line (without its '\n'). max_tokens_limit bounds max_tokens. On success *out is filled
- * and owned by the caller (free with mn_line_free); otherwise MN_INVALID and *err says why. */
+ * and owned by the caller (free with mn_line_free); otherwise MN_INVALID and *err says why. A line
+ * with a raw NUL byte is invalid_json; an escaped "\u0000" is kept in a prompt (see prompt_len)
+ * and refused in an id, a cancel id or a stop string. */
 mn_status mn_proto_parse(const char *line, size_t len, uint32_t max_tokens_limit, mn_line *out, mn_proto_error *err);
 void mn_line_free(mn_line *l);
 
-/* Reply lines, newly allocated (mn_free), '\n'-terminated; *len gets the length. NULL on OOM. The
- * text arguments must be valid UTF-8 (use the helpers below). */
+/* Reply lines, newly allocated (mn_free), '\n'-terminated; *len gets the length. NULL only on OOM:
+ * what is not valid UTF-8 in id, text or message is sent as U+FFFD (see mn_utf8_sanitize), so that
+ * every request gets its answer. */
 char *mn_proto_delta(const char *id, const char *text, size_t text_len, size_t *len);
 char *mn_proto_done(const char *id, const char *text, size_t text_len, const char *finish_reason,
                     uint32_t prompt_tokens, uint32_t completion_tokens, size_t *len);
