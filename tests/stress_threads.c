@@ -6,6 +6,7 @@
  *   3. an actor mailbox on a real libevent loop: 4 producer threads x 1M messages, none lost, none
  *      duplicated, each producer's order kept; and compute-worker jobs posting completions back.
  * Prints "stress_threads: N passed, N failed" and exits non-zero on any failure. */
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +16,7 @@
 #include <event2/thread.h>
 #include <pthread.h>
 
-#include "runtime/backend.h"
+#include "runtime/registry.h"
 #include "runtime/mailbox.h"
 #include "runtime/pool.h"
 #include "runtime/worker.h"
@@ -71,7 +72,7 @@ static float *batched_logits(const mn_model *m, int threads)
     cfg.max_tokens = 128;
     cfg.kv_block_size = 4;
     cfg.kv_blocks = 128;
-    cfg.try_gpu = false;
+    cfg.kind = MN_BACKEND_CPU;
     mn_backend *b;
     mn_err err = {{0}};
     if (mn_backend_new(m, &cfg, &b, &err) != MN_OK) {
@@ -145,7 +146,7 @@ static void mb_handler(void *actor, mn_msg *m)
     mb_test *t = actor;
     if (m->type == 1) { /* a completed worker job */
         t->handled_jobs++;
-        if (t->handled_jobs == 1000)
+        if (t->handled_jobs == 1000 || t->handled_jobs == 1001)
             event_base_loopbreak(t->base);
         return;
     }
@@ -187,6 +188,15 @@ static void count_run(mn_job *job)
     (*((count_job *)job)->counter)++;
 }
 
+static atomic_int gate; /* a gated job runs once this is set */
+
+static void gated_run(mn_job *job)
+{
+    while (!atomic_load(&gate))
+        sched_yield();
+    count_run(job);
+}
+
 static void mailbox_stress(void)
 {
     mb_test t = {0};
@@ -218,16 +228,28 @@ static void mailbox_stress(void)
 
     /* the compute worker: 1000 jobs, each completion re-enters the loop through the mailbox */
     mn_worker *w;
-    CHECK(mn_worker_new("test", &w, &err) == MN_OK, "worker: %s", err.msg);
+    CHECK(mn_worker_new("test", 1000, &w, &err) == MN_OK, "worker: %s", err.msg);
     static count_job jobs[1000];
     long counter = 0;
     for (int i = 0; i < 1000; i++) {
         jobs[i] = (count_job){.job = {.run = count_run, .reply_to = t.mb}, .counter = &counter};
         jobs[i].job.msg.type = 1;
-        mn_worker_submit(w, &jobs[i].job);
+        CHECK(mn_worker_submit(w, &jobs[i].job) == MN_OK, "job %d refused within the bound", i);
     }
     event_base_loop(t.base, EVLOOP_NO_EXIT_ON_EMPTY);
     CHECK(t.handled_jobs == 1000 && counter == 1000, "jobs: %ld completions, %ld runs", t.handled_jobs, counter);
+    mn_worker_free(w);
+
+    /* the bound: a worker of capacity 1 refuses a second job while the first is outstanding */
+    CHECK(mn_worker_new("bounded", 1, &w, &err) == MN_OK, "worker: %s", err.msg);
+    count_job held = {.job = {.run = gated_run, .reply_to = t.mb}, .counter = &counter};
+    count_job extra = {.job = {.run = count_run, .reply_to = t.mb}, .counter = &counter};
+    held.job.msg.type = extra.job.msg.type = 1;
+    CHECK(mn_worker_submit(w, &held.job) == MN_OK, "the first job was refused");
+    CHECK(mn_worker_submit(w, &extra.job) == MN_BUSY, "a job past the bound was accepted");
+    atomic_store(&gate, 1);
+    event_base_loop(t.base, EVLOOP_NO_EXIT_ON_EMPTY);
+    CHECK(t.handled_jobs == 1001 && counter == 1001, "bounded: %ld completions", t.handled_jobs);
     mn_worker_free(w);
     mn_mailbox_free(t.mb);
     event_base_free(t.base);

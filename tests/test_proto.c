@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "net/proto.h"
-#include "serve/request.h"
+#include "actors/request.h"
 #include "util/alloc.h"
 
 static mn_status parse(const char *line, mn_line *l, mn_proto_error *err)

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 
 #include "model/model.h"
-#include "runtime/backend.h"
+#include "runtime/registry.h"
 
 static inline const char *fixture(const char *name)
 {
@@ -68,7 +68,7 @@ static inline mn_backend *cpu_backend(const mn_model *m, int threads, uint32_t m
     cfg.max_tokens = max_tokens;
     cfg.kv_block_size = 4; /* small blocks so tests cross many block boundaries */
     cfg.kv_blocks = blocks;
-    cfg.try_gpu = false;
+    cfg.kind = MN_BACKEND_CPU;
     mn_backend *b = NULL;
     mn_err err = {{0}};
     cr_assert_eq(mn_backend_new(m, &cfg, &b, &err), MN_OK, "backend: %s", err.msg);

@@ -15,7 +15,7 @@
 #include "model/dtype.h"
 #include "model/model.h"
 #include "model/sampler.h"
-#include "runtime/backend.h"
+#include "runtime/registry.h"
 #include "util/alloc.h"
 #include "util/clock.h"
 

@@ -12,7 +12,7 @@
 
 #include "model/model.h"
 #include "model/sampler.h"
-#include "runtime/backend.h"
+#include "runtime/registry.h"
 #include "util/alloc.h"
 #include "util/clock.h"
 #include "util/log.h"

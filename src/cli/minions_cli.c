@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cli/client.h"
+#include "net/sockpath.h"
 #include "net/proto.h"
 
 static void usage(FILE *f)
@@ -25,8 +26,9 @@ static void usage(FILE *f)
             "      --seed N           sampling seed (default 0)\n"
             "      --stop TEXT        stop string (repeatable)\n"
             "      --no-stream        print the text once, at the end\n"
-            "usage: minions-cli --admin ADDR COMMAND   (e.g. --admin ipc:///tmp/minionsd-0.admin '{\"cmd\":\"stats\"}')\n"
-            "      sends one JSON command to the admin socket and prints the reply\n");
+            "usage: minions-cli --admin ADDR COMMAND   (e.g. --admin default '{\"cmd\":\"stats\"}')\n"
+            "      sends one JSON command to the admin socket and prints the reply; ADDR 'default' is\n"
+            "      minionsd's default (ipc://$XDG_RUNTIME_DIR/minionsd.admin, else under /tmp/minionsd-UID/)\n");
 }
 
 /* One request-reply round trip on the admin socket; the reply goes to stdout. */
@@ -92,7 +94,13 @@ int main(int argc, char **argv)
     if (admin) {
         json_decref(req);
         json_decref(stops);
-        return admin_command(admin, argv[optind]);
+        char dflt[MN_SOCKPATH_ADDR_MAX];
+        mn_err err = {{0}};
+        if (!strcmp(admin, "default") && mn_sockpath_default_admin(dflt, sizeof dflt, &err) != MN_OK) {
+            fprintf(stderr, "minions-cli: %s\n", err.msg);
+            return 1;
+        }
+        return admin_command(strcmp(admin, "default") ? admin : dflt, argv[optind]);
     }
     json_object_set_new(req, "prompt", json_string(argv[optind]));
     if (json_array_size(stops))

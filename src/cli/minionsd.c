@@ -1,15 +1,17 @@
 /* minionsd.c - the serving daemon: the engine on one loop, clients over TCP and a Unix socket, an
  * admin socket. Prints one "minionsd: listening ..." line on stdout once it accepts connections
- * (tests read the TCP port from it when --port 0 asks for an ephemeral one). Exits 0 after a drain. */
+ * (tests read the TCP port from it when --port 0 asks for an ephemeral one). Exits 0 after a drain
+ * (SIGTERM, SIGINT, SIGHUP or the admin's drain). */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <unistd.h>
 
-#include "serve/engine.h"
+#include "actors/engine.h"
+#include "net/sockpath.h"
+#include "runtime/registry.h"
 #include "util/log.h"
 
 static void usage(FILE *f)
@@ -17,11 +19,13 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: minionsd [options]\n"
             "  -m, --model PATH       GGUF llama model (default models/target.gguf)\n"
+            "      --backend B        auto|cpu|cuda (default auto: CUDA when a device can run it)\n"
             "      --host ADDR        TCP listen address (default 127.0.0.1)\n"
             "      --port N           TCP port; 0 = ephemeral, -1 = no TCP (default 8090)\n"
             "      --unix PATH        also listen on a Unix socket\n"
-            "      --admin ADDR       admin socket: ipc://PATH or tcp://127.0.0.1:N\n"
-            "                         (default ipc:///tmp/minionsd-UID.admin; 'none' for no admin socket)\n"
+            "      --admin ADDR       admin socket: ipc://PATH or tcp://127.0.0.1:N ('none': no admin socket;\n"
+            "                         default ipc://$XDG_RUNTIME_DIR/minionsd.admin, or under /tmp/minionsd-UID/)\n"
+            "      --socket-mode M    permissions of the Unix and ipc socket files (default 0600)\n"
             "  -t, --threads N        compute threads (default: all cores)\n"
             "      --max-batch N      most sequences decoded together (default 16)\n"
             "      --kv-blocks N      KV blocks of 16 tokens (default: max-batch full contexts)\n"
@@ -48,11 +52,9 @@ static int parse_int(const char *s, long lo, long hi, long *out)
 int main(int argc, char **argv)
 {
     mn_engine_config cfg = mn_engine_defaults();
-    char admin_default[64];
-    snprintf(admin_default, sizeof admin_default, "ipc:///tmp/minionsd-%u.admin", (unsigned)getuid());
-    cfg.admin_addr = admin_default;
+    mn_err err = {{0}};
     long v, kv_mib = 0;
-    int model_given = 0;
+    int model_given = 0, admin_given = 0;
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},     {"host", required_argument, 0, 'H'},
         {"port", required_argument, 0, 'p'},      {"unix", required_argument, 0, 'u'},
@@ -61,6 +63,7 @@ int main(int argc, char **argv)
         {"kv-mib", required_argument, 0, 'K'},    {"max-queue", required_argument, 0, 'q'},
         {"max-line", required_argument, 0, 'l'},  {"log-level", required_argument, 0, 'L'},
         {"output-buffer", required_argument, 0, 'o'}, {"drain-timeout", required_argument, 0, 'D'},
+        {"backend", required_argument, 0, 'B'},   {"socket-mode", required_argument, 0, 'M'},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
     };
     for (int c; (c = getopt_long(argc, argv, "m:t:h", opts, NULL)) != -1;) {
@@ -70,7 +73,9 @@ int main(int argc, char **argv)
         case 'H': cfg.host = optarg; break;
         case 'p': ok = parse_int(optarg, -1, 65535, &v), cfg.port = (int)v; break;
         case 'u': cfg.unix_path = optarg; break;
-        case 'a': cfg.admin_addr = strcmp(optarg, "none") ? optarg : NULL; break;
+        case 'a': cfg.admin_addr = strcmp(optarg, "none") ? optarg : NULL, admin_given = 1; break;
+        case 'B': ok = (v = mn_backend_parse_kind(optarg)) >= 0, cfg.backend = (mn_backend_kind)v; break;
+        case 'M': ok = mn_sockpath_parse_mode(optarg, &cfg.socket_mode, &err) == MN_OK; break;
         case 't': ok = parse_int(optarg, 1, 256, &v), cfg.n_threads = (int)v; break;
         case 'b': ok = parse_int(optarg, 1, 1024, &v), cfg.max_batch = (uint32_t)v; break;
         case 'k': ok = parse_int(optarg, 1, 1 << 24, &v), cfg.kv_blocks = (uint32_t)v; break;
@@ -95,7 +100,14 @@ int main(int argc, char **argv)
     cfg.kv_mib = (uint32_t)kv_mib;
     if (!model_given && access(cfg.model_path, R_OK) != 0)
         cfg.model_path = MN_BUNDLED_MODEL; /* run from outside the source tree: the bundled target */
-    mn_err err = {{0}};
+    char admin_default[MN_SOCKPATH_ADDR_MAX];
+    if (!admin_given) {
+        if (mn_sockpath_default_admin(admin_default, sizeof admin_default, &err) != MN_OK) {
+            fprintf(stderr, "minionsd: default admin socket: %s (or choose one with --admin)\n", err.msg);
+            return 1;
+        }
+        cfg.admin_addr = admin_default;
+    }
     mn_engine *e = NULL;
     if (mn_engine_new(&cfg, &e, &err) != MN_OK) {
         fprintf(stderr, "minionsd: %s\n", err.msg);

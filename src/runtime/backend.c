@@ -1,11 +1,7 @@
-/* backend.c - backend selection and the checks every backend relies on. */
+/* backend.c - the checks every backend relies on, and the calls shared by all of them. */
 #include "runtime/backend.h"
 
 #include <unistd.h>
-
-#include "cpu/cpu_backend.h"
-#include "gpu/cuda_backend.h"
-#include "util/log.h"
 
 mn_backend_config mn_backend_defaults(const mn_model *m, uint32_t n_ctx_total)
 {
@@ -14,26 +10,11 @@ mn_backend_config mn_backend_defaults(const mn_model *m, uint32_t n_ctx_total)
         .n_threads = cpus > 0 ? (int)(cpus > 64 ? 64 : cpus) : 1,
         .max_tokens = 512,
         .kv_block_size = 16,
-        .try_gpu = true,
     };
     if (n_ctx_total == 0)
         n_ctx_total = m->hp.n_ctx;
     c.kv_blocks = (n_ctx_total + c.kv_block_size - 1) / c.kv_block_size;
     return c;
-}
-
-mn_status mn_backend_new(const mn_model *m, const mn_backend_config *cfg, mn_backend **out, mn_err *err)
-{
-    if (cfg->try_gpu) {
-        mn_err gerr = {{0}};
-        mn_status s = mn_cuda_backend_new(m, cfg, out, &gerr);
-        if (s == MN_OK)
-            return MN_OK;
-        static int said;
-        if (!said++)
-            mn_log(MN_LOG_WARN, "no usable GPU (%s); computing on the CPU", gerr.msg);
-    }
-    return mn_cpu_backend_new(m, cfg, out, err);
 }
 
 void mn_backend_free(mn_backend *b)

@@ -12,8 +12,8 @@
  * Invariance: a sequence's logits are bit-identical whatever else is in the batch and however its
  * tokens are split into passes (the CPU backend guarantees it; see src/cpu/matmul.h).
  *
- * Implementations are vtables (CPU in src/cpu, CUDA in src/gpu). mn_backend_new picks CUDA when it
- * is compiled in, asked for and a device exists; otherwise the CPU, saying so once in the log.
+ * Implementations are vtables (CPU in src/cpu, CUDA in src/gpu); this interface knows neither.
+ * runtime/registry.h creates one by kind (mn_backend_new).
  *
  * Thread: one thread drives a backend (forward, kv ops); internally it may use many.
  */
@@ -39,12 +39,18 @@ typedef struct mn_batch {
     uint32_t n_seqs;
 } mn_batch;
 
+typedef enum mn_backend_kind {
+    MN_BACKEND_AUTO = 0,     /* CUDA when a usable device exists, else the CPU */
+    MN_BACKEND_CPU,          /* the CPU backend (src/cpu) */
+    MN_BACKEND_CUDA,         /* the CUDA backend (src/gpu); fails when it cannot run */
+} mn_backend_kind;
+
 typedef struct mn_backend_config {
     int n_threads;           /* CPU compute threads (>= 1) */
     uint32_t max_tokens;     /* most new tokens in one pass (sizes activations) */
     uint32_t kv_block_size;  /* tokens per KV block */
     uint32_t kv_blocks;      /* blocks in the KV pool */
-    bool try_gpu;            /* use CUDA when available */
+    mn_backend_kind kind;    /* which implementation (runtime/registry.h picks it) */
 } mn_backend_config;
 
 typedef struct mn_backend mn_backend;
@@ -67,7 +73,6 @@ struct mn_backend {
  * enough blocks for `n_ctx_total` positions in all. */
 mn_backend_config mn_backend_defaults(const mn_model *m, uint32_t n_ctx_total);
 
-mn_status mn_backend_new(const mn_model *m, const mn_backend_config *cfg, mn_backend **out, mn_err *err);
 void mn_backend_free(mn_backend *b);
 
 /* Rows of logits the batch produces. */

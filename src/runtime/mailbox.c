@@ -106,6 +106,11 @@ mn_status mn_mailbox_new(struct event_base *base, const char *name, mn_actor_fn 
     return MN_OK;
 }
 
+void mn_mailbox_set_actor(mn_mailbox *mb, void *actor)
+{
+    mb->actor = actor;
+}
+
 void mn_mailbox_free(mn_mailbox *mb)
 {
     if (!mb)

@@ -55,6 +55,9 @@ typedef void (*mn_actor_fn)(void *actor, mn_msg *msg);
  * MN_NOMEM / MN_ERROR with a message. */
 mn_status mn_mailbox_new(struct event_base *base, const char *name, mn_actor_fn handler, void *actor, unsigned batch,
                          mn_mailbox **out, mn_err *err);
+/* Set the actor handed to the handler: actors that address each other are created after their
+ * mailboxes. Loop thread, before the first message is handled. */
+void mn_mailbox_set_actor(mn_mailbox *mb, void *actor);
 /* Free the mailbox. Loop thread, with the loop stopped; messages still queued are not touched (their
  * owners free them). */
 void mn_mailbox_free(mn_mailbox *mb);

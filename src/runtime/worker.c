@@ -4,12 +4,15 @@
 
 #include <pthread.h>
 #include <semaphore.h>
+#include <stdatomic.h>
 #include <stdio.h>
 
 #include "util/alloc.h"
 
 struct mn_worker {
     mn_mpsc q;
+    atomic_uint outstanding; /* submitted and not yet completed */
+    unsigned capacity;
     sem_t ready;     /* one count per submitted job (and one for stop) */
     mn_job stop;     /* run == NULL: the thread exits */
     pthread_t th;
@@ -29,15 +32,19 @@ static void *worker_main(void *arg)
         if (!job->run)
             return NULL;
         job->run(job);
+        atomic_fetch_sub(&w->outstanding, 1); /* before the post: the receiver may submit again */
         mn_mailbox_post(job->reply_to, &job->msg);
     }
 }
 
-mn_status mn_worker_new(const char *name, mn_worker **out, mn_err *err)
+mn_status mn_worker_new(const char *name, unsigned capacity, mn_worker **out, mn_err *err)
 {
+    if (capacity == 0)
+        return mn_fail(err, MN_INVALID, "worker %s: capacity must be at least 1", name);
     mn_worker *w = mn_calloc(1, sizeof *w);
     if (!w)
         return mn_fail(err, MN_NOMEM, "worker %s: out of memory", name);
+    w->capacity = capacity;
     mn_mpsc_init(&w->q);
     if (sem_init(&w->ready, 0, 0) != 0) {
         mn_free(w);
@@ -55,10 +62,20 @@ mn_status mn_worker_new(const char *name, mn_worker **out, mn_err *err)
     return MN_OK;
 }
 
-void mn_worker_submit(mn_worker *w, mn_job *job)
+static void enqueue(mn_worker *w, mn_job *job)
 {
     mn_mpsc_push(&w->q, &job->msg);
     sem_post(&w->ready);
+}
+
+mn_status mn_worker_submit(mn_worker *w, mn_job *job)
+{
+    if (atomic_fetch_add(&w->outstanding, 1) >= w->capacity) {
+        atomic_fetch_sub(&w->outstanding, 1);
+        return MN_BUSY;
+    }
+    enqueue(w, job);
+    return MN_OK;
 }
 
 void mn_worker_free(mn_worker *w)
@@ -66,7 +83,7 @@ void mn_worker_free(mn_worker *w)
     if (!w)
         return;
     w->stop.run = NULL;
-    mn_worker_submit(w, &w->stop);
+    enqueue(w, &w->stop); /* past the bound: stopping must never be refused */
     pthread_join(w->th, NULL);
     sem_destroy(&w->ready);
     mn_free(w);

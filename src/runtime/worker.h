@@ -4,6 +4,9 @@
  * drive a backend's fork-join pool) and then posts the job's message to reply_to, so the completion
  * re-enters the submitting actor's loop as an ordinary message. Jobs run one at a time in submission
  * order. The job is owned by the worker from submit until the post, then by the receiving actor.
+ * The queue is bounded: at most `capacity` jobs may be submitted and not yet completed; past that
+ * mn_worker_submit refuses with MN_BUSY and the job stays the caller's. Each backend gets its own
+ * worker, so a draft model's jobs run beside the target's instead of behind them.
  *
  * Thread: mn_worker_submit from any thread (lock-free queue + a semaphore); new/free from the owner.
  */
@@ -21,10 +24,11 @@ struct mn_job {
 
 typedef struct mn_worker mn_worker;
 
-/* Start the thread. MN_NOMEM / MN_ERROR with a message. */
-mn_status mn_worker_new(const char *name, mn_worker **out, mn_err *err);
+/* Start the thread; capacity >= 1 jobs may be outstanding. MN_NOMEM / MN_ERROR with a message. */
+mn_status mn_worker_new(const char *name, unsigned capacity, mn_worker **out, mn_err *err);
 /* Run the jobs already submitted, then stop and join the thread. */
 void mn_worker_free(mn_worker *w);
-void mn_worker_submit(mn_worker *w, mn_job *job);
+/* Queue job. MN_BUSY when `capacity` jobs are outstanding (nothing is queued then). */
+mn_status mn_worker_submit(mn_worker *w, mn_job *job);
 
 #endif

@@ -1,29 +1,36 @@
-/* engine.h - minionsd's engine: the model, the actors on one libevent loop, the sockets.
+/* engine.h - minionsd's engine: the model, its backend and compute worker, the actors on one
+ * libevent loop, the sockets, the signals.
  *
- * mn_engine_new loads the model, creates the backend, the compute worker, the actors (net, intake,
- * kvmem, verifier), the client listeners and the admin socket. mn_engine_run runs the loop until a
- * drain (admin `drain`, SIGTERM or SIGINT) has finished every accepted request and flushed every
- * reply; it returns MN_OK then. A drain that outlives drain_timeout_s, or a second SIGTERM/SIGINT,
- * closes every client connection (cancelling what they still wait for), so a client that stopped
- * reading cannot hold the daemon up. mn_engine_free releases everything.
+ * mn_engine_new loads the model, creates the backend (runtime/registry.h), its KV pool and compute
+ * worker, the actors (client, intake, kvmem, verifier, admin) and their mailboxes, the listeners and
+ * the admin socket. mn_engine_run runs the loop until a drain (admin `drain`, SIGTERM, SIGINT or
+ * SIGHUP) has finished every accepted request and written every reply; it returns MN_OK then. A
+ * drain that outlives drain_timeout_s, or a second such signal, closes every client connection
+ * (cancelling what they still wait for), so a client that stopped reading cannot hold the daemon up.
+ * SIGHUP drains like SIGTERM: a service manager's hang-up must not lose requests silently, and this
+ * daemon has no configuration file or log file to reload (it logs to stderr). mn_engine_free
+ * releases everything.
  *
- * Thread: the calling thread becomes the loop thread; all three calls on it. Errors: start-up
- * failures come back as a status and a message (the caller exits); after start-up a failure fails
- * one request, never the engine.
+ * Thread: the calling thread becomes the loop thread; all calls on it. Errors: start-up failures
+ * come back as a status and a message (the caller exits); after start-up a failure fails one
+ * request, never the engine.
  */
 #ifndef MN_ENGINE_H
 #define MN_ENGINE_H
 
 #include <stdint.h>
 
+#include "runtime/backend.h"
 #include "util/status.h"
 
 typedef struct mn_engine_config {
     const char *model_path;
+    mn_backend_kind backend;   /* cpu, cuda or auto */
     const char *host;          /* TCP listen address (default 127.0.0.1) */
     int port;                  /* 0: an ephemeral port; < 0: no TCP listener */
     const char *unix_path;     /* Unix socket path, or NULL */
     const char *admin_addr;    /* nanomsg address (ipc://PATH or tcp://127.0.0.1:N), or NULL */
+    unsigned socket_mode;      /* permissions of the Unix and ipc socket files (default 0600) */
     int n_threads;             /* compute threads; 0: all cores */
     uint32_t max_batch;        /* most running sequences (live: batch.max_sequences) */
     uint32_t kv_blocks;        /* KV blocks of 16 tokens; 0: from kv_mib, or max_batch full contexts */

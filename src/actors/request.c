@@ -1,13 +1,68 @@
-/* request.c - a request's text bookkeeping: stop strings and what may be streamed yet. */
-#include "serve/request.h"
+/* request.c - a request's state machine, and its text: stop strings and what may be streamed yet. */
+#include "actors/request.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "util/alloc.h"
+#include "util/log.h"
 
-mn_req *mn_req_new(mn_req_params *p, struct mn_conn *conn)
+const char *mn_req_state_name(mn_req_state s)
+{
+    static const char *const names[] = {"new", "queued", "admitted", "running", "paused", "preempted", "finished"};
+    return s <= MN_REQ_FINISHED ? names[s] : "?";
+}
+
+/* Where ev takes r, or -1 when ev is not allowed now. Throttling is remembered in every state, so
+ * that a queued request is admitted straight into PAUSED. */
+static int next_state(mn_req *r, mn_req_ev ev)
+{
+    mn_req_state s = r->state;
+    switch (ev) {
+    case MN_REQ_EV_QUEUED:
+        return s == MN_REQ_NEW ? MN_REQ_QUEUED : -1;
+    case MN_REQ_EV_ADMITTED:
+        if (s != MN_REQ_QUEUED && s != MN_REQ_PREEMPTED)
+            return -1;
+        r->resume_to = MN_REQ_ADMITTED;
+        return r->throttled ? MN_REQ_PAUSED : MN_REQ_ADMITTED;
+    case MN_REQ_EV_PRODUCED: /* a step in flight when its client stopped reading still lands */
+        if (s == MN_REQ_PAUSED) {
+            r->resume_to = MN_REQ_RUNNING;
+            return MN_REQ_PAUSED;
+        }
+        return s == MN_REQ_ADMITTED || s == MN_REQ_RUNNING ? MN_REQ_RUNNING : -1;
+    case MN_REQ_EV_THROTTLED:
+        r->throttled = true;
+        if (s != MN_REQ_ADMITTED && s != MN_REQ_RUNNING)
+            return (int)s;
+        r->resume_to = s;
+        return MN_REQ_PAUSED;
+    case MN_REQ_EV_RESUMED:
+        r->throttled = false;
+        return s == MN_REQ_PAUSED ? (int)r->resume_to : (int)s;
+    case MN_REQ_EV_PREEMPTED:
+        return mn_req_holds_kv(r) ? MN_REQ_PREEMPTED : -1;
+    case MN_REQ_EV_FINISHED:
+        return s != MN_REQ_FINISHED ? MN_REQ_FINISHED : -1;
+    }
+    return -1;
+}
+
+bool mn_req_event(mn_req *r, mn_req_ev ev)
+{
+    int next = next_state(r, ev);
+    if (next < 0) {
+        mn_log(MN_LOG_ERROR, "request %s: event %d is not allowed in state %s", r->p.id, (int)ev,
+               mn_req_state_name(r->state));
+        return false;
+    }
+    r->state = (mn_req_state)next;
+    return true;
+}
+
+mn_req *mn_req_new(mn_req_params *p, void *conn)
 {
     mn_req *r = mn_calloc(1, sizeof *r);
     if (!r) {

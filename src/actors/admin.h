@@ -1,0 +1,35 @@
+/* admin.h - the admin actor: the control socket's commands, answered by asking the actors.
+ *
+ * One JSON object per message on the admin socket (net/adminsock.h): {"cmd":"stats"},
+ * {"cmd":"get"[,"key":K]}, {"cmd":"set","key":K,"value":V}, {"cmd":"drain"}. Replies
+ * {"ok":true,...} or {"ok":false,"error":"..."}; every message gets exactly one reply, whatever its
+ * bytes (a reply never fails on bad UTF-8: what it quotes is sanitized). Stats are gathered by
+ * message (MN_MSG_STATS to client, intake, kvmem and verifier, each filling its own section) and
+ * sent when all four have answered. A setting goes to the actors that own it as MN_MSG_SET.
+ * Settable keys (docs/server.md): batch.max_sequences, queue.max, log.level.
+ *
+ * Messages in: STATS (the parts coming back). Out: STATS, SET.
+ * Thread: the engine's loop.
+ */
+#ifndef MN_ADMIN_H
+#define MN_ADMIN_H
+
+#include "actors/msg.h"
+
+typedef struct mn_admin_config {
+    const char *addr;            /* ipc://PATH or a loopback tcp:// address */
+    unsigned socket_mode;        /* the ipc socket file's permissions */
+    uint32_t max_batch, max_queue;       /* the starting values, also the caps */
+    uint32_t kv_block_size;
+    const mn_addr *addr_book;    /* borrowed: the mailboxes */
+    void (*on_drain)(void *owner);       /* the drain command (the engine starts the drain) */
+    void *owner;
+} mn_admin_config;
+
+typedef struct mn_admin mn_admin;
+
+mn_status mn_admin_new(struct event_base *base, const mn_admin_config *cfg, mn_admin **out, mn_err *err);
+void mn_admin_handle(void *admin, mn_msg *m);
+void mn_admin_free(mn_admin *a);
+
+#endif

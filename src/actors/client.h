@@ -1,0 +1,43 @@
+/* client.h - the client actor: owns the client connections' request state, and writes every
+ * request's final line.
+ *
+ * It creates the line transport (net/conn.h) and registers its callbacks: each line is parsed and
+ * validated here (net/proto.h); a request becomes an mn_req posted to intake (MN_MSG_ADMIT), a
+ * cancel marks the request and kicks kvmem and the verifier, bad input is answered at once on the
+ * same connection. It streams text (MN_MSG_FLUSH) and, on MN_MSG_DONE, writes the request's one
+ * final line - done or error - and frees it: this is the only place that does. When a connection's
+ * output is throttled its requests are paused (and resumed after), through the request's state
+ * machine. A connection that goes away cancels its requests; they are freed when their actors hand
+ * them back, so their KV returns to the pool.
+ *
+ * Drain (MN_MSG_DRAIN): stop accepting, refuse new requests with `busy`, and once no request is in
+ * flight and every reply is written, call on_drained. A forced drain closes every connection first.
+ *
+ * Messages in: FLUSH, DONE (mn_req), DRAIN, STATS. Out: ADMIT to intake, kicks.
+ * Thread: the engine's loop.
+ */
+#ifndef MN_CLIENT_ACTOR_H
+#define MN_CLIENT_ACTOR_H
+
+#include "actors/msg.h"
+#include "net/conn.h"
+
+typedef struct mn_client_actor_config {
+    mn_net_config net;           /* listeners and per-connection limits */
+    uint32_t max_tokens_limit;   /* largest max_tokens a request may ask for */
+    const mn_addr *addr;         /* borrowed */
+    void (*on_drained)(void *owner); /* the drain has finished: every request answered and written */
+    void *owner;
+} mn_client_actor_config;
+
+typedef struct mn_client_actor mn_client_actor;
+
+mn_status mn_client_actor_new(struct event_base *base, const mn_client_actor_config *cfg, mn_client_actor **out,
+                              mn_err *err);
+void mn_client_actor_handle(void *client, mn_msg *m);
+/* Close every connection and listener. The other actors must have handed back every request. */
+void mn_client_actor_free(mn_client_actor *ca);
+/* The bound TCP port, or -1 (start-up: the daemon prints it). */
+int mn_client_actor_port(const mn_client_actor *ca);
+
+#endif

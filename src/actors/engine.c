@@ -1,0 +1,271 @@
+/* engine.c - wiring (see engine.h): the loop, the model and its backend, the worker, the actors and
+ * their mailboxes, signals and the drain. The engine is not an actor: it builds them, starts drains
+ * by message, and tears everything down once the loop has ended. */
+#include "actors/engine.h"
+
+#include <event2/event.h>
+#include <event2/thread.h>
+#include <signal.h>
+#include <string.h>
+
+#include "actors/admin.h"
+#include "actors/client.h"
+#include "actors/intake.h"
+#include "actors/kvmem.h"
+#include "actors/verifier.h"
+#include "model/model.h"
+#include "runtime/registry.h"
+#include "runtime/worker.h"
+#include "util/alloc.h"
+#include "util/log.h"
+
+#define MAILBOX_BATCH 64 /* messages an actor handles per wakeup before the others get a turn */
+#define WORKER_JOBS 4    /* a backend's job queue: the verifier keeps one step in flight */
+
+struct mn_engine {
+    mn_engine_config cfg;
+    struct event_base *base;
+    struct event *signals[3];    /* SIGTERM, SIGINT, SIGHUP */
+    struct event *drain_timer;   /* armed when a drain starts (cfg.drain_timeout_s > 0) */
+    mn_model *model;
+    mn_backend *be;              /* the target's; owns its KV pool */
+    mn_worker *worker;           /* the target backend's compute worker */
+    mn_addr addr;                /* the mailboxes and kicks, lent to every actor */
+    mn_kick kvmem_kick, verifier_kick;
+    mn_client_actor *client;
+    mn_intake *intake;
+    mn_kvmem *kvmem;
+    mn_verifier *verifier;
+    mn_admin *admin;
+    bool draining;
+};
+
+mn_engine_config mn_engine_defaults(void)
+{
+    return (mn_engine_config){
+        .model_path = "models/target.gguf",
+        .host = "127.0.0.1",
+        .port = 8090,
+        .socket_mode = 0600,
+        .max_batch = 16,
+        .max_queue = 256,
+        .max_line = 1 << 20,
+        .max_tokens_limit = 4096,
+        .out_high = 256 << 10,
+        .drain_timeout_s = 30,
+    };
+}
+
+static void post_drain(mn_engine *e, bool force)
+{
+    mn_drain *d = mn_malloc(sizeof *d);
+    if (!d) { /* cannot tell the client actor: end the loop; mn_engine_free cancels what is left */
+        mn_log(MN_LOG_ERROR, "drain: out of memory; stopping at once");
+        event_base_loopexit(e->base, NULL);
+        return;
+    }
+    *d = (mn_drain){.msg.type = MN_MSG_DRAIN, .force = force};
+    mn_mailbox_post(e->addr.client, &d->msg);
+}
+
+/* A drain was asked for (admin, signal): the first starts it, a second (signal) forces it. */
+static void drain(void *engine)
+{
+    mn_engine *e = engine;
+    if (e->draining)
+        return;
+    e->draining = true;
+    if (e->drain_timer &&
+        evtimer_add(e->drain_timer, &(struct timeval){.tv_sec = e->cfg.drain_timeout_s}) != 0)
+        mn_log(MN_LOG_ERROR, "drain: cannot arm the %u s deadline; a second signal still ends it",
+               e->cfg.drain_timeout_s);
+    post_drain(e, false);
+}
+
+static void on_drained(void *engine)
+{
+    event_base_loopexit(((mn_engine *)engine)->base, NULL);
+}
+
+static void on_drain_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    mn_log(MN_LOG_WARN, "drain timeout");
+    post_drain(arg, true);
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+    mn_engine *e = arg;
+    (void)what;
+    if (e->draining) {
+        mn_log(MN_LOG_WARN, "signal %d during the drain: closing every connection", (int)sig);
+        post_drain(e, true);
+        return;
+    }
+    mn_log(MN_LOG_INFO, "signal %d: draining", (int)sig);
+    drain(e);
+}
+
+static uint32_t kv_blocks(const mn_engine_config *cfg, const mn_model *m, uint32_t block_size, mn_err *err)
+{
+    size_t block_bytes = 2 * sizeof(float) * block_size * m->hp.n_layers * m->hp.n_kv_heads * m->hp.head_dim;
+    uint32_t n = cfg->kv_blocks;
+    if (!n && cfg->kv_mib)
+        n = (uint32_t)(((size_t)cfg->kv_mib << 20) / block_bytes);
+    else if (!n)
+        n = cfg->max_batch * ((m->hp.n_ctx + block_size - 1) / block_size);
+    if (!n)
+        mn_fail(err, MN_INVALID, "a KV budget of %u MiB holds no block (%zu bytes each)", cfg->kv_mib, block_bytes);
+    return n;
+}
+
+/* The actors need each other's addresses, so the mailboxes come first; each learns its actor once
+ * that exists (end of new_actors). */
+static mn_status new_mailboxes(mn_engine *e, mn_err *err)
+{
+    struct {
+        const char *name;
+        mn_actor_fn fn;
+        mn_mailbox **mb;
+    } boxes[] = {
+        {"client", mn_client_actor_handle, &e->addr.client},
+        {"intake", mn_intake_handle, &e->addr.intake},
+        {"kvmem", mn_kvmem_handle, &e->addr.kvmem},
+        {"verifier", mn_verifier_handle, &e->addr.verifier},
+        {"admin", mn_admin_handle, &e->addr.admin},
+    };
+    for (size_t i = 0; i < sizeof boxes / sizeof *boxes; i++) {
+        mn_status s = mn_mailbox_new(e->base, boxes[i].name, boxes[i].fn, NULL, MAILBOX_BATCH, boxes[i].mb, err);
+        if (s != MN_OK)
+            return s;
+    }
+    e->addr.kvmem_kick = &e->kvmem_kick;
+    e->addr.verifier_kick = &e->verifier_kick;
+    return MN_OK;
+}
+
+static mn_status new_actors(mn_engine *e, uint32_t n_blocks, mn_err *err)
+{
+    const mn_engine_config *cfg = &e->cfg;
+    mn_status s;
+    mn_client_actor_config cc = {
+        .net = {.host = cfg->host, .port = cfg->port, .unix_path = cfg->unix_path, .socket_mode = cfg->socket_mode,
+                .max_line = cfg->max_line, .out_high = cfg->out_high},
+        .max_tokens_limit = cfg->max_tokens_limit,
+        .addr = &e->addr,
+        .on_drained = on_drained,
+        .owner = e,
+    };
+    mn_intake_config ic = {.model = e->model, .kv_block_size = e->be->kv->block_size, .kv_blocks = n_blocks,
+                           .window = 1, .addr = &e->addr};
+    mn_kvmem_config kc = {.pool = e->be->kv, .max_batch = cfg->max_batch, .max_queue = cfg->max_queue,
+                          .addr = &e->addr};
+    mn_verifier_config vc = {.be = e->be, .worker = e->worker, .max_batch = cfg->max_batch,
+                             .max_held = cfg->max_batch + cfg->max_queue, .addr = &e->addr};
+    if ((s = mn_intake_new(&ic, &e->intake, err)) != MN_OK || (s = mn_kvmem_new(&kc, &e->kvmem, err)) != MN_OK ||
+        (s = mn_verifier_new(&vc, &e->verifier, err)) != MN_OK ||
+        (s = mn_client_actor_new(e->base, &cc, &e->client, err)) != MN_OK)
+        return s;
+    if (cfg->admin_addr) {
+        mn_admin_config ac = {.addr = cfg->admin_addr, .socket_mode = cfg->socket_mode, .max_batch = cfg->max_batch,
+                              .max_queue = cfg->max_queue, .kv_block_size = e->be->kv->block_size,
+                              .addr_book = &e->addr, .on_drain = drain, .owner = e};
+        if ((s = mn_admin_new(e->base, &ac, &e->admin, err)) != MN_OK)
+            return s;
+    }
+    mn_mailbox_set_actor(e->addr.client, e->client);
+    mn_mailbox_set_actor(e->addr.intake, e->intake);
+    mn_mailbox_set_actor(e->addr.kvmem, e->kvmem);
+    mn_mailbox_set_actor(e->addr.verifier, e->verifier);
+    mn_mailbox_set_actor(e->addr.admin, e->admin);
+    return MN_OK;
+}
+
+static mn_status watch_signals(mn_engine *e, mn_err *err)
+{
+    static const int sigs[] = {SIGTERM, SIGINT, SIGHUP};
+    for (int i = 0; i < 3; i++)
+        if (!(e->signals[i] = evsignal_new(e->base, sigs[i], on_signal, e)) || evsignal_add(e->signals[i], NULL) < 0)
+            return mn_fail(err, MN_ERROR, "cannot watch signal %d", sigs[i]);
+    if (e->cfg.drain_timeout_s && !(e->drain_timer = evtimer_new(e->base, on_drain_timeout, e)))
+        return mn_fail(err, MN_NOMEM, "engine: out of memory for the drain timer");
+    signal(SIGPIPE, SIG_IGN); /* a client that vanishes mid-write is an EPIPE, not a death */
+    return MN_OK;
+}
+
+mn_status mn_engine_new(const mn_engine_config *cfg, mn_engine **out, mn_err *err)
+{
+    mn_status st;
+    mn_engine *e = mn_calloc(1, sizeof *e);
+    if (!e)
+        return mn_fail(err, MN_NOMEM, "engine: out of memory");
+    e->cfg = *cfg;
+    if (!e->cfg.max_batch)
+        e->cfg.max_batch = 1;
+    if (!e->cfg.max_queue)
+        e->cfg.max_queue = 1;
+    if (evthread_use_pthreads() != 0 || !(e->base = event_base_new())) {
+        st = mn_fail(err, MN_ERROR, "cannot create the event loop");
+        goto fail;
+    }
+    if ((st = mn_model_load(cfg->model_path, &e->model, err)) != MN_OK)
+        goto fail;
+    mn_backend_config bc = mn_backend_defaults(e->model, e->model->hp.n_ctx);
+    bc.kind = cfg->backend;
+    if (cfg->n_threads > 0)
+        bc.n_threads = cfg->n_threads;
+    if (!(bc.kv_blocks = kv_blocks(&e->cfg, e->model, bc.kv_block_size, err))) {
+        st = MN_INVALID;
+        goto fail;
+    }
+    if ((st = mn_backend_new(e->model, &bc, &e->be, err)) != MN_OK ||
+        (st = mn_worker_new("mn-target", WORKER_JOBS, &e->worker, err)) != MN_OK ||
+        (st = new_mailboxes(e, err)) != MN_OK || (st = new_actors(e, bc.kv_blocks, err)) != MN_OK ||
+        (st = watch_signals(e, err)) != MN_OK)
+        goto fail;
+    mn_log(MN_LOG_INFO, "engine: model %s, backend %s, %d threads, batch %u, %u KV blocks of %u", e->model->name,
+           e->be->ops->name, bc.n_threads, e->cfg.max_batch, bc.kv_blocks, bc.kv_block_size);
+    *out = e;
+    return MN_OK;
+fail:
+    mn_engine_free(e);
+    return st;
+}
+
+int mn_engine_port(const mn_engine *e)
+{
+    return mn_client_actor_port(e->client);
+}
+
+mn_status mn_engine_run(mn_engine *e, mn_err *err)
+{
+    if (event_base_loop(e->base, EVLOOP_NO_EXIT_ON_EMPTY) < 0) /* actors live on active-only events */
+        return mn_fail(err, MN_ERROR, "the event loop failed");
+    return MN_OK;
+}
+
+void mn_engine_free(mn_engine *e)
+{
+    if (!e)
+        return;
+    if (e->drain_timer)
+        event_free(e->drain_timer);
+    for (int i = 0; i < 3; i++)
+        if (e->signals[i])
+            event_free(e->signals[i]);
+    mn_admin_free(e->admin);
+    mn_client_actor_free(e->client);
+    mn_worker_free(e->worker); /* joins: no completion can arrive after this */
+    mn_verifier_free(e->verifier);
+    mn_kvmem_free(e->kvmem);
+    mn_intake_free(e->intake);
+    mn_mailbox *mbs[] = {e->addr.client, e->addr.intake, e->addr.kvmem, e->addr.verifier, e->addr.admin};
+    for (size_t i = 0; i < sizeof mbs / sizeof *mbs; i++)
+        mn_mailbox_free(mbs[i]);
+    mn_backend_free(e->be);
+    mn_model_free(e->model);
+    if (e->base)
+        event_base_free(e->base);
+    mn_free(e);
+}

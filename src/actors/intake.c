@@ -1,0 +1,102 @@
+/* intake.c - the intake actor (see intake.h). Tokenizing a prompt is the only work it does; it is
+ * cheap next to a model pass and keeps the tokenizer off the compute worker. */
+#include "actors/intake.h"
+
+#include "util/alloc.h"
+#include "util/log.h"
+
+struct mn_intake {
+    mn_intake_config cfg;
+    uint64_t prompt_tokens;
+};
+
+mn_status mn_intake_new(const mn_intake_config *cfg, mn_intake **out, mn_err *err)
+{
+    mn_intake *in = mn_calloc(1, sizeof *in);
+    if (!in)
+        return mn_fail(err, MN_NOMEM, "intake: out of memory");
+    in->cfg = *cfg;
+    *out = in;
+    return MN_OK;
+}
+
+void mn_intake_free(mn_intake *in) { mn_free(in); }
+
+static void answer(mn_intake *in, mn_req *r)
+{
+    mn_req_event(r, MN_REQ_EV_FINISHED);
+    r->msg.type = MN_MSG_DONE;
+    mn_mailbox_post(in->cfg.addr->client, &r->msg);
+}
+
+static uint32_t blocks_for(const mn_intake *in, uint32_t n)
+{
+    return (n + in->cfg.kv_block_size - 1) / in->cfg.kv_block_size;
+}
+
+static void admit(mn_intake *in, mn_req *r)
+{
+    const mn_model *model = in->cfg.model;
+    uint32_t n_ctx = model->hp.n_ctx;
+    if (r->cancelled) {
+        r->finish = "cancelled";
+        return answer(in, r);
+    }
+    /* Refuse what cannot fit before tokenizing it: this actor runs on the loop, and a 1 MiB prompt
+     * costs tens of milliseconds that every stream would wait for. */
+    size_t least = mn_tok_min_tokens(model->tok, r->p.prompt_len, true);
+    if (least >= n_ctx) {
+        mn_req_fail(r, MN_E_INVALID_REQUEST, "prompt is %zu bytes, at least %zu tokens; the model's context is %u",
+                    r->p.prompt_len, least, n_ctx);
+        return answer(in, r);
+    }
+    if (mn_tok_encode(model->tok, r->p.prompt, r->p.prompt_len, true, &r->toks) != MN_OK) {
+        mn_req_fail(r, MN_E_INTERNAL, "out of memory while tokenizing the prompt");
+        return answer(in, r);
+    }
+    r->n_prompt = (uint32_t)r->toks.n;
+    if (r->toks.n == 0) {
+        mn_req_fail(r, MN_E_INVALID_REQUEST, "prompt encodes to no tokens");
+        return answer(in, r);
+    }
+    if (r->toks.n >= n_ctx) {
+        mn_req_fail(r, MN_E_INVALID_REQUEST, "prompt is %zu tokens; the model's context is %u", r->toks.n, n_ctx);
+        return answer(in, r);
+    }
+    /* Its whole length is reserved at admission, so no step ever waits for blocks: every position
+     * it may write, plus the window a speculative step may write past its length, within the context. */
+    uint64_t need = r->toks.n + (uint64_t)r->p.max_tokens + in->cfg.window;
+    r->kv_need = need > n_ctx ? n_ctx : (uint32_t)need;
+    if (blocks_for(in, r->kv_need) > in->cfg.kv_blocks) {
+        mn_req_fail(r, MN_E_INVALID_REQUEST, "prompt + max_tokens need %u KV blocks; the server has %u",
+                    blocks_for(in, r->kv_need), in->cfg.kv_blocks);
+        return answer(in, r);
+    }
+    mn_sampler_params sp = {r->p.temperature, r->p.top_p, r->p.seed};
+    if (mn_sampler_new(model->hp.n_vocab, &sp, &r->smp) != MN_OK) {
+        mn_req_fail(r, MN_E_INTERNAL, "out of memory for the sampler");
+        return answer(in, r);
+    }
+    in->prompt_tokens += r->n_prompt;
+    mn_req_event(r, MN_REQ_EV_QUEUED);
+    r->msg.type = MN_MSG_ENQUEUE;
+    mn_mailbox_post(in->cfg.addr->kvmem, &r->msg);
+}
+
+void mn_intake_handle(void *intake, mn_msg *m)
+{
+    mn_intake *in = intake;
+    switch ((mn_msg_type)m->type) {
+    case MN_MSG_ADMIT:
+        admit(in, (mn_req *)m);
+        break;
+    case MN_MSG_STATS: {
+        mn_stats_part *q = (mn_stats_part *)m;
+        q->stats->intake.prompt_tokens = in->prompt_tokens;
+        mn_mailbox_post(q->reply_to, &q->msg);
+        break;
+    }
+    default:
+        mn_log(MN_LOG_ERROR, "intake: unexpected message %u", m->type);
+    }
+}

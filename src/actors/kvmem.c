@@ -1,0 +1,231 @@
+/* kvmem.c - the KV-memory actor (see kvmem.h).
+ *
+ * Invariants: every request in held[] is ADMITTED, RUNNING or PAUSED and owns exactly the blocks of
+ * its kv table; the queue holds QUEUED and PREEMPTED requests, which own none; at most one
+ * preemption is asked for at a time (preempting), so a dry pool gives back one paused request per
+ * admission that needs it. */
+#include "actors/kvmem.h"
+
+#include "util/alloc.h"
+#include "util/log.h"
+
+struct mn_kvmem {
+    mn_kvmem_config cfg;      /* max_batch, max_queue: the live values */
+    uint32_t max_batch_cap, max_queue_cap;
+    mn_req **queue;           /* ring of pending requests */
+    uint32_t q_cap, q_head, q_len;
+    mn_req **held;            /* [max_held] requests holding KV */
+    uint32_t n_held, max_held;
+    uint32_t preempting;      /* paused requests asked back from the verifier, not yet returned */
+    uint64_t serial, preemptions;
+};
+
+mn_status mn_kvmem_new(const mn_kvmem_config *cfg, mn_kvmem **out, mn_err *err)
+{
+    mn_kvmem *k = mn_calloc(1, sizeof *k);
+    if (!k)
+        return mn_fail(err, MN_NOMEM, "kvmem: out of memory");
+    k->cfg = *cfg;
+    k->max_batch_cap = cfg->max_batch;
+    k->max_queue_cap = cfg->max_queue;
+    k->max_held = cfg->max_batch + cfg->max_queue; /* paused requests hold KV beside a full batch */
+    k->q_cap = cfg->max_queue + k->max_held;       /* preempted requests come back on top */
+    k->queue = mn_calloc(k->q_cap, sizeof *k->queue);
+    k->held = mn_calloc(k->max_held, sizeof *k->held);
+    if (!k->queue || !k->held) {
+        mn_kvmem_free(k);
+        return mn_fail(err, MN_NOMEM, "kvmem: out of memory");
+    }
+    *out = k;
+    return MN_OK;
+}
+
+void mn_kvmem_free(mn_kvmem *k)
+{
+    if (!k)
+        return;
+    mn_free(k->queue);
+    mn_free(k->held);
+    mn_free(k);
+}
+
+static void to_client(mn_kvmem *k, mn_req *r)
+{
+    if (r->state != MN_REQ_FINISHED) /* the verifier already ended the ones it hands back */
+        mn_req_event(r, MN_REQ_EV_FINISHED);
+    r->msg.type = MN_MSG_DONE;
+    mn_mailbox_post(k->cfg.addr->client, &r->msg);
+}
+
+static mn_req **queue_slot(mn_kvmem *k, uint32_t i) { return &k->queue[(k->q_head + i) % k->q_cap]; }
+
+static void queue_remove(mn_kvmem *k, uint32_t i)
+{
+    for (; i + 1 < k->q_len; i++)
+        *queue_slot(k, i) = *queue_slot(k, i + 1);
+    k->q_len--;
+}
+
+static void queue_push_front(mn_kvmem *k, mn_req *r)
+{
+    k->q_head = (k->q_head + k->q_cap - 1) % k->q_cap;
+    k->queue[k->q_head] = r;
+    k->q_len++;
+}
+
+static void held_remove(mn_kvmem *k, mn_req *r)
+{
+    for (uint32_t i = 0; i < k->n_held; i++)
+        if (k->held[i] == r) {
+            k->held[i] = k->held[--k->n_held];
+            return;
+        }
+}
+
+/* Answer cancelled requests that are still waiting. */
+static void drop_cancelled(mn_kvmem *k)
+{
+    for (uint32_t i = 0; i < k->q_len;) {
+        mn_req *r = *queue_slot(k, i);
+        if (r->cancelled) {
+            queue_remove(k, i);
+            r->finish = "cancelled";
+            to_client(k, r);
+        } else {
+            i++;
+        }
+    }
+}
+
+/* Ask the verifier for the blocks of the newest paused request that is not already on its way back.
+ * Returns false when there is none (the head then waits for a running request to finish). */
+static bool preempt_a_paused_one(mn_kvmem *k)
+{
+    if (k->preempting)
+        return true; /* one is on its way back: admission resumes when it lands */
+    mn_req *victim = NULL;
+    for (uint32_t i = 0; i < k->n_held; i++) {
+        mn_req *r = k->held[i];
+        if (r->state == MN_REQ_PAUSED && !r->preempt_wanted && (!victim || r->serial > victim->serial))
+            victim = r;
+    }
+    if (!victim)
+        return false;
+    victim->preempt_wanted = true;
+    k->preempting++;
+    mn_kick_verifier(k->cfg.addr);
+    return true;
+}
+
+/* Start queued requests whose clients read, oldest first, while the batch has room and the pool has
+ * blocks (preempting paused requests for them). A throttled one waits in place for its client. */
+static void try_admit(mn_kvmem *k)
+{
+    uint32_t n_active = 0;
+    for (uint32_t i = 0; i < k->n_held; i++)
+        n_active += k->held[i]->state != MN_REQ_PAUSED;
+    for (uint32_t i = 0; i < k->q_len && k->n_held < k->max_held && n_active < k->cfg.max_batch;) {
+        mn_req *r = *queue_slot(k, i);
+        if (r->throttled) {
+            i++;
+            continue;
+        }
+        mn_status st = mn_kv_reserve(k->cfg.pool, &r->kv, r->kv_need);
+        if (st == MN_BUSY) {
+            preempt_a_paused_one(k);
+            return; /* head-of-line waits for blocks: admission stays FIFO among readers */
+        }
+        queue_remove(k, i);
+        if (st != MN_OK) {
+            mn_req_fail(r, MN_E_INTERNAL, "out of memory for the KV block table");
+            to_client(k, r);
+            continue;
+        }
+        r->serial = ++k->serial;
+        mn_req_event(r, MN_REQ_EV_ADMITTED);
+        k->held[k->n_held++] = r;
+        n_active++;
+        r->msg.type = MN_MSG_START;
+        mn_mailbox_post(k->cfg.addr->verifier, &r->msg);
+    }
+}
+
+static void enqueue(mn_kvmem *k, mn_req *r)
+{
+    if (r->cancelled) {
+        r->finish = "cancelled";
+        to_client(k, r);
+    } else if (k->q_len >= k->cfg.max_queue) {
+        mn_req_fail(r, MN_E_BUSY, "the queue is full (%u requests waiting); retry later", k->q_len);
+        to_client(k, r);
+    } else {
+        *queue_slot(k, k->q_len++) = r;
+    }
+}
+
+/* The verifier handed r back: it finished, or it was paused and asked for (preempt_wanted). */
+static void release(mn_kvmem *k, mn_req *r)
+{
+    held_remove(k, r);
+    mn_kv_seq_release(k->cfg.pool, &r->kv);
+    if (r->preempt_wanted) {
+        r->preempt_wanted = false;
+        k->preempting--;
+        if (r->state != MN_REQ_FINISHED) {
+            mn_req_event(r, MN_REQ_EV_PREEMPTED);
+            queue_push_front(k, r);
+            k->preemptions++;
+            mn_log(MN_LOG_DEBUG, "kvmem: preempted paused request %s (%zu tokens to recompute)", r->p.id, r->toks.n);
+            return;
+        }
+    }
+    to_client(k, r);
+}
+
+static void stats(mn_kvmem *k, mn_stats_part *q)
+{
+    uint32_t paused = 0;
+    for (uint32_t i = 0; i < k->n_held; i++)
+        paused += k->held[i]->state == MN_REQ_PAUSED;
+    q->stats->kvmem.running = k->n_held;
+    q->stats->kvmem.paused = paused;
+    q->stats->kvmem.queued = k->q_len;
+    q->stats->kvmem.preemptions = k->preemptions;
+    q->stats->kvmem.kv_used = mn_kv_used(k->cfg.pool);
+    q->stats->kvmem.kv_free = k->cfg.pool->n_free;
+    q->stats->kvmem.kv_total = k->cfg.pool->n_blocks;
+    mn_mailbox_post(q->reply_to, &q->msg);
+}
+
+void mn_kvmem_handle(void *kvmem, mn_msg *m)
+{
+    mn_kvmem *k = kvmem;
+    switch ((mn_msg_type)m->type) {
+    case MN_MSG_ENQUEUE:
+        enqueue(k, (mn_req *)m);
+        break;
+    case MN_MSG_RELEASE:
+        release(k, (mn_req *)m);
+        break;
+    case MN_MSG_KICK:
+        mn_kick_taken(k->cfg.addr->kvmem_kick);
+        drop_cancelled(k);
+        break;
+    case MN_MSG_SET: {
+        mn_setting *s = (mn_setting *)m;
+        if (s->key == MN_SET_MAX_BATCH && s->value >= 1 && s->value <= k->max_batch_cap)
+            k->cfg.max_batch = s->value;
+        else if (s->key == MN_SET_MAX_QUEUE && s->value >= 1 && s->value <= k->max_queue_cap)
+            k->cfg.max_queue = s->value;
+        mn_free(s);
+        break;
+    }
+    case MN_MSG_STATS:
+        stats(k, (mn_stats_part *)m);
+        return;
+    default:
+        mn_log(MN_LOG_ERROR, "kvmem: unexpected message %u", m->type);
+        return;
+    }
+    try_admit(k);
+}

@@ -1,0 +1,124 @@
+/* msg.h - every message the actors exchange, its payload, and the actors' addresses.
+ *
+ * An actor is state + a mailbox + a handler on the engine's loop thread (runtime/mailbox.h). It
+ * never reads another actor's fields: it posts a message. Messages are intrusive (an mn_msg first in
+ * the payload) and live inside the object they are about, so the hot path posts without allocating;
+ * a message is in at most one mailbox at a time.
+ *
+ * The flow is one way: net -> client -> intake -> kvmem -> verifier -> kvmem -> client -> net, plus
+ * the kicks that make an actor look again, the compute worker's completions, and the admin's
+ * questions (answered by posting the same message back).
+ */
+#ifndef MN_MSG_H
+#define MN_MSG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "runtime/mailbox.h"
+
+typedef enum mn_msg_type {
+    MN_MSG_ADMIT = 1, /* client -> intake: a parsed request (mn_req) */
+    MN_MSG_ENQUEUE,   /* intake -> kvmem: tokenized, wants KV and a batch slot (mn_req) */
+    MN_MSG_START,     /* kvmem -> verifier: admitted with KV for its whole length (mn_req) */
+    MN_MSG_RELEASE,   /* verifier -> kvmem: finished, or given back for preemption (mn_req) */
+    MN_MSG_DONE,      /* intake/kvmem -> client: ended; write its final line and free it (mn_req) */
+    MN_MSG_FLUSH,     /* verifier -> client: stream the new text (mn_req.flush) */
+    MN_MSG_STEP_DONE, /* worker -> verifier: a step job completed */
+    MN_MSG_KICK,      /* anyone -> kvmem/verifier: look again (cancel, pause, resume, preempt) */
+    MN_MSG_STATS,     /* admin -> any actor -> admin: fill in your part (mn_stats_part) */
+    MN_MSG_SET,       /* admin -> kvmem/verifier/client: a live setting changed (mn_setting) */
+    MN_MSG_DRAIN,     /* engine -> client: stop taking requests (mn_drain) */
+} mn_msg_type;
+
+/* A kick: one message per target actor, posted only when not already queued. */
+typedef struct mn_kick {
+    mn_msg msg;
+    bool queued;
+} mn_kick;
+
+/* The mailboxes, so that an actor can address the others without knowing their structs, and the
+ * kicks of the actors that others ask to look again. The engine owns all of them. */
+typedef struct mn_addr {
+    mn_mailbox *client, *intake, *kvmem, *verifier, *admin;
+    mn_kick *kvmem_kick, *verifier_kick;
+} mn_addr;
+
+/* Post k to mb unless it is already on its way. */
+static inline void mn_kick_post(mn_kick *k, mn_mailbox *mb)
+{
+    if (k->queued)
+        return;
+    k->queued = true;
+    k->msg.type = MN_MSG_KICK;
+    mn_mailbox_post(mb, &k->msg);
+}
+/* The receiver took its kick: it may be posted again. */
+static inline void mn_kick_taken(mn_kick *k) { k->queued = false; }
+static inline void mn_kick_kvmem(const mn_addr *a) { mn_kick_post(a->kvmem_kick, a->kvmem); }
+static inline void mn_kick_verifier(const mn_addr *a) { mn_kick_post(a->verifier_kick, a->verifier); }
+
+/* ---- admin questions ------------------------------------------------------------------------- */
+
+#define MN_STATS_SECONDS 10 /* tok/s is averaged over this window */
+
+/* Each actor's figures; an actor fills only its own section. */
+typedef struct mn_stats {
+    struct {                       /* client */
+        uint64_t in_flight, done, failed;
+        uint32_t connections, throttled;
+        uint64_t accept_pauses;
+        bool draining;
+    } client;
+    struct {                       /* intake */
+        uint64_t prompt_tokens;
+    } intake;
+    struct {                       /* kvmem */
+        uint32_t running, queued, paused;
+        uint64_t preemptions;
+        uint32_t kv_used, kv_free, kv_total;
+    } kvmem;
+    struct {                       /* verifier */
+        uint64_t steps, tokens_generated;
+        double tok_per_s;
+    } verifier;
+    size_t depth[4];               /* mailbox depths: client, intake, kvmem, verifier (the admin's) */
+} mn_stats;
+
+typedef enum mn_stats_who {
+    MN_WHO_CLIENT,    /* mn_stats.client */
+    MN_WHO_INTAKE,    /* mn_stats.intake */
+    MN_WHO_KVMEM,     /* mn_stats.kvmem */
+    MN_WHO_VERIFIER,  /* mn_stats.verifier */
+    MN_WHO_N,
+} mn_stats_who;
+
+/* One actor's part of a stats question: it fills stats (its own section) and posts msg back to
+ * reply_to. The admin owns it. */
+typedef struct mn_stats_part {
+    mn_msg msg;
+    mn_stats *stats;
+    mn_mailbox *reply_to;
+} mn_stats_part;
+
+typedef enum mn_setting_key {
+    MN_SET_MAX_BATCH,   /* batch.max_sequences: kvmem admits, the verifier steps at most this many */
+    MN_SET_MAX_QUEUE,   /* queue.max: kvmem's pending queue bound */
+} mn_setting_key;
+
+/* A live setting for one actor, allocated by the sender (mn_malloc) and freed by the receiver. */
+typedef struct mn_setting {
+    mn_msg msg;
+    mn_setting_key key;
+    uint32_t value;
+} mn_setting;
+
+/* Start draining (the client actor owns the connections and the count of live requests). With
+ * force, close every connection now (a drain that cannot finish). Allocated by the sender, freed by
+ * the receiver. */
+typedef struct mn_drain {
+    mn_msg msg;
+    bool force;
+} mn_drain;
+
+#endif

@@ -1,0 +1,112 @@
+/* request.h - one generation request: its state machine and its text.
+ *
+ * The request is a message (req->msg) that travels: client -> intake -> kvmem -> verifier -> kvmem
+ * -> client, and the client actor frees it after writing its final line. Every actor runs on the
+ * engine's loop thread, so the fields need no lock; each says which actor writes it. The compute
+ * worker touches only kv, the token array and the sampler, and only while the verifier's step job
+ * that holds the request is in flight.
+ *
+ * State machine (mn_req_event is the only code that changes state; illegal events are refused):
+ *
+ *   NEW --queued--> QUEUED --admitted--> ADMITTED --produced--> RUNNING
+ *                     ^                     |  ^                 |  ^
+ *                     |                throttled resumed    throttled resumed
+ *                     |                     v  |                 v  |
+ *                     |                    PAUSED <--------------+--+
+ *                     |                     |
+ *                     +--- PREEMPTED <--preempted-- (ADMITTED, RUNNING or PAUSED)
+ *   PREEMPTED --admitted--> ADMITTED (its tokens are recomputed, bit for bit)
+ *   any state --finished--> FINISHED (then exactly one final line, written by the client actor)
+ *
+ * ADMITTED means it holds KV for its whole length and its known tokens are being computed; RUNNING,
+ * that it has produced a token since. PAUSED requests keep their KV but neither run nor take a batch
+ * slot; kvmem may preempt them to admit others. A throttled request that is still queued stays
+ * QUEUED (it is skipped at admission) and is admitted straight into PAUSED if its turn comes.
+ */
+#ifndef MN_REQUEST_H
+#define MN_REQUEST_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "mem/kv.h"
+#include "model/sampler.h"
+#include "model/tokenizer.h"
+#include "net/proto.h"
+#include "runtime/mailbox.h"
+#include "util/clock.h"
+
+typedef enum mn_req_state {
+    MN_REQ_NEW,        /* parsed, on its way to intake */
+    MN_REQ_QUEUED,     /* tokenized, in kvmem's pending queue */
+    MN_REQ_ADMITTED,   /* holds KV; its known tokens are being computed */
+    MN_REQ_RUNNING,    /* producing tokens */
+    MN_REQ_PAUSED,     /* holds KV, its client does not read: neither runs nor takes a batch slot */
+    MN_REQ_PREEMPTED,  /* lost its KV to others; queued again, to be recomputed from its tokens */
+    MN_REQ_FINISHED,   /* on its way to its final line */
+} mn_req_state;
+
+typedef enum mn_req_ev {
+    MN_REQ_EV_QUEUED,     /* intake: NEW -> QUEUED */
+    MN_REQ_EV_ADMITTED,   /* kvmem: QUEUED/PREEMPTED -> ADMITTED (PAUSED when its client is throttled) */
+    MN_REQ_EV_PRODUCED,   /* verifier: a token was sampled (ADMITTED -> RUNNING) */
+    MN_REQ_EV_THROTTLED,  /* client: its connection stopped reading (ADMITTED/RUNNING -> PAUSED) */
+    MN_REQ_EV_RESUMED,    /* client: reading again (PAUSED -> where it was) */
+    MN_REQ_EV_PREEMPTED,  /* kvmem: its KV was released (ADMITTED/RUNNING/PAUSED -> PREEMPTED) */
+    MN_REQ_EV_FINISHED,   /* whoever holds it: done, failed or cancelled (-> FINISHED) */
+} mn_req_ev;
+
+typedef struct mn_req {
+    mn_msg msg;               /* the request's travelling message (first member) */
+    mn_msg flush;             /* verifier -> client: new text to stream; queued at most once (flush_queued) */
+    mn_req_params p;          /* owned */
+    void *conn;               /* client: its connection's state; NULL once the client is gone */
+    struct mn_req *conn_next; /* client: the connection's in-flight list */
+    mn_req_state state;       /* mn_req_event only */
+    mn_req_state resume_to;   /* mn_req_event: where PAUSED goes back to */
+    bool throttled;           /* client (through mn_req_event): its connection does not read */
+    bool cancelled;           /* client: cancel or disconnect; actors drop it at their next look */
+    bool preempt_wanted;      /* kvmem: give its KV back at the verifier's next look */
+    bool flush_queued;        /* verifier/client */
+    uint64_t serial;          /* kvmem: admission order; the newest paused one is preempted first */
+    /* tokens: the prompt, then every generated token (a preempted request recomputes them all) */
+    mn_tokens toks;           /* intake fills the prompt, verifier appends */
+    uint32_t n_prompt;
+    uint32_t n_gen;           /* verifier: tokens generated (counted even when eos) */
+    uint32_t kv_need;         /* intake: positions reserved at admission (its whole length + window) */
+    mn_kv_seq kv;             /* kvmem owns the table; positions [0, kv.len) hold toks[0, kv.len) */
+    mn_sampler *smp;          /* intake creates; the step job uses */
+    /* output text and how much of it went out */
+    char *text;               /* verifier: decoded pieces, truncated at a stop string */
+    size_t text_len, text_cap;
+    size_t ready;             /* verifier: bytes that may be streamed (no partial UTF-8 or stop string) */
+    size_t sent;              /* client: bytes streamed */
+    const char *finish;       /* verifier/kvmem: "length", "stop", "cancelled"; NULL while running */
+    bool failed;              /* the request ends with an error line (err_code, err_msg) */
+    mn_errcode err_code;
+    char err_msg[200];        /* kept in the request: failing never needs memory */
+    double t_arrive, t_first; /* seconds, monotonic */
+} mn_req;
+
+/* A request for params p (moved in: p is zeroed), in state NEW. NULL on OOM (p is then freed). */
+mn_req *mn_req_new(mn_req_params *p, void *conn);
+void mn_req_free(mn_req *r);
+/* Apply ev; false (state unchanged, an error logged) when ev is not allowed in r's state. */
+bool mn_req_event(mn_req *r, mn_req_ev ev);
+const char *mn_req_state_name(mn_req_state s);
+/* True while r holds KV (ADMITTED, RUNNING, PAUSED). */
+static inline bool mn_req_holds_kv(const mn_req *r)
+{
+    return r->state == MN_REQ_ADMITTED || r->state == MN_REQ_RUNNING || r->state == MN_REQ_PAUSED;
+}
+
+/* End the request with an error line instead of a done line. */
+void mn_req_fail(mn_req *r, mn_errcode code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Append a decoded piece; apply stop strings (the text is cut before the first stop string found
+ * and true is returned: finish "stop") and update r->ready. MN_NOMEM leaves the text as it was. */
+mn_status mn_req_append(mn_req *r, const char *piece, size_t n, bool *stopped);
+/* Make everything left ready (the request is finishing). */
+void mn_req_seal(mn_req *r);
+
+#endif

@@ -1,0 +1,34 @@
+/* adminsock.h - the admin control socket's transport: nanomsg REP on ipc:// or loopback tcp://.
+ *
+ * Transport only: each message received goes to the owner's callback as bytes; the owner answers
+ * with mn_adminsock_reply, possibly later (after asking the actors). REP allows one request at a
+ * time, so nothing more is received until the reply is sent.
+ *
+ * Where it listens: ipc://PATH with a non-empty PATH that is claimed like the Unix socket
+ * (net/sockpath.h: a live server there or a file that is not a socket is refused) and made
+ * `socket_mode` (0600 by default) - nanomsg's ipc transport aborts the process on some malformed
+ * frames from a peer, so only the owner may reach it; or tcp:// on a loopback address (127.x,
+ * localhost, [::1]), where any local user can connect: use it only on a machine you trust.
+ *
+ * Thread: the loop thread that owns base. Errors: start-up failures as a status and a message.
+ */
+#ifndef MN_ADMINSOCK_H
+#define MN_ADMINSOCK_H
+
+#include <stddef.h>
+
+#include "util/status.h"
+
+struct event_base;
+typedef struct mn_adminsock mn_adminsock;
+
+/* One received message (not NUL-terminated); the bytes are valid only during the call. */
+typedef void (*mn_adminsock_fn)(void *owner, const char *msg, size_t len);
+
+mn_status mn_adminsock_new(struct event_base *base, const char *addr, unsigned socket_mode, mn_adminsock_fn fn,
+                           void *owner, mn_adminsock **out, mn_err *err);
+/* Answer the message last received (copied), then receive again. */
+void mn_adminsock_reply(mn_adminsock *a, const char *reply, size_t len);
+void mn_adminsock_free(mn_adminsock *a);
+
+#endif
