@@ -1,0 +1,45 @@
+/* ngram.h - the n-gram drafter (--draft ngram): prompt lookup over the sequence's own tokens.
+ *
+ * Given a sequence t[0..n) (its prompt followed by its output so far), find an earlier place where
+ * the sequence's last k tokens occurred, and propose what followed them there. Precisely: a match
+ * of length k ends at e (1 <= e <= n - 1) when t[e-k..e) == t[n-k..n) and e - k >= 0; e <= n - 1
+ * keeps the match strictly earlier than the suffix and leaves at least one token after it.
+ *
+ * Which match: the longest k in [min_n, max_n] wins (a longer context predicts better); among
+ * matches of that length the most recent (largest e) wins, since nearby text best predicts what
+ * comes next and it is what a repetition in progress is continuing.
+ *
+ * What is proposed: the s tokens that followed, t[e], t[e+1], .... When they run
+ * into the end of the sequence, the proposal continues with its own tokens: the match says the
+ * sequence repeats with period n - e, so the token predicted at n + j is t[e + j], which for
+ * e + j >= n is the proposal's own out[e + j - n]. A run "a a a a" thus proposes s more a's.
+ *
+ * Defaults: min_n = 2, max_n = 4. One-token matches fire on every common word and mostly propose
+ * junk, and each wrong proposal costs verified positions; two tokens are already specific. Beyond
+ * four, longer matches rarely change which place is found but raise the cost, O(n * max_n).
+ *
+ * Cost: O(n * max_n) comparisons per call (one backward scan; it stops at the first match of length
+ * max_n, the best possible). No allocation: out is the caller's, s entries.
+ * Thread: pure over the caller's arrays; any thread.
+ */
+#ifndef MN_NGRAM_H
+#define MN_NGRAM_H
+
+#include <stdint.h>
+
+#include "util/status.h"
+
+#define MN_NGRAM_MIN_N_DEFAULT 2  /* shortest suffix worth matching */
+#define MN_NGRAM_MAX_N_DEFAULT 4  /* longest suffix compared */
+
+/* MN_OK when 1 <= min_n <= max_n, else MN_INVALID with the reason in err. For the settings. */
+mn_status mn_ngram_check(uint32_t min_n, uint32_t max_n, mn_err *err);
+
+/* Propose the s tokens after t[0..n) into out[0..s) and return s; or return 0, writing nothing,
+ * when no match of length >= min_n exists, when n < 2, or when the parameters fail
+ * mn_ngram_check. (With the self-continuation above a match always yields all s tokens.) t and out
+ * must not overlap. Cannot fail otherwise. */
+uint32_t mn_ngram_propose(const int32_t *t, uint32_t n, uint32_t min_n, uint32_t max_n, uint32_t s,
+                          int32_t *out);
+
+#endif

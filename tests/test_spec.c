@@ -1,0 +1,849 @@
+/* test_spec.c - the speculation algorithms of src/spec/: the voted token tree, weight learning,
+ * acceptance rules and the n-gram drafter. Hand-computed cases, plus chi-square tests of the
+ * sampling rules that are shown to have power: each one is also run on a deliberately wrong rule,
+ * which must fail it. Pure functions; no fixtures, no model. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "spec/accept.h"
+#include "spec/ngram.h"
+#include "spec/vote.h"
+#include "spec/weights.h"
+
+#define LEN(a) ((uint32_t)(sizeof(a) / sizeof((a)[0])))
+
+/* ---------------------------------------------------------------------------------------------- */
+/* vote */
+
+static mn_vote_node scratch[64];
+
+static mn_vote_result vote3(const int32_t *const *drafts, const uint32_t *lens, const float *w,
+                            uint32_t n)
+{
+    mn_vote_result r;
+    mn_err err = {{0}};
+    mn_status st = mn_vote(drafts, lens, w, n, scratch, LEN(scratch), &r, &err);
+    cr_assert_eq(st, MN_OK, "vote: %s", err.msg);
+    return r;
+}
+
+Test(vote, weighted_majority_differs_from_plain_majority)
+{
+    /* level 1: all agree on 1. Level 2: A alone says 2 (weight 3), B and C say 4 (1 + 1 = 2). */
+    const int32_t a[] = {1, 2, 3}, b[] = {1, 4, 5}, c[] = {1, 4, 6};
+    const int32_t *d[] = {a, b, c};
+    const uint32_t lens[] = {3, 3, 3};
+    const float w[] = {3.0f, 1.0f, 1.0f};
+    mn_vote_result r = vote3(d, lens, w, 3);
+    cr_assert_eq(r.drafter, 0);
+    cr_assert_eq(r.len, 3);
+    cr_assert_eq(r.tokens, a);
+    cr_assert_float_eq(r.weight, 3.0f, 0.0);
+
+    /* equal weights: the plain majority 4 wins level 2; level 3 ties 5 vs 6 -> lower index, B */
+    const float eq[] = {1.0f, 1.0f, 1.0f};
+    r = vote3(d, lens, eq, 3);
+    cr_assert_eq(r.drafter, 1);
+    cr_assert_eq(r.tokens, b);
+}
+
+Test(vote, level_majority_can_beat_the_heaviest_drafter)
+{
+    /* A is the heaviest single drafter, but B and C together outweigh it at level 1 (3 > 2); at
+     * level 2 they tie (1.5 each) and B, listed first, wins. */
+    const int32_t a[] = {7, 8}, b[] = {9, 1}, c[] = {9, 2};
+    const int32_t *d[] = {a, b, c};
+    const uint32_t lens[] = {2, 2, 2};
+    const float w[] = {2.0f, 1.5f, 1.5f};
+    mn_vote_result r = vote3(d, lens, w, 3);
+    cr_assert_eq(r.drafter, 1);
+    cr_assert_eq(r.len, 2);
+    cr_assert_eq(r.tokens[0], 9);
+    cr_assert_eq(r.tokens[1], 1);
+    cr_assert_float_eq(r.weight, 1.5f, 0.0);
+}
+
+Test(vote, tree_shape_and_node_weights)
+{
+    const int32_t a[] = {1, 2, 3}, b[] = {1, 4, 5}, c[] = {1, 4, 6};
+    const int32_t *d[] = {a, b, c};
+    const uint32_t lens[] = {3, 3, 3};
+    const float w[] = {3.0f, 1.0f, 0.5f};
+    uint32_t n = 0;
+    mn_err err = {{0}};
+    cr_assert_eq(mn_vote_nodes_needed(lens, 3), 10);
+    cr_assert_eq(mn_vote_build(scratch, LEN(scratch), d, lens, w, 3, &n, &err), MN_OK);
+    /* root, 1, 2, 3, 4, 5, 6: the shared 1 and 4 are merged */
+    cr_assert_eq(n, 7);
+    cr_assert_float_eq(scratch[0].weight, 4.5f, 0.0);
+    cr_assert_eq(scratch[0].n_drafters, 3);
+    uint32_t one = scratch[0].first_child;
+    cr_assert_eq(scratch[one].token, 1);
+    cr_assert_eq(scratch[one].next_sibling, MN_VOTE_NIL);
+    cr_assert_float_eq(scratch[one].weight, 4.5f, 0.0);
+    uint32_t two = scratch[one].first_child, four = scratch[two].next_sibling;
+    cr_assert_eq(scratch[two].token, 2);
+    cr_assert_eq(scratch[four].token, 4);
+    cr_assert_eq(scratch[four].depth, 2);
+    cr_assert_float_eq(scratch[four].weight, 1.5f, 0.0);
+    cr_assert_eq(scratch[four].n_drafters, 2);
+    cr_assert_eq(scratch[four].first_drafter, 1);
+    cr_assert_eq(scratch[four].end_drafter, MN_VOTE_NONE);
+    uint32_t three = scratch[two].first_child;
+    cr_assert_eq(scratch[three].end_drafter, 0);
+    cr_assert_eq(scratch[three].first_child, MN_VOTE_NIL);
+    cr_assert_eq(mn_vote_walk(scratch, n), three);
+}
+
+Test(vote, ties_go_to_the_lower_drafter_index_not_the_token)
+{
+    const int32_t a[] = {9}, b[] = {3};
+    const uint32_t lens[] = {1, 1};
+    const float w[] = {1.0f, 1.0f};
+    const int32_t *ab[] = {a, b}, *ba[] = {b, a};
+    cr_assert_eq(vote3(ab, lens, w, 2).tokens[0], 9);
+    cr_assert_eq(vote3(ba, lens, w, 2).tokens[0], 3);
+    /* a tie one level down, after a shared first token */
+    const int32_t x[] = {5, 8}, y[] = {5, 2};
+    const int32_t *xy[] = {x, y};
+    const uint32_t l2[] = {2, 2};
+    cr_assert_eq(vote3(xy, l2, w, 2).drafter, 0);
+    /* a hair more weight flips it */
+    const float w2[] = {1.0f, 1.0001f};
+    cr_assert_eq(vote3(xy, l2, w2, 2).drafter, 1);
+}
+
+Test(vote, proposals_of_different_lengths)
+{
+    /* A's proposal ends where B's goes on: ending is no vote to stop, so the walk follows B. */
+    const int32_t a[] = {1, 2}, b[] = {1, 2, 3, 4};
+    const int32_t *d[] = {a, b};
+    const uint32_t lens[] = {2, 4};
+    const float w[] = {5.0f, 1.0f};
+    mn_vote_result r = vote3(d, lens, w, 2);
+    cr_assert_eq(r.drafter, 1);
+    cr_assert_eq(r.len, 4);
+    cr_assert_float_eq(r.weight, 1.0f, 0.0);
+
+    /* the longer one disagrees at level 2 and loses the tie there: the short one is voted */
+    const int32_t c[] = {1, 2, 3, 4}, e[] = {1, 5};
+    const int32_t *d2[] = {c, e};
+    const uint32_t l2[] = {4, 2};
+    const float w2[] = {1.0f, 1.0f};
+    r = vote3(d2, l2, w2, 2);
+    cr_assert_eq(r.drafter, 0);
+    cr_assert_eq(r.len, 4);
+    const float w3[] = {1.0f, 2.0f};
+    r = vote3(d2, l2, w3, 2);
+    cr_assert_eq(r.drafter, 1);
+    cr_assert_eq(r.len, 2);
+}
+
+Test(vote, a_drafter_proposing_nothing_has_no_say)
+{
+    const int32_t b[] = {4, 5};
+    const int32_t *d[] = {NULL, b};
+    const uint32_t lens[] = {0, 2};
+    const float w[] = {10.0f, 1.0f};
+    mn_vote_result r = vote3(d, lens, w, 2);
+    cr_assert_eq(r.drafter, 1);
+    cr_assert_eq(r.len, 2);
+    cr_assert_eq(r.tokens, b);
+
+    const uint32_t none[] = {0, 0};
+    r = vote3(d, none, w, 2);
+    cr_assert_eq(r.drafter, MN_VOTE_NONE);
+    cr_assert_eq(r.len, 0);
+    cr_assert_null(r.tokens);
+    r = vote3(NULL, NULL, NULL, 0);
+    cr_assert_eq(r.drafter, MN_VOTE_NONE);
+}
+
+Test(vote, identical_proposals_vote_the_heaviest_lowest_index)
+{
+    const int32_t a[] = {1, 2}, b[] = {1, 2}, c[] = {1, 2};
+    const int32_t *d[] = {a, b, c};
+    const uint32_t lens[] = {2, 2, 2};
+    const float w[] = {1.0f, 3.0f, 3.0f};
+    mn_vote_result r = vote3(d, lens, w, 3);
+    cr_assert_eq(r.drafter, 1);
+    cr_assert_float_eq(r.weight, 7.0f, 0.0);
+}
+
+Test(vote, refuses_bad_input)
+{
+    const int32_t a[] = {1, 2, 3}, b[] = {4, 5};
+    const int32_t *d[] = {a, b};
+    const uint32_t lens[] = {3, 2};
+    const float w[] = {1.0f, 1.0f};
+    mn_vote_result r;
+    mn_err err = {{0}};
+    /* 1 + 3 + 2 = 6 nodes are needed */
+    cr_assert_eq(mn_vote(d, lens, w, 2, scratch, 5, &r, &err), MN_INVALID);
+    cr_assert(strstr(err.msg, "6 tree nodes"), "%s", err.msg);
+    cr_assert_eq(r.drafter, MN_VOTE_NONE);
+    cr_assert_eq(mn_vote(d, lens, w, 2, scratch, 6, &r, &err), MN_OK);
+    const float neg[] = {1.0f, -0.5f}, nan_w[] = {NAN, 1.0f}, inf_w[] = {1.0f, INFINITY};
+    cr_assert_eq(mn_vote(d, lens, neg, 2, scratch, 64, &r, &err), MN_INVALID);
+    cr_assert_eq(mn_vote(d, lens, nan_w, 2, scratch, 64, &r, &err), MN_INVALID);
+    cr_assert_eq(mn_vote(d, lens, inf_w, 2, scratch, 64, &r, &err), MN_INVALID);
+    const int32_t *holes[] = {a, NULL};
+    cr_assert_eq(mn_vote(holes, lens, w, 2, scratch, 64, &r, &err), MN_INVALID);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* weights */
+
+/* Parameters whose arithmetic is exact in binary floating point. */
+static mn_weights_params exact_params(uint32_t window)
+{
+    return (mn_weights_params){
+        .window = window,
+        .reward_threshold = 0.5f,
+        .punish_threshold = 0.25f,
+        .reward_factor = 2.0f,
+        .punish_factor = 0.5f,
+        .min_weight = 0.25f,
+        .max_weight = 4.0f,
+    };
+}
+
+Test(weights, defaults_are_valid_and_documented)
+{
+    mn_weights_params p = mn_weights_defaults();
+    cr_assert_eq(mn_weights_check(&p, NULL), MN_OK);
+    cr_assert_eq(p.window, 16);
+    cr_assert_float_eq(p.reward_threshold, 0.6f, 0.0);
+    cr_assert_float_eq(p.punish_threshold, 0.3f, 0.0);
+    cr_assert_float_eq(p.reward_factor, 1.1f, 0.0);
+    cr_assert_float_eq(p.punish_factor, 0.8f, 0.0);
+    cr_assert_float_eq(p.min_weight, 0.0625f, 0.0);
+    cr_assert_float_eq(p.max_weight, 16.0f, 0.0);
+}
+
+Test(weights, refuses_bad_parameters)
+{
+    mn_err err = {{0}};
+    mn_weights_params base = mn_weights_defaults(), p;
+#define BAD(field, value)                                                            \
+    do {                                                                             \
+        p = base;                                                                    \
+        p.field = value;                                                             \
+        cr_assert_eq(mn_weights_check(&p, &err), MN_INVALID, #field " = " #value); \
+    } while (0)
+    BAD(window, 0);
+    BAD(window, MN_WEIGHTS_WINDOW_MAX + 1);
+    BAD(punish_threshold, 0.7f);
+    BAD(reward_threshold, NAN);
+    BAD(reward_factor, 0.9f);
+    BAD(punish_factor, 0.0f);
+    BAD(punish_factor, 1.5f);
+    BAD(min_weight, 0.0f);
+    BAD(min_weight, 2.0f);
+    BAD(max_weight, 0.5f);
+    BAD(max_weight, INFINITY);
+#undef BAD
+    mn_weights w;
+    cr_assert_eq(mn_weights_init(&w, 0, &base, &err), MN_INVALID);
+    cr_assert_eq(mn_weights_init(&w, MN_WEIGHTS_MAX_DRAFTERS + 1, &base, &err), MN_INVALID);
+    cr_assert_eq(mn_weights_init(&w, MN_WEIGHTS_MAX_DRAFTERS, &base, &err), MN_OK);
+}
+
+Test(weights, rate_is_the_verdict_on_the_drafters_own_proposal)
+{
+    /* The voted draft was 10 11 12 13; the target kept 10 and then said 20. */
+    const int32_t kept[] = {10, 20};
+    const int32_t voted[] = {10, 11, 12, 13}, other[] = {10, 20, 30, 40}, shorter[] = {10, 11},
+                  wrong[] = {5, 6, 7};
+    cr_assert_float_eq(mn_weights_rate(voted, 4, kept, 2), 0.25f, 0.0);   /* 1 of 4 */
+    cr_assert_float_eq(mn_weights_rate(other, 4, kept, 2), 1.0f, 0.0);    /* agreed with all judged */
+    cr_assert_float_eq(mn_weights_rate(shorter, 2, kept, 2), 0.5f, 0.0);
+    cr_assert_float_eq(mn_weights_rate(wrong, 3, kept, 2), 0.0f, 0.0);
+    cr_assert_float_eq(mn_weights_rate(voted, 1, kept, 2), 1.0f, 0.0);    /* short, all kept */
+    /* a fully accepted draft: kept = draft + bonus */
+    const int32_t all[] = {10, 11, 12, 13, 14};
+    cr_assert_float_eq(mn_weights_rate(voted, 4, all, 5), 1.0f, 0.0);
+    cr_assert_lt(mn_weights_rate(voted, 0, kept, 2), 0.0f);
+    cr_assert_lt(mn_weights_rate(voted, 4, kept, 0), 0.0f);
+}
+
+Test(weights, exact_update_sequence)
+{
+    mn_weights w;
+    mn_weights_params p = exact_params(2);
+    cr_assert_eq(mn_weights_init(&w, 1, &p, NULL), MN_OK);
+    cr_assert_float_eq(w.w[0], 1.0f, 0.0);
+    cr_assert_lt(mn_weights_acr(&w, 0), 0.0f);
+    static const struct {
+        float rate, acr, weight;
+        mn_weights_verdict v;
+    } steps[] = {
+        {1.0f, 1.0f, 2.0f, MN_WEIGHTS_REWARD},
+        {1.0f, 1.0f, 4.0f, MN_WEIGHTS_REWARD},
+        {1.0f, 1.0f, 4.0f, MN_WEIGHTS_REWARD},     /* 8 clamped to max_weight */
+        {0.0f, 0.5f, 4.0f, MN_WEIGHTS_KEEP},       /* 0.5 does not exceed 0.5: strict */
+        {0.0f, 0.0f, 2.0f, MN_WEIGHTS_PUNISH},     /* window of 2: the old 1s are gone */
+        {0.25f, 0.125f, 1.0f, MN_WEIGHTS_PUNISH},
+        {0.5f, 0.375f, 1.0f, MN_WEIGHTS_KEEP},
+        {0.0f, 0.25f, 1.0f, MN_WEIGHTS_KEEP},      /* 0.25 is not below 0.25: strict */
+        {0.0f, 0.0f, 0.5f, MN_WEIGHTS_PUNISH},
+        {0.0f, 0.0f, 0.25f, MN_WEIGHTS_PUNISH},
+        {0.0f, 0.0f, 0.25f, MN_WEIGHTS_PUNISH},    /* 0.125 clamped to min_weight */
+        {1.0f, 0.5f, 0.25f, MN_WEIGHTS_KEEP},
+        {1.0f, 1.0f, 0.5f, MN_WEIGHTS_REWARD},     /* and it climbs back */
+    };
+    for (uint32_t i = 0; i < LEN(steps); i++) {
+        mn_weights_verdict v = mn_weights_observe(&w, 0, steps[i].rate);
+        cr_assert_eq(v, steps[i].v, "step %u: verdict %d", i, v);
+        cr_assert_float_eq(mn_weights_acr(&w, 0), steps[i].acr, 0.0, "step %u", i);
+        cr_assert_float_eq(w.w[0], steps[i].weight, 0.0, "step %u: weight %g", i, (double)w.w[0]);
+    }
+}
+
+Test(weights, defaults_trajectory)
+{
+    mn_weights w;
+    mn_weights_params p = mn_weights_defaults();
+    cr_assert_eq(mn_weights_init(&w, 2, &p, NULL), MN_OK);
+    for (int i = 0; i < 10; i++)
+        cr_assert_eq(mn_weights_observe(&w, 0, 1.0f), MN_WEIGHTS_REWARD);
+    cr_assert_float_eq(w.w[0], 2.5937424f, 1e-5); /* 1.1^10 */
+    cr_assert_float_eq(w.w[1], 1.0f, 0.0);        /* drafter 1 untouched */
+    for (int i = 0; i < 30; i++)
+        mn_weights_observe(&w, 0, 1.0f);
+    cr_assert_float_eq(w.w[0], 16.0f, 0.0);       /* the ceiling */
+    /* 16 ones in the window: each 0 lowers the ACR by 1/16; it passes below 0.6 on the 7th
+     * (9/16 = 0.5625) and below 0.3 on the 12th (4/16 = 0.25) */
+    mn_weights_verdict v[16];
+    for (int i = 0; i < 16; i++)
+        v[i] = mn_weights_observe(&w, 0, 0.0f);
+    for (int i = 0; i < 6; i++)
+        cr_assert_eq(v[i], MN_WEIGHTS_REWARD, "zero #%d", i + 1);
+    for (int i = 6; i < 11; i++)
+        cr_assert_eq(v[i], MN_WEIGHTS_KEEP, "zero #%d", i + 1);
+    for (int i = 11; i < 16; i++)
+        cr_assert_eq(v[i], MN_WEIGHTS_PUNISH, "zero #%d", i + 1);
+    cr_assert_float_eq(w.w[0], 16.0f * 0.32768f, 1e-4); /* 0.8^5 */
+    for (int i = 0; i < 40; i++)
+        mn_weights_observe(&w, 0, 0.0f);
+    cr_assert_float_eq(w.w[0], 0.0625f, 0.0);           /* the floor */
+}
+
+Test(weights, every_drafter_learns_not_only_the_voted_one)
+{
+    mn_weights w;
+    mn_weights_params p = exact_params(4);
+    cr_assert_eq(mn_weights_init(&w, 4, &p, NULL), MN_OK);
+    /* voted: 10 11 12 13, target kept 10 20 */
+    const int32_t voted[] = {10, 11, 12, 13}, right[] = {10, 20, 30, 40}, half[] = {10, 11};
+    const int32_t *d[] = {voted, right, half, NULL};
+    const uint32_t lens[] = {4, 4, 2, 0};
+    const int32_t kept[] = {10, 20};
+    mn_weights_verdict v[4];
+    mn_weights_learn(&w, d, lens, kept, 2, v);
+    cr_assert_eq(v[0], MN_WEIGHTS_KEEP);    /* 0.25: not below 0.25 */
+    cr_assert_eq(v[1], MN_WEIGHTS_REWARD);  /* lost the vote, but was right */
+    cr_assert_eq(v[2], MN_WEIGHTS_KEEP);    /* 0.5 */
+    cr_assert_eq(v[3], MN_WEIGHTS_ABSTAIN); /* proposed nothing */
+    cr_assert_float_eq(mn_weights_acr(&w, 0), 0.25f, 0.0);
+    cr_assert_float_eq(mn_weights_acr(&w, 1), 1.0f, 0.0);
+    cr_assert_float_eq(mn_weights_acr(&w, 2), 0.5f, 0.0);
+    cr_assert_lt(mn_weights_acr(&w, 3), 0.0f);
+    const float want[] = {1.0f, 2.0f, 1.0f, 1.0f};
+    for (int i = 0; i < 4; i++)
+        cr_assert_float_eq(w.w[i], want[i], 0.0, "drafter %d", i);
+    mn_weights_learn(&w, d, lens, kept, 2, NULL);
+    cr_assert_float_eq(w.w[0], 1.0f, 0.0); /* window {0.25, 0.25}: 0.25 is still not below 0.25 */
+    cr_assert_float_eq(w.w[1], 4.0f, 0.0);
+}
+
+Test(weights, abstentions_change_nothing)
+{
+    mn_weights w;
+    mn_weights_params p = exact_params(4);
+    cr_assert_eq(mn_weights_init(&w, 2, &p, NULL), MN_OK);
+    cr_assert_eq(mn_weights_observe(&w, 0, -1.0f), MN_WEIGHTS_ABSTAIN);
+    cr_assert_eq(mn_weights_observe(&w, 0, NAN), MN_WEIGHTS_ABSTAIN);
+    cr_assert_eq(mn_weights_observe(&w, 2, 1.0f), MN_WEIGHTS_ABSTAIN);
+    cr_assert_eq(w.count[0], 0);
+    cr_assert_float_eq(w.w[0], 1.0f, 0.0);
+    cr_assert_lt(mn_weights_acr(&w, 2), 0.0f);
+}
+
+Test(weights, sequence_level_starts_from_global_and_learns_alone)
+{
+    mn_weights global, seq;
+    mn_weights_params p = exact_params(4);
+    cr_assert_eq(mn_weights_init(&global, 3, &p, NULL), MN_OK);
+    mn_weights_observe(&global, 0, 1.0f); /* 2 */
+    mn_weights_observe(&global, 1, 0.0f); /* 0.5 */
+    mn_weights_init_from(&seq, &global);
+    cr_assert_eq(seq.n_drafters, 3);
+    cr_assert_eq(seq.par.window, 4);
+    cr_assert_float_eq(seq.w[0], 2.0f, 0.0);
+    cr_assert_float_eq(seq.w[1], 0.5f, 0.0);
+    cr_assert_float_eq(seq.w[2], 1.0f, 0.0);
+    for (uint32_t i = 0; i < 3; i++)
+        cr_assert_lt(mn_weights_acr(&seq, i), 0.0f, "sequence windows start empty");
+    /* the sequence's own verdicts move only its weights */
+    mn_weights_observe(&seq, 1, 1.0f);
+    cr_assert_float_eq(seq.w[1], 1.0f, 0.0);
+    cr_assert_float_eq(global.w[1], 0.5f, 0.0);
+    /* and the global's later learning does not reach a running sequence */
+    mn_weights_observe(&global, 0, 1.0f);
+    cr_assert_float_eq(global.w[0], 4.0f, 0.0);
+    cr_assert_float_eq(seq.w[0], 2.0f, 0.0);
+    /* the global history did not come along: one 0 punishes the sequence's drafter 0 at once */
+    cr_assert_eq(mn_weights_observe(&seq, 0, 0.0f), MN_WEIGHTS_PUNISH);
+    cr_assert_eq(mn_weights_observe(&global, 0, 0.0f), MN_WEIGHTS_REWARD); /* {1,1,0}: 2/3 */
+}
+
+Test(weights, live_window_change_keeps_the_newest_rates)
+{
+    mn_weights w;
+    mn_weights_params p = exact_params(4);
+    cr_assert_eq(mn_weights_init(&w, 1, &p, NULL), MN_OK);
+    const float rates[] = {0.0f, 0.0f, 0.0f, 1.0f, 1.0f}; /* the first 0 falls out of the window */
+    for (uint32_t i = 0; i < LEN(rates); i++)
+        mn_weights_observe(&w, 0, rates[i]);
+    cr_assert_float_eq(mn_weights_acr(&w, 0), 0.5f, 0.0);
+    float before = w.w[0];
+    mn_weights_params small = exact_params(2);
+    cr_assert_eq(mn_weights_set_params(&w, &small, NULL), MN_OK);
+    cr_assert_float_eq(mn_weights_acr(&w, 0), 1.0f, 0.0); /* {1, 1} */
+    cr_assert_float_eq(w.w[0], before, 0.0);
+    mn_weights_observe(&w, 0, 0.0f);
+    cr_assert_float_eq(mn_weights_acr(&w, 0), 0.5f, 0.0); /* {1, 0} */
+    mn_weights_params big = exact_params(8);
+    cr_assert_eq(mn_weights_set_params(&w, &big, NULL), MN_OK);
+    mn_weights_observe(&w, 0, 0.5f);
+    cr_assert_float_eq(mn_weights_acr(&w, 0), 0.5f, 0.0); /* {1, 0, 0.5} */
+    mn_weights_params bad = exact_params(0);
+    cr_assert_eq(mn_weights_set_params(&w, &bad, NULL), MN_INVALID);
+    cr_assert_eq(w.par.window, 8);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* acceptance: deterministic cases */
+
+/* A scripted uniform source: returns u[0], u[1], ... and counts the draws. */
+typedef struct script {
+    const double *u;
+    uint32_t n, at;
+} script;
+
+static double scripted(void *ctx)
+{
+    script *s = ctx;
+    cr_assert_lt(s->at, s->n, "rule drew more uniforms than scripted");
+    return s->u[s->at++];
+}
+
+Test(accept, greedy_all_accepted_then_the_bonus_token)
+{
+    const int32_t draft[] = {5, 6, 7}, argmax[] = {5, 6, 7, 9};
+    mn_accept_result r = mn_accept_greedy(draft, 3, argmax);
+    cr_assert_eq(r.n_accepted, 3);
+    cr_assert_eq(r.next, 9);
+}
+
+Test(accept, greedy_stops_at_the_first_mismatch)
+{
+    const int32_t draft[] = {5, 6, 7};
+    const int32_t mid[] = {5, 8, 7, 9}, first[] = {4, 6, 7, 9};
+    mn_accept_result r = mn_accept_greedy(draft, 3, mid);
+    cr_assert_eq(r.n_accepted, 1);
+    cr_assert_eq(r.next, 8); /* the target's own token, even though 7 would match after it */
+    r = mn_accept_greedy(draft, 3, first);
+    cr_assert_eq(r.n_accepted, 0);
+    cr_assert_eq(r.next, 4);
+}
+
+Test(accept, greedy_empty_draft_is_plain_decoding)
+{
+    const int32_t argmax[] = {4};
+    mn_accept_result r = mn_accept_greedy(NULL, 0, argmax);
+    cr_assert_eq(r.n_accepted, 0);
+    cr_assert_eq(r.next, 4);
+}
+
+Test(accept, onehot_scripted_cases)
+{
+    /* row 0: p = (.5, .25, .25, 0), draft x = 1; row 1 (bonus): all mass on 3 */
+    const float p[] = {0.5f, 0.25f, 0.25f, 0.0f, 0.0f, 0.0f, 0.0f, 1.0f};
+    const int32_t draft[] = {1};
+    mn_accept_result r;
+    mn_err err = {{0}};
+
+    script acc = {(const double[]){0.2, 0.99}, 2, 0}; /* 0.2 < p(1) = 0.25: accept; bonus -> 3 */
+    cr_assert_eq(mn_accept_onehot(draft, 1, p, 4, scripted, &acc, &r, &err), MN_OK);
+    cr_assert_eq(r.n_accepted, 1);
+    cr_assert_eq(r.next, 3);
+    cr_assert_eq(acc.at, 2);
+
+    /* reject; the rest {0: .5, 2: .25} has mass .75; 0.5 * .75 = .375 < .5 -> token 0 */
+    script rej0 = {(const double[]){0.3, 0.5}, 2, 0};
+    cr_assert_eq(mn_accept_onehot(draft, 1, p, 4, scripted, &rej0, &r, &err), MN_OK);
+    cr_assert_eq(r.n_accepted, 0);
+    cr_assert_eq(r.next, 0);
+    cr_assert_eq(rej0.at, 2, "a rejection draws once more and stops");
+
+    /* 0.9 * .75 = .675 -> past 0 (.5), within 2 (.75); never x = 1, never the empty 3 */
+    script rej2 = {(const double[]){0.3, 0.9}, 2, 0};
+    cr_assert_eq(mn_accept_onehot(draft, 1, p, 4, scripted, &rej2, &r, &err), MN_OK);
+    cr_assert_eq(r.next, 2);
+    script top = {(const double[]){0.3, 0.999999}, 2, 0};
+    cr_assert_eq(mn_accept_onehot(draft, 1, p, 4, scripted, &top, &r, &err), MN_OK);
+    cr_assert_eq(r.next, 2);
+
+    /* rows need not sum exactly to 1: twice the row behaves the same */
+    const float p2[] = {1.0f, 0.5f, 0.5f, 0.0f, 0.0f, 0.0f, 0.0f, 3.0f};
+    script again = {(const double[]){0.3, 0.5}, 2, 0};
+    cr_assert_eq(mn_accept_onehot(draft, 1, p2, 4, scripted, &again, &r, &err), MN_OK);
+    cr_assert_eq(r.n_accepted, 0);
+    cr_assert_eq(r.next, 0);
+
+    /* empty draft: one draw from row 0 */
+    script plain = {(const double[]){0.6}, 1, 0};
+    cr_assert_eq(mn_accept_onehot(NULL, 0, p, 4, scripted, &plain, &r, &err), MN_OK);
+    cr_assert_eq(r.n_accepted, 0);
+    cr_assert_eq(r.next, 1); /* .6 falls in (.5, .75] */
+}
+
+Test(accept, onehot_certain_tokens)
+{
+    /* p(x) = 1 is always kept, p(x) = 0 never, whatever the uniform */
+    const float p[] = {0.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0.5f, 0.5f, 0.0f};
+    const int32_t sure[] = {1, 0}, never[] = {1, 1};
+    mn_accept_result r;
+    script s1 = {(const double[]){0.999999, 0.999999, 0.1}, 3, 0};
+    cr_assert_eq(mn_accept_onehot(sure, 2, p, 3, scripted, &s1, &r, NULL), MN_OK);
+    cr_assert_eq(r.n_accepted, 2);
+    cr_assert_eq(r.next, 0); /* bonus from row 2 = (.5, .5, 0): 0.1 falls on 0 */
+    script s2 = {(const double[]){0.0, 0.0, 0.0}, 3, 0};
+    cr_assert_eq(mn_accept_onehot(never, 2, p, 3, scripted, &s2, &r, NULL), MN_OK);
+    cr_assert_eq(r.n_accepted, 1);
+    cr_assert_eq(r.next, 0); /* the only other token with mass */
+}
+
+Test(accept, classic_scripted_cases)
+{
+    /* p = (.5, .5), q = (.75, .25). x = 0: accept with (.5/.75) = 2/3; on rejection the residual
+     * max(0, p - q) = (0, .25) puts everything on 1. x = 1: p/q = 2, always accepted. */
+    const float p[] = {0.5f, 0.5f, 0.25f, 0.75f};
+    const float q[] = {0.75f, 0.25f};
+    const int32_t x0[] = {0}, x1[] = {1};
+    mn_accept_result r;
+    script a = {(const double[]){0.6, 0.5}, 2, 0};
+    cr_assert_eq(mn_accept_classic(x0, 1, p, q, 2, scripted, &a, &r, NULL), MN_OK);
+    cr_assert_eq(r.n_accepted, 1);
+    cr_assert_eq(r.next, 1); /* bonus: 0.5 falls past .25 */
+    script b = {(const double[]){0.7, 0.0}, 2, 0};
+    cr_assert_eq(mn_accept_classic(x0, 1, p, q, 2, scripted, &b, &r, NULL), MN_OK);
+    cr_assert_eq(r.n_accepted, 0);
+    cr_assert_eq(r.next, 1);
+    script c = {(const double[]){0.999999, 0.1}, 2, 0};
+    cr_assert_eq(mn_accept_classic(x1, 1, p, q, 2, scripted, &c, &r, NULL), MN_OK);
+    cr_assert_eq(r.n_accepted, 1);
+    cr_assert_eq(r.next, 0);
+    /* q(x) = 0 with p(x) > 0: the ratio is infinite, accepted */
+    const float q0[] = {1.0f, 0.0f};
+    script d = {(const double[]){0.999999, 0.1}, 2, 0};
+    cr_assert_eq(mn_accept_classic(x1, 1, p, q0, 2, scripted, &d, &r, NULL), MN_OK);
+    cr_assert_eq(r.n_accepted, 1);
+}
+
+Test(accept, refuses_bad_input)
+{
+    const float p[] = {0.5f, 0.5f, 0.5f, 0.5f};
+    const float zero[] = {0.0f, 0.0f, 0.5f, 0.5f}, negative[] = {1.5f, -0.5f, 0.5f, 0.5f},
+                nan_row[] = {NAN, 0.5f, 0.5f, 0.5f};
+    const int32_t out_of_range[] = {2}, neg_tok[] = {-1}, ok[] = {0};
+    mn_accept_result r;
+    mn_err err = {{0}};
+    script s = {(const double[]){0.1, 0.1}, 2, 0};
+    cr_assert_eq(mn_accept_onehot(out_of_range, 1, p, 2, scripted, &s, &r, &err), MN_INVALID);
+    cr_assert(strstr(err.msg, "outside the vocabulary"), "%s", err.msg);
+    cr_assert_eq(r.next, -1);
+    cr_assert_eq(mn_accept_onehot(neg_tok, 1, p, 2, scripted, &s, &r, &err), MN_INVALID);
+    cr_assert_eq(mn_accept_onehot(ok, 1, p, 0, scripted, &s, &r, &err), MN_INVALID);
+    cr_assert_eq(mn_accept_onehot(ok, 1, zero, 2, scripted, &s, &r, &err), MN_INVALID);
+    cr_assert_eq(mn_accept_onehot(ok, 1, negative, 2, scripted, &s, &r, &err), MN_INVALID);
+    cr_assert_eq(mn_accept_onehot(ok, 1, nan_row, 2, scripted, &s, &r, &err), MN_INVALID);
+    cr_assert_eq(mn_accept_classic(ok, 1, p, zero, 2, scripted, &s, &r, &err), MN_INVALID);
+    cr_assert(strstr(err.msg, "draft row 0"), "%s", err.msg);
+    cr_assert_eq(s.at, 0, "nothing is drawn for input that is refused");
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* acceptance: the emitted token is distributed as p (chi-square, with power checks) */
+
+/* splitmix64: a small seeded generator, uniform in [0, 1) with 53 bits. */
+static double uniform64(void *ctx)
+{
+    uint64_t *x = ctx, z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (double)((z ^ (z >> 31)) >> 11) * 0x1.0p-53;
+}
+
+#define NV 6
+#define DRAWS 200000
+/* The chi-square statistic with NV - 1 = 5 degrees of freedom exceeds 35.89 with probability 1e-6
+ * when the counts really follow p. The seeds are fixed, so each verdict is reproducible; a correct
+ * rule fails only if these seeds were a one-in-a-million draw, and the wrong rules below differ
+ * from p by so much that their statistics are in the thousands. */
+#define CHI2_CRIT 35.89
+
+static const float P6[NV] = {0.05f, 0.10f, 0.15f, 0.20f, 0.20f, 0.30f};
+static const float Q6[NV] = {0.30f, 0.20f, 0.20f, 0.15f, 0.10f, 0.05f};
+
+static double chi2(const uint32_t *count, const float *p)
+{
+    double s = 0.0;
+    for (int y = 0; y < NV; y++) {
+        double e = (double)DRAWS * p[y], d = count[y] - e;
+        s += d * d / e;
+    }
+    return s;
+}
+
+/* One verification of a one-token draft, under some rule; returns the first emitted token. */
+typedef int32_t (*rule_fn)(int32_t x, const float *p, const float *q, uint64_t *rng);
+
+static int32_t first_token(mn_accept_result r, int32_t x) { return r.n_accepted ? x : r.next; }
+
+static int32_t rule_onehot(int32_t x, const float *p, const float *q, uint64_t *rng)
+{
+    (void)q;
+    float rows[2 * NV];
+    memcpy(rows, p, sizeof(float) * NV);
+    memcpy(rows + NV, p, sizeof(float) * NV);
+    mn_accept_result r;
+    cr_assert_eq(mn_accept_onehot(&x, 1, rows, NV, uniform64, rng, &r, NULL), MN_OK);
+    return first_token(r, x);
+}
+
+static int32_t rule_classic(int32_t x, const float *p, const float *q, uint64_t *rng)
+{
+    float rows[2 * NV];
+    memcpy(rows, p, sizeof(float) * NV);
+    memcpy(rows + NV, p, sizeof(float) * NV);
+    mn_accept_result r;
+    cr_assert_eq(mn_accept_classic(&x, 1, rows, q, NV, uniform64, rng, &r, NULL), MN_OK);
+    return first_token(r, x);
+}
+
+static int32_t sample(const float *p, uint64_t *rng)
+{
+    double u = uniform64(rng), acc = 0.0;
+    for (int y = 0; y < NV; y++)
+        if (u < (acc += p[y]))
+            return y;
+    return NV - 1;
+}
+
+/* Wrong rule 1: keep the draft token whatever p says. */
+static int32_t wrong_always_accept(int32_t x, const float *p, const float *q, uint64_t *rng)
+{
+    (void)p, (void)q, (void)rng;
+    return x;
+}
+
+/* Wrong rule 2: the one-hot test, but the replacement is drawn from p with x left in. */
+static int32_t wrong_resample_with_x(int32_t x, const float *p, const float *q, uint64_t *rng)
+{
+    (void)q;
+    return uniform64(rng) < p[x] ? x : sample(p, rng);
+}
+
+/* Wrong rule 3: the classic test, but the replacement is drawn from p instead of max(0, p - q). */
+static int32_t wrong_residual_p(int32_t x, const float *p, const float *q, uint64_t *rng)
+{
+    return uniform64(rng) * q[x] < p[x] ? x : sample(p, rng);
+}
+
+/* Run DRAWS verifications; the draft token is fixed_x, or drawn from q when fixed_x < 0. */
+static double run(rule_fn rule, int32_t fixed_x, const float *q, uint64_t seed)
+{
+    uint32_t count[NV] = {0};
+    uint64_t rng = seed;
+    for (int i = 0; i < DRAWS; i++) {
+        int32_t x = fixed_x >= 0 ? fixed_x : sample(q, &rng);
+        int32_t y = rule(x, P6, q, &rng);
+        cr_assert(y >= 0 && y < NV);
+        count[y]++;
+    }
+    double c = chi2(count, P6);
+    cr_log_info("chi2 = %.2f (seed %llu, x %d)", c, (unsigned long long)seed, fixed_x);
+    return c;
+}
+
+Test(accept_stats, onehot_emits_p_for_a_fixed_draft_token, .timeout = 10)
+{
+    for (int32_t x = 0; x < NV; x += 2) {
+        double c = run(rule_onehot, x, NULL, 1234 + (uint64_t)x);
+        cr_assert_lt(c, CHI2_CRIT, "one-hot, x = %d: chi2 = %.2f", x, c);
+    }
+}
+
+Test(accept_stats, onehot_test_has_power, .timeout = 10)
+{
+    double c1 = run(wrong_always_accept, 2, NULL, 1234);
+    double c2 = run(wrong_resample_with_x, 2, NULL, 1234);
+    cr_assert_gt(c1, CHI2_CRIT, "always-accept passed: chi2 = %.2f", c1);
+    cr_assert_gt(c2, CHI2_CRIT, "resample-with-x passed: chi2 = %.2f", c2);
+}
+
+Test(accept_stats, onehot_is_exact_for_any_way_of_choosing_x, .timeout = 10)
+{
+    /* the vote is one such way; here x comes from q, and the output still follows p */
+    double c = run(rule_onehot, -1, Q6, 99);
+    cr_assert_lt(c, CHI2_CRIT, "one-hot, x ~ q: chi2 = %.2f", c);
+}
+
+Test(accept_stats, classic_emits_p_when_x_is_drawn_from_q, .timeout = 10)
+{
+    double c = run(rule_classic, -1, Q6, 4321);
+    cr_assert_lt(c, CHI2_CRIT, "classic: chi2 = %.2f", c);
+}
+
+Test(accept_stats, classic_test_has_power, .timeout = 10)
+{
+    double c1 = run(wrong_always_accept, -1, Q6, 4321); /* emits q */
+    double c2 = run(wrong_residual_p, -1, Q6, 4321);
+    cr_assert_gt(c1, CHI2_CRIT, "always-accept passed: chi2 = %.2f", c1);
+    cr_assert_gt(c2, CHI2_CRIT, "residual-from-p passed: chi2 = %.2f", c2);
+}
+
+Test(accept_stats, bonus_token_follows_the_last_row, .timeout = 10)
+{
+    /* row 0 is certain of the draft token, so every draw reaches the bonus row, which is P6 */
+    float rows[2 * NV] = {0};
+    rows[3] = 1.0f;
+    memcpy(rows + NV, P6, sizeof P6);
+    uint32_t count[NV] = {0};
+    uint64_t rng = 777;
+    const int32_t x = 3;
+    for (int i = 0; i < DRAWS; i++) {
+        mn_accept_result r;
+        cr_assert_eq(mn_accept_onehot(&x, 1, rows, NV, uniform64, &rng, &r, NULL), MN_OK);
+        cr_assert_eq(r.n_accepted, 1);
+        count[r.next]++;
+    }
+    double c = chi2(count, P6);
+    cr_assert_lt(c, CHI2_CRIT, "bonus: chi2 = %.2f", c);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* n-gram drafter */
+
+static uint32_t propose(const int32_t *t, uint32_t n, uint32_t min_n, uint32_t max_n, uint32_t s,
+                        int32_t *out)
+{
+    for (uint32_t i = 0; i < 16; i++)
+        out[i] = -7; /* untouched marker */
+    return mn_ngram_propose(t, n, min_n, max_n, s, out);
+}
+
+static void assert_tokens(const int32_t *got, const int32_t *want, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        cr_assert_eq(got[i], want[i], "token %u: got %d, want %d", i, got[i], want[i]);
+}
+
+Test(ngram, repetition_proposes_the_repeat)
+{
+    const int32_t t[] = {1, 2, 3, 4, 1, 2, 3};
+    int32_t out[16];
+    cr_assert_eq(propose(t, LEN(t), 2, 3, 3, out), 3);
+    assert_tokens(out, (const int32_t[]){4, 1, 2}, 3);
+    cr_assert_eq(out[3], -7, "wrote past s");
+}
+
+Test(ngram, a_repeat_running_into_the_end_continues_itself)
+{
+    const int32_t run3[] = {3, 3, 3, 3};
+    int32_t out[16];
+    cr_assert_eq(propose(run3, 4, 1, 2, 4, out), 4);
+    assert_tokens(out, (const int32_t[]){3, 3, 3, 3}, 4);
+    const int32_t alt[] = {1, 2, 1, 2, 1, 2};
+    cr_assert_eq(propose(alt, 6, 2, 4, 5, out), 5);
+    assert_tokens(out, (const int32_t[]){1, 2, 1, 2, 1}, 5);
+}
+
+Test(ngram, no_match_proposes_nothing)
+{
+    const int32_t t[] = {1, 2, 3, 4, 5};
+    int32_t out[16];
+    cr_assert_eq(propose(t, 5, 1, 4, 4, out), 0);
+    cr_assert_eq(out[0], -7);
+    /* only a one-token match, below min_n = 2 */
+    const int32_t u[] = {5, 1, 2, 3, 5};
+    cr_assert_eq(propose(u, 5, 2, 4, 4, out), 0);
+    cr_assert_eq(propose(u, 5, 1, 4, 2, out), 2);
+    assert_tokens(out, (const int32_t[]){1, 2}, 2);
+    /* too short to have an earlier position */
+    cr_assert_eq(propose(u, 1, 1, 4, 2, out), 0);
+    cr_assert_eq(propose(u, 0, 1, 4, 2, out), 0);
+}
+
+Test(ngram, longest_match_preferred_within_max_n)
+{
+    /* suffix 7 8 9: "7 8 9" at the start (then 1 5 8), and a more recent "8 9" (then 2 6 7) */
+    const int32_t t[] = {7, 8, 9, 1, 5, 8, 9, 2, 6, 7, 8, 9};
+    int32_t out[16];
+    cr_assert_eq(propose(t, LEN(t), 2, 3, 3, out), 3);
+    assert_tokens(out, (const int32_t[]){1, 5, 8}, 3);
+    /* with max_n = 2 both are length-2 matches and the most recent wins */
+    cr_assert_eq(propose(t, LEN(t), 2, 2, 3, out), 3);
+    assert_tokens(out, (const int32_t[]){2, 6, 7}, 3);
+}
+
+Test(ngram, most_recent_of_equal_matches_wins)
+{
+    const int32_t t[] = {5, 1, 2, 7, 6, 1, 2, 8, 9, 1, 2};
+    int32_t out[16];
+    cr_assert_eq(propose(t, LEN(t), 2, 4, 3, out), 3);
+    assert_tokens(out, (const int32_t[]){8, 9, 1}, 3);
+}
+
+Test(ngram, respects_s)
+{
+    const int32_t t[] = {1, 2, 3, 4, 1, 2, 3};
+    int32_t out[16];
+    cr_assert_eq(propose(t, LEN(t), 2, 3, 1, out), 1);
+    cr_assert_eq(out[0], 4);
+    cr_assert_eq(out[1], -7);
+    cr_assert_eq(propose(t, LEN(t), 2, 3, 0, out), 0);
+    cr_assert_eq(out[0], -7);
+}
+
+Test(ngram, bad_parameters_propose_nothing)
+{
+    const int32_t t[] = {1, 2, 1, 2};
+    int32_t out[16];
+    cr_assert_eq(propose(t, 4, 0, 2, 2, out), 0);
+    cr_assert_eq(propose(t, 4, 3, 2, 2, out), 0);
+    cr_assert_eq(mn_ngram_check(0, 2, NULL), MN_INVALID);
+    cr_assert_eq(mn_ngram_check(3, 2, NULL), MN_INVALID);
+    cr_assert_eq(mn_ngram_check(MN_NGRAM_MIN_N_DEFAULT, MN_NGRAM_MAX_N_DEFAULT, NULL), MN_OK);
+}
+
+Test(ngram, long_sequences_stay_linear, .timeout = 2)
+{
+    /* 1M tokens with no repeated pair: a quadratic scan would take minutes, the linear one ms;
+     * then the same with the suffix repeating far back, which the scan must still find */
+    enum { N = 1 << 20 };
+    static int32_t t[N];
+    for (uint32_t i = 0; i < N; i++)
+        t[i] = (int32_t)i;
+    int32_t out[16];
+    cr_assert_eq(mn_ngram_propose(t, N, 2, 4, 4, out), 0);
+    t[N - 2] = 10;
+    t[N - 1] = 11;
+    cr_assert_eq(mn_ngram_propose(t, N, 2, 4, 4, out), 4);
+    assert_tokens(out, (const int32_t[]){12, 13, 14, 15}, 4);
+}
