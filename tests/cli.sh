@@ -23,6 +23,9 @@ gen --prompt "This License applies" --max-tokens 24 --threads 1 >"$tmp/b" 2>/dev
 check "greedy output is deterministic across runs and thread counts" cmp -s "$tmp/a" "$tmp/b"
 check "greedy output is not empty" test -s "$tmp/a"
 check "stats go to stderr" grep -q "generated 24 tokens" "$tmp/a.err"
+# issue #9, defect 11: without a GPU nothing is said about CUDA at the default log level (the
+# backend that runs is an info line; why not CUDA, a debug one)
+check "no CUDA warning at the default log level" sh -c "! grep -qi 'cuda\|gpu' '$tmp/a.err'"
 printf 'This License applies' >"$tmp/prompt"
 gen --prompt-file "$tmp/prompt" --max-tokens 24 >"$tmp/c" 2>/dev/null
 check "--prompt-file gives the same text" cmp -s "$tmp/a" "$tmp/c"
