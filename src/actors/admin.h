@@ -6,7 +6,10 @@
  * bytes (a reply never fails on bad UTF-8: what it quotes is sanitized). Stats are gathered by
  * message (MN_MSG_STATS to client, intake, kvmem and verifier, each filling its own section) and
  * sent when all four have answered. A setting goes to the actors that own it as MN_MSG_SET.
- * Settable keys (docs/server.md): batch.max_sequences, queue.max, log.level.
+ * Settable keys (docs/server.md): batch.max_sequences, queue.max, log.level; with drafters also
+ * spec.enabled, spec.length (verifier), spec.weights, spec.reward_threshold, spec.punish_threshold,
+ * spec.reward_factor, spec.punish_factor and drafter.<name>.enabled (voter). The voter answers
+ * stats too when there is one.
  *
  * Messages in: STATS (the parts coming back). Out: STATS, SET.
  * Thread: the engine's loop.
@@ -21,6 +24,11 @@ typedef struct mn_admin_config {
     unsigned socket_mode;        /* the ipc socket file's permissions */
     uint32_t max_batch, max_queue;       /* the starting values, also the caps */
     uint32_t kv_block_size;
+    uint32_t n_drafters;         /* 0: no spec keys */
+    const char *const *drafter_names; /* borrowed: [n_drafters] */
+    uint32_t spec_length;        /* starting values of the spec keys */
+    mn_weights_mode weights_mode;
+    mn_weights_params weights;
     const mn_addr *addr_book;    /* borrowed: the mailboxes */
     void (*on_drain)(void *owner);       /* the drain command (the engine starts the drain) */
     void *owner;

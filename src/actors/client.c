@@ -242,8 +242,13 @@ static void answer(mn_client_actor *ca, mn_req *r)
         } else {
             if (r->p.stream)
                 flush_text(cc, r);
+            static const int32_t none[1];
+            const int32_t *ids = r->toks.ids ? r->toks.ids + r->n_prompt : none;
+            mn_proto_spec spec = {r->spec.drafted, r->spec.accepted, r->spec.verifications, ca->cfg.n_drafters,
+                                  ca->cfg.drafter_names, r->spec.voted_n};
             line = mn_proto_done(r->p.id, r->text ? r->text : "", r->text_len, r->finish ? r->finish : "stop",
-                                 r->n_prompt, r->n_gen, &len);
+                                 r->n_prompt, r->n_gen, ca->cfg.n_drafters ? &spec : NULL,
+                                 r->p.return_tokens ? ids : NULL, r->toks.n - r->n_prompt, &len);
         }
         write_line(cc, line, len);
         for (mn_req **p = &cc->reqs; *p; p = &(*p)->conn_next)

@@ -25,6 +25,8 @@
 typedef struct mn_client_actor_config {
     mn_net_config net;           /* listeners and per-connection limits */
     uint32_t max_tokens_limit;   /* largest max_tokens a request may ask for */
+    uint32_t n_drafters;         /* > 0: done lines carry "spec" */
+    const char *const *drafter_names; /* borrowed: [n_drafters] */
     const mn_addr *addr;         /* borrowed */
     void (*on_drained)(void *owner); /* the drain has finished: every request answered and written */
     void *owner;

@@ -6,21 +6,26 @@
 #include <event2/event.h>
 #include <event2/thread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "actors/admin.h"
 #include "actors/client.h"
+#include "actors/drafter.h"
 #include "actors/intake.h"
 #include "actors/kvmem.h"
 #include "actors/verifier.h"
+#include "actors/voter.h"
 #include "model/model.h"
+#include "net/adminsock.h"
+#include "runtime/pool.h"
 #include "runtime/registry.h"
 #include "runtime/worker.h"
 #include "util/alloc.h"
 #include "util/log.h"
 
 #define MAILBOX_BATCH 64 /* messages an actor handles per wakeup before the others get a turn */
-#define WORKER_JOBS 4    /* a backend's job queue: the verifier keeps one step in flight */
+#define WORKER_JOBS 4    /* the worker's job queue: the verifier's step and, per drafter, its job */
 
 struct mn_engine {
     mn_engine_config cfg;
@@ -29,7 +34,18 @@ struct mn_engine {
     struct event *drain_timer;   /* armed when a drain starts (cfg.drain_timeout_s > 0) */
     mn_model *model;
     mn_backend *be;              /* the target's; owns its KV pool */
-    mn_worker *worker;           /* the target backend's compute worker */
+    mn_pool *pool;               /* CPU compute threads, shared by the target and the drafts */
+    mn_worker *worker;           /* the compute worker: every backend's jobs, one at a time */
+    uint32_t n_drafts;
+    struct draft {
+        char *name;              /* file name without .gguf, or "ngram" */
+        mn_model *model;         /* NULL: the n-gram drafter */
+        mn_backend *be;
+        mn_drafter *actor;
+    } drafts[MN_ENGINE_MAX_DRAFTS];
+    const char *draft_names[MN_ENGINE_MAX_DRAFTS]; /* the drafts' names, lent to actors */
+    mn_voter *voter;
+    mn_pubsock *events;
     mn_addr addr;                /* the mailboxes and kicks, lent to every actor */
     mn_kick kvmem_kick, verifier_kick;
     mn_client_actor *client;
@@ -53,6 +69,9 @@ mn_engine_config mn_engine_defaults(void)
         .max_tokens_limit = 4096,
         .out_high = 256 << 10,
         .drain_timeout_s = 30,
+        .spec_length = 4,
+        .weights_mode = MN_WEIGHTS_SEQUENCE,
+        .weights = mn_weights_defaults(),
     };
 }
 
@@ -140,8 +159,48 @@ static mn_status new_mailboxes(mn_engine *e, mn_err *err)
         if (s != MN_OK)
             return s;
     }
+    for (uint32_t i = 0; i < e->n_drafts; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "drafter%u", i);
+        mn_status s = mn_mailbox_new(e->base, name, mn_drafter_handle, NULL, MAILBOX_BATCH, &e->addr.drafters[i], err);
+        if (s != MN_OK)
+            return s;
+    }
+    e->addr.n_drafters = e->n_drafts;
+    if (e->n_drafts) {
+        mn_status s = mn_mailbox_new(e->base, "voter", mn_voter_handle, NULL, MAILBOX_BATCH, &e->addr.voter, err);
+        if (s != MN_OK)
+            return s;
+    }
     e->addr.kvmem_kick = &e->kvmem_kick;
     e->addr.verifier_kick = &e->verifier_kick;
+    return MN_OK;
+}
+
+static void on_event(void *engine, const char *line)
+{
+    mn_engine *e = engine;
+    mn_pubsock_publish(e->events, line, strlen(line));
+}
+
+/* The voter and one drafter actor per draft. */
+static mn_status new_spec_actors(mn_engine *e, mn_err *err)
+{
+    const mn_engine_config *cfg = &e->cfg;
+    mn_status s;
+    for (uint32_t i = 0; i < e->n_drafts; i++) {
+        mn_drafter_config dc = {.index = i, .be = e->drafts[i].be, .worker = e->worker, .self = e->addr.drafters[i],
+                                .max_batch = cfg->max_batch, .addr = &e->addr};
+        if ((s = mn_drafter_new(&dc, &e->drafts[i].actor, err)) != MN_OK)
+            return s;
+        mn_mailbox_set_actor(e->addr.drafters[i], e->drafts[i].actor);
+    }
+    mn_voter_config vc = {.n_drafters = e->n_drafts, .names = e->draft_names, .params = cfg->weights,
+                          .mode = (mn_weights_mode)cfg->weights_mode, .on_event = e->events ? on_event : NULL,
+                          .owner = e, .addr = &e->addr};
+    if ((s = mn_voter_new(&vc, &e->voter, err)) != MN_OK)
+        return s;
+    mn_mailbox_set_actor(e->addr.voter, e->voter);
     return MN_OK;
 }
 
@@ -157,19 +216,28 @@ static mn_status new_actors(mn_engine *e, uint32_t n_blocks, mn_err *err)
         .on_drained = on_drained,
         .owner = e,
     };
+    cc.n_drafters = e->n_drafts;
+    cc.drafter_names = e->draft_names;
     mn_intake_config ic = {.model = e->model, .kv_block_size = e->be->kv->block_size, .kv_blocks = n_blocks,
-                           .window = 1, .addr = &e->addr};
-    mn_kvmem_config kc = {.pool = e->be->kv, .max_batch = cfg->max_batch, .max_queue = cfg->max_queue,
-                          .addr = &e->addr};
+                           .window = 1, .n_drafters = e->n_drafts, .addr = &e->addr};
+    mn_kvmem_config kc = {.pool = e->be->kv, .n_drafters = e->n_drafts, .max_batch = cfg->max_batch,
+                          .max_queue = cfg->max_queue, .addr = &e->addr};
+    for (uint32_t i = 0; i < e->n_drafts; i++)
+        kc.draft_pools[i] = e->drafts[i].be ? e->drafts[i].be->kv : NULL;
     mn_verifier_config vc = {.be = e->be, .worker = e->worker, .max_batch = cfg->max_batch,
-                             .max_held = cfg->max_batch + cfg->max_queue, .addr = &e->addr};
+                             .max_held = cfg->max_batch + cfg->max_queue, .spec_enabled = true,
+                             .spec_length = cfg->spec_length, .addr = &e->addr};
     if ((s = mn_intake_new(&ic, &e->intake, err)) != MN_OK || (s = mn_kvmem_new(&kc, &e->kvmem, err)) != MN_OK ||
         (s = mn_verifier_new(&vc, &e->verifier, err)) != MN_OK ||
-        (s = mn_client_actor_new(e->base, &cc, &e->client, err)) != MN_OK)
+        (s = mn_client_actor_new(e->base, &cc, &e->client, err)) != MN_OK ||
+        (e->n_drafts && (s = new_spec_actors(e, err)) != MN_OK))
         return s;
     if (cfg->admin_addr) {
         mn_admin_config ac = {.addr = cfg->admin_addr, .socket_mode = cfg->socket_mode, .max_batch = cfg->max_batch,
                               .max_queue = cfg->max_queue, .kv_block_size = e->be->kv->block_size,
+                              .n_drafters = e->n_drafts, .drafter_names = e->draft_names,
+                              .spec_length = cfg->spec_length, .weights_mode = (mn_weights_mode)cfg->weights_mode,
+                              .weights = cfg->weights,
                               .addr_book = &e->addr, .on_drain = drain, .owner = e};
         if ((s = mn_admin_new(e->base, &ac, &e->admin, err)) != MN_OK)
             return s;
@@ -179,6 +247,57 @@ static mn_status new_actors(mn_engine *e, uint32_t n_blocks, mn_err *err)
     mn_mailbox_set_actor(e->addr.kvmem, e->kvmem);
     mn_mailbox_set_actor(e->addr.verifier, e->verifier);
     mn_mailbox_set_actor(e->addr.admin, e->admin);
+    return MN_OK;
+}
+
+/* "models/draft-kjv.gguf" -> "draft-kjv" */
+static char *draft_name(const char *path)
+{
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    size_t n = strlen(base);
+    if (n > 5 && !strcmp(base + n - 5, ".gguf"))
+        n -= 5;
+    return mn_strndup(base, n);
+}
+
+/* Load every --draft: a model (vocabulary checked, a backend whose KV pool holds as many positions
+ * as the target's, on the shared thread pool) or the n-gram drafter. */
+static mn_status load_drafts(mn_engine *e, const mn_backend_config *target_bc, mn_err *err)
+{
+    const mn_engine_config *cfg = &e->cfg;
+    if (cfg->n_drafts > MN_ENGINE_MAX_DRAFTS)
+        return mn_fail(err, MN_INVALID, "at most %d drafts", MN_ENGINE_MAX_DRAFTS);
+    if (cfg->spec_length > MN_SPEC_MAX_LEN)
+        return mn_fail(err, MN_INVALID, "--spec-length %u: at most %d", cfg->spec_length, MN_SPEC_MAX_LEN);
+    mn_status s;
+    for (uint32_t i = 0; i < cfg->n_drafts; i++) {
+        struct draft *d = &e->drafts[i];
+        bool ngram = !strcmp(cfg->drafts[i], "ngram");
+        if (!(d->name = ngram ? mn_strndup("ngram", 5) : draft_name(cfg->drafts[i])))
+            return mn_fail(err, MN_NOMEM, "out of memory");
+        e->draft_names[i] = d->name;
+        e->n_drafts = i + 1;
+        for (uint32_t j = 0; j < i; j++)
+            if (!strcmp(e->drafts[j].name, d->name))
+                return mn_fail(err, MN_INVALID, "--draft %s: a drafter named '%s' is already loaded (%s)",
+                               cfg->drafts[i], d->name, cfg->drafts[j]);
+        if (ngram)
+            continue;
+        if ((s = mn_model_load(cfg->drafts[i], &d->model, err)) != MN_OK) {
+            mn_err why = *err;
+            return mn_fail(err, s, "--draft %s: %s", cfg->drafts[i], why.msg);
+        }
+        if ((s = mn_drafter_check_vocab(e->model, d->model, err)) != MN_OK)
+            return s;
+        mn_backend_config bc = mn_backend_defaults(d->model, d->model->hp.n_ctx);
+        bc.kind = target_bc->kind;
+        bc.n_threads = target_bc->n_threads;
+        bc.pool = e->pool;
+        bc.kv_block_size = target_bc->kv_block_size;
+        bc.kv_blocks = target_bc->kv_blocks;
+        if ((s = mn_backend_new(d->model, &bc, &d->be, err)) != MN_OK)
+            return s;
+    }
     return MN_OK;
 }
 
@@ -219,13 +338,19 @@ mn_status mn_engine_new(const mn_engine_config *cfg, mn_engine **out, mn_err *er
         st = MN_INVALID;
         goto fail;
     }
-    if ((st = mn_backend_new(e->model, &bc, &e->be, err)) != MN_OK ||
-        (st = mn_worker_new("mn-target", WORKER_JOBS, &e->worker, err)) != MN_OK ||
+    if ((st = mn_pool_new(bc.n_threads, &e->pool, err)) != MN_OK)
+        goto fail;
+    bc.pool = e->pool;
+    if (cfg->events_addr && (st = mn_pubsock_new(cfg->events_addr, cfg->socket_mode, &e->events, err)) != MN_OK)
+        goto fail;
+    if ((st = mn_backend_new(e->model, &bc, &e->be, err)) != MN_OK || (st = load_drafts(e, &bc, err)) != MN_OK ||
+        (st = mn_worker_new("mn-compute", WORKER_JOBS + e->n_drafts, &e->worker, err)) != MN_OK ||
         (st = new_mailboxes(e, err)) != MN_OK || (st = new_actors(e, bc.kv_blocks, err)) != MN_OK ||
         (st = watch_signals(e, err)) != MN_OK)
         goto fail;
-    mn_log(MN_LOG_INFO, "engine: model %s, backend %s, %d threads, batch %u, %u KV blocks of %u", e->model->name,
-           e->be->ops->name, bc.n_threads, e->cfg.max_batch, bc.kv_blocks, bc.kv_block_size);
+    mn_log(MN_LOG_INFO, "engine: model %s, backend %s, %d threads, batch %u, %u KV blocks of %u, %u drafters",
+           e->model->name, e->be->ops->name, bc.n_threads, e->cfg.max_batch, bc.kv_blocks, bc.kv_block_size,
+           e->n_drafts);
     *out = e;
     return MN_OK;
 fail:
@@ -258,12 +383,22 @@ void mn_engine_free(mn_engine *e)
     mn_client_actor_free(e->client);
     mn_worker_free(e->worker); /* joins: no completion can arrive after this */
     mn_verifier_free(e->verifier);
+    mn_voter_free(e->voter);
     mn_kvmem_free(e->kvmem);
     mn_intake_free(e->intake);
-    mn_mailbox *mbs[] = {e->addr.client, e->addr.intake, e->addr.kvmem, e->addr.verifier, e->addr.admin};
+    mn_mailbox *mbs[] = {e->addr.client, e->addr.intake, e->addr.kvmem, e->addr.verifier, e->addr.admin, e->addr.voter};
     for (size_t i = 0; i < sizeof mbs / sizeof *mbs; i++)
         mn_mailbox_free(mbs[i]);
+    for (uint32_t i = 0; i < e->n_drafts; i++) {
+        mn_drafter_free(e->drafts[i].actor);
+        mn_mailbox_free(e->addr.drafters[i]);
+        mn_backend_free(e->drafts[i].be);
+        mn_model_free(e->drafts[i].model);
+        mn_free(e->drafts[i].name);
+    }
+    mn_pubsock_free(e->events);
     mn_backend_free(e->be);
+    mn_pool_free(e->pool);
     mn_model_free(e->model);
     if (e->base)
         event_base_free(e->base);

@@ -3,7 +3,10 @@
  *
  * mn_engine_new loads the model, creates the backend (runtime/registry.h), its KV pool and compute
  * worker, the actors (client, intake, kvmem, verifier, admin) and their mailboxes, the listeners and
- * the admin socket. mn_engine_run runs the loop until a drain (admin `drain`, SIGTERM, SIGINT or
+ * the admin socket. With drafts it also loads each draft model (its vocabulary checked against the
+ * target's), gives it a backend and a KV pool as large as the target's in positions, and creates a
+ * drafter actor per draft and the voter. On the CPU, the target and the drafts share one compute
+ * worker and one thread pool: a round drafts, then verifies, on all cores. mn_engine_run runs the loop until a drain (admin `drain`, SIGTERM, SIGINT or
  * SIGHUP) has finished every accepted request and written every reply; it returns MN_OK then. A
  * drain that outlives drain_timeout_s, or a second such signal, closes every client connection
  * (cancelling what they still wait for), so a client that stopped reading cannot hold the daemon up.
@@ -21,7 +24,10 @@
 #include <stdint.h>
 
 #include "runtime/backend.h"
+#include "spec/weights.h"
 #include "util/status.h"
+
+#define MN_ENGINE_MAX_DRAFTS MN_WEIGHTS_MAX_DRAFTERS
 
 typedef struct mn_engine_config {
     const char *model_path;
@@ -40,6 +46,13 @@ typedef struct mn_engine_config {
     uint32_t max_tokens_limit; /* largest max_tokens a request may ask for */
     uint32_t out_high;         /* bytes of unsent output that throttle a connection (resumes at 1/4) */
     uint32_t drain_timeout_s;  /* a drain still running after this long closes every connection (0: never) */
+    /* speculation */
+    const char *drafts[MN_ENGINE_MAX_DRAFTS]; /* --draft: GGUF paths or "ngram", in priority order */
+    uint32_t n_drafts;         /* 0: plain decoding, exactly as without speculation */
+    uint32_t spec_length;      /* tokens drafted per verification (live: spec.length) */
+    int weights_mode;          /* mn_weights_mode (live: spec.weights) */
+    mn_weights_params weights; /* the vote's weight rule (live: spec.reward_threshold, ...) */
+    const char *events_addr;   /* --events: nanomsg PUB address, or NULL */
 } mn_engine_config;
 
 mn_engine_config mn_engine_defaults(void);

@@ -64,7 +64,8 @@ static void admit(mn_intake *in, mn_req *r)
         return answer(in, r);
     }
     /* Its whole length is reserved at admission, so no step ever waits for blocks: every position
-     * it may write, plus the window a speculative step may write past its length, within the context. */
+     * it may write, within the context. A draft never reaches past it: the verifier caps a draft at
+     * what the request may still generate. */
     uint64_t need = r->toks.n + (uint64_t)r->p.max_tokens + in->cfg.window;
     r->kv_need = need > n_ctx ? n_ctx : (uint32_t)need;
     if (blocks_for(in, r->kv_need) > in->cfg.kv_blocks) {
@@ -72,6 +73,12 @@ static void admit(mn_intake *in, mn_req *r)
                     blocks_for(in, r->kv_need), in->cfg.kv_blocks);
         return answer(in, r);
     }
+    if (in->cfg.n_drafters && !(r->spec.d = mn_calloc(in->cfg.n_drafters, sizeof *r->spec.d))) {
+        mn_req_fail(r, MN_E_INTERNAL, "out of memory for the drafters' state");
+        return answer(in, r);
+    }
+    r->spec.on = in->cfg.n_drafters && r->p.speculate;
+    r->spec.max_len = r->p.spec_max_len;
     mn_sampler_params sp = {r->p.temperature, r->p.top_p, r->p.seed};
     if (mn_sampler_new(model->hp.n_vocab, &sp, &r->smp) != MN_OK) {
         mn_req_fail(r, MN_E_INTERNAL, "out of memory for the sampler");

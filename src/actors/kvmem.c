@@ -57,6 +57,28 @@ static void to_client(mn_kvmem *k, mn_req *r)
     mn_mailbox_post(k->cfg.addr->client, &r->msg);
 }
 
+/* Reserve r's whole length in the target's pool and every draft pool: all or nothing. */
+static mn_status reserve(mn_kvmem *k, mn_req *r)
+{
+    mn_status st = mn_kv_reserve(k->cfg.pool, &r->kv, r->kv_need);
+    for (uint32_t i = 0; st == MN_OK && i < k->cfg.n_drafters; i++)
+        if (k->cfg.draft_pools[i] && (st = mn_kv_reserve(k->cfg.draft_pools[i], &r->spec.d[i].kv, r->kv_need)) != MN_OK)
+            while (i-- > 0)
+                if (k->cfg.draft_pools[i])
+                    mn_kv_seq_release(k->cfg.draft_pools[i], &r->spec.d[i].kv);
+    if (st != MN_OK)
+        mn_kv_seq_release(k->cfg.pool, &r->kv);
+    return st;
+}
+
+static void release_kv(mn_kvmem *k, mn_req *r)
+{
+    mn_kv_seq_release(k->cfg.pool, &r->kv);
+    for (uint32_t i = 0; i < k->cfg.n_drafters; i++)
+        if (k->cfg.draft_pools[i])
+            mn_kv_seq_release(k->cfg.draft_pools[i], &r->spec.d[i].kv);
+}
+
 static mn_req **queue_slot(mn_kvmem *k, uint32_t i) { return &k->queue[(k->q_head + i) % k->q_cap]; }
 
 static void queue_remove(mn_kvmem *k, uint32_t i)
@@ -130,7 +152,7 @@ static void try_admit(mn_kvmem *k)
             i++;
             continue;
         }
-        mn_status st = mn_kv_reserve(k->cfg.pool, &r->kv, r->kv_need);
+        mn_status st = reserve(k, r);
         if (st == MN_BUSY) {
             preempt_a_paused_one(k);
             return; /* head-of-line waits for blocks: admission stays FIFO among readers */
@@ -167,7 +189,7 @@ static void enqueue(mn_kvmem *k, mn_req *r)
 static void release(mn_kvmem *k, mn_req *r)
 {
     held_remove(k, r);
-    mn_kv_seq_release(k->cfg.pool, &r->kv);
+    release_kv(k, r);
     if (r->preempt_wanted) {
         r->preempt_wanted = false;
         k->preempting--;
@@ -194,6 +216,9 @@ static void stats(mn_kvmem *k, mn_stats_part *q)
     q->stats->kvmem.kv_used = mn_kv_used(k->cfg.pool);
     q->stats->kvmem.kv_free = k->cfg.pool->n_free;
     q->stats->kvmem.kv_total = k->cfg.pool->n_blocks;
+    for (uint32_t i = 0; i < k->cfg.n_drafters; i++)
+        if (k->cfg.draft_pools[i])
+            q->stats->kvmem.draft_kv_used += mn_kv_used(k->cfg.draft_pools[i]);
     mn_mailbox_post(q->reply_to, &q->msg);
 }
 

@@ -11,6 +11,12 @@
  * reading can never hold the pool against those that read. With nothing running and nothing queued,
  * every block is free again.
  *
+ * Drafts: each model drafter has its own pool, as large as the target's in positions; admission
+ * reserves the request's whole length in every one of them too (spec.d[i].kv), all or nothing,
+ * and release returns them all. Rolling back rejected draft tokens never changes a table: the
+ * blocks of the whole length stay reserved, so the verifier and the drafters roll back by lowering
+ * a sequence's KV length, between passes of their own (see the design note in docs/architecture.md).
+ *
  * Messages in: ENQUEUE, RELEASE (mn_req), KICK, SET, STATS. Out: START to the verifier, DONE to the
  * client, KICK to the verifier.
  * Thread: the engine's loop.
@@ -24,6 +30,8 @@
 
 typedef struct mn_kvmem_config {
     mn_kv_pool *pool;            /* borrowed: the target's pool (its backend owns the storage) */
+    mn_kv_pool *draft_pools[MN_MAX_DRAFTERS]; /* borrowed: each model drafter's pool, NULL for n-gram */
+    uint32_t n_drafters;
     uint32_t max_batch;          /* unpaused requests holding KV (live: batch.max_sequences) */
     uint32_t max_queue;          /* pending requests (live: queue.max) */
     const mn_addr *addr;         /* borrowed */

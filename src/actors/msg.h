@@ -7,7 +7,10 @@
  *
  * The flow is one way: net -> client -> intake -> kvmem -> verifier -> kvmem -> client -> net, plus
  * the kicks that make an actor look again, the compute worker's completions, and the admin's
- * questions (answered by posting the same message back).
+ * questions (answered by posting the same message back). With drafters, each verification is
+ * preceded by a round verifier -> voter -> every enabled drafter -> voter -> verifier (mn_round),
+ * and requests leave the verifier through the voter (verifier -> voter -> kvmem), which judges their
+ * last vote on the way.
  */
 #ifndef MN_MSG_H
 #define MN_MSG_H
@@ -16,6 +19,7 @@
 #include <stdint.h>
 
 #include "runtime/mailbox.h"
+#include "spec/weights.h"
 
 typedef enum mn_msg_type {
     MN_MSG_ADMIT = 1, /* client -> intake: a parsed request (mn_req) */
@@ -29,7 +33,29 @@ typedef enum mn_msg_type {
     MN_MSG_STATS,     /* admin -> any actor -> admin: fill in your part (mn_stats_part) */
     MN_MSG_SET,       /* admin -> kvmem/verifier/client: a live setting changed (mn_setting) */
     MN_MSG_DRAIN,     /* engine -> client: stop taking requests (mn_drain) */
+    MN_MSG_DRAFT,     /* verifier -> voter (mn_round), voter -> drafter (mn_round_part): propose */
+    MN_MSG_PROPOSED,  /* drafter -> voter: its proposals are in the requests (mn_round_part) */
+    MN_MSG_VOTED,     /* voter -> verifier: each request's voted draft is in its spec (mn_round) */
+    MN_MSG_DRAFT_DONE,/* worker -> drafter: a draft job completed */
 } mn_msg_type;
+
+#define MN_ADDR_MAX_DRAFTERS 8 /* = MN_WEIGHTS_MAX_DRAFTERS */
+
+/* One drafting round: the verifier's requests that want drafts (each with its spec.cap set). The
+ * verifier owns it and has at most one out; the voter fans it out to the drafters as parts. */
+typedef struct mn_round {
+    mn_msg msg;                    /* MN_MSG_DRAFT to the voter, MN_MSG_VOTED back */
+    struct mn_req **reqs;          /* [n], borrowed from the verifier's step */
+    uint32_t n;
+    uint32_t pending;              /* voter: drafters not yet answered */
+    struct mn_round_part {
+        mn_msg msg;                /* MN_MSG_DRAFT to drafter i, MN_MSG_PROPOSED back */
+        struct mn_round *round;
+        uint32_t drafter;
+        double seconds;            /* drafter: time its proposals took */
+    } part[MN_ADDR_MAX_DRAFTERS];
+} mn_round;
+typedef struct mn_round_part mn_round_part;
 
 /* A kick: one message per target actor, posted only when not already queued. */
 typedef struct mn_kick {
@@ -41,6 +67,9 @@ typedef struct mn_kick {
  * kicks of the actors that others ask to look again. The engine owns all of them. */
 typedef struct mn_addr {
     mn_mailbox *client, *intake, *kvmem, *verifier, *admin;
+    mn_mailbox *voter;                          /* NULL without drafters */
+    mn_mailbox *drafters[MN_ADDR_MAX_DRAFTERS]; /* [n_drafters] */
+    uint32_t n_drafters;
     mn_kick *kvmem_kick, *verifier_kick;
 } mn_addr;
 
@@ -61,6 +90,17 @@ static inline void mn_kick_verifier(const mn_addr *a) { mn_kick_post(a->verifier
 /* ---- admin questions ------------------------------------------------------------------------- */
 
 #define MN_STATS_SECONDS 10 /* tok/s is averaged over this window */
+#define MN_SPEC_HIST 17     /* accepted lengths 0..16 */
+
+/* One drafter as the voter sees it. */
+typedef struct mn_drafter_stats {
+    bool enabled;
+    float weight, acr;             /* global weight; mean of its recent rates (-1: none yet) */
+    uint64_t rounds;               /* rounds it was asked to draft */
+    uint64_t proposed, agreed;     /* judged tokens it proposed; of them, on the kept path */
+    uint64_t voted;                /* votes it won */
+    double seconds;                /* time spent proposing */
+} mn_drafter_stats;
 
 /* Each actor's figures; an actor fills only its own section. */
 typedef struct mn_stats {
@@ -77,11 +117,21 @@ typedef struct mn_stats {
         uint32_t running, queued, paused;
         uint64_t preemptions;
         uint32_t kv_used, kv_free, kv_total;
+        uint32_t draft_kv_used;    /* blocks held in all draft pools */
     } kvmem;
     struct {                       /* verifier */
         uint64_t steps, tokens_generated;
         double tok_per_s;
+        double step_seconds;       /* time spent in target passes */
+        bool spec_enabled;
+        uint32_t spec_length;
+        uint64_t verifications, drafted, accepted;
+        uint64_t accepted_hist[MN_SPEC_HIST]; /* verifications that kept exactly i draft tokens */
     } verifier;
+    struct {                       /* voter */
+        const char *weights_mode;
+        mn_drafter_stats drafter[MN_ADDR_MAX_DRAFTERS];
+    } voter;
     size_t depth[4];               /* mailbox depths: client, intake, kvmem, verifier (the admin's) */
 } mn_stats;
 
@@ -90,6 +140,7 @@ typedef enum mn_stats_who {
     MN_WHO_INTAKE,    /* mn_stats.intake */
     MN_WHO_KVMEM,     /* mn_stats.kvmem */
     MN_WHO_VERIFIER,  /* mn_stats.verifier */
+    MN_WHO_VOTER,     /* mn_stats.voter (asked only when there are drafters) */
     MN_WHO_N,
 } mn_stats_who;
 
@@ -104,13 +155,26 @@ typedef struct mn_stats_part {
 typedef enum mn_setting_key {
     MN_SET_MAX_BATCH,   /* batch.max_sequences: kvmem admits, the verifier steps at most this many */
     MN_SET_MAX_QUEUE,   /* queue.max: kvmem's pending queue bound */
+    MN_SET_SPEC_ENABLED,/* verifier: spec.enabled (value 0/1) */
+    MN_SET_SPEC_LENGTH, /* verifier: spec.length (value 0..16) */
+    MN_SET_VOTER,       /* voter: the weight rule (params) and weights mode (value: mn_weights_mode) */
+    MN_SET_DRAFTER,     /* voter: drafter.<index>.enabled (index, value 0/1) */
 } mn_setting_key;
+
+/* Which weights a sequence's vote reads (spec.weights). */
+typedef enum mn_weights_mode {
+    MN_WEIGHTS_SEQUENCE, /* its own, seeded from the global ones */
+    MN_WEIGHTS_GLOBAL,   /* the drafter pool's */
+    MN_WEIGHTS_FIXED,    /* all 1: a plain majority, nothing learned is used */
+} mn_weights_mode;
 
 /* A live setting for one actor, allocated by the sender (mn_malloc) and freed by the receiver. */
 typedef struct mn_setting {
     mn_msg msg;
     mn_setting_key key;
     uint32_t value;
+    uint32_t index;              /* MN_SET_DRAFTER: which drafter */
+    mn_weights_params params;    /* MN_SET_VOTER */
 } mn_setting;
 
 /* Start draining (the client actor owns the connections and the count of live requests). With

@@ -83,6 +83,7 @@ void mn_req_free(mn_req *r)
     mn_req_params_free(&r->p);
     mn_tokens_free(&r->toks);
     mn_sampler_free(r->smp);
+    mn_free(r->spec.d); /* kvmem released every KV table before the request came back */
     mn_free(r->text);
     mn_free(r);
 }

@@ -34,7 +34,11 @@
 #include "model/tokenizer.h"
 #include "net/proto.h"
 #include "runtime/mailbox.h"
+#include "spec/weights.h"
 #include "util/clock.h"
+
+#define MN_SPEC_MAX_LEN MN_PROTO_MAX_SPEC_LEN /* the longest draft of one verification */
+#define MN_MAX_DRAFTERS MN_WEIGHTS_MAX_DRAFTERS
 
 typedef enum mn_req_state {
     MN_REQ_NEW,        /* parsed, on its way to intake */
@@ -56,6 +60,38 @@ typedef enum mn_req_ev {
     MN_REQ_EV_FINISHED,   /* whoever holds it: done, failed or cancelled (-> FINISHED) */
 } mn_req_ev;
 
+/* One drafter's view of a request. Its KV positions [0, kv.len) hold toks[0, prop_at) followed by
+ * prop[0, kv.len - prop_at): what it fed itself while proposing. The drafter rolls back to the
+ * prefix the target kept at its next draft; kvmem reserves and releases the blocks. */
+typedef struct mn_req_draft {
+    mn_kv_seq kv;                   /* model drafters (unused by the n-gram one) */
+    int32_t prop[MN_SPEC_MAX_LEN];  /* its latest proposal */
+    uint32_t prop_len;              /* 0: none */
+    uint32_t prop_at;               /* toks.n when it was proposed */
+} mn_req_draft;
+
+/* Speculation state of a request. Writers: intake (on, max_len, d), verifier (cap, the counters),
+ * each drafter (its d[i], during a round), voter (w, the vote), step job (kept). A round is
+ * sequential (verifier -> voter -> drafters -> voter -> verifier -> worker), so no two of them
+ * touch a request at the same time. */
+typedef struct mn_req_spec {
+    bool on;                        /* drafters exist and the request did not say "speculate": false */
+    uint32_t max_len;               /* the request's cap on a draft (spec.max_len) */
+    uint32_t cap;                   /* verifier: tokens the drafters may propose this round */
+    mn_req_draft *d;                /* [n_drafters], intake allocates; NULL without drafters */
+    mn_weights w;                   /* voter: the sequence's weights (n_drafters 0 until its first vote) */
+    bool unjudged;                  /* voter: a vote waits for the target's verdict */
+    uint32_t voted_at;              /* voter: toks.n when that vote was made */
+    uint32_t voted;                 /* voter: the voted drafter, MN_VOTE_NONE when nothing */
+    int32_t vtoks[1 + MN_SPEC_MAX_LEN]; /* the pending token, then the voted draft */
+    uint32_t n_draft;               /* voter: length of the voted draft (0: plain step) */
+    int32_t kept[1 + MN_SPEC_MAX_LEN];  /* step job: accepted draft tokens, then the target's own */
+    uint32_t n_kept;
+    /* the done line's figures (verifier) */
+    uint32_t drafted, accepted, verifications;
+    uint32_t voted_n[MN_MAX_DRAFTERS];
+} mn_req_spec;
+
 typedef struct mn_req {
     mn_msg msg;               /* the request's travelling message (first member) */
     mn_msg flush;             /* verifier -> client: new text to stream; queued at most once (flush_queued) */
@@ -76,6 +112,7 @@ typedef struct mn_req {
     uint32_t kv_need;         /* intake: positions reserved at admission (its whole length + window) */
     mn_kv_seq kv;             /* kvmem owns the table; positions [0, kv.len) hold toks[0, kv.len) */
     mn_sampler *smp;          /* intake creates; the step job uses */
+    mn_req_spec spec;
     /* output text and how much of it went out */
     char *text;               /* verifier: decoded pieces, truncated at a stop string */
     size_t text_len, text_cap;

@@ -8,6 +8,7 @@
 
 #include <string.h>
 
+#include "spec/accept.h"
 #include "util/alloc.h"
 #include "util/log.h"
 
@@ -17,42 +18,93 @@ typedef struct step_job {
     mn_batch_seq *seqs;     /* [n] */
     mn_req **reqs;          /* [n] */
     bool *sample;           /* [n] the pass reaches the end of the request's known tokens */
-    int32_t *out;           /* [n] sampled tokens */
-    float *logits;          /* [max_batch_cap][n_vocab] */
+    float *logits;          /* [rows][n_vocab]: a row per sequence, or per token of a verified draft */
+    float *p;               /* [1 + MN_SPEC_MAX_LEN][n_vocab]: the target's distributions (sampling) */
     uint32_t n;
+    double seconds;         /* the job's duration */
     mn_status st;
     mn_err err;
 } step_job;
 
 struct mn_verifier {
-    mn_verifier_config cfg; /* max_batch: the live value */
+    mn_verifier_config cfg; /* max_batch, spec_enabled, spec_length: the live values */
     uint32_t max_batch_cap;
     mn_req **running;       /* [max_held] in admission order */
     uint32_t n_running;
-    bool busy;              /* a step is outstanding */
+    bool busy;              /* a round or a step is outstanding */
     step_job step;
+    mn_round round;         /* the step's requests that want drafts */
     uint64_t steps, tokens;
+    double step_seconds;    /* time in target passes (and acceptance) */
+    uint64_t verifications, drafted, accepted, accepted_hist[MN_SPEC_HIST];
     uint64_t per_second[MN_STATS_SECONDS]; /* tokens generated in each of the last seconds */
     int64_t second;         /* the second per_second[second % N] counts */
 };
 
-/* On the worker: one target pass, then each finished sequence's next token. */
+static double rng_uniform(void *rng) { return mn_rng_uniform(rng); }
+
+/* On the worker: the target's verdict on r's draft (rows lg[0..n_draft]), into spec.kept; the
+ * rejected positions are rolled back from its KV length (their blocks stay reserved). */
+static void verify(step_job *s, mn_req *r, const float *lg)
+{
+    uint32_t n_vocab = s->be->model->hp.n_vocab, nd = r->spec.n_draft;
+    const int32_t *draft = r->spec.vtoks + 1;
+    mn_accept_result res = {0, -1};
+    if (mn_sampler_is_greedy(r->smp)) {
+        int32_t argmax[1 + MN_SPEC_MAX_LEN];
+        for (uint32_t i = 0; i <= nd; i++)
+            argmax[i] = mn_argmax(lg + (size_t)i * n_vocab, n_vocab);
+        res = mn_accept_greedy(draft, nd, argmax);
+    } else {
+        for (uint32_t i = 0; i <= nd; i++)
+            mn_sampler_probs(r->smp, lg + (size_t)i * n_vocab, s->p + (size_t)i * n_vocab);
+        mn_err err;
+        if (mn_accept_onehot(draft, nd, s->p, n_vocab, rng_uniform, mn_sampler_rng(r->smp), &res, &err) != MN_OK) {
+            mn_log(MN_LOG_ERROR, "verifier: %s; keeping no draft", err.msg); /* non-finite logits */
+            res = (mn_accept_result){0, mn_sampler_next(r->smp, lg)};
+        }
+    }
+    memcpy(r->spec.kept, draft, res.n_accepted * sizeof *draft);
+    r->spec.kept[res.n_accepted] = res.next;
+    r->spec.n_kept = res.n_accepted + 1;
+    r->kv.len -= nd - res.n_accepted;
+}
+
+/* On the worker: one target pass, then each finished sequence's next tokens. */
 static void step_run(mn_job *job)
 {
     step_job *s = (step_job *)job;
+    double t0 = mn_now();
     mn_batch batch = {s->seqs, s->n};
     s->st = mn_backend_forward(s->be, &batch, s->logits, &s->err);
     if (s->st != MN_OK)
         return;
     uint32_t n_vocab = s->be->model->hp.n_vocab;
-    for (uint32_t i = 0; i < s->n; i++)
-        if (s->sample[i])
-            s->out[i] = mn_sampler_next(s->reqs[i]->smp, s->logits + (size_t)i * n_vocab);
+    size_t row = 0;
+    for (uint32_t i = 0; i < s->n; i++) {
+        mn_req *r = s->reqs[i];
+        const float *lg = s->logits + row * n_vocab;
+        row += s->seqs[i].want_all_logits ? s->seqs[i].n_tokens : 1;
+        if (!s->sample[i])
+            continue;
+        if (r->spec.n_draft) {
+            verify(s, r, lg);
+        } else {
+            r->spec.kept[0] = mn_sampler_next(r->smp, lg);
+            r->spec.n_kept = 1;
+        }
+    }
+    s->seconds = mn_now() - t0;
 }
 
 mn_status mn_verifier_new(const mn_verifier_config *cfg, mn_verifier **out, mn_err *err)
 {
-    uint32_t cap = cfg->max_batch;
+    uint32_t cap = cfg->max_batch, n_vocab = cfg->be->model->hp.n_vocab;
+    /* rows of logits: one per sequence, or with drafts one per verified token, within the pass */
+    size_t rows = cap, budget = cfg->be->cfg.max_tokens;
+    if (cfg->addr->voter)
+        rows = (size_t)cap * (1 + MN_SPEC_MAX_LEN) < budget ? (size_t)cap * (1 + MN_SPEC_MAX_LEN) : budget;
+    rows = rows < cap ? cap : rows;
     mn_verifier *v = mn_calloc(1, sizeof *v);
     if (!v)
         return mn_fail(err, MN_NOMEM, "verifier: out of memory");
@@ -62,9 +114,11 @@ mn_status mn_verifier_new(const mn_verifier_config *cfg, mn_verifier **out, mn_e
     v->step.seqs = mn_calloc(cap, sizeof *v->step.seqs);
     v->step.reqs = mn_calloc(cap, sizeof *v->step.reqs);
     v->step.sample = mn_calloc(cap, sizeof *v->step.sample);
-    v->step.out = mn_calloc(cap, sizeof *v->step.out);
-    v->step.logits = mn_calloc((size_t)cap * cfg->be->model->hp.n_vocab, sizeof(float));
-    if (!v->running || !v->step.seqs || !v->step.reqs || !v->step.sample || !v->step.out || !v->step.logits) {
+    v->step.logits = mn_calloc(rows * n_vocab, sizeof(float));
+    v->step.p = mn_calloc((size_t)(1 + MN_SPEC_MAX_LEN) * n_vocab, sizeof(float));
+    v->round.reqs = mn_calloc(cap, sizeof *v->round.reqs);
+    if (!v->running || !v->step.seqs || !v->step.reqs || !v->step.sample || !v->step.logits || !v->step.p ||
+        !v->round.reqs) {
         mn_verifier_free(v);
         return mn_fail(err, MN_NOMEM, "verifier: out of memory for %u sequences", cap);
     }
@@ -84,8 +138,9 @@ void mn_verifier_free(mn_verifier *v)
     mn_free(v->step.seqs);
     mn_free(v->step.reqs);
     mn_free(v->step.sample);
-    mn_free(v->step.out);
     mn_free(v->step.logits);
+    mn_free(v->step.p);
+    mn_free(v->round.reqs);
     mn_free(v);
 }
 
@@ -102,24 +157,25 @@ static uint64_t *second_bucket(mn_verifier *v)
     return &v->per_second[now % MN_STATS_SECONDS];
 }
 
-/* Hand running[i] back to kvmem (finished, or paused and wanted back), keeping the others in
- * admission order (the oldest are served first). */
-static void give_back(mn_verifier *v, uint32_t i)
+/* Hand r back (finished, or paused and wanted back), keeping the others in admission order (the
+ * oldest are served first). With drafters it goes through the voter, which judges its last vote. */
+static void give_back(mn_verifier *v, mn_req *r)
 {
-    mn_req *r = v->running[i];
+    uint32_t i = 0;
+    while (v->running[i] != r)
+        i++;
     memmove(v->running + i, v->running + i + 1, (--v->n_running - i) * sizeof *v->running);
     r->msg.type = MN_MSG_RELEASE;
-    mn_mailbox_post(v->cfg.addr->kvmem, &r->msg);
+    mn_mailbox_post(v->cfg.addr->voter ? v->cfg.addr->voter : v->cfg.addr->kvmem, &r->msg);
 }
 
-static void finish(mn_verifier *v, uint32_t i, const char *reason)
+static void finish(mn_verifier *v, mn_req *r, const char *reason)
 {
-    mn_req *r = v->running[i];
     if (!r->finish)
         r->finish = reason;
     mn_req_seal(r);
     mn_req_event(r, MN_REQ_EV_FINISHED);
-    give_back(v, i);
+    give_back(v, r);
 }
 
 /* Between steps: end what was cancelled, return what kvmem wants back. */
@@ -128,18 +184,35 @@ static void prune(mn_verifier *v)
     for (uint32_t i = 0; i < v->n_running;) {
         mn_req *r = v->running[i];
         if (r->cancelled)
-            finish(v, i, "cancelled");
+            finish(v, r, "cancelled");
         else if (r->preempt_wanted)
-            give_back(v, i);
+            give_back(v, r);
         else
             i++;
     }
 }
 
-/* Choose this step's requests and token counts within the pass's token budget. */
+/* Tokens the drafters may propose for r this step: spec.length, within the request's cap, what it
+ * may still generate (the step adds the target's own token), its context and the pass's budget. */
+static uint32_t draft_cap(const mn_verifier *v, const mn_req *r, uint32_t budget)
+{
+    if (!v->cfg.addr->voter || !v->cfg.spec_enabled || !r->spec.on)
+        return 0;
+    uint32_t cap = v->cfg.spec_length, n = (uint32_t)r->toks.n, n_ctx = v->cfg.be->model->hp.n_ctx;
+    uint32_t left = r->p.max_tokens - r->n_gen - 1; /* n_gen < max_tokens while it runs */
+    uint32_t room = n < n_ctx ? n_ctx - n : 0;      /* the pass writes positions n - 1 .. n - 1 + cap */
+    uint32_t limits[] = {r->spec.max_len, left, room, budget};
+    for (size_t i = 0; i < sizeof limits / sizeof *limits; i++)
+        cap = cap < limits[i] ? cap : limits[i];
+    return cap;
+}
+
+/* Choose this step's requests and token counts within the pass's token budget; requests that are
+ * decoding may get a draft (the round). */
 static uint32_t plan(mn_verifier *v)
 {
     uint32_t budget = v->cfg.be->cfg.max_tokens, n = 0;
+    v->round.n = 0;
     for (uint32_t i = 0; i < v->n_running && budget > 0 && n < v->cfg.max_batch; i++) {
         mn_req *r = v->running[i];
         if (r->state == MN_REQ_PAUSED)
@@ -153,10 +226,28 @@ static uint32_t plan(mn_verifier *v)
         v->step.reqs[n] = r;
         v->step.seqs[n] = (mn_batch_seq){.kv = &r->kv, .tokens = r->toks.ids + r->kv.len, .n_tokens = n_new};
         v->step.sample[n] = r->kv.len + n_new == r->toks.n;
+        r->spec.cap = r->spec.n_draft = 0;
+        if (v->step.sample[n] && n_new == 1 && (r->spec.cap = draft_cap(v, r, budget))) {
+            budget -= r->spec.cap;
+            v->round.reqs[v->round.n++] = r;
+        }
         n++;
     }
     v->step.n = n;
     return n;
+}
+
+static void submit(mn_verifier *v)
+{
+    mn_status st = mn_worker_submit(v->cfg.worker, &v->step.job);
+    if (st == MN_OK)
+        return;
+    /* the worker takes one job per actor at a time and is sized for all: a bug, not load */
+    v->busy = false;
+    for (uint32_t k = 0; k < v->step.n; k++) {
+        mn_req_fail(v->step.reqs[k], MN_E_INTERNAL, "the compute worker refused the step (%s)", mn_strstatus(st));
+        finish(v, v->step.reqs[k], "error");
+    }
 }
 
 static void schedule(mn_verifier *v)
@@ -166,68 +257,93 @@ static void schedule(mn_verifier *v)
     prune(v);
     if (!plan(v))
         return;
-    mn_status st = mn_worker_submit(v->cfg.worker, &v->step.job);
-    if (st != MN_OK) { /* the worker is ours alone and takes one job at a time: a bug, not load */
-        for (uint32_t k = 0; k < v->step.n; k++)
-            mn_req_fail(v->step.reqs[k], MN_E_INTERNAL, "the compute worker refused the step (%s)",
-                        mn_strstatus(st));
-        for (uint32_t k = 0; k < v->step.n; k++) {
-            uint32_t i = 0;
-            while (v->running[i] != v->step.reqs[k])
-                i++;
-            finish(v, i, "error");
-        }
+    v->busy = true;
+    if (v->round.n) { /* drafts first: the voter answers with MN_MSG_VOTED */
+        v->round.msg.type = MN_MSG_DRAFT;
+        mn_mailbox_post(v->cfg.addr->voter, &v->round.msg);
         return;
     }
-    v->busy = true;
+    submit(v);
 }
 
-/* A sampled token: append, stream, and decide whether running[i] is done. */
-static void take_token(mn_verifier *v, uint32_t i, int32_t tok)
+/* The voter wrote each drafted request's draft: verify them with the rest of the step. */
+static void voted(mn_verifier *v)
+{
+    for (uint32_t k = 0; k < v->step.n; k++) {
+        mn_req *r = v->step.reqs[k];
+        if (!r->spec.n_draft)
+            continue;
+        r->spec.vtoks[0] = r->toks.ids[r->kv.len];
+        v->step.seqs[k].tokens = r->spec.vtoks;
+        v->step.seqs[k].n_tokens = 1 + r->spec.n_draft;
+        v->step.seqs[k].want_all_logits = true;
+    }
+    submit(v);
+}
+
+/* A kept token: append, stream, and decide whether r is done. False when it finished. */
+static bool take_token(mn_verifier *v, mn_req *r, int32_t tok)
 {
     const mn_model *m = v->cfg.be->model;
-    mn_req *r = v->running[i];
     r->n_gen++;
     mn_req_event(r, MN_REQ_EV_PRODUCED);
     if (r->n_gen == 1)
         r->t_first = mn_now();
     if (tok == mn_tok_eos(m->tok))
-        return finish(v, i, "stop");
+        return finish(v, r, "stop"), false;
     size_t len;
     const char *piece = mn_tok_piece(m->tok, tok, &len);
     bool stopped = false;
     if (mn_tokens_push(&r->toks, tok) != MN_OK || mn_req_append(r, piece, len, &stopped) != MN_OK) {
         mn_req_fail(r, MN_E_INTERNAL, "out of memory for the output");
-        finish(v, i, "error");
-    } else if (stopped) {
-        finish(v, i, "stop");
-    } else if (r->n_gen >= r->p.max_tokens || r->kv.len + 1 > m->hp.n_ctx) {
-        finish(v, i, "length");
-    } else if (r->p.stream && r->ready > r->sent && !r->flush_queued) {
-        r->flush_queued = true;
-        r->flush.type = MN_MSG_FLUSH;
-        mn_mailbox_post(v->cfg.addr->client, &r->flush);
+        return finish(v, r, "error"), false;
     }
+    if (stopped)
+        return finish(v, r, "stop"), false;
+    if (r->n_gen >= r->p.max_tokens || r->toks.n > m->hp.n_ctx)
+        return finish(v, r, "length"), false;
+    return true;
 }
 
-/* After a pass: take each sampled token, stream, and finish what is done. */
+static void count_verification(mn_verifier *v, mn_req *r)
+{
+    uint32_t acc = r->spec.n_kept - 1;
+    r->spec.verifications++;
+    r->spec.drafted += r->spec.n_draft;
+    r->spec.accepted += acc;
+    r->spec.voted_n[r->spec.voted]++;
+    v->verifications++;
+    v->drafted += r->spec.n_draft;
+    v->accepted += acc;
+    v->accepted_hist[acc]++;
+}
+
+/* After a pass: take each request's kept tokens, stream, and finish what is done. */
 static void step_done(mn_verifier *v)
 {
     step_job *s = &v->step;
     v->busy = false;
     v->steps++;
+    v->step_seconds += s->st == MN_OK ? s->seconds : 0;
     uint32_t produced = 0;
     for (uint32_t k = 0; k < s->n; k++) {
         mn_req *r = s->reqs[k];
-        uint32_t i = 0;
-        while (v->running[i] != r)
-            i++;
         if (s->st != MN_OK) {
             mn_req_fail(r, MN_E_INTERNAL, "model pass failed: %s", s->err.msg);
-            finish(v, i, "error");
-        } else if (s->sample[k]) { /* else a prompt chunk; the rest comes next step */
-            produced++;
-            take_token(v, i, s->out[k]);
+            finish(v, r, "error");
+            continue;
+        }
+        if (!s->sample[k])
+            continue; /* a prompt chunk; the rest comes next step */
+        if (r->spec.n_draft)
+            count_verification(v, r);
+        bool running = true;
+        for (uint32_t j = 0; j < r->spec.n_kept && running; j++, produced++)
+            running = take_token(v, r, r->spec.kept[j]);
+        if (running && r->p.stream && r->ready > r->sent && !r->flush_queued) {
+            r->flush_queued = true;
+            r->flush.type = MN_MSG_FLUSH;
+            mn_mailbox_post(v->cfg.addr->client, &r->flush);
         }
     }
     v->tokens += produced;
@@ -243,7 +359,14 @@ static void stats(mn_verifier *v, mn_stats_part *q)
         sum += v->per_second[i];
     q->stats->verifier.steps = v->steps;
     q->stats->verifier.tokens_generated = v->tokens;
+    q->stats->verifier.step_seconds = v->step_seconds;
     q->stats->verifier.tok_per_s = (double)sum / MN_STATS_SECONDS;
+    q->stats->verifier.spec_enabled = v->cfg.spec_enabled && v->cfg.addr->voter;
+    q->stats->verifier.spec_length = v->cfg.spec_length;
+    q->stats->verifier.verifications = v->verifications;
+    q->stats->verifier.drafted = v->drafted;
+    q->stats->verifier.accepted = v->accepted;
+    memcpy(q->stats->verifier.accepted_hist, v->accepted_hist, sizeof v->accepted_hist);
     mn_mailbox_post(q->reply_to, &q->msg);
 }
 
@@ -258,6 +381,9 @@ void mn_verifier_handle(void *verifier, mn_msg *m)
     case MN_MSG_STEP_DONE:
         step_done(v);
         break;
+    case MN_MSG_VOTED:
+        voted(v);
+        break;
     case MN_MSG_KICK:
         mn_kick_taken(v->cfg.addr->verifier_kick);
         schedule(v);
@@ -266,6 +392,10 @@ void mn_verifier_handle(void *verifier, mn_msg *m)
         mn_setting *s = (mn_setting *)m;
         if (s->key == MN_SET_MAX_BATCH && s->value >= 1 && s->value <= v->max_batch_cap)
             v->cfg.max_batch = s->value;
+        else if (s->key == MN_SET_SPEC_ENABLED)
+            v->cfg.spec_enabled = s->value != 0;
+        else if (s->key == MN_SET_SPEC_LENGTH && s->value <= MN_SPEC_MAX_LEN)
+            v->cfg.spec_length = s->value;
         mn_free(s);
         schedule(v);
         break;

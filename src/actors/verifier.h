@@ -9,8 +9,20 @@
  * at admission. A paused request that kvmem wants back (preempt_wanted) is returned between steps.
  * Plain decoding is speculation with no drafts: every step verifies just the target's own token.
  *
- * Messages in: START (mn_req), STEP_DONE (its job), KICK, SET, STATS. Out: RELEASE to kvmem, FLUSH
- * to the client actor, the step job to the worker.
+ * Speculation (when the engine has drafters: addr->voter): before the pass, the step's decoding
+ * requests go to the voter as a round (each with spec.cap, the most it may draft); the voted drafts
+ * come back (MN_MSG_VOTED) and each such request brings its pending token plus its draft to the
+ * same unpadded pass, with logits for every position. On the worker, greedy requests keep the
+ * longest prefix the target's argmax agrees with; sampled ones use the one-hot rule of
+ * spec/accept.h with the request's own generator (lossless whatever the vote). Either way the
+ * target adds its own token and the rejected positions are dropped from the KV length. Counters
+ * for the done line and stats (accepted-length histogram) are kept here. A request's tokens are
+ * taken one by one, so stop strings, eos, max_tokens and the context end it at exactly the token
+ * plain decoding would.
+ *
+ * Messages in: START (mn_req), STEP_DONE (its job), VOTED (its round), KICK, SET, STATS. Out:
+ * RELEASE to kvmem (through the voter when there is one), FLUSH to the client actor, DRAFT to the
+ * voter, the step job to the worker.
  * Thread: the engine's loop; the step itself runs on the worker.
  */
 #ifndef MN_VERIFIER_H
@@ -26,6 +38,8 @@ typedef struct mn_verifier_config {
     mn_worker *worker;           /* borrowed: the target backend's compute worker */
     uint32_t max_batch;          /* sequences in one step (live: batch.max_sequences) */
     uint32_t max_held;           /* requests that may hold KV at once (the running set's size) */
+    bool spec_enabled;           /* spec.enabled (live): draft when there are drafters (addr->voter) */
+    uint32_t spec_length;        /* spec.length (live): tokens drafted per verification, 0..16 */
     const mn_addr *addr;         /* borrowed */
 } mn_verifier_config;
 

@@ -146,6 +146,17 @@ int main(int argc, char **argv)
                     json_string_value(json_object_get(o, "finish_reason")),
                     (long long)json_integer_value(json_object_get(u, "prompt_tokens")),
                     (long long)json_integer_value(json_object_get(u, "completion_tokens")));
+            json_t *sp = json_object_get(o, "spec");
+            if (sp) {
+                char *voted = json_dumps(json_object_get(sp, "voted"), JSON_COMPACT);
+                fprintf(stderr, "minions-cli: speculation kept %lld of %lld drafted tokens in %lld verifications "
+                                "(%.2f each), voted %s\n",
+                        (long long)json_integer_value(json_object_get(sp, "accepted")),
+                        (long long)json_integer_value(json_object_get(sp, "drafted")),
+                        (long long)json_integer_value(json_object_get(sp, "verifications")),
+                        json_number_value(json_object_get(sp, "mean_accepted_len")), voted ? voted : "?");
+                free(voted);
+            }
             rc = 0;
             json_decref(o);
             break;

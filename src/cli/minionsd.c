@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "actors/engine.h"
+#include "actors/voter.h"
 #include "net/sockpath.h"
 #include "runtime/registry.h"
 #include "util/log.h"
@@ -35,7 +36,14 @@ static void usage(FILE *f)
             "      --output-buffer KIB unsent output that pauses a client's requests (default 256)\n"
             "      --drain-timeout S  a drain (SIGTERM, SIGINT, admin) still running after S seconds\n"
             "                         closes every connection; 0 = wait for ever (default 30)\n"
-            "      --log-level L      error|warn|info|debug (default warn)\n");
+            "      --log-level L      error|warn|info|debug (default warn)\n"
+            "speculative decoding:\n"
+            "      --draft PATH|ngram a drafter: a GGUF draft model sharing the target's vocabulary, or the\n"
+            "                         n-gram (prompt lookup) drafter; repeat for a vote (up to 8, the first\n"
+            "                         wins ties); none: plain decoding\n"
+            "      --spec-length N    tokens drafted per verification, 0..16 (default 4)\n"
+            "      --spec-weights W   sequence|global|fixed: whose weights the vote reads (default sequence)\n"
+            "      --events ADDR      nanomsg PUB socket (ipc://PATH or tcp://127.0.0.1:N) for weight changes\n");
 }
 
 static int parse_int(const char *s, long lo, long hi, long *out)
@@ -64,6 +72,8 @@ int main(int argc, char **argv)
         {"max-line", required_argument, 0, 'l'},  {"log-level", required_argument, 0, 'L'},
         {"output-buffer", required_argument, 0, 'o'}, {"drain-timeout", required_argument, 0, 'D'},
         {"backend", required_argument, 0, 'B'},   {"socket-mode", required_argument, 0, 'M'},
+        {"draft", required_argument, 0, 'r'},     {"spec-length", required_argument, 0, 's'},
+        {"spec-weights", required_argument, 0, 'W'}, {"events", required_argument, 0, 'e'},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
     };
     for (int c; (c = getopt_long(argc, argv, "m:t:h", opts, NULL)) != -1;) {
@@ -85,6 +95,16 @@ int main(int argc, char **argv)
         case 'o': ok = parse_int(optarg, 4, 1 << 20, &v), cfg.out_high = (uint32_t)v << 10; break;
         case 'D': ok = parse_int(optarg, 0, 86400, &v), cfg.drain_timeout_s = (uint32_t)v; break;
         case 'L': ok = (v = mn_log_parse_level(optarg)) >= 0; if (ok) mn_log_set_level((mn_log_level)v); break;
+        case 'r':
+            if (cfg.n_drafts == MN_ENGINE_MAX_DRAFTS) {
+                fprintf(stderr, "minionsd: at most %d --draft\n", MN_ENGINE_MAX_DRAFTS);
+                return 2;
+            }
+            ok = *optarg != 0, cfg.drafts[cfg.n_drafts++] = optarg;
+            break;
+        case 's': ok = parse_int(optarg, 0, MN_SPEC_MAX_LEN, &v), cfg.spec_length = (uint32_t)v; break;
+        case 'W': ok = (cfg.weights_mode = mn_weights_mode_parse(optarg)) >= 0; break;
+        case 'e': cfg.events_addr = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }

@@ -18,7 +18,8 @@
 #include "util/alloc.h"
 
 typedef struct cpu_state {
-    mn_pool *pool;
+    mn_pool *pool;   /* cfg.pool, or its own */
+    bool own_pool;
     /* activations, [cfg.max_tokens][...] */
     float *x;        /* [dim] residual stream */
     float *xb;       /* [dim] normed input of a block */
@@ -297,7 +298,8 @@ static void cpu_free(mn_backend *be)
 {
     cpu_state *st = be->impl;
     if (st) {
-        mn_pool_free(st->pool);
+        if (st->own_pool)
+            mn_pool_free(st->pool);
         float *bufs[] = {st->x, st->xb, st->q, st->k, st->v, st->att, st->gate, st->up, st->rope_cs,
                          st->scores, st->inv_freq};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
@@ -347,8 +349,14 @@ mn_status mn_cpu_backend_new(const mn_model *m, const mn_backend_config *cfg, mn
     mn_status s;
     uint32_t T = cfg->max_tokens, qdim = hp->n_heads * hp->head_dim, kvdim = hp->n_kv_heads * hp->head_dim;
     if ((s = mn_kv_pool_new(hp->n_layers, kvdim, cfg->kv_block_size, cfg->kv_blocks, &be->kv, err)) ||
-        (s = mn_pool_new(cfg->n_threads, &st->pool, err)))
+        (!cfg->pool && (s = mn_pool_new(cfg->n_threads, &st->pool, err))))
         goto fail;
+    st->own_pool = !cfg->pool;
+    if (cfg->pool) {
+        st->pool = cfg->pool;
+        be->cfg.n_threads = mn_pool_size(cfg->pool);
+        cfg = &be->cfg; /* the scratch below is sized for the shared pool's threads */
+    }
     int ok = 1;
     st->x = fbuf(T, hp->dim, &ok);
     st->xb = fbuf(T, hp->dim > hp->n_ff ? hp->dim : hp->n_ff, &ok);

@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "util/alloc.h"
 
@@ -87,10 +88,10 @@ static int by_prob_desc(const void *a, const void *b)
     return x->id - y->id;
 }
 
-int32_t mn_sampler_next(mn_sampler *s, const float *logits)
+/* Fill s->c with the nucleus, most probable first when top_p < 1: unnormalised weights; returns
+ * how many are kept and their sum in *mass. */
+static uint32_t nucleus(mn_sampler *s, const float *logits, double *mass)
 {
-    if (s->par.temperature <= 0.0f)
-        return mn_argmax(logits, s->n);
     float mx = logits[mn_argmax(logits, s->n)];
     double sum = 0.0;
     for (uint32_t i = 0; i < s->n; i++) {
@@ -109,6 +110,16 @@ int32_t mn_sampler_next(mn_sampler *s, const float *logits)
         }
         sum = acc;
     }
+    *mass = sum;
+    return keep;
+}
+
+int32_t mn_sampler_next(mn_sampler *s, const float *logits)
+{
+    if (s->par.temperature <= 0.0f)
+        return mn_argmax(logits, s->n);
+    double sum;
+    uint32_t keep = nucleus(s, logits, &sum);
     double r = mn_rng_uniform(&s->rng) * sum, acc = 0.0;
     for (uint32_t i = 0; i < keep; i++) {
         acc += s->c[i].p;
@@ -117,3 +128,20 @@ int32_t mn_sampler_next(mn_sampler *s, const float *logits)
     }
     return s->c[keep - 1].id;
 }
+
+void mn_sampler_probs(mn_sampler *s, const float *logits, float *p)
+{
+    memset(p, 0, (size_t)s->n * sizeof *p);
+    if (s->par.temperature <= 0.0f) {
+        p[mn_argmax(logits, s->n)] = 1.0f;
+        return;
+    }
+    double sum;
+    uint32_t keep = nucleus(s, logits, &sum);
+    for (uint32_t i = 0; i < keep; i++)
+        p[s->c[i].id] = (float)(s->c[i].p / sum);
+}
+
+bool mn_sampler_is_greedy(const mn_sampler *s) { return s->par.temperature <= 0.0f; }
+
+mn_rng *mn_sampler_rng(mn_sampler *s) { return &s->rng; }

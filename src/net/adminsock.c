@@ -4,8 +4,10 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <nanomsg/nn.h>
+#include <nanomsg/pubsub.h>
 #include <nanomsg/reqrep.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -64,42 +66,58 @@ static bool loopback_tcp(const char *addr)
     return false;
 }
 
-mn_status mn_adminsock_new(struct event_base *base, const char *addr, unsigned socket_mode, mn_adminsock_fn fn,
-                           void *owner, mn_adminsock **out, mn_err *err)
+/* A nanomsg socket of protocol proto bound to addr (ipc://PATH claimed and made socket_mode, or
+ * loopback tcp://); *ipc_path gets the path to unlink at close (NULL for tcp). */
+static mn_status nn_listen(int proto, const char *what, const char *addr, unsigned socket_mode, int *sock,
+                           char **ipc_path, mn_err *err)
 {
     bool ipc = !strncmp(addr, "ipc://", 6);
+    *sock = -1;
+    *ipc_path = NULL;
     if (!ipc && !loopback_tcp(addr))
-        return mn_fail(err, MN_INVALID, "--admin %s: use ipc://PATH or tcp://127.0.0.1:PORT (loopback only)", addr);
+        return mn_fail(err, MN_INVALID, "--%s %s: use ipc://PATH or tcp://127.0.0.1:PORT (loopback only)", what, addr);
     mn_status s;
     if (ipc && (s = mn_sockpath_claim(addr + 6, err)) != MN_OK)
         return s;
+    if ((*sock = nn_socket(AF_SP, proto)) < 0)
+        return mn_fail(err, MN_IO, "%s: nn_socket: %s", what, nn_strerror(nn_errno()));
+    mode_t old = umask(077); /* the ipc socket file is the owner's only, from its first moment */
+    int ep = nn_bind(*sock, addr);
+    int en = nn_errno();
+    umask(old);
+    if (ep < 0)
+        return mn_fail(err, MN_IO, "%s: cannot bind %s: %s", what, addr, nn_strerror(en));
+    if (ipc) {
+        if (!(*ipc_path = mn_strndup(addr + 6, strlen(addr + 6))))
+            return mn_fail(err, MN_NOMEM, "%s: out of memory", what);
+        if ((s = mn_sockpath_set_mode(*ipc_path, socket_mode, err)) != MN_OK)
+            return s;
+    }
+    return MN_OK;
+}
+
+static void nn_unlisten(int sock, char *ipc_path)
+{
+    if (sock >= 0)
+        nn_close(sock);
+    if (ipc_path)
+        unlink(ipc_path);
+    mn_free(ipc_path);
+}
+
+mn_status mn_adminsock_new(struct event_base *base, const char *addr, unsigned socket_mode, mn_adminsock_fn fn,
+                           void *owner, mn_adminsock **out, mn_err *err)
+{
     mn_adminsock *a = mn_calloc(1, sizeof *a);
     if (!a)
         return mn_fail(err, MN_NOMEM, "admin: out of memory");
     a->fn = fn;
     a->owner = owner;
-    if ((a->sock = nn_socket(AF_SP, NN_REP)) < 0) {
-        mn_free(a);
-        return mn_fail(err, MN_IO, "admin: nn_socket: %s", nn_strerror(nn_errno()));
-    }
-    mode_t old = umask(077); /* the ipc socket file is the owner's only, from its first moment */
-    int ep = nn_bind(a->sock, addr);
-    int en = nn_errno();
-    umask(old);
     int rcvfd;
     size_t sz = sizeof rcvfd;
-    if (ep < 0) {
-        s = mn_fail(err, MN_IO, "admin: cannot bind %s: %s", addr, nn_strerror(en));
+    mn_status s = nn_listen(NN_REP, "admin", addr, socket_mode, &a->sock, &a->ipc_path, err);
+    if (s != MN_OK)
         goto fail;
-    }
-    if (ipc) {
-        if (!(a->ipc_path = mn_strndup(addr + 6, strlen(addr + 6)))) {
-            s = mn_fail(err, MN_NOMEM, "admin: out of memory");
-            goto fail;
-        }
-        if ((s = mn_sockpath_set_mode(a->ipc_path, socket_mode, err)) != MN_OK)
-            goto fail;
-    }
     if (nn_getsockopt(a->sock, NN_SOL_SOCKET, NN_RCVFD, &rcvfd, &sz) < 0 ||
         !(a->ev = event_new(base, rcvfd, EV_READ | EV_PERSIST, on_readable, a)) || event_add(a->ev, NULL) < 0) {
         s = mn_fail(err, MN_IO, "admin: cannot watch the socket");
@@ -118,9 +136,40 @@ void mn_adminsock_free(mn_adminsock *a)
         return;
     if (a->ev)
         event_free(a->ev);
-    nn_close(a->sock);
-    if (a->ipc_path)
-        unlink(a->ipc_path);
-    mn_free(a->ipc_path);
+    nn_unlisten(a->sock, a->ipc_path);
     mn_free(a);
+}
+
+struct mn_pubsock {
+    int sock;
+    char *ipc_path;
+    uint64_t dropped;
+};
+
+mn_status mn_pubsock_new(const char *addr, unsigned socket_mode, mn_pubsock **out, mn_err *err)
+{
+    mn_pubsock *p = mn_calloc(1, sizeof *p);
+    if (!p)
+        return mn_fail(err, MN_NOMEM, "events: out of memory");
+    mn_status s = nn_listen(NN_PUB, "events", addr, socket_mode, &p->sock, &p->ipc_path, err);
+    if (s != MN_OK) {
+        mn_pubsock_free(p);
+        return s;
+    }
+    *out = p;
+    return MN_OK;
+}
+
+void mn_pubsock_publish(mn_pubsock *p, const char *line, size_t len)
+{
+    if (p && nn_send(p->sock, line, len, NN_DONTWAIT) < 0 && p->dropped++ == 0)
+        mn_log(MN_LOG_WARN, "events: cannot publish (%s); dropping events", nn_strerror(nn_errno()));
+}
+
+void mn_pubsock_free(mn_pubsock *p)
+{
+    if (!p)
+        return;
+    nn_unlisten(p->sock, p->ipc_path);
+    mn_free(p);
 }

@@ -1,4 +1,5 @@
-/* adminsock.h - the admin control socket's transport: nanomsg REP on ipc:// or loopback tcp://.
+/* adminsock.h - the nanomsg sockets: the admin control socket (REP) and the events socket (PUB), on
+ * ipc:// or loopback tcp://.
  *
  * Transport only: each message received goes to the owner's callback as bytes; the owner answers
  * with mn_adminsock_reply, possibly later (after asking the actors). REP allows one request at a
@@ -30,5 +31,13 @@ mn_status mn_adminsock_new(struct event_base *base, const char *addr, unsigned s
 /* Answer the message last received (copied), then receive again. */
 void mn_adminsock_reply(mn_adminsock *a, const char *reply, size_t len);
 void mn_adminsock_free(mn_adminsock *a);
+
+/* The events socket (--events): nanomsg PUB at the same kinds of address. Each publish is one
+ * message (a JSON line); subscribers that are slow or absent lose messages, never the server's
+ * time (NN_DONTWAIT; the first failure is logged). */
+typedef struct mn_pubsock mn_pubsock;
+mn_status mn_pubsock_new(const char *addr, unsigned socket_mode, mn_pubsock **out, mn_err *err);
+void mn_pubsock_publish(mn_pubsock *p, const char *line, size_t len);
+void mn_pubsock_free(mn_pubsock *p);
 
 #endif

@@ -103,7 +103,9 @@ static mn_status num_field(json_t *obj, const char *key, double lo, double hi, b
 
 static mn_status parse_request(json_t *o, uint32_t limit, mn_req_params *p, mn_proto_error *err)
 {
-    static const char *known[] = {"id", "prompt", "max_tokens", "temperature", "top_p", "seed", "stop", "stream"};
+    static const char *known[] = {"id",   "prompt", "max_tokens", "temperature", "top_p",
+                                  "seed", "stop",   "stream",     "speculate",   "spec",
+                                  "return_tokens"};
     const char *key;
     json_t *v;
     json_object_foreach(o, key, v) {
@@ -128,6 +130,24 @@ static mn_status parse_request(json_t *o, uint32_t limit, mn_req_params *p, mn_p
     json_t *stream = json_object_get(o, "stream");
     if (stream && !json_is_boolean(stream))
         return bad(err, MN_E_INVALID_REQUEST, "stream must be true or false");
+    json_t *return_tokens = json_object_get(o, "return_tokens");
+    if (return_tokens && !json_is_boolean(return_tokens))
+        return bad(err, MN_E_INVALID_REQUEST, "return_tokens must be true or false");
+    json_t *speculate = json_object_get(o, "speculate");
+    if (speculate && !json_is_boolean(speculate))
+        return bad(err, MN_E_INVALID_REQUEST, "speculate must be true or false");
+    double spec_max_len = 0;
+    json_t *spec = json_object_get(o, "spec");
+    if (spec) {
+        if (!json_is_object(spec))
+            return bad(err, MN_E_INVALID_REQUEST, "spec must be an object such as {\"max_len\": 4}");
+        json_object_foreach(spec, key, v)
+            if (strcmp(key, "max_len"))
+                return bad(err, MN_E_INVALID_REQUEST, "unknown field 'spec.%.*s'",
+                           (int)mn_utf8_complete_len(key, strnlen(key, 60)), key);
+        if (num_field(spec, "max_len", 0, MN_PROTO_MAX_SPEC_LEN, true, &spec_max_len, err))
+            return MN_INVALID;
+    }
     json_t *stop = json_object_get(o, "stop");
     if (stop && !json_is_array(stop))
         return bad(err, MN_E_INVALID_REQUEST, "stop must be a list of strings");
@@ -150,6 +170,9 @@ static mn_status parse_request(json_t *o, uint32_t limit, mn_req_params *p, mn_p
     p->top_p = (float)top_p;
     p->seed = (uint64_t)seed;
     p->stream = stream && json_is_true(stream);
+    p->speculate = !speculate || json_is_true(speculate);
+    p->return_tokens = return_tokens && json_is_true(return_tokens);
+    p->spec_max_len = spec && json_object_get(spec, "max_len") ? (uint32_t)spec_max_len : MN_PROTO_MAX_SPEC_LEN;
     json_array_foreach(stop, i, v) {
         p->stop[i] = mn_strndup(json_string_value(v), json_string_length(v));
         p->n_stop = (uint32_t)i + 1;
@@ -219,7 +242,7 @@ static char *dump_line(json_t *o, size_t *len)
 {
     char *s = NULL;
     if (o) {
-        char *j = json_dumps(o, JSON_COMPACT);
+        char *j = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6));
         json_decref(o);
         if (j) {
             size_t n = strlen(j);
@@ -260,14 +283,39 @@ char *mn_proto_delta(const char *id, const char *text, size_t text_len, size_t *
                      len);
 }
 
-char *mn_proto_done(const char *id, const char *text, size_t text_len, const char *finish_reason,
-                    uint32_t prompt_tokens, uint32_t completion_tokens, size_t *len)
+/* {"drafted":..,"accepted":..,"verifications":..,"mean_accepted_len":..,"voted":{name: n, ...}} */
+static json_t *spec_json(const mn_proto_spec *sp)
 {
-    return dump_line(json_pack("{s:o, s:b, s:o, s:s, s:{s:i, s:i}}", "id", utf8_json(id, strlen(id)), "done", 1,
-                               "text", utf8_json(text, text_len), "finish_reason", finish_reason, "usage",
-                               "prompt_tokens", (json_int_t)prompt_tokens, "completion_tokens",
-                               (json_int_t)completion_tokens),
-                     len);
+    json_t *voted = json_object();
+    for (uint32_t i = 0; voted && i < sp->n_drafters; i++)
+        json_object_set_new(voted, sp->names[i], json_integer(sp->voted[i]));
+    double mean = sp->verifications ? (double)sp->accepted / sp->verifications : 0.0;
+    return json_pack("{s:i, s:i, s:i, s:f, s:o}", "drafted", (json_int_t)sp->drafted, "accepted",
+                     (json_int_t)sp->accepted, "verifications", (json_int_t)sp->verifications, "mean_accepted_len",
+                     mean, "voted", voted);
+}
+
+char *mn_proto_done(const char *id, const char *text, size_t text_len, const char *finish_reason,
+                    uint32_t prompt_tokens, uint32_t completion_tokens, const mn_proto_spec *spec,
+                    const int32_t *tokens, size_t n_tokens, size_t *len)
+{
+    json_t *o = json_pack("{s:o, s:b, s:o, s:s, s:{s:i, s:i}}", "id", utf8_json(id, strlen(id)), "done", 1, "text",
+                          utf8_json(text, text_len), "finish_reason", finish_reason, "usage", "prompt_tokens",
+                          (json_int_t)prompt_tokens, "completion_tokens", (json_int_t)completion_tokens);
+    if (o && spec && json_object_set_new(o, "spec", spec_json(spec)) != 0) {
+        json_decref(o);
+        o = NULL;
+    }
+    if (o && tokens) {
+        json_t *ids = json_array();
+        for (size_t i = 0; ids && i < n_tokens; i++)
+            json_array_append_new(ids, json_integer(tokens[i]));
+        if (json_object_set_new(o, "tokens", ids) != 0) {
+            json_decref(o);
+            o = NULL;
+        }
+    }
+    return dump_line(o, len);
 }
 
 char *mn_proto_error_line(const char *id, mn_errcode code, const char *message, size_t *len)

@@ -30,6 +30,7 @@ const char *mn_errcode_name(mn_errcode code);
 #define MN_PROTO_MAX_STOP 8      /* stop strings per request */
 #define MN_PROTO_MAX_STOP_LEN 64 /* bytes per stop string */
 #define MN_PROTO_MAX_ID_LEN 128  /* bytes per id */
+#define MN_PROTO_MAX_SPEC_LEN 16 /* the longest draft a request may allow (spec.max_len) */
 
 typedef struct mn_req_params {
     char *id;                    /* owned, NUL-terminated */
@@ -40,6 +41,9 @@ typedef struct mn_req_params {
     float top_p;                 /* (0, 1] (default 1) */
     uint64_t seed;               /* default 0 */
     bool stream;                 /* delta lines (default false) */
+    bool speculate;              /* may the server draft for it (default true) */
+    uint32_t spec_max_len;       /* spec.max_len: its longest draft, 0..16 (default 16: the server's) */
+    bool return_tokens;          /* the done line lists the generated token ids (default false) */
     char *stop[MN_PROTO_MAX_STOP];  /* owned */
     uint32_t n_stop;
 } mn_req_params;
@@ -74,8 +78,19 @@ void mn_line_free(mn_line *l);
  * what is not valid UTF-8 in id, text or message is sent as U+FFFD (see mn_utf8_sanitize), so that
  * every request gets its answer. */
 char *mn_proto_delta(const char *id, const char *text, size_t text_len, size_t *len);
+/* What speculation did for one request: the done line's "spec" object. accepted counts accepted
+ * draft tokens (not the target's own token); mean_accepted_len = accepted / verifications. */
+typedef struct mn_proto_spec {
+    uint32_t drafted, accepted, verifications;
+    uint32_t n_drafters;
+    const char *const *names;    /* [n_drafters] */
+    const uint32_t *voted;       /* [n_drafters]: verifications whose draft was this drafter's */
+} mn_proto_spec;
+
+/* The done line; spec (NULL: none) adds "spec", tokens (NULL: none) adds "tokens": [ids...]. */
 char *mn_proto_done(const char *id, const char *text, size_t text_len, const char *finish_reason,
-                    uint32_t prompt_tokens, uint32_t completion_tokens, size_t *len);
+                    uint32_t prompt_tokens, uint32_t completion_tokens, const mn_proto_spec *spec,
+                    const int32_t *tokens, size_t n_tokens, size_t *len);
 char *mn_proto_error_line(const char *id, mn_errcode code, const char *message, size_t *len);
 
 /* Length of the longest prefix of s that does not end inside an incomplete UTF-8 sequence (invalid

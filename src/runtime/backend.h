@@ -51,6 +51,9 @@ typedef struct mn_backend_config {
     uint32_t kv_block_size;  /* tokens per KV block */
     uint32_t kv_blocks;      /* blocks in the KV pool */
     mn_backend_kind kind;    /* which implementation (runtime/registry.h picks it) */
+    struct mn_pool *pool;    /* CPU: compute threads shared with other backends (borrowed; n_threads
+                              * is then its size), so that a target and its drafts, driven one
+                              * after the other by one worker, never compete for cores; NULL: own */
 } mn_backend_config;
 
 typedef struct mn_backend mn_backend;

@@ -5,8 +5,9 @@
  * re-enters the submitting actor's loop as an ordinary message. Jobs run one at a time in submission
  * order. The job is owned by the worker from submit until the post, then by the receiving actor.
  * The queue is bounded: at most `capacity` jobs may be submitted and not yet completed; past that
- * mn_worker_submit refuses with MN_BUSY and the job stays the caller's. Each backend gets its own
- * worker, so a draft model's jobs run beside the target's instead of behind them.
+ * mn_worker_submit refuses with MN_BUSY and the job stays the caller's. minionsd runs the target's
+ * and the drafts' jobs on one worker (they share the CPU's cores; see docs/architecture.md); a
+ * worker per backend lets jobs run side by side where the hardware allows.
  *
  * Thread: mn_worker_submit from any thread (lock-free queue + a semaphore); new/free from the owner.
  */

@@ -1,0 +1,245 @@
+/* drafter.c - the drafter actors (see drafter.h).
+ *
+ * Invariants: at most one round is held (the verifier has one out); while a model drafter's job is
+ * in flight nobody else touches the round's requests; after a job every request of the round either
+ * has a proposal made at its current length (prop_at == toks.n) or none (prop_len == 0). */
+#include "actors/drafter.h"
+
+#include <string.h>
+
+#include "model/sampler.h"
+#include "spec/ngram.h"
+#include "util/alloc.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+typedef struct draft_job {
+    mn_job job;              /* MN_MSG_DRAFT_DONE back to the drafter */
+    mn_backend *be;
+    mn_round_part *part;     /* the round being drafted */
+    mn_req **live;           /* [max_batch] requests this drafter proposes for */
+    uint32_t *cap;           /* [max_batch] their draft lengths */
+    mn_batch_seq *seqs;      /* [max_batch] one pass */
+    uint32_t *who;           /* [max_batch] index into live of each pass entry */
+    float *logits;           /* [max_batch][n_vocab] */
+    mn_status st;
+    mn_err err;
+} draft_job;
+
+struct mn_drafter {
+    mn_drafter_config cfg;
+    draft_job job;
+};
+
+mn_status mn_drafter_check_vocab(const mn_model *target, const mn_model *draft, mn_err *err)
+{
+    const mn_tokenizer *a = target->tok, *b = draft->tok;
+    if (target->hp.n_vocab != draft->hp.n_vocab)
+        return mn_fail(err, MN_INVALID, "the draft %s has %u tokens, the target %s %u: they must share a vocabulary",
+                       draft->name, draft->hp.n_vocab, target->name, target->hp.n_vocab);
+    for (uint32_t id = 0; id < target->hp.n_vocab; id++) {
+        size_t na, nb;
+        const char *pa = mn_tok_piece(a, (int32_t)id, &na), *pb = mn_tok_piece(b, (int32_t)id, &nb);
+        if (na != nb || memcmp(pa, pb, na) || mn_tok_is_control(a, (int32_t)id) != mn_tok_is_control(b, (int32_t)id))
+            return mn_fail(err, MN_INVALID, "the draft %s does not share the target %s's vocabulary: token %u is '%.*s', not '%.*s'",
+                           draft->name, target->name, id, (int)(nb > 40 ? 40 : nb), pb, (int)(na > 40 ? 40 : na), pa);
+    }
+    if (mn_tok_eos(a) != mn_tok_eos(b) || mn_tok_bos(a) != mn_tok_bos(b))
+        return mn_fail(err, MN_INVALID, "the draft %s has bos/eos %d/%d, the target %s %d/%d", draft->name,
+                       mn_tok_bos(b), mn_tok_eos(b), target->name, mn_tok_bos(a), mn_tok_eos(a));
+    return MN_OK;
+}
+
+/* Tokens the drafter may propose for r: the round's cap, within its own context (it feeds
+ * positions up to toks.n + cap - 2). */
+static uint32_t own_cap(const mn_backend *be, const mn_req *r)
+{
+    uint32_t n = (uint32_t)r->toks.n, ctx = be->model->hp.n_ctx, cap = r->spec.cap;
+    if (n >= ctx)
+        return 0;
+    return cap < ctx - n ? cap : ctx - n;
+}
+
+/* Drop what the drafter fed itself past the prefix the target kept. Always leave the last known
+ * token to feed again: its logits give the first draft token. Blocks stay reserved (kvmem reserved
+ * the request's whole length), so rollback is a length. */
+static void roll_back(mn_req_draft *x, const mn_req *r)
+{
+    uint32_t limit = (uint32_t)r->toks.n - 1, keep = x->prop_at;
+    if (x->kv.len < limit)
+        limit = x->kv.len;
+    if (keep > limit)
+        keep = limit;
+    while (keep < limit && x->prop[keep - x->prop_at] == r->toks.ids[keep])
+        keep++;
+    x->kv.len = keep;
+}
+
+/* On the worker: catch every request up, then draft cap tokens, one pass per position. */
+static mn_status draft_passes(draft_job *j, uint32_t n_live, uint32_t index)
+{
+    mn_backend *be = j->be;
+    uint32_t n_vocab = be->model->hp.n_vocab, max_cap = 0;
+    for (uint32_t i = 0; i < n_live; i++)
+        max_cap = j->cap[i] > max_cap ? j->cap[i] : max_cap;
+    for (;;) { /* catch-up: passes within the backend's token budget, every sequence unpadded */
+        uint32_t budget = be->cfg.max_tokens, nb = 0;
+        for (uint32_t i = 0; i < n_live && budget > 0; i++) {
+            mn_req *r = j->live[i];
+            mn_req_draft *x = &r->spec.d[index];
+            uint32_t behind = (uint32_t)r->toks.n - x->kv.len;
+            if (!behind)
+                continue;
+            uint32_t take = behind < budget ? behind : budget;
+            budget -= take;
+            j->seqs[nb] = (mn_batch_seq){.kv = &x->kv, .tokens = r->toks.ids + x->kv.len, .n_tokens = take};
+            j->who[nb++] = i;
+        }
+        if (!nb)
+            break;
+        mn_status st = mn_backend_forward(be, &(mn_batch){j->seqs, nb}, j->logits, &j->err);
+        if (st != MN_OK)
+            return st;
+        for (uint32_t b = 0; b < nb; b++) {
+            mn_req *r = j->live[j->who[b]];
+            mn_req_draft *x = &r->spec.d[index];
+            if (x->kv.len == r->toks.n)
+                x->prop[0] = mn_argmax(j->logits + (size_t)b * n_vocab, n_vocab);
+        }
+    }
+    for (uint32_t pos = 1; pos < max_cap; pos++) {
+        uint32_t nb = 0;
+        for (uint32_t i = 0; i < n_live; i++) {
+            mn_req_draft *x = &j->live[i]->spec.d[index];
+            if (j->cap[i] > pos) {
+                j->seqs[nb] = (mn_batch_seq){.kv = &x->kv, .tokens = &x->prop[pos - 1], .n_tokens = 1};
+                j->who[nb++] = i;
+            }
+        }
+        mn_status st = mn_backend_forward(be, &(mn_batch){j->seqs, nb}, j->logits, &j->err);
+        if (st != MN_OK)
+            return st;
+        for (uint32_t b = 0; b < nb; b++)
+            j->live[j->who[b]]->spec.d[index].prop[pos] = mn_argmax(j->logits + (size_t)b * n_vocab, n_vocab);
+    }
+    return MN_OK;
+}
+
+static void draft_run(mn_job *job)
+{
+    draft_job *j = (draft_job *)job;
+    mn_round *round = j->part->round;
+    uint32_t index = j->part->drafter, n_live = 0;
+    double t0 = mn_now();
+    for (uint32_t k = 0; k < round->n; k++) {
+        mn_req *r = round->reqs[k];
+        mn_req_draft *x = &r->spec.d[index];
+        uint32_t cap = own_cap(j->be, r);
+        x->prop_len = 0;
+        if (!cap)
+            continue;
+        roll_back(x, r);
+        j->cap[n_live] = cap;
+        j->live[n_live++] = r;
+    }
+    j->st = draft_passes(j, n_live, index);
+    for (uint32_t i = 0; i < n_live; i++) {
+        mn_req_draft *x = &j->live[i]->spec.d[index];
+        if (j->st == MN_OK) {
+            x->prop_len = j->cap[i];
+            x->prop_at = (uint32_t)j->live[i]->toks.n;
+        } else {
+            x->kv.len = 0; /* unknown after a failed pass: recompute from the start next time */
+        }
+    }
+    j->part->seconds = mn_now() - t0;
+}
+
+/* The n-gram drafter needs no model: propose on the loop thread. */
+static void propose_ngram(mn_drafter *d, mn_round_part *part)
+{
+    double t0 = mn_now();
+    mn_round *round = part->round;
+    for (uint32_t k = 0; k < round->n; k++) {
+        mn_req *r = round->reqs[k];
+        mn_req_draft *x = &r->spec.d[d->cfg.index];
+        x->prop_at = (uint32_t)r->toks.n;
+        x->prop_len = mn_ngram_propose(r->toks.ids, (uint32_t)r->toks.n, MN_NGRAM_MIN_N_DEFAULT,
+                                       MN_NGRAM_MAX_N_DEFAULT, r->spec.cap, x->prop);
+    }
+    part->seconds = mn_now() - t0;
+}
+
+static void proposed(mn_drafter *d, mn_round_part *part)
+{
+    part->msg.type = MN_MSG_PROPOSED;
+    mn_mailbox_post(d->cfg.addr->voter, &part->msg);
+}
+
+mn_status mn_drafter_new(const mn_drafter_config *cfg, mn_drafter **out, mn_err *err)
+{
+    mn_drafter *d = mn_calloc(1, sizeof *d);
+    if (!d)
+        return mn_fail(err, MN_NOMEM, "drafter: out of memory");
+    d->cfg = *cfg;
+    if (cfg->be) {
+        uint32_t n = cfg->max_batch;
+        draft_job *j = &d->job;
+        j->be = cfg->be;
+        j->live = mn_calloc(n, sizeof *j->live);
+        j->cap = mn_calloc(n, sizeof *j->cap);
+        j->seqs = mn_calloc(n, sizeof *j->seqs);
+        j->who = mn_calloc(n, sizeof *j->who);
+        j->logits = mn_calloc((size_t)n * cfg->be->model->hp.n_vocab, sizeof *j->logits);
+        if (!j->live || !j->cap || !j->seqs || !j->who || !j->logits) {
+            mn_drafter_free(d);
+            return mn_fail(err, MN_NOMEM, "drafter: out of memory for %u sequences", n);
+        }
+        j->job.run = draft_run;
+        j->job.msg.type = MN_MSG_DRAFT_DONE;
+        j->job.reply_to = cfg->self;
+    }
+    *out = d;
+    return MN_OK;
+}
+
+void mn_drafter_free(mn_drafter *d)
+{
+    if (!d)
+        return;
+    mn_free(d->job.live);
+    mn_free(d->job.cap);
+    mn_free(d->job.seqs);
+    mn_free(d->job.who);
+    mn_free(d->job.logits);
+    mn_free(d);
+}
+
+void mn_drafter_handle(void *drafter, mn_msg *m)
+{
+    mn_drafter *d = drafter;
+    switch ((mn_msg_type)m->type) {
+    case MN_MSG_DRAFT: {
+        mn_round_part *part = (mn_round_part *)m;
+        if (!d->cfg.be) {
+            propose_ngram(d, part);
+            return proposed(d, part);
+        }
+        d->job.part = part;
+        if (mn_worker_submit(d->cfg.worker, &d->job.job) != MN_OK) { /* sized for every drafter: a bug */
+            mn_log(MN_LOG_ERROR, "drafter %u: the compute worker refused the job", d->cfg.index);
+            for (uint32_t k = 0; k < part->round->n; k++)
+                part->round->reqs[k]->spec.d[d->cfg.index].prop_len = 0;
+            proposed(d, part);
+        }
+        break;
+    }
+    case MN_MSG_DRAFT_DONE:
+        if (d->job.st != MN_OK)
+            mn_log(MN_LOG_ERROR, "drafter %u: draft pass failed: %s", d->cfg.index, d->job.err.msg);
+        proposed(d, d->job.part);
+        break;
+    default:
+        mn_log(MN_LOG_ERROR, "drafter: unexpected message %u", m->type);
+    }
+}

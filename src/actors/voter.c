@@ -1,0 +1,252 @@
+/* voter.c - the voter actor (see voter.h).
+ *
+ * Invariants: at most one round is out (the verifier's); pending counts its parts still with
+ * drafters; a request's spec.unjudged is true from its vote until the voter judges it. */
+#include "actors/voter.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "net/proto.h"
+#include "spec/vote.h"
+#include "util/alloc.h"
+#include "util/log.h"
+
+struct mn_voter {
+    mn_voter_config cfg;
+    mn_weights global;
+    bool enabled[MN_MAX_DRAFTERS];
+    mn_drafter_stats st[MN_MAX_DRAFTERS]; /* counters; weight, acr, enabled filled at stats time */
+    mn_vote_node nodes[1 + MN_MAX_DRAFTERS * MN_SPEC_MAX_LEN];
+};
+
+static const char *const mode_names[] = {"sequence", "global", "fixed"};
+
+const char *mn_weights_mode_name(mn_weights_mode m) { return mode_names[m]; }
+
+int mn_weights_mode_parse(const char *name)
+{
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(name, mode_names[i]))
+            return i;
+    return -1;
+}
+
+mn_status mn_voter_new(const mn_voter_config *cfg, mn_voter **out, mn_err *err)
+{
+    mn_voter *v = mn_calloc(1, sizeof *v);
+    if (!v)
+        return mn_fail(err, MN_NOMEM, "voter: out of memory");
+    v->cfg = *cfg;
+    mn_status st = mn_weights_init(&v->global, cfg->n_drafters, &cfg->params, err);
+    if (st != MN_OK) {
+        mn_free(v);
+        return st;
+    }
+    for (uint32_t i = 0; i < cfg->n_drafters; i++)
+        v->enabled[i] = true;
+    *out = v;
+    return MN_OK;
+}
+
+void mn_voter_free(mn_voter *v) { mn_free(v); }
+
+/* The proposals of r's drafters made at length `at` (others count as empty). */
+static void proposals_at(const mn_voter *v, const mn_req *r, uint32_t at, const int32_t **drafts, uint32_t *lens)
+{
+    for (uint32_t i = 0; i < v->cfg.n_drafters; i++) {
+        const mn_req_draft *x = &r->spec.d[i];
+        bool fresh = x->prop_at == at && x->prop_len > 0;
+        drafts[i] = fresh ? x->prop : NULL;
+        lens[i] = fresh ? x->prop_len : 0;
+    }
+}
+
+static void publish_weight(mn_voter *v, uint32_t i, mn_weights_verdict verdict)
+{
+    mn_log(MN_LOG_DEBUG, "voter: %s %s, weight %.3f", v->cfg.names[i],
+           verdict == MN_WEIGHTS_REWARD ? "rewarded" : "punished", v->global.w[i]);
+    if (!v->cfg.on_event)
+        return;
+    char line[256];
+    snprintf(line, sizeof line, "{\"event\":\"weight\",\"drafter\":\"%s\",\"weight\":%.6g,\"acr\":%.4f,\"verdict\":\"%s\"}",
+             v->cfg.names[i], v->global.w[i], mn_weights_acr(&v->global, i),
+             verdict == MN_WEIGHTS_REWARD ? "reward" : "punish");
+    v->cfg.on_event(v->cfg.owner, line);
+}
+
+/* One line per finished request: what speculation did for it. */
+static void publish_summary(mn_voter *v, const mn_req *r)
+{
+    if (!v->cfg.on_event)
+        return;
+    json_t *voted = json_object();
+    for (uint32_t i = 0; voted && i < v->cfg.n_drafters; i++)
+        json_object_set_new(voted, v->cfg.names[i], json_integer(r->spec.voted_n[i]));
+    size_t n;
+    char *id = mn_utf8_sanitize(r->p.id, strlen(r->p.id), &n);
+    json_t *o = json_pack("{s:s, s:s%, s:s, s:i, s:i, s:i, s:i, s:o}", "event", "request", "id", id ? id : "", id ? n : 0,
+                          "finish", r->finish ? r->finish : (r->failed ? "error" : "stop"), "tokens", (json_int_t)r->n_gen,
+                          "drafted", (json_int_t)r->spec.drafted, "accepted", (json_int_t)r->spec.accepted,
+                          "verifications", (json_int_t)r->spec.verifications, "voted", voted);
+    char *line = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    if (line)
+        v->cfg.on_event(v->cfg.owner, line);
+    free(line);
+    json_decref(o);
+    mn_free(id);
+}
+
+/* The target has verified r's last vote: judge every drafter on its own proposal. */
+static void judge(mn_voter *v, mn_req *r)
+{
+    if (!r->spec.unjudged)
+        return;
+    r->spec.unjudged = false;
+    uint32_t at = r->spec.voted_at;
+    if (r->toks.n <= at)
+        return; /* never verified (it ended first): nothing to learn */
+    const int32_t *drafts[MN_MAX_DRAFTERS];
+    uint32_t lens[MN_MAX_DRAFTERS];
+    proposals_at(v, r, at, drafts, lens);
+    const int32_t *kept = r->toks.ids + at;
+    uint32_t n_kept = (uint32_t)r->toks.n - at;
+    for (uint32_t i = 0; i < v->cfg.n_drafters; i++) {
+        if (!lens[i])
+            continue;
+        uint32_t agree = 0;
+        while (agree < lens[i] && agree < n_kept && drafts[i][agree] == kept[agree])
+            agree++;
+        v->st[i].proposed += lens[i];
+        v->st[i].agreed += agree;
+    }
+    mn_weights_verdict verdicts[MN_MAX_DRAFTERS];
+    mn_weights_learn(&r->spec.w, drafts, lens, kept, n_kept, NULL);
+    mn_weights_learn(&v->global, drafts, lens, kept, n_kept, verdicts);
+    for (uint32_t i = 0; i < v->cfg.n_drafters; i++)
+        if (verdicts[i] == MN_WEIGHTS_REWARD || verdicts[i] == MN_WEIGHTS_PUNISH)
+            publish_weight(v, i, verdicts[i]);
+}
+
+static void vote(mn_voter *v, mn_req *r)
+{
+    static const float ones[MN_MAX_DRAFTERS] = {1, 1, 1, 1, 1, 1, 1, 1};
+    uint32_t at = (uint32_t)r->toks.n;
+    const int32_t *drafts[MN_MAX_DRAFTERS];
+    uint32_t lens[MN_MAX_DRAFTERS];
+    proposals_at(v, r, at, drafts, lens);
+    const float *w = v->cfg.mode == MN_WEIGHTS_FIXED    ? ones
+                     : v->cfg.mode == MN_WEIGHTS_GLOBAL ? v->global.w
+                                                        : r->spec.w.w;
+    mn_vote_result res;
+    mn_err err;
+    if (mn_vote(drafts, lens, w, v->cfg.n_drafters, v->nodes, sizeof v->nodes / sizeof *v->nodes, &res, &err) != MN_OK) {
+        mn_log(MN_LOG_ERROR, "voter: %s", err.msg); /* the scratch is sized for the worst case: a bug */
+        res.len = 0;
+    }
+    uint32_t n = res.len < r->spec.cap ? res.len : r->spec.cap;
+    if (n)
+        memcpy(r->spec.vtoks + 1, res.tokens, n * sizeof *res.tokens);
+    r->spec.n_draft = n;
+    r->spec.voted = n ? res.drafter : MN_VOTE_NONE;
+    r->spec.unjudged = true;
+    r->spec.voted_at = at;
+    if (n)
+        v->st[res.drafter].voted++;
+}
+
+/* Every part is back: vote for each request and return the round. */
+static void voted(mn_voter *v, mn_round *round)
+{
+    for (uint32_t k = 0; k < round->n; k++)
+        vote(v, round->reqs[k]);
+    round->msg.type = MN_MSG_VOTED;
+    mn_mailbox_post(v->cfg.addr->verifier, &round->msg);
+}
+
+static void round_in(mn_voter *v, mn_round *round)
+{
+    for (uint32_t k = 0; k < round->n; k++) {
+        mn_req *r = round->reqs[k];
+        judge(v, r);
+        if (!r->spec.w.n_drafters) /* its first round: start from what the pool has learned */
+            mn_weights_init_from(&r->spec.w, &v->global);
+    }
+    round->pending = 1; /* held until every part is out, so an answer cannot finish the round early */
+    for (uint32_t i = 0; i < v->cfg.n_drafters; i++) {
+        if (!v->enabled[i])
+            continue;
+        round->pending++;
+        v->st[i].rounds++;
+        round->part[i] = (mn_round_part){.msg.type = MN_MSG_DRAFT, .round = round, .drafter = i};
+        mn_mailbox_post(v->cfg.addr->drafters[i], &round->part[i].msg);
+    }
+    if (!--round->pending) /* a disabled drafter's old proposals are stale (prop_at): no vote */
+        voted(v, round);
+}
+
+static void part_in(mn_voter *v, mn_round_part *part)
+{
+    mn_round *round = part->round;
+    v->st[part->drafter].seconds += part->seconds;
+    if (!--round->pending)
+        voted(v, round);
+}
+
+static void set(mn_voter *v, mn_setting *s)
+{
+    mn_err err;
+    if (s->key == MN_SET_VOTER) {
+        if (mn_weights_set_params(&v->global, &s->params, &err) == MN_OK) {
+            v->cfg.params = s->params;
+            v->cfg.mode = (mn_weights_mode)s->value;
+        } else {
+            mn_log(MN_LOG_ERROR, "voter: %s", err.msg); /* the admin checked: a bug */
+        }
+    } else if (s->key == MN_SET_DRAFTER && s->index < v->cfg.n_drafters) {
+        v->enabled[s->index] = s->value != 0;
+    }
+    mn_free(s);
+}
+
+static void stats(mn_voter *v, mn_stats_part *q)
+{
+    q->stats->voter.weights_mode = mn_weights_mode_name(v->cfg.mode);
+    for (uint32_t i = 0; i < v->cfg.n_drafters; i++) {
+        mn_drafter_stats *d = &q->stats->voter.drafter[i];
+        *d = v->st[i];
+        d->enabled = v->enabled[i];
+        d->weight = v->global.w[i];
+        d->acr = mn_weights_acr(&v->global, i);
+    }
+    mn_mailbox_post(q->reply_to, &q->msg);
+}
+
+void mn_voter_handle(void *voter, mn_msg *m)
+{
+    mn_voter *v = voter;
+    switch ((mn_msg_type)m->type) {
+    case MN_MSG_DRAFT:
+        round_in(v, (mn_round *)m);
+        break;
+    case MN_MSG_PROPOSED:
+        part_in(v, (mn_round_part *)m);
+        break;
+    case MN_MSG_RELEASE: /* on its way from the verifier to kvmem: judge its last vote first */
+        judge(v, (mn_req *)m);
+        if (((mn_req *)m)->state == MN_REQ_FINISHED)
+            publish_summary(v, (mn_req *)m);
+        mn_mailbox_post(v->cfg.addr->kvmem, m);
+        break;
+    case MN_MSG_SET:
+        set(v, (mn_setting *)m);
+        break;
+    case MN_MSG_STATS:
+        stats(v, (mn_stats_part *)m);
+        break;
+    default:
+        mn_log(MN_LOG_ERROR, "voter: unexpected message %u", m->type);
+    }
+}

@@ -1,0 +1,51 @@
+/* voter.h - the voter actor: fans a round out to the drafters, merges their proposals by weighted
+ * majority (spec/vote.h) and learns each drafter's weight from the target's verdicts
+ * (spec/weights.h).
+ *
+ * A round (MN_MSG_DRAFT from the verifier) goes to every enabled drafter as a part; when the last
+ * part is back, each request's proposals made at its current length form a token tree, and the
+ * heaviest path, by the weights spec.weights selects, becomes its draft (spec.vtoks[1..], n_draft,
+ * voted); the round goes back to the verifier (MN_MSG_VOTED). Drafters are listed in command-line
+ * order, which is the tie-break order.
+ *
+ * Learning: a vote is judged when the request next comes through the voter, i.e. at its next round
+ * or when the verifier hands it back (MN_MSG_RELEASE passes through here on its way to kvmem), so
+ * every vote is judged exactly once, after its verification, while the request is alive. Every
+ * drafter that proposed is judged on its own proposal (its agreeing prefix with the tokens the
+ * target kept), in the sequence's weights and in the global ones. Each reward or punishment of a
+ * global weight, and each finished request's speculation summary, goes to on_event (the engine
+ * publishes it on the --events socket) and to the debug log.
+ *
+ * Messages in: DRAFT (mn_round), PROPOSED (mn_round_part), RELEASE (mn_req), SET, STATS. Out: DRAFT
+ * parts to the drafters, VOTED to the verifier, RELEASE to kvmem.
+ * Thread: the engine's loop.
+ */
+#ifndef MN_VOTER_H
+#define MN_VOTER_H
+
+#include "actors/msg.h"
+#include "actors/request.h"
+
+typedef void (*mn_voter_event_fn)(void *owner, const char *json_line);
+
+typedef struct mn_voter_config {
+    uint32_t n_drafters;         /* 1..MN_MAX_DRAFTERS */
+    const char *const *names;    /* borrowed: [n_drafters] */
+    mn_weights_params params;    /* the weight rule */
+    mn_weights_mode mode;        /* spec.weights */
+    mn_voter_event_fn on_event;  /* an event as a JSON object (no newline); may be NULL */
+    void *owner;
+    const mn_addr *addr;         /* borrowed */
+} mn_voter_config;
+
+typedef struct mn_voter mn_voter;
+
+mn_status mn_voter_new(const mn_voter_config *cfg, mn_voter **out, mn_err *err);
+void mn_voter_handle(void *voter, mn_msg *m);
+void mn_voter_free(mn_voter *v);
+
+const char *mn_weights_mode_name(mn_weights_mode m);
+/* "sequence", "global", "fixed" -> mode; -1 when unknown. */
+int mn_weights_mode_parse(const char *name);
+
+#endif
