@@ -1,0 +1,74 @@
+/* serverutil.h - what the minionsd end-to-end tests share: start and stop a daemon, talk to it over
+ * its sockets and its admin socket, and minions-generate's reference texts. Criterion assertions
+ * end the calling test on failure. Needs $MINIONS_BIN_DIR and $MINIONS_SRCDIR. */
+#ifndef MN_TEST_SERVERUTIL_H
+#define MN_TEST_SERVERUTIL_H
+
+#include <jansson.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+
+#include "cli/client.h"
+
+extern rlim_t g_nofile; /* when set, the next daemon runs with this many file descriptors at most */
+
+typedef struct server {
+    pid_t pid;
+    char dir[64];
+    char tcp[64];      /* 127.0.0.1:PORT */
+    char unix_path[128];
+    char admin[160];   /* ipc://... */
+} server;
+
+/* A client plus the replies read while waiting for another id. */
+typedef struct tconn {
+    mn_client c;
+    json_t *stash; /* array of replies not yet consumed */
+} tconn;
+
+const char *env_or(const char *name, const char *dflt);
+const char *model_path(void);
+void server_start(server *s, const char *const *extra);
+
+/* Wait for the daemon to exit; returns its exit status (-1: killed after timeout_s, or a signal). */
+int server_wait(server *s, int timeout_s);
+void server_stop(server *s);
+
+/* One admin command; the parsed reply (caller decrefs). */
+json_t *admin(server *s, const char *cmd);
+
+/* stats.group.key, or stats.group when key is NULL */
+json_int_t stat_of(json_t *stats, const char *group, const char *key);
+void connect_to(const char *addr, tconn *t);
+void tconn_close(tconn *t);
+void send_line(tconn *t, const char *line);
+void send_request(tconn *c, const char *id, const char *prompt, int max_tokens, double temperature, int stream);
+
+/* The next reply line from the socket (the stash is not consulted). */
+json_t *read_reply(tconn *t);
+
+/* The next reply for id: from the stash, else from the socket (stashing other ids' replies). */
+json_t *next_for(tconn *t, const char *id);
+
+/* Read until the done or error line of `id`; the deltas read here must be the done text's tail
+ * (all of it when none were read before). */
+json_t *await(tconn *c, const char *id);
+
+/* minions-generate's greedy continuation of prompt. */
+char *generate(const char *prompt, int n);
+
+/* The first prompts of each bundled prompt set. */
+int load_prompts(char **out, int per_set);
+
+/* Two prompts of each set and minions-generate's greedy continuation of each. */
+int load_references(char **prompts, char **want, int max_tokens);
+
+/* Every KV block free (target and drafts) and no request in flight, within 10 s; else the test fails. */
+void wait_idle(server *s);
+
+/* Clients that stop reading cannot hold the KV pool: 16 streaming clients that never read fill a
+ * pool sized for exactly them; a reading client is still served (a paused request is preempted);
+ * then all 16 read at once and their texts equal minions-generate's. extra: more daemon options. */
+void check_paused_preemption(const char *const *extra);
+
+#endif

@@ -1,0 +1,575 @@
+/* test_speculate.c - collective speculative decoding in minionsd, end to end: the real daemon with
+ * the bundled drafts and the n-gram drafter, over real sockets.
+ *
+ * Lossless greedy: the text equals minions-generate's (plain decoding) for each drafter alone, the
+ * n-gram drafter, and the vote of all, at several draft lengths; under 32 concurrent clients; with
+ * paused requests preempted and recomputed. Lossless sampling: a chi-square test of the second
+ * generated token against the target's exact marginal distribution, and of tokens 3..5 against
+ * the daemon's own plain sampling, with a deliberately wrong acceptance rule shown to fail the first.
+ * Bad drafts are refused at start-up with a clear message. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <nanomsg/nn.h>
+#include <nanomsg/pubsub.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "model/model.h"
+#include "model/sampler.h"
+#include "runtime/registry.h"
+#include "serverutil.h"
+
+static const char *model_file(const char *name)
+{
+    static char path[4][1024];
+    static int k;
+    char *p = path[k++ % 4];
+    snprintf(p, 1024, "%s/models/%s", env_or("MINIONS_SRCDIR", "."), name);
+    return p;
+}
+
+static const char *const drafter_names[] = {"draft-kjv", "draft-web", "draft-devil", "ngram"};
+
+static void start_with_drafts(server *s, const char *spec_length)
+{
+    server_start(s, (const char *[]){"--draft", model_file("draft-kjv.gguf"), "--draft", model_file("draft-web.gguf"),
+                                     "--draft", model_file("draft-devil.gguf"), "--draft", "ngram", "--spec-length",
+                                     spec_length, NULL});
+}
+
+static void admin_ok(server *s, const char *cmd)
+{
+    json_t *r = admin(s, cmd);
+    cr_assert(json_is_true(json_object_get(r, "ok")), "%s: %s", cmd, json_dumps(r, 0));
+    json_decref(r);
+}
+
+static void enable_only(server *s, int which /* -1: all */)
+{
+    for (int i = 0; i < 4; i++) {
+        char cmd[160];
+        snprintf(cmd, sizeof cmd, "{\"cmd\":\"set\",\"key\":\"drafter.%s.enabled\",\"value\":%s}", drafter_names[i],
+                 which < 0 || which == i ? "true" : "false");
+        admin_ok(s, cmd);
+    }
+}
+
+/* Each drafter alone, then the vote of all four, at different draft lengths: every greedy text is
+ * minions-generate's, and only enabled drafters are voted. */
+Test(speculate, each_drafter_and_the_vote_equal_plain_greedy, .timeout = 600)
+{
+    enum { TOKENS = 48 };
+    char *prompts[6], *want[6];
+    int n = load_references(prompts, want, TOKENS);
+    server s;
+    start_with_drafts(&s, "4");
+    tconn c;
+    connect_to(s.tcp, &c);
+    static const int lengths[] = {1, 3, 5, 8, 16};
+    for (int cfg = 0; cfg < 5; cfg++) {
+        int only = cfg < 4 ? cfg : -1;
+        enable_only(&s, only);
+        char cmd[96];
+        snprintf(cmd, sizeof cmd, "{\"cmd\":\"set\",\"key\":\"spec.length\",\"value\":%d}", lengths[cfg]);
+        admin_ok(&s, cmd);
+        for (int i = 0; i < n; i++) {
+            char id[16];
+            snprintf(id, sizeof id, "c%dp%d", cfg, i);
+            send_request(&c, id, prompts[i], TOKENS, 0, i % 2);
+        }
+        long drafted = 0, accepted = 0;
+        for (int i = 0; i < n; i++) {
+            char id[16];
+            snprintf(id, sizeof id, "c%dp%d", cfg, i);
+            json_t *done = await(&c, id);
+            cr_assert_str_eq(json_string_value(json_object_get(done, "text")), want[i], "%s, drafter %s: %s", id,
+                             only < 0 ? "all" : drafter_names[only], prompts[i]);
+            json_t *spec = json_object_get(done, "spec");
+            cr_assert(spec, "a done line with drafters has spec");
+            drafted += json_integer_value(json_object_get(spec, "drafted"));
+            accepted += json_integer_value(json_object_get(spec, "accepted"));
+            for (int d = 0; d < 4; d++)
+                if (only >= 0 && d != only)
+                    cr_assert_eq(json_integer_value(json_object_get(json_object_get(spec, "voted"), drafter_names[d])),
+                                 0, "%s was voted while disabled", drafter_names[d]);
+            json_decref(done);
+        }
+        if (only != 3) /* the n-gram drafter may find no match in a short text */
+            cr_assert_gt(drafted, 0, "config %d drafted nothing", cfg);
+        cr_assert_leq(accepted, drafted);
+    }
+    /* the vote of all learned something, and opting out is plain decoding */
+    json_t *o = json_pack("{s:s, s:s, s:i, s:b}", "id", "plain", "prompt", prompts[0], "max_tokens", TOKENS, "speculate", 0);
+    char *line = json_dumps(o, JSON_COMPACT);
+    send_line(&c, line);
+    free(line);
+    json_decref(o);
+    o = await(&c, "plain");
+    cr_assert_str_eq(json_string_value(json_object_get(o, "text")), want[0]);
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(o, "spec"), "verifications")), 0);
+    json_decref(o);
+    wait_idle(&s);
+    json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
+    json_t *spec = json_object_get(json_object_get(st, "stats"), "spec");
+    cr_assert_gt(json_integer_value(json_object_get(spec, "verifications")), 0);
+    cr_assert_gt(json_real_value(json_object_get(spec, "mean_accepted_len")), 0.0);
+    json_t *kjv = json_object_get(json_object_get(spec, "drafters"), "draft-kjv");
+    cr_assert_gt(json_integer_value(json_object_get(kjv, "proposed")), 0);
+    json_decref(st);
+    tconn_close(&c);
+    server_stop(&s);
+    for (int i = 0; i < n; i++)
+        free(prompts[i]), free(want[i]);
+}
+
+typedef struct client_job {
+    const char *addr;
+    char **prompts, **want;
+    int id, failures;
+} client_job;
+
+static void *client_thread(void *arg)
+{
+    client_job *j = arg;
+    tconn c;
+    connect_to(j->addr, &c);
+    for (int k = 0; k < 4; k++) {
+        int p = (j->id + k) % 6;
+        char id[16];
+        snprintf(id, sizeof id, "r%d", k);
+        json_t *o = json_pack("{s:s, s:s, s:i, s:b, s:b}", "id", id, "prompt", j->prompts[p], "max_tokens", 24,
+                              "stream", k % 2, "speculate", (j->id + k) % 3 != 0);
+        char *line = json_dumps(o, JSON_COMPACT);
+        send_line(&c, line);
+        free(line);
+        json_decref(o);
+        o = await(&c, id);
+        const char *text = json_string_value(json_object_get(o, "text"));
+        j->failures += !text || strcmp(text, j->want[p]) != 0;
+        json_decref(o);
+    }
+    tconn_close(&c);
+    return NULL;
+}
+
+/* 32 clients at once, a third of their requests opting out: every text is plain decoding's. */
+Test(speculate, thirty_two_clients_greedy_equals_generate, .timeout = 600)
+{
+    char *prompts[6], *want[6];
+    int n = load_references(prompts, want, 24);
+    server s;
+    start_with_drafts(&s, "6");
+    pthread_t th[32];
+    client_job jobs[32];
+    for (int i = 0; i < 32; i++) {
+        jobs[i] = (client_job){i % 2 ? s.tcp : s.unix_path, prompts, want, i, 0};
+        pthread_create(&th[i], NULL, client_thread, &jobs[i]);
+    }
+    int failures = 0;
+    for (int i = 0; i < 32; i++) {
+        pthread_join(th[i], NULL);
+        failures += jobs[i].failures;
+    }
+    cr_assert_eq(failures, 0, "%d of 128 requests differed from minions-generate", failures);
+    wait_idle(&s);
+    server_stop(&s);
+    for (int i = 0; i < n; i++)
+        free(prompts[i]), free(want[i]);
+}
+
+/* Paused requests give their target and draft KV back and are recomputed, drafts and all. Drafts
+ * of one token: a step then streams at most two tokens, so the clients' buffers fill (and their
+ * requests pause) long before 400 tokens, as in plain decoding; longer drafts finish first. */
+Test(speculate, paused_requests_are_preempted_and_recomputed_with_drafts, .timeout = 600)
+{
+    check_paused_preemption((const char *[]){"--draft", model_file("draft-kjv.gguf"), "--draft", "ngram",
+                                             "--spec-length", "1", NULL});
+}
+
+/* ---- sampling -------------------------------------------------------------------------------- */
+
+#define PROMPT "And the LORD spake unto Moses, saying,"
+#define TEMPERATURE 1.0
+#define TOP_P 0.9
+#ifdef __SANITIZE_ADDRESS__ /* 10x slower: the same paths, too few draws for the statistics */
+#define N_SAMPLES 150
+#define CHECK_STATISTICS 0
+#else
+#define N_SAMPLES 1500
+#define CHECK_STATISTICS 1
+#endif
+
+/* Chi-square critical value for df degrees of freedom at false-alarm rate 1e-3 (Wilson-Hilferty). */
+static double chi2_crit(int df)
+{
+    double k = df, z = 3.0902; /* the standard normal's 0.999 quantile */
+    double t = 1 - 2 / (9 * k) + z * sqrt(2 / (9 * k));
+    return k * t * t * t;
+}
+
+/* Goodness of fit of counts[0..n) (total N) to probabilities p[0..n): bins expected below 5 are
+ * pooled into one. Returns X^2; *df gets the degrees of freedom. */
+static double chi2_fit(const int *counts, const double *p, int n, int total, int *df)
+{
+    double x2 = 0, pooled_e = 0, pooled_o = 0;
+    int bins = 0;
+    for (int i = 0; i < n; i++) {
+        double e = p[i] * total;
+        if (e < 5) {
+            pooled_e += e, pooled_o += counts[i];
+            continue;
+        }
+        x2 += (counts[i] - e) * (counts[i] - e) / e;
+        bins++;
+    }
+    if (pooled_e >= 5 || pooled_o > 0) { /* an observed token the target gives ~no mass counts hard */
+        double e = pooled_e > 1e-9 ? pooled_e : 1e-9;
+        x2 += (pooled_o - e) * (pooled_o - e) / e;
+        bins++;
+    }
+    *df = bins - 1;
+    return x2;
+}
+
+/* Homogeneity of two samples' counts a[], b[] over n categories (2 x bins table, pooled below 5). */
+static double chi2_two(const int *a, const int *b, int n, int *df)
+{
+    long na = 0, nb = 0;
+    for (int i = 0; i < n; i++)
+        na += a[i], nb += b[i];
+    double x2 = 0, pa = 0, pb = 0;
+    int bins = 0;
+    for (int i = 0; i <= n; i++) {
+        double oa = i < n ? a[i] : pa, ob = i < n ? b[i] : pb;
+        double tot = oa + ob, ea = tot * na / (na + nb), eb = tot * nb / (na + nb);
+        if (i < n && (ea < 5 || eb < 5)) {
+            pa += oa, pb += ob;
+            continue;
+        }
+        if (tot == 0)
+            continue;
+        x2 += (oa - ea) * (oa - ea) / ea + (ob - eb) * (ob - eb) / eb;
+        bins++;
+    }
+    *df = bins - 1;
+    return x2;
+}
+
+/* Categories of a generated position: a token id, or n_vocab when the text ended before it (an
+ * eos at an earlier position). */
+typedef struct exact {
+    uint32_t n_vocab;
+    int32_t eos;
+    double *p1;      /* [n_vocab + 1] the first token's distribution */
+    double *p2;      /* [n_vocab + 1] the second position's marginal */
+    int32_t *wrong;  /* [n_vocab] per first token: the token a wrong rule would emit second */
+} exact;
+
+/* The target's exact distributions of generated tokens 1 and 2 (after temperature and top_p, as the
+ * server samples), and for the wrong rule the draft model's greedy second token after each first. */
+static void exact_distribution(exact *x)
+{
+    mn_err err = {{0}};
+    mn_model *m, *dm;
+    cr_assert_eq(mn_model_load(model_file("target.gguf"), &m, &err), MN_OK, "%s", err.msg);
+    cr_assert_eq(mn_model_load(model_file("draft-kjv.gguf"), &dm, &err), MN_OK, "%s", err.msg);
+    mn_backend *be, *dbe;
+    mn_backend_config bc = mn_backend_defaults(m, 256), dc = mn_backend_defaults(dm, 256);
+    bc.kind = dc.kind = MN_BACKEND_CPU;
+    bc.n_threads = dc.n_threads = 2;
+    cr_assert_eq(mn_backend_new(m, &bc, &be, &err), MN_OK, "%s", err.msg);
+    cr_assert_eq(mn_backend_new(dm, &dc, &dbe, &err), MN_OK, "%s", err.msg);
+    uint32_t nv = m->hp.n_vocab;
+    mn_tokens toks = {0};
+    cr_assert_eq(mn_tok_encode(m->tok, PROMPT, strlen(PROMPT), true, &toks), MN_OK);
+    mn_sampler *smp;
+    mn_sampler_params sp = {TEMPERATURE, TOP_P, 0};
+    cr_assert_eq(mn_sampler_new(nv, &sp, &smp), MN_OK);
+    float *logits = malloc(nv * sizeof *logits), *p = malloc(nv * sizeof *p);
+    x->n_vocab = nv;
+    x->eos = mn_tok_eos(m->tok);
+    x->p1 = calloc(nv + 1, sizeof *x->p1);
+    x->p2 = calloc(nv + 1, sizeof *x->p2);
+    x->wrong = calloc(nv, sizeof *x->wrong);
+    mn_kv_seq kv = {0};
+    cr_assert_eq(mn_backend_prefill(be, &kv, toks.ids, (uint32_t)toks.n, logits, &err), MN_OK, "%s", err.msg);
+    mn_sampler_probs(smp, logits, p);
+    for (uint32_t i = 0; i < nv; i++)
+        x->p1[i] = p[i];
+    mn_tokens_push(&toks, 0);
+    if (x->eos >= 0)
+        x->p2[nv] = x->p1[x->eos]; /* an eos first: no second token */
+    for (uint32_t t1 = 0; CHECK_STATISTICS && t1 < nv; t1++) {
+        if (x->p1[t1] == 0 || (int32_t)t1 == x->eos)
+            continue;
+        toks.ids[toks.n - 1] = (int32_t)t1;
+        mn_kv_truncate(be->kv, &kv, (uint32_t)toks.n - 1);
+        cr_assert_eq(mn_backend_prefill(be, &kv, &toks.ids[toks.n - 1], 1, logits, &err), MN_OK, "%s", err.msg);
+        mn_sampler_probs(smp, logits, p);
+        for (uint32_t i = 0; i < nv; i++)
+            x->p2[i] += x->p1[t1] * p[i];
+        mn_kv_seq dkv = {0};
+        cr_assert_eq(mn_backend_prefill(dbe, &dkv, toks.ids, (uint32_t)toks.n, logits, &err), MN_OK, "%s", err.msg);
+        x->wrong[t1] = mn_argmax(logits, nv);
+        mn_kv_seq_release(dbe->kv, &dkv);
+    }
+    mn_kv_seq_release(be->kv, &kv);
+    free(logits);
+    free(p);
+    mn_tokens_free(&toks);
+    mn_sampler_free(smp);
+    mn_backend_free(be);
+    mn_backend_free(dbe);
+    mn_model_free(m);
+    mn_model_free(dm);
+}
+
+/* The categories of positions 1..5 of n requests with seeds 1..n, speculating or not, in batches
+ * over one connection: the token, eos where the text ended, n_vocab after that. */
+static void sample_tokens(server *s, const exact *x, int speculate, int n, int32_t (*out)[5])
+{
+    tconn c;
+    connect_to(s->tcp, &c);
+    for (int base = 0; base < n; base += 64) {
+        int m = n - base < 64 ? n - base : 64;
+        for (int i = 0; i < m; i++) {
+            char id[16];
+            snprintf(id, sizeof id, "%d", base + i);
+            json_t *o = json_pack("{s:s, s:s, s:i, s:f, s:f, s:i, s:b, s:b}", "id", id, "prompt", PROMPT, "max_tokens",
+                                  5, "temperature", TEMPERATURE, "top_p", TOP_P, "seed", base + i + 1, "speculate",
+                                  speculate, "return_tokens", 1);
+            char *line = json_dumps(o, JSON_COMPACT);
+            send_line(&c, line);
+            free(line);
+            json_decref(o);
+        }
+        for (int i = 0; i < m; i++) {
+            char id[16];
+            snprintf(id, sizeof id, "%d", base + i);
+            json_t *o = await(&c, id);
+            json_t *ids = json_object_get(o, "tokens");
+            int len = (int)json_array_size(ids); /* the eos that ends a text is not listed */
+            for (int k = 0; k < 5; k++)
+                out[base + i][k] = k < len    ? (int32_t)json_integer_value(json_array_get(ids, k))
+                                   : k == len ? x->eos
+                                              : (int32_t)x->n_vocab;
+            json_decref(o);
+        }
+    }
+    tconn_close(&c);
+}
+
+/* Speculative sampling, with two model drafters and the n-gram drafter voting, draws from the
+ * target's distribution. False-alarm rate: 1e-3 per chi-square test, four tests (~0.4% per run); the
+ * seeds are fixed, so a run is reproducible. Power: the same test on samples from a wrong rule
+ * (accept the voted draft whenever the target allows it, p(x) > 0) must fail. */
+Test(speculate, sampling_draws_from_the_target_distribution, .timeout = 900)
+{
+    exact x;
+    exact_distribution(&x);
+    uint32_t nv = x.n_vocab;
+    server s;
+    server_start(&s, (const char *[]){"--draft", model_file("draft-kjv.gguf"), "--draft", model_file("draft-web.gguf"),
+                                      "--draft", "ngram", "--spec-length", "4", "--max-batch", "32", NULL});
+    int32_t(*spec)[5] = calloc(N_SAMPLES, sizeof *spec), (*plain)[5] = calloc(N_SAMPLES, sizeof *plain);
+    sample_tokens(&s, &x, 1, N_SAMPLES, spec);
+    sample_tokens(&s, &x, 0, N_SAMPLES, plain);
+    json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
+    json_t *sp = json_object_get(json_object_get(st, "stats"), "spec");
+    json_int_t drafted = json_integer_value(json_object_get(sp, "drafted")),
+               accepted = json_integer_value(json_object_get(sp, "accepted"));
+    cr_assert(accepted > 0 && accepted < drafted, "the rule must both accept and reject (%lld of %lld)",
+              (long long)accepted, (long long)drafted);
+    json_decref(st);
+    server_stop(&s);
+    if (!CHECK_STATISTICS) {
+        free(spec), free(plain), free(x.p1), free(x.p2), free(x.wrong);
+        return;
+    }
+
+    int *c = calloc(nv + 1, sizeof *c), *c2 = calloc(nv + 1, sizeof *c2), df;
+    double *p = calloc(nv + 1, sizeof *p);
+    /* 1: token 1 (the prompt pass) and token 2 (verified) against the exact marginals */
+    for (int k = 0; k < 2; k++) {
+        memset(c, 0, (nv + 1) * sizeof *c);
+        for (int i = 0; i < N_SAMPLES; i++)
+            c[spec[i][k]]++;
+        for (uint32_t i = 0; i <= nv; i++)
+            p[i] = k ? x.p2[i] : x.p1[i];
+        double x2 = chi2_fit(c, p, nv + 1, N_SAMPLES, &df);
+        cr_log_info("token %d: X^2 = %.1f, df %d, critical %.1f", k + 1, x2, df, chi2_crit(df));
+        cr_assert_lt(x2, chi2_crit(df), "token %d of speculative sampling is not the target's", k + 1);
+    }
+    /* 2: tokens 3..5, speculative vs plain sampling (each category: a token id, or eos) */
+    for (int k = 2; k < 5; k++) {
+        memset(c, 0, (nv + 1) * sizeof *c);
+        memset(c2, 0, (nv + 1) * sizeof *c2);
+        for (int i = 0; i < N_SAMPLES; i++) {
+            c[spec[i][k]]++;
+            c2[plain[i][k]]++;
+        }
+        double x2 = chi2_two(c, c2, nv + 1, &df);
+        cr_log_info("token %d: X^2 = %.1f, df %d, critical %.1f", k + 1, x2, df, chi2_crit(df));
+        cr_assert_lt(x2, chi2_crit(df), "token %d of speculative sampling differs from plain sampling", k + 1);
+    }
+    /* 3: power - a wrong rule's second tokens fail the same test */
+    memset(c, 0, (nv + 1) * sizeof *c);
+    mn_rng rng;
+    mn_rng_seed(&rng, 1);
+    for (int i = 0; i < N_SAMPLES; i++) {
+        double u = mn_rng_uniform(&rng), acc = 0;
+        uint32_t t1 = 0;
+        while (t1 + 1 < nv && (acc += x.p1[t1]) <= u)
+            t1++;
+        c[(int32_t)t1 == x.eos ? nv : (uint32_t)x.wrong[t1]]++;
+    }
+    for (uint32_t i = 0; i <= nv; i++)
+        p[i] = x.p2[i];
+    double x2 = chi2_fit(c, p, nv + 1, N_SAMPLES, &df);
+    cr_log_info("wrong rule: X^2 = %.1f, df %d, critical %.1f", x2, df, chi2_crit(df));
+    cr_assert_gt(x2, chi2_crit(df), "the test cannot tell a wrong acceptance rule");
+    free(c), free(c2), free(p), free(spec), free(plain);
+    free(x.p1), free(x.p2), free(x.wrong);
+}
+
+/* ---- start-up errors ------------------------------------------------------------------------- */
+
+/* minionsd with these arguments exits non-zero at start-up, its stderr naming `needle`. */
+static void refused(const char *const *args, const char *needle)
+{
+    char cmd[4096], bin[1024];
+    snprintf(bin, sizeof bin, "%s/minionsd", env_or("MINIONS_BIN_DIR", "."));
+    int n = snprintf(cmd, sizeof cmd, "%s --model %s --port 0 --admin none", bin, model_path());
+    for (int i = 0; args[i]; i++)
+        n += snprintf(cmd + n, sizeof cmd - (size_t)n, " '%s'", args[i]);
+    snprintf(cmd + n, sizeof cmd - (size_t)n, " 2>&1 </dev/null");
+    FILE *f = popen(cmd, "r");
+    cr_assert(f);
+    char out[4096] = {0};
+    size_t len = fread(out, 1, sizeof out - 1, f);
+    out[len] = 0;
+    int status = pclose(f);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) != 0, "minionsd started with: %s", cmd);
+    cr_assert(strstr(out, needle), "minionsd's message for %s lacks '%s': %s", cmd, needle, out);
+}
+
+Test(speculate, bad_drafts_are_refused_at_start_up, .timeout = 120)
+{
+    char dir[] = "/tmp/minions-draft-XXXXXX", bad[1100], other[1100];
+    cr_assert(mkdtemp(dir));
+    snprintf(bad, sizeof bad, "%s/corrupt.gguf", dir);
+    FILE *f = fopen(bad, "w");
+    fputs("GGUF but not really", f);
+    fclose(f);
+    refused((const char *[]){"--draft", "/nonexistent/draft.gguf", NULL}, "/nonexistent/draft.gguf");
+    refused((const char *[]){"--draft", bad, NULL}, "corrupt.gguf");
+    refused((const char *[]){"--draft", NULL}, "draft");
+    refused((const char *[]){"--draft", "ngram", "--draft", "ngram", NULL}, "already loaded");
+    refused((const char *[]){"--spec-length", "17", NULL}, "bad option value");
+    refused((const char *[]){"--spec-weights", "loud", NULL}, "bad option value");
+    /* another vocabulary: a test fixture model with 512 tokens */
+    snprintf(other, sizeof other, "%s/gqa_f32.gguf", env_or("MINIONS_TEST_DATA", "tests/data"));
+    refused((const char *[]){"--draft", other, NULL}, "vocabulary");
+    unlink(bad);
+    rmdir(dir);
+}
+
+/* ---- admin and events -------------------------------------------------------------------------- */
+
+/* The spec keys: get shows them, set checks them, stats shows per-drafter figures; the events socket
+ * publishes weight changes and one summary per finished request. */
+Test(speculate, admin_keys_stats_and_events, .timeout = 300)
+{
+    server s;
+    char events[200], dir[] = "/tmp/minions-ev-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    snprintf(events, sizeof events, "ipc://%s/events", dir);
+    server_start(&s, (const char *[]){"--draft", model_file("draft-kjv.gguf"), "--draft", "ngram", "--events", events,
+                                      "--spec-weights", "global", NULL});
+    int sub = nn_socket(AF_SP, NN_SUB);
+    cr_assert(sub >= 0);
+    cr_assert_eq(nn_setsockopt(sub, NN_SUB, NN_SUB_SUBSCRIBE, "", 0), 0);
+    int tmo = 20000;
+    nn_setsockopt(sub, NN_SOL_SOCKET, NN_RCVTIMEO, &tmo, sizeof tmo);
+    cr_assert(nn_connect(sub, events) >= 0);
+    usleep(200000); /* let the subscription reach the publisher: PUB drops what nobody takes */
+
+    json_t *r = admin(&s, "{\"cmd\":\"get\"}");
+    json_t *cfg = json_object_get(r, "config");
+    cr_assert_eq(json_integer_value(json_object_get(cfg, "spec.length")), 4);
+    cr_assert_str_eq(json_string_value(json_object_get(cfg, "spec.weights")), "global");
+    cr_assert(json_is_true(json_object_get(cfg, "drafter.draft-kjv.enabled")));
+    json_decref(r);
+    static const char *const bad[] = {
+        "{\"cmd\":\"set\",\"key\":\"spec.length\",\"value\":17}",
+        "{\"cmd\":\"set\",\"key\":\"spec.length\",\"value\":-1}",
+        "{\"cmd\":\"set\",\"key\":\"spec.enabled\",\"value\":1}",
+        "{\"cmd\":\"set\",\"key\":\"spec.weights\",\"value\":\"loudest\"}",
+        "{\"cmd\":\"set\",\"key\":\"spec.punish_factor\",\"value\":2}",
+        "{\"cmd\":\"set\",\"key\":\"spec.reward_threshold\",\"value\":0.1}", /* below punish_threshold */
+        "{\"cmd\":\"set\",\"key\":\"drafter.nobody.enabled\",\"value\":true}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        r = admin(&s, bad[i]);
+        cr_assert(json_is_false(json_object_get(r, "ok")), "accepted: %s", bad[i]);
+        json_decref(r);
+    }
+    admin_ok(&s, "{\"cmd\":\"set\",\"key\":\"spec.reward_factor\",\"value\":1.5}");
+    admin_ok(&s, "{\"cmd\":\"set\",\"key\":\"spec.length\",\"value\":6}");
+
+    tconn c;
+    connect_to(s.tcp, &c);
+    json_t *o = json_pack("{s:s, s:s, s:i, s:{s:i}}", "id", "capped", "prompt", "And God said", "max_tokens", 40, "spec",
+                          "max_len", 2);
+    char *line = json_dumps(o, JSON_COMPACT);
+    send_line(&c, line);
+    free(line);
+    json_decref(o);
+    o = await(&c, "capped");
+    json_t *spec = json_object_get(o, "spec");
+    json_int_t ver = json_integer_value(json_object_get(spec, "verifications"));
+    cr_assert_gt(ver, 0);
+    cr_assert_leq(json_integer_value(json_object_get(spec, "drafted")), 2 * ver, "spec.max_len 2 was not kept");
+    json_decref(o);
+    send_request(&c, "long", "And God said", 60, 0, 0);
+    json_decref(await(&c, "long"));
+    wait_idle(&s);
+
+    r = admin(&s, "{\"cmd\":\"stats\"}");
+    json_t *st = json_object_get(json_object_get(r, "stats"), "spec");
+    cr_assert_eq(json_integer_value(json_object_get(st, "length")), 6);
+    json_t *hist = json_object_get(st, "accepted_hist");
+    json_int_t sum = 0;
+    for (size_t i = 0; i < json_array_size(hist); i++)
+        sum += json_integer_value(json_array_get(hist, i));
+    cr_assert_eq(sum, json_integer_value(json_object_get(st, "verifications")), "the histogram counts verifications");
+    json_t *kjv = json_object_get(json_object_get(st, "drafters"), "draft-kjv");
+    cr_assert_gt(json_integer_value(json_object_get(kjv, "proposed")), 0);
+    cr_assert_geq(json_integer_value(json_object_get(kjv, "proposed")),
+                  json_integer_value(json_object_get(kjv, "agreed")));
+    json_decref(r);
+
+    int requests = 0, weights = 0;
+    for (int i = 0; i < 1000 && requests < 2; i++) {
+        char *buf = NULL;
+        int n = nn_recv(sub, &buf, NN_MSG, 0);
+        cr_assert(n > 0, "no event: %s", nn_strerror(nn_errno()));
+        json_t *ev = json_loadb(buf, (size_t)n, 0, NULL);
+        cr_assert(ev, "an event is a JSON object: %.*s", n, buf);
+        const char *kind = json_string_value(json_object_get(ev, "event"));
+        requests += kind && !strcmp(kind, "request");
+        weights += kind && !strcmp(kind, "weight");
+        json_decref(ev);
+        nn_freemsg(buf);
+    }
+    cr_assert_eq(requests, 2, "one summary per finished request");
+    cr_assert_gt(weights, 0, "weight changes are published");
+    nn_close(sub);
+    tconn_close(&c);
+    server_stop(&s);
+    rmdir(dir);
+}
