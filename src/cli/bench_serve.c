@@ -22,6 +22,7 @@ typedef struct record {
     int client;
     int prompt;
     long prompt_tokens, completion_tokens;
+    long accepted, verifications;  /* the done line's spec, when the server speculates */
     double start, ttft, latency; /* seconds */
     char finish[16];
     int ok;
@@ -83,6 +84,9 @@ static void *client_main(void *arg)
                 json_t *u = json_object_get(reply, "usage");
                 r->prompt_tokens = (long)json_integer_value(json_object_get(u, "prompt_tokens"));
                 r->completion_tokens = (long)json_integer_value(json_object_get(u, "completion_tokens"));
+                json_t *sp = json_object_get(reply, "spec");
+                r->accepted = (long)json_integer_value(json_object_get(sp, "accepted"));
+                r->verifications = (long)json_integer_value(json_object_get(sp, "verifications"));
                 snprintf(r->finish, sizeof r->finish, "%s", json_string_value(json_object_get(reply, "finish_reason")));
                 if (!r->ttft)
                     r->ttft = r->latency;
@@ -183,7 +187,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < clients; i++)
         pthread_join(th[i], NULL);
     double wall = mn_now() - b.t0;
-    long tokens = 0;
+    long tokens = 0, accepted = 0, verifications = 0;
     int ok = 0;
     double norm = 0;
     FILE *rf = out ? fopen(out, "w") : NULL;
@@ -192,14 +196,17 @@ int main(int argc, char **argv)
         if (!r->ok)
             continue;
         tokens += r->completion_tokens;
+        accepted += r->accepted;
+        verifications += r->verifications;
         norm += r->latency / (r->completion_tokens ? r->completion_tokens : 1);
         ttft[ok++] = r->ttft;
         if (rf)
             fprintf(rf,
                     "{\"client\":%d,\"prompt\":%d,\"prompt_tokens\":%ld,\"completion_tokens\":%ld,"
-                    "\"start_s\":%.6f,\"ttft_s\":%.6f,\"latency_s\":%.6f,\"finish_reason\":\"%s\"}\n",
+                    "\"start_s\":%.6f,\"ttft_s\":%.6f,\"latency_s\":%.6f,\"finish_reason\":\"%s\","
+                    "\"accepted\":%ld,\"verifications\":%ld}\n",
                     r->client, r->prompt, r->prompt_tokens, r->completion_tokens, r->start - b.t0, r->ttft, r->latency,
-                    r->finish);
+                    r->finish, r->accepted, r->verifications);
     }
     if (rf)
         fclose(rf);
@@ -210,8 +217,9 @@ int main(int argc, char **argv)
     printf("  throughput %.1f tok/s | mean normalized latency %.2f ms/token | TTFT p50 %.1f ms p99 %.1f ms\n",
            tokens / wall, 1e3 * norm / (ok ? ok : 1), 1e3 * p50, 1e3 * p99);
     printf("{\"clients\":%d,\"requests\":%d,\"ok\":%d,\"tokens\":%ld,\"seconds\":%.4f,\"tok_per_s\":%.2f,"
-           "\"norm_latency_ms\":%.4f,\"ttft_p50_ms\":%.3f,\"ttft_p99_ms\":%.3f}\n",
-           clients, b.n_requests, ok, tokens, wall, tokens / wall, 1e3 * norm / (ok ? ok : 1), 1e3 * p50, 1e3 * p99);
+           "\"norm_latency_ms\":%.4f,\"ttft_p50_ms\":%.3f,\"ttft_p99_ms\":%.3f,\"mean_accepted_len\":%.4f}\n",
+           clients, b.n_requests, ok, tokens, wall, tokens / wall, 1e3 * norm / (ok ? ok : 1), 1e3 * p50, 1e3 * p99,
+           verifications ? (double)accepted / verifications : 0.0);
     for (int i = 0; i < b.n_prompts; i++)
         mn_free(b.prompts[i]);
     mn_free(b.prompts);

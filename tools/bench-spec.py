@@ -1,0 +1,212 @@
+#!/usr/bin/env python3
+"""bench-spec.py: collective speculative decoding measured side by side in one run.
+
+One minionsd with every bundled draft and the n-gram drafter; the configurations are switched live
+over the admin socket, so all of them run on the same process, the same machine state, in
+alternating rounds (the order rotates every round). For each prompt set and for 1 and 16 clients
+it prints the median over rounds of: throughput (tok/s), normalized latency (ms per output token),
+mean accepted draft length per verification, and, from the server's own counters in the same run,
+draft and verify cost (ms of compute per generated token); plus each configuration's speedup over
+plain decoding (ratio of medians).
+
+Configurations: plain (spec.enabled false); each draft alone; ngram alone; the vote of all four
+with weights fixed at 1, learning global weights, learning per-sequence weights.
+
+    tools/bench-spec.py [--rounds 5] [--tokens 64] [--sets kjv,web,devil,mixed] [--spec-length 4]
+    tools/bench-spec.py --switch        # weights over a kjv -> devil -> web stream (docs/spec-weights.png)
+
+Needs build/minionsd, build/minions-bench and build/minions-cli (make). Results also go to
+build/bench-spec/results.md (and .json).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.join(ROOT, "build")
+DRAFTS = ["draft-kjv", "draft-web", "draft-devil", "ngram"]
+CONFIGS = ["plain"] + DRAFTS + ["vote-fixed", "vote-global", "vote-sequence"]
+
+
+class Server:
+    def __init__(self, spec_length, threads, max_batch, extra=()):
+        self.dir = tempfile.mkdtemp(prefix="minions-bench-spec-")
+        self.admin_addr = f"ipc://{self.dir}/admin"
+        args = [os.path.join(BIN, "minionsd"), "--model", os.path.join(ROOT, "models/target.gguf"), "--port", "0",
+                "--admin", self.admin_addr, "--threads", str(threads), "--max-batch", str(max_batch),
+                "--spec-length", str(spec_length)]
+        for d in DRAFTS:
+            args += ["--draft", d if d == "ngram" else os.path.join(ROOT, "models", d + ".gguf")]
+        args += list(extra)
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        self.addr = line.split("tcp ")[1].split()[0]
+
+    def admin(self, cmd):
+        out = subprocess.run([os.path.join(BIN, "minions-cli"), "--admin", self.admin_addr, json.dumps(cmd)],
+                             capture_output=True, text=True, check=True).stdout
+        reply = json.loads(out)
+        if not reply.get("ok"):
+            raise RuntimeError(f"admin {cmd}: {reply}")
+        return reply
+
+    def set(self, key, value):
+        self.admin({"cmd": "set", "key": key, "value": value})
+
+    def stats(self):
+        return self.admin({"cmd": "stats"})["stats"]
+
+    def configure(self, config):
+        self.set("spec.enabled", config != "plain")
+        for d in DRAFTS:
+            on = config.startswith("vote") or config == d
+            self.set(f"drafter.{d}.enabled", on)
+        mode = {"vote-fixed": "fixed", "vote-global": "global"}.get(config, "sequence")
+        self.set("spec.weights", mode)
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait()
+
+
+def run_bench(server, prompts, clients, requests, tokens):
+    before = server.stats()
+    out = subprocess.run([os.path.join(BIN, "minions-bench"), "--addr", server.addr, "--clients", str(clients),
+                          "--prompts", prompts, "--requests", str(requests), "--max-tokens", str(tokens)],
+                         capture_output=True, text=True, check=True).stdout
+    summary = json.loads(out.strip().splitlines()[-1])
+    after = server.stats()
+    gen = after["tokens"]["generated"] - before["tokens"]["generated"]
+    verify_s = after["step_seconds"] - before["step_seconds"]
+    draft_s = 0.0
+    if "spec" in after:
+        for d in DRAFTS:
+            draft_s += after["spec"]["drafters"][d]["seconds"] - before["spec"]["drafters"][d]["seconds"]
+    summary["verify_ms_per_token"] = 1e3 * verify_s / max(gen, 1)
+    summary["draft_ms_per_token"] = 1e3 * draft_s / max(gen, 1)
+    return summary
+
+
+def evaluate(args):
+    server = Server(args.spec_length, args.threads, 16)
+    results = {}  # (set, clients, config) -> list of summaries
+    try:
+        for r in range(args.rounds):
+            for s in args.sets.split(","):
+                prompts = os.path.join(ROOT, "prompts", s + ".jsonl")
+                order = CONFIGS[r % len(CONFIGS):] + CONFIGS[:r % len(CONFIGS)]
+                for config in order:
+                    server.configure(config)
+                    for clients, requests in ((1, args.requests1), (16, args.requests16)):
+                        summ = run_bench(server, prompts, clients, requests, args.tokens)
+                        results.setdefault((s, clients, config), []).append(summ)
+                print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
+    finally:
+        server.stop()
+    return results
+
+
+def report(args, results):
+    med = lambda xs: statistics.median(xs)
+    lines = [f"minionsd, bundled target + {', '.join(DRAFTS)}; spec.length {args.spec_length}, {args.tokens} tokens "
+             f"per request, greedy, {args.threads} threads; median of {args.rounds} alternating rounds "
+             f"(`tools/bench-spec.py --rounds {args.rounds} --tokens {args.tokens} --sets {args.sets}`)", ""]
+    table = {}
+    for s in args.sets.split(","):
+        for clients in (1, 16):
+            lines.append(f"### {s}, {clients} client{'s' if clients > 1 else ''}")
+            lines.append("")
+            lines.append("| configuration | tok/s | x plain | ms/token (norm. latency) | accepted/verification "
+                         "| draft ms/token | verify ms/token |")
+            lines.append("|---|---:|---:|---:|---:|---:|---:|")
+            plain = med([x["tok_per_s"] for x in results[(s, clients, "plain")]])
+            for config in CONFIGS:
+                xs = results[(s, clients, config)]
+                tps = med([x["tok_per_s"] for x in xs])
+                row = {
+                    "tok_per_s": tps,
+                    "speedup": tps / plain,
+                    "norm_latency_ms": med([x["norm_latency_ms"] for x in xs]),
+                    "mean_accepted_len": med([x["mean_accepted_len"] for x in xs]),
+                    "draft_ms_per_token": med([x["draft_ms_per_token"] for x in xs]),
+                    "verify_ms_per_token": med([x["verify_ms_per_token"] for x in xs]),
+                }
+                table[f"{s}/{clients}/{config}"] = row
+                lines.append(f"| {config} | {tps:.0f} | {row['speedup']:.2f}x | {row['norm_latency_ms']:.2f} | "
+                             f"{row['mean_accepted_len']:.2f} | {row['draft_ms_per_token']:.3f} | "
+                             f"{row['verify_ms_per_token']:.3f} |")
+            lines.append("")
+    out = os.path.join(BIN, "bench-spec")
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "results.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(table, f, indent=1)
+    print("\n".join(lines))
+
+
+def switch(args):
+    """One client, global weights learning, over kjv then devil then web prompts: weights per request."""
+    server = Server(args.spec_length, args.threads, 16)
+    out = os.path.join(BIN, "bench-spec")
+    os.makedirs(out, exist_ok=True)
+    data = os.path.join(out, "weights.dat")
+    try:
+        server.configure("vote-global")
+        n = 0
+        with open(data, "w") as f:
+            f.write("# request " + " ".join(DRAFTS) + "\n")
+            for s in ("kjv", "devil", "web"):
+                with open(os.path.join(ROOT, "prompts", s + ".jsonl")) as pf:
+                    prompts = [json.loads(l)["prompt"] for l in pf][:args.switch_requests]
+                tmp = os.path.join(out, "one.jsonl")
+                for p in prompts:
+                    with open(tmp, "w") as t:
+                        t.write(json.dumps({"prompt": p}) + "\n")
+                    run_bench(server, tmp, 1, 1, args.tokens)
+                    w = server.stats()["spec"]["drafters"]
+                    n += 1
+                    f.write(f"{n} " + " ".join(f"{w[d]['weight']:.4f}" for d in DRAFTS) + "\n")
+    finally:
+        server.stop()
+    png = os.path.join(ROOT, "docs", "spec-weights.png")
+    k = args.switch_requests
+    plot = f"""set terminal pngcairo size 900,420
+set output '{png}'
+set title 'Global drafter weights over a prompt stream: kjv, then devil, then web (vote-global, greedy)'
+set xlabel 'request'
+set ylabel 'weight (log scale)'
+set logscale y 2
+set key outside right
+set arrow from {k + 0.5}, graph 0 to {k + 0.5}, graph 1 nohead dt 2
+set arrow from {2 * k + 0.5}, graph 0 to {2 * k + 0.5}, graph 1 nohead dt 2
+plot """ + ", ".join(f"'{data}' using 1:{i + 2} with linespoints title '{d}'" for i, d in enumerate(DRAFTS)) + "\n"
+    subprocess.run(["gnuplot"], input=plot, text=True, check=True)
+    print(f"weights per request: {data}; plot: {png}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--requests1", type=int, default=6, help="requests of the 1-client runs")
+    ap.add_argument("--requests16", type=int, default=32, help="requests of the 16-client runs")
+    ap.add_argument("--sets", default="kjv,web,devil,mixed")
+    ap.add_argument("--spec-length", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--switch", action="store_true", help="the weights-over-time run instead")
+    ap.add_argument("--switch-requests", type=int, default=20, help="requests per domain in --switch")
+    args = ap.parse_args()
+    if args.switch:
+        switch(args)
+    else:
+        report(args, evaluate(args))
+
+
+if __name__ == "__main__":
+    main()
