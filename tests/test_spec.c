@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "model/sampler.h"
 #include "spec/accept.h"
 #include "spec/ngram.h"
 #include "spec/vote.h"
@@ -467,6 +468,89 @@ Test(accept, greedy_empty_draft_is_plain_decoding)
     mn_accept_result r = mn_accept_greedy(NULL, 0, argmax);
     cr_assert_eq(r.n_accepted, 0);
     cr_assert_eq(r.next, 4);
+}
+
+/* The target's scripted draws: row i draws draws[i]; counts the calls and their order. */
+/* A sampler over rows of logits: row i of a verification is rows[i]. */
+typedef struct sampler_rows {
+    mn_sampler *s;
+    const float (*rows)[6];
+} sampler_rows;
+
+static int32_t coupled_sampler_draw(void *ctx, uint32_t row)
+{
+    sampler_rows *c = ctx;
+    return mn_sampler_next(c->s, c->rows[row]);
+}
+
+typedef struct scripted_draws {
+    const int32_t *draws;
+    uint32_t n, calls;
+} scripted_draws;
+
+static int32_t scripted_draw(void *ctx, uint32_t row)
+{
+    scripted_draws *d = ctx;
+    cr_assert_eq(row, d->calls, "rows are drawn in order, once each");
+    cr_assert_lt(row, d->n, "the rule drew past the first mismatch");
+    d->calls++;
+    return d->draws[row];
+}
+
+Test(accept, coupled_keeps_the_draft_while_the_target_draws_it)
+{
+    const int32_t draft[] = {5, 6, 7};
+    const int32_t all[] = {5, 6, 7, 9}, mid[] = {5, 8, 7, 9}, none[] = {4, 6, 7, 9};
+    scripted_draws d = {all, 4, 0};
+    mn_accept_result r = mn_accept_coupled(draft, 3, scripted_draw, &d);
+    cr_assert(r.n_accepted == 3 && r.next == 9 && d.calls == 4);
+    d = (scripted_draws){mid, 2, 0}; /* drawing row 2 would fail: the rule stops at the mismatch */
+    r = mn_accept_coupled(draft, 3, scripted_draw, &d);
+    cr_assert(r.n_accepted == 1 && r.next == 8 && d.calls == 2);
+    d = (scripted_draws){none, 1, 0};
+    r = mn_accept_coupled(draft, 3, scripted_draw, &d);
+    cr_assert(r.n_accepted == 0 && r.next == 4 && d.calls == 1);
+    d = (scripted_draws){none, 1, 0}; /* no draft: plain decoding's one draw */
+    r = mn_accept_coupled(NULL, 0, scripted_draw, &d);
+    cr_assert(r.n_accepted == 0 && r.next == 4 && d.calls == 1);
+}
+
+/* With a sampler's draws the coupled rule emits exactly what plain sampling with the same seed
+ * emits, whatever the draft: the draft only decides how many rows one verification covers. */
+Test(accept, coupled_emits_plain_sampling_whatever_the_draft)
+{
+    enum { V = 6, N = 40 };
+    float logits[N][V];
+    mn_rng rng;
+    mn_rng_seed(&rng, 3);
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < V; j++)
+            logits[i][j] = (float)(4 * mn_rng_uniform(&rng));
+    mn_sampler_params sp = {0.9f, 0.95f, 11};
+    mn_sampler *plain, *spec;
+    cr_assert_eq(mn_sampler_new(V, &sp, &plain), MN_OK);
+    cr_assert_eq(mn_sampler_new(V, &sp, &spec), MN_OK);
+    int32_t want[N], got[N + 8];
+    for (int i = 0; i < N; i++) /* logits[i] stands for the target's row at position i */
+        want[i] = mn_sampler_next(plain, logits[i]);
+    uint32_t n = 0;
+    while (n < N) {
+        int32_t draft[4];
+        uint32_t nd = n % 5 < 4 ? n % 5 : 0; /* drafts of 0..3 tokens: some right, some wrong */
+        if (n + nd >= N)
+            nd = N - 1 - n; /* the verification reads rows n .. n + nd */
+        for (uint32_t k = 0; k < nd; k++)
+            draft[k] = k % 2 == 0 ? want[n + k] : (int32_t)((n + k) % V);
+        sampler_rows ctx = {spec, (const float(*)[6])(logits + n)};
+        mn_accept_result r = mn_accept_coupled(draft, nd, coupled_sampler_draw, &ctx);
+        for (uint32_t k = 0; k < r.n_accepted; k++)
+            got[n++] = draft[k];
+        got[n++] = r.next;
+    }
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(got[i], want[i], "token %d", i);
+    mn_sampler_free(plain);
+    mn_sampler_free(spec);
 }
 
 Test(accept, onehot_scripted_cases)

@@ -19,7 +19,6 @@ typedef struct step_job {
     mn_req **reqs;          /* [n] */
     bool *sample;           /* [n] the pass reaches the end of the request's known tokens */
     float *logits;          /* [rows][n_vocab]: a row per sequence, or per token of a verified draft */
-    float *p;               /* [1 + MN_SPEC_MAX_LEN][n_vocab]: the target's distributions (sampling) */
     uint32_t n;
     double seconds;         /* the job's duration */
     mn_status st;
@@ -41,29 +40,28 @@ struct mn_verifier {
     int64_t second;         /* the second per_second[second % N] counts */
 };
 
-static double rng_uniform(void *rng) { return mn_rng_uniform(rng); }
+typedef struct draw_ctx {
+    mn_sampler *smp;
+    const float *logits;    /* the request's rows */
+    uint32_t n_vocab;
+} draw_ctx;
 
-/* On the worker: the target's verdict on r's draft (rows lg[0..n_draft]), into spec.kept; the
+/* The target's own token at verified position `row`, drawn exactly as plain decoding draws it. */
+static int32_t draw_row(void *ctx, uint32_t row)
+{
+    draw_ctx *d = ctx;
+    return mn_sampler_next(d->smp, d->logits + (size_t)row * d->n_vocab);
+}
+
+/* On the worker: the target's verdict on r's draft (rows lg[0..n_draft]), into spec.kept, by the
+ * coupled rule (spec/accept.h: greedy or sampled, the tokens plain decoding would emit); the
  * rejected positions are rolled back from its KV length (their blocks stay reserved). */
 static void verify(step_job *s, mn_req *r, const float *lg)
 {
-    uint32_t n_vocab = s->be->model->hp.n_vocab, nd = r->spec.n_draft;
+    uint32_t nd = r->spec.n_draft;
     const int32_t *draft = r->spec.vtoks + 1;
-    mn_accept_result res = {0, -1};
-    if (mn_sampler_is_greedy(r->smp)) {
-        int32_t argmax[1 + MN_SPEC_MAX_LEN];
-        for (uint32_t i = 0; i <= nd; i++)
-            argmax[i] = mn_argmax(lg + (size_t)i * n_vocab, n_vocab);
-        res = mn_accept_greedy(draft, nd, argmax);
-    } else {
-        for (uint32_t i = 0; i <= nd; i++)
-            mn_sampler_probs(r->smp, lg + (size_t)i * n_vocab, s->p + (size_t)i * n_vocab);
-        mn_err err;
-        if (mn_accept_onehot(draft, nd, s->p, n_vocab, rng_uniform, mn_sampler_rng(r->smp), &res, &err) != MN_OK) {
-            mn_log(MN_LOG_ERROR, "verifier: %s; keeping no draft", err.msg); /* non-finite logits */
-            res = (mn_accept_result){0, mn_sampler_next(r->smp, lg)};
-        }
-    }
+    draw_ctx d = {r->smp, lg, s->be->model->hp.n_vocab};
+    mn_accept_result res = mn_accept_coupled(draft, nd, draw_row, &d);
     memcpy(r->spec.kept, draft, res.n_accepted * sizeof *draft);
     r->spec.kept[res.n_accepted] = res.next;
     r->spec.n_kept = res.n_accepted + 1;
@@ -85,14 +83,8 @@ static void step_run(mn_job *job)
         mn_req *r = s->reqs[i];
         const float *lg = s->logits + row * n_vocab;
         row += s->seqs[i].want_all_logits ? s->seqs[i].n_tokens : 1;
-        if (!s->sample[i])
-            continue;
-        if (r->spec.n_draft) {
-            verify(s, r, lg);
-        } else {
-            r->spec.kept[0] = mn_sampler_next(r->smp, lg);
-            r->spec.n_kept = 1;
-        }
+        if (s->sample[i])
+            verify(s, r, lg); /* with no draft: plain decoding's one draw */
     }
     s->seconds = mn_now() - t0;
 }
@@ -115,9 +107,8 @@ mn_status mn_verifier_new(const mn_verifier_config *cfg, mn_verifier **out, mn_e
     v->step.reqs = mn_calloc(cap, sizeof *v->step.reqs);
     v->step.sample = mn_calloc(cap, sizeof *v->step.sample);
     v->step.logits = mn_calloc(rows * n_vocab, sizeof(float));
-    v->step.p = mn_calloc((size_t)(1 + MN_SPEC_MAX_LEN) * n_vocab, sizeof(float));
     v->round.reqs = mn_calloc(cap, sizeof *v->round.reqs);
-    if (!v->running || !v->step.seqs || !v->step.reqs || !v->step.sample || !v->step.logits || !v->step.p ||
+    if (!v->running || !v->step.seqs || !v->step.reqs || !v->step.sample || !v->step.logits ||
         !v->round.reqs) {
         mn_verifier_free(v);
         return mn_fail(err, MN_NOMEM, "verifier: out of memory for %u sequences", cap);
@@ -139,7 +130,6 @@ void mn_verifier_free(mn_verifier *v)
     mn_free(v->step.reqs);
     mn_free(v->step.sample);
     mn_free(v->step.logits);
-    mn_free(v->step.p);
     mn_free(v->round.reqs);
     mn_free(v);
 }

@@ -12,10 +12,12 @@
  * Speculation (when the engine has drafters: addr->voter): before the pass, the step's decoding
  * requests go to the voter as a round (each with spec.cap, the most it may draft); the voted drafts
  * come back (MN_MSG_VOTED) and each such request brings its pending token plus its draft to the
- * same unpadded pass, with logits for every position. On the worker, greedy requests keep the
- * longest prefix the target's argmax agrees with; sampled ones use the one-hot rule of
- * spec/accept.h with the request's own generator (lossless whatever the vote). Either way the
- * target adds its own token and the rejected positions are dropped from the KV length. Counters
+ * same unpadded pass, with logits for every position. On the worker the coupled rule of
+ * spec/accept.h decides: the target draws its own token at each position with the request's
+ * sampler, exactly as plain decoding would (argmax when greedy), and the draft is kept while it
+ * matches; the first differing draw is the target's own token. So the output is plain decoding's
+ * own text, greedy or seeded, whatever the vote. The rejected positions are dropped from the KV
+ * length. Counters
  * for the done line and stats (accepted-length histogram) are kept here. A request's tokens are
  * taken one by one, so stop strings, eos, max_tokens and the context end it at exactly the token
  * plain decoding would.

@@ -141,7 +141,3 @@ void mn_sampler_probs(mn_sampler *s, const float *logits, float *p)
     for (uint32_t i = 0; i < keep; i++)
         p[s->c[i].id] = (float)(s->c[i].p / sum);
 }
-
-bool mn_sampler_is_greedy(const mn_sampler *s) { return s->par.temperature <= 0.0f; }
-
-mn_rng *mn_sampler_rng(mn_sampler *s) { return &s->rng; }

@@ -7,7 +7,6 @@
 #ifndef MN_SAMPLER_H
 #define MN_SAMPLER_H
 
-#include <stdbool.h>
 #include <stdint.h>
 
 #include "util/status.h"
@@ -26,9 +25,8 @@ int32_t mn_sampler_next(mn_sampler *s, const float *logits);
 
 /* The distribution mn_sampler_next draws from, written to p[0..n_vocab): after temperature and
  * top_p, 0 outside the nucleus, summing to 1 up to rounding. Greedy: one-hot on the argmax. For
- * speculative acceptance (spec/accept.h), which must accept by the same distribution. */
+ * acceptance rules that need p (spec/accept.h) and for tests of the sampled distribution. */
 void mn_sampler_probs(mn_sampler *s, const float *logits, float *p);
-bool mn_sampler_is_greedy(const mn_sampler *s);
 
 int32_t mn_argmax(const float *logits, uint32_t n);
 
@@ -38,9 +36,5 @@ typedef struct mn_rng {
 } mn_rng;
 void mn_rng_seed(mn_rng *r, uint64_t seed);
 double mn_rng_uniform(mn_rng *r);
-
-/* The sampler's generator, for acceptance draws: they and mn_sampler_next share one stream, so a
- * seed fixes a request's whole output. */
-mn_rng *mn_sampler_rng(mn_sampler *s);
 
 #endif

@@ -18,6 +18,15 @@ mn_accept_result mn_accept_greedy(const int32_t *draft, uint32_t n_draft,
     return (mn_accept_result){.n_accepted = i, .next = target_argmax[i]};
 }
 
+mn_accept_result mn_accept_coupled(const int32_t *draft, uint32_t n_draft, mn_accept_draw_fn draw, void *ctx)
+{
+    for (uint32_t i = 0;; i++) {
+        int32_t t = draw(ctx, i);
+        if (i == n_draft || t != draft[i])
+            return (mn_accept_result){.n_accepted = i, .next = t};
+    }
+}
+
 /* Sum of a row, or -1 when an entry is negative or NaN, or the sum is not positive and finite. */
 static double row_mass(const float *row, uint32_t n)
 {

@@ -46,6 +46,22 @@ typedef struct mn_accept_result {
     int32_t next;         /* the target's own token after them: correction or bonus */
 } mn_accept_result;
 
+/* The target's own draw for row i of the verification (the caller's sampler on the logits of
+ * position i, with the request's generator: one draw per call, rows asked in order from 0). */
+typedef int32_t (*mn_accept_draw_fn)(void *ctx, uint32_t row);
+
+/* Coupled rule, what minionsd uses for every request, greedy or sampled: the target draws its own
+ * token at each position exactly as plain decoding would, and the draft is kept while it equals
+ * those draws; the first draw that differs (or the draw after a fully kept draft) is `next`.
+ * Distribution: the draw at a position is x with probability p(x), so x is kept with probability
+ * p(x), and on a rejection the emitted token is the target's draw given that it is not x, i.e. p
+ * without x renormalised: exactly the one-hot rule's. Better than drawing that rule's coins
+ * separately: a verification consumes one draw per emitted token, the draws plain decoding makes,
+ * and the logits are bit-identical to plain decoding's, so a seeded request yields plain decoding's
+ * own text whatever the drafts and the vote (tested). With a greedy sampler it is the greedy rule.
+ * draw is called n_accepted + 1 times. */
+mn_accept_result mn_accept_coupled(const int32_t *draft, uint32_t n_draft, mn_accept_draw_fn draw, void *ctx);
+
 /* Greedy rule. target_argmax[0..n_draft] is the target's argmax of each row (n_draft + 1 entries).
  * Cannot fail. */
 mn_accept_result mn_accept_greedy(const int32_t *draft, uint32_t n_draft,
