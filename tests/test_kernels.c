@@ -16,17 +16,20 @@ static void check_matmul(const char *gguf, const char *tensor_kind)
     const mn_weight *ws[] = {&m->layers[0].wq, &m->layers[0].w_down, &m->output};
     for (size_t wi = 0; wi < 3; wi++) {
         const mn_weight *w = ws[wi];
-        for (int T = 1; T <= 13; T++) { /* every tile shape and remainder: 1, 4, 6, 6+4, 6+6+1 */
+        /* every tile shape and remainder: T = 1 (1 x 4), 5 and 6 (T x 2), even (2 x 6), odd (1 x 6 +
+         * 2 x 6), past 8 (prefill); odd output ranges of every width mod 6 exercise the x 1 tiles */
+        for (int T = 1; T <= 17; T++) {
             float *x = malloc((size_t)T * w->cols * sizeof(float));
             float *y = calloc((size_t)T * w->rows, sizeof(float)), *r = calloc((size_t)T * w->rows, sizeof(float));
             for (size_t i = 0; i < (size_t)T * w->cols; i++)
                 x[i] = sinf((float)i * 0.37f) * 2.0f;
-            /* an odd output range exercises the partial tiles */
-            uint32_t ob = 1, oe = w->rows - 2;
-            mn_matmul(w, x, w->cols, y, w->rows, T, ob, oe);
-            mn_matmul_ref(w, x, w->cols, r, w->rows, T, ob, oe);
-            cr_assert(memcmp(y, r, (size_t)T * w->rows * sizeof(float)) == 0, "%s %s weight %zu T=%d differs", gguf,
-                      tensor_kind, wi, T);
+            for (uint32_t cut = 0; cut < 6; cut++) {
+                uint32_t ob = 1 + cut, oe = w->rows - 2;
+                mn_matmul(w, x, w->cols, y, w->rows, T, ob, oe);
+                mn_matmul_ref(w, x, w->cols, r, w->rows, T, ob, oe);
+                cr_assert(memcmp(y, r, (size_t)T * w->rows * sizeof(float)) == 0,
+                          "%s %s weight %zu T=%d outputs [%u, %u) differ", gguf, tensor_kind, wi, T, ob, oe);
+            }
             free(x);
             free(y);
             free(r);

@@ -55,6 +55,10 @@ ALWAYS_INLINE __m256 load_chunk(uint32_t type, const uint8_t *row, int c)
     }
 }
 
+/* Keep a loaded vector in a register: without this GCC folds the load into every FMA that uses it,
+ * doubling the loads of a tile whose held side is reused (loads, not FMAs, then bound it). */
+#define IN_REGISTER(v) __asm__("" : "+x"(v))
+
 ALWAYS_INLINE float hsum(__m256 a)
 {
     __m128 lo = _mm256_castps256_ps128(a), hi = _mm256_extractf128_ps(a, 1);
@@ -69,73 +73,165 @@ ALWAYS_INLINE float scalar_w(uint32_t type, const uint8_t *row, int k)
     return type == MN_F32 ? ((const float *)row)[k] : mn_f16_to_f32(((const uint16_t *)row)[k]);
 }
 
+/* How many tile blocks ahead the float tiles prefetch weight rows (see prefetch_share). Cold
+ * whole-model passes, one thread: without prefetch T = 5, 6 cost 2x T = 1; prefetching one block
+ * ahead from the first tile only, 1.1-1.3x; spreading it over all tiles of a block helped T = 7, 8
+ * (2.4x to 1.7-2x); 2 blocks ahead was a little better than 1 and no worse than 3. */
+#define PF_AHEAD 2
+
+/* One tile: RT rows (t0..) x OT outputs (o0..), RT*OT independent chains. The smaller side is held
+ * in registers for a chunk and the larger one streamed past it (12 chains then need 15 registers
+ * and 8 loads per 12 FMAs); either way every chain takes its chunks in column order, so the shape
+ * never changes a result. Along the way it prefetches pf_lines cache lines from pf (weight rows a
+ * later tile reads), spread evenly over its chunks. */
 ALWAYS_INLINE void tile(uint32_t type, const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy,
-                        int t0, uint32_t o0, const int RT, const int OT)
+                        int t0, uint32_t o0, const uint8_t *pf, size_t pf_lines, const int RT, const int OT)
 {
     const int n_chunks = (int)(W->cols / 8), tail = (int)(W->cols % 8);
     const uint8_t *rows[8];
-    __m256 acc[6][8];
+    const float *xr[8];
+    __m256 acc[8][8];
 #pragma GCC unroll 8
     for (int o = 0; o < OT; o++)
         rows[o] = W->data + (size_t)(o0 + o) * W->row_bytes;
-#pragma GCC unroll 6
+#pragma GCC unroll 8
+    for (int t = 0; t < RT; t++)
+        xr[t] = x + (size_t)(t0 + t) * ldx;
+#pragma GCC unroll 8
     for (int t = 0; t < RT; t++)
 #pragma GCC unroll 8
         for (int o = 0; o < OT; o++)
             acc[t][o] = _mm256_setzero_ps();
+    const int per_chunk = n_chunks ? (int)((pf_lines + (size_t)n_chunks - 1) / (size_t)n_chunks) : 0;
     for (int c = 0; c < n_chunks; c++) {
+        for (int j = 0; j < per_chunk; j++) {
+            size_t line = (size_t)c * (size_t)per_chunk + (size_t)j;
+            if (line < pf_lines)
+                _mm_prefetch((const char *)pf + line * 64, _MM_HINT_T0);
+        }
+        if (OT <= RT) { /* weights held, activations streamed */
+            __m256 w[8];
 #pragma GCC unroll 8
-        for (int o = 0; o < OT; o++) {
-            __m256 w = load_chunk(type, rows[o], c);
-#pragma GCC unroll 6
+            for (int o = 0; o < OT; o++)
+                w[o] = load_chunk(type, rows[o], c);
+#pragma GCC unroll 8
+            for (int t = 0; t < RT; t++) {
+                __m256 xv = _mm256_loadu_ps(xr[t] + c * 8);
+                IN_REGISTER(xv);
+#pragma GCC unroll 8
+                for (int o = 0; o < OT; o++)
+                    acc[t][o] = _mm256_fmadd_ps(w[o], xv, acc[t][o]);
+            }
+        } else { /* activations held, weights streamed */
+            __m256 xv[8];
+#pragma GCC unroll 8
             for (int t = 0; t < RT; t++)
-                acc[t][o] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x + (size_t)(t0 + t) * ldx + c * 8), acc[t][o]);
+                xv[t] = _mm256_loadu_ps(xr[t] + c * 8);
+#pragma GCC unroll 8
+            for (int o = 0; o < OT; o++) {
+                __m256 w = load_chunk(type, rows[o], c);
+#pragma GCC unroll 8
+                for (int t = 0; t < RT; t++)
+                    acc[t][o] = _mm256_fmadd_ps(w, xv[t], acc[t][o]);
+            }
         }
     }
-#pragma GCC unroll 6
+#pragma GCC unroll 8
     for (int t = 0; t < RT; t++)
 #pragma GCC unroll 8
         for (int o = 0; o < OT; o++) {
             float s = hsum(acc[t][o]);
-            const float *xr = x + (size_t)(t0 + t) * ldx;
             for (int k = n_chunks * 8; k < n_chunks * 8 + tail; k++)
-                s = fmaf(scalar_w(type, rows[o], k), xr[k], s);
+                s = fmaf(scalar_w(type, rows[o], k), xr[t][k], s);
             y[(size_t)(t0 + t) * ldy + o0 + o] = s;
         }
 }
 
-/* Cover the [T x (ob, oe)] block with tiles: outputs outer (a weight tile is read once from memory
- * and reused for every row), rows inner; 1 x 4 tiles for a single row (decode), else 6 x 2 (twelve
- * independent chains, eight loads per twelve FMAs), then 4 x 2 and 1 x 2 for the remaining rows. TILE(t, o, RT, OT)
- * computes one tile; both the float and the integer paths use this driver. */
-#define FOR_EACH_TILE(T, ob, oe, TILE)                                                             \
-    do {                                                                                           \
-        uint32_t o_ = (ob);                                                                        \
-        if ((T) == 1) {                                                                            \
-            for (; o_ + 4 <= (oe); o_ += 4)                                                        \
-                TILE(0, o_, 1, 4);                                                                 \
-        } else {                                                                                   \
-            for (; o_ + 2 <= (oe); o_ += 2) {                                                      \
-                int t_ = 0;                                                                        \
-                for (; t_ + 6 <= (T); t_ += 6)                                                     \
-                    TILE(t_, o_, 6, 2);                                                            \
-                for (; t_ + 4 <= (T); t_ += 4)                                                     \
-                    TILE(t_, o_, 4, 2);                                                            \
-                for (; t_ < (T); t_++)                                                             \
-                    TILE(t_, o_, 1, 2);                                                            \
-            }                                                                                      \
-        }                                                                                          \
-        for (; o_ < (oe); o_++)                                                                    \
-            for (int t_ = 0; t_ < (T); t_++)                                                       \
-                TILE(t_, o_, 1, 1);                                                                \
-    } while (0)
+/* Tile g of the G tiles over one block of OT outputs at o prefetches share g of the weight rows
+ * PF_AHEAD blocks further on (clamped to oe), so the next rows arrive while this block computes. */
+ALWAYS_INLINE void prefetch_share(const mn_weight *W, uint32_t o, uint32_t OT, uint32_t oe, int g, int G,
+                                  const uint8_t **pf, size_t *lines)
+{
+    uint32_t b = o + OT * PF_AHEAD, e = b + OT < oe ? b + OT : oe;
+    *pf = W->data;
+    *lines = 0;
+    if (b >= e)
+        return;
+    size_t total = ((size_t)(e - b) * W->row_bytes + 63) / 64;
+    size_t lb = total * (size_t)g / (size_t)G, le = total * (size_t)(g + 1) / (size_t)G;
+    *pf = W->data + (size_t)b * W->row_bytes + lb * 64;
+    *lines = le - lb;
+}
 
+/* Tiles of the float path, chosen by T (the rows of the pass). A pass verifying k <= 8 drafted
+ * tokens has T = 2..8, where 6 x 2 / 4 x 2 / 1 x 2 tiles left two to eight chains for most T, so the
+ * 4-cycle FMA latency, not the two FMA pipes, set the pace (22-55 GFLOP/s of a core's ~94).
+ *   T = 1      1 x 4 tiles (decode; bound by streaming the weights)
+ *   T = 5, 6   T x 2: 10-12 chains, the two weight chunks held, the rows streamed past them
+ *   other T    2 x 6 (and one 1 x 6 when T is odd): 12 chains, the two activation chunks held and
+ *              six weight chunks streamed; the six weight rows are read from memory by the first
+ *              tile and from L1 by the others
+ * Each needs at most 15 of the 16 ymm registers (at 16, 3 x 4 and 4 x 3, GCC spilled in the inner
+ * loop). L2-resident 256 x 256 F32, one core: T = 2..8 at 58-78 GFLOP/s (was 22-66). Outputs left
+ * past the last full tile go through tiles of the same rows and fewer outputs. */
 ALWAYS_INLINE void matmul_typed(uint32_t type, const mn_weight *W, const float *x, size_t ldx, float *y,
                                 size_t ldy, int T, uint32_t ob, uint32_t oe)
 {
-#define FLOAT_TILE(t, o, RT, OT) tile(type, W, x, ldx, y, ldy, t, o, RT, OT)
-    FOR_EACH_TILE(T, ob, oe, FLOAT_TILE);
+#define FLOAT_TILE(t, o, g, G, RT, OT)                                                             \
+    do {                                                                                           \
+        const uint8_t *pf_;                                                                        \
+        size_t lines_;                                                                             \
+        prefetch_share(W, o, OT, oe, g, G, &pf_, &lines_);                                         \
+        tile(type, W, x, ldx, y, ldy, t, o, pf_, lines_, RT, OT);                                  \
+    } while (0)
+#define FLOAT_TILE_NOPF(t, o, RT, OT) tile(type, W, x, ldx, y, ldy, t, o, W->data, 0, RT, OT)
+    uint32_t o = ob;
+    if (T == 1) {
+        for (; o + 4 <= oe; o += 4)
+            FLOAT_TILE(0, o, 0, 1, 1, 4);
+        for (; o < oe; o++)
+            FLOAT_TILE_NOPF(0, o, 1, 1);
+    } else if (T == 5 || T == 6) {
+        for (; o + 2 <= oe; o += 2) {
+            if (T == 5)
+                FLOAT_TILE(0, o, 0, 1, 5, 2);
+            else
+                FLOAT_TILE(0, o, 0, 1, 6, 2);
+        }
+        for (; o < oe; o++) {
+            if (T == 5)
+                FLOAT_TILE_NOPF(0, o, 5, 1);
+            else
+                FLOAT_TILE_NOPF(0, o, 6, 1);
+        }
+    } else {
+        const int G = (T + 1) / 2;
+        for (; o + 6 <= oe; o += 6) {
+            int g = 0;
+            if (T & 1)
+                FLOAT_TILE(0, o, g++, G, 1, 6);
+            for (int t = T & 1; t < T; t += 2)
+                FLOAT_TILE(t, o, g++, G, 2, 6);
+        }
+#define FLOAT_REST(OT)                                                                             \
+    do {                                                                                           \
+        if (T & 1)                                                                                 \
+            FLOAT_TILE_NOPF(0, o, 1, OT);                                                          \
+        for (int t = T & 1; t < T; t += 2)                                                         \
+            FLOAT_TILE_NOPF(t, o, 2, OT);                                                          \
+    } while (0)
+        switch (oe - o) { /* the last 1..5 outputs in one narrower block (a thread's share is a multiple of 4) */
+        case 5: FLOAT_REST(5); break;
+        case 4: FLOAT_REST(4); break;
+        case 3: FLOAT_REST(3); break;
+        case 2: FLOAT_REST(2); break;
+        case 1: FLOAT_REST(1); break;
+        default: break;
+        }
+#undef FLOAT_REST
+    }
 #undef FLOAT_TILE
+#undef FLOAT_TILE_NOPF
 }
 
 #define DEFINE_MATMUL(name, type)                                                                 \
@@ -488,6 +584,31 @@ ALWAYS_INLINE void tile_q8(uint32_t type, const mn_weight *W, const mn_q8 *xq, s
         for (int o = 0; o < OT; o++)
             y[(size_t)(t0 + t) * ldy + o0 + o] = hsum(acc[t][o]) + macc[t][o];
 }
+
+/* Cover the [T x (ob, oe)] block with integer-path tiles: outputs outer (a weight tile is read once
+ * from memory and reused for every row), rows inner; 1 x 4 tiles for a single row (decode), else
+ * 6 x 2, then 4 x 2 and 1 x 2 for the remaining rows. TILE(t, o, RT, OT) computes one tile. */
+#define FOR_EACH_TILE(T, ob, oe, TILE)                                                             \
+    do {                                                                                           \
+        uint32_t o_ = (ob);                                                                        \
+        if ((T) == 1) {                                                                            \
+            for (; o_ + 4 <= (oe); o_ += 4)                                                        \
+                TILE(0, o_, 1, 4);                                                                 \
+        } else {                                                                                   \
+            for (; o_ + 2 <= (oe); o_ += 2) {                                                      \
+                int t_ = 0;                                                                        \
+                for (; t_ + 6 <= (T); t_ += 6)                                                     \
+                    TILE(t_, o_, 6, 2);                                                            \
+                for (; t_ + 4 <= (T); t_ += 4)                                                     \
+                    TILE(t_, o_, 4, 2);                                                            \
+                for (; t_ < (T); t_++)                                                             \
+                    TILE(t_, o_, 1, 2);                                                            \
+            }                                                                                      \
+        }                                                                                          \
+        for (; o_ < (oe); o_++)                                                                    \
+            for (int t_ = 0; t_ < (T); t_++)                                                       \
+                TILE(t_, o_, 1, 1);                                                                \
+    } while (0)
 
 ALWAYS_INLINE void matmul_q8_typed(uint32_t type, const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y,
                                    size_t ldy, int T, uint32_t ob, uint32_t oe)
