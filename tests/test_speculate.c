@@ -58,8 +58,8 @@ static void enable_only(server *s, int which /* -1: all */)
     }
 }
 
-/* Each drafter alone, then the vote of all four, at different draft lengths: every greedy text is
- * minions-generate's, and only enabled drafters are voted. */
+/* Each drafter alone, then the vote of all four (also with spec.skip_below), at different draft
+ * lengths: every greedy text is minions-generate's, and only enabled drafters are voted. */
 Test(speculate, each_drafter_and_the_vote_equal_plain_greedy, .timeout = 600)
 {
     enum { TOKENS = 48 };
@@ -69,10 +69,12 @@ Test(speculate, each_drafter_and_the_vote_equal_plain_greedy, .timeout = 600)
     start_with_drafts(&s, "4");
     tconn c;
     connect_to(s.tcp, &c);
-    static const int lengths[] = {1, 3, 5, 8, 16};
-    for (int cfg = 0; cfg < 5; cfg++) {
+    static const int lengths[] = {1, 3, 5, 8, 16, 4};
+    for (int cfg = 0; cfg < 6; cfg++) { /* each alone, all, all with light drafters skipping rounds */
         int only = cfg < 4 ? cfg : -1;
         enable_only(&s, only);
+        if (cfg == 5)
+            admin_ok(&s, "{\"cmd\":\"set\",\"key\":\"spec.skip_below\",\"value\":0.5}");
         char cmd[96];
         snprintf(cmd, sizeof cmd, "{\"cmd\":\"set\",\"key\":\"spec.length\",\"value\":%d}", lengths[cfg]);
         admin_ok(&s, cmd);

@@ -10,7 +10,8 @@ draft and verify cost (ms of compute per generated token); plus each configurati
 plain decoding (ratio of medians).
 
 Configurations: plain (spec.enabled false); each draft alone; ngram alone; the vote of all four
-with weights fixed at 1, learning global weights, learning per-sequence weights.
+with weights fixed at 1, learning global weights, learning per-sequence weights; and the learning
+votes with spec.skip_below 0.25 (a model drafter far below a request's best sits its rounds out).
 
     tools/bench-spec.py [--rounds 5] [--tokens 64] [--sets kjv,web,devil,mixed] [--spec-length 4]
     tools/bench-spec.py --switch        # weights over a kjv -> devil -> web stream (docs/spec-weights.png)
@@ -30,7 +31,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, "build")
 DRAFTS = ["draft-kjv", "draft-web", "draft-devil", "ngram"]
-CONFIGS = ["plain"] + DRAFTS + ["vote-fixed", "vote-global", "vote-sequence"]
+SKIP = 0.25  # spec.skip_below of the "+skip" configurations
+CONFIGS = ["plain"] + DRAFTS + ["vote-fixed", "vote-global", "vote-sequence", "vote-global+skip",
+                                "vote-sequence+skip"]
 
 
 class Server:
@@ -66,8 +69,9 @@ class Server:
         for d in DRAFTS:
             on = config.startswith("vote") or config == d
             self.set(f"drafter.{d}.enabled", on)
-        mode = {"vote-fixed": "fixed", "vote-global": "global"}.get(config, "sequence")
+        mode = "fixed" if "fixed" in config else "global" if "global" in config else "sequence"
         self.set("spec.weights", mode)
+        self.set("spec.skip_below", SKIP if config.endswith("+skip") else 0)
 
     def stop(self):
         self.proc.terminate()

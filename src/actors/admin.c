@@ -22,6 +22,7 @@ struct mn_admin {
     uint32_t spec_length;
     mn_weights_mode weights_mode;
     mn_weights_params weights;
+    float skip_below;
     bool drafter_enabled[MN_ADDR_MAX_DRAFTERS];
     mn_stats stats;                      /* being gathered */
     mn_stats_part parts[MN_WHO_N];
@@ -65,6 +66,7 @@ static json_t *config_json(mn_admin *a)
     json_object_set_new(o, "spec.punish_threshold", json_real(w->punish_threshold));
     json_object_set_new(o, "spec.reward_factor", json_real(w->reward_factor));
     json_object_set_new(o, "spec.punish_factor", json_real(w->punish_factor));
+    json_object_set_new(o, "spec.skip_below", json_real(a->skip_below));
     for (uint32_t i = 0; i < a->cfg.n_drafters; i++) {
         char key[96];
         snprintf(key, sizeof key, "drafter.%s.enabled", a->cfg.drafter_names[i]);
@@ -146,7 +148,8 @@ static void send_voter(mn_admin *a)
         mn_log(MN_LOG_ERROR, "admin: out of memory for a setting");
         return;
     }
-    *s = (mn_setting){.msg.type = MN_MSG_SET, .key = MN_SET_VOTER, .value = a->weights_mode, .params = a->weights};
+    *s = (mn_setting){.msg.type = MN_MSG_SET, .key = MN_SET_VOTER, .value = a->weights_mode, .params = a->weights,
+                      .fvalue = a->skip_below};
     mn_mailbox_post(a->cfg.addr_book->voter, &s->msg);
 }
 
@@ -174,6 +177,14 @@ static json_t *set_spec_key(mn_admin *a, const char *key, json_t *value)
         if (mode < 0)
             return fail("%s must be one of sequence, global, fixed", key);
         a->weights_mode = (mn_weights_mode)mode;
+        send_voter(a);
+        return NULL;
+    }
+    if (!strcmp(key, "spec.skip_below")) {
+        double x = json_number_value(value);
+        if (!json_is_number(value) || !(x >= 0 && x <= 1))
+            return fail("%s must be a number in [0, 1]", key);
+        a->skip_below = (float)x;
         send_voter(a);
         return NULL;
     }
@@ -308,6 +319,7 @@ mn_status mn_admin_new(struct event_base *base, const mn_admin_config *cfg, mn_a
     a->spec_length = cfg->spec_length;
     a->weights_mode = cfg->weights_mode;
     a->weights = cfg->weights;
+    a->skip_below = cfg->skip_below;
     for (uint32_t i = 0; i < cfg->n_drafters; i++)
         a->drafter_enabled[i] = true;
     mn_status s = mn_adminsock_new(base, cfg->addr, cfg->socket_mode, on_command, a, &a->sock, err);

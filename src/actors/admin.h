@@ -8,7 +8,7 @@
  * sent when all four have answered. A setting goes to the actors that own it as MN_MSG_SET.
  * Settable keys (docs/server.md): batch.max_sequences, queue.max, log.level; with drafters also
  * spec.enabled, spec.length (verifier), spec.weights, spec.reward_threshold, spec.punish_threshold,
- * spec.reward_factor, spec.punish_factor and drafter.<name>.enabled (voter). The voter answers
+ * spec.reward_factor, spec.punish_factor, spec.skip_below and drafter.<name>.enabled (voter). The voter answers
  * stats too when there is one.
  *
  * Messages in: STATS (the parts coming back). Out: STATS, SET.
@@ -29,6 +29,7 @@ typedef struct mn_admin_config {
     uint32_t spec_length;        /* starting values of the spec keys */
     mn_weights_mode weights_mode;
     mn_weights_params weights;
+    float skip_below;
     const mn_addr *addr_book;    /* borrowed: the mailboxes */
     void (*on_drain)(void *owner);       /* the drain command (the engine starts the drain) */
     void *owner;

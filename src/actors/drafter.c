@@ -134,7 +134,7 @@ static void draft_run(mn_job *job)
     for (uint32_t k = 0; k < round->n; k++) {
         mn_req *r = round->reqs[k];
         mn_req_draft *x = &r->spec.d[index];
-        uint32_t cap = own_cap(j->be, r);
+        uint32_t cap = r->spec.ask >> index & 1 ? own_cap(j->be, r) : 0;
         x->prop_len = 0;
         if (!cap)
             continue;
@@ -164,8 +164,10 @@ static void propose_ngram(mn_drafter *d, mn_round_part *part)
         mn_req *r = round->reqs[k];
         mn_req_draft *x = &r->spec.d[d->cfg.index];
         x->prop_at = (uint32_t)r->toks.n;
-        x->prop_len = mn_ngram_propose(r->toks.ids, (uint32_t)r->toks.n, MN_NGRAM_MIN_N_DEFAULT,
-                                       MN_NGRAM_MAX_N_DEFAULT, r->spec.cap, x->prop);
+        x->prop_len = r->spec.ask >> d->cfg.index & 1
+                          ? mn_ngram_propose(r->toks.ids, (uint32_t)r->toks.n, MN_NGRAM_MIN_N_DEFAULT,
+                                             MN_NGRAM_MAX_N_DEFAULT, r->spec.cap, x->prop)
+                          : 0;
     }
     part->seconds = mn_now() - t0;
 }

@@ -72,6 +72,7 @@ mn_engine_config mn_engine_defaults(void)
         .spec_length = 4,
         .weights_mode = MN_WEIGHTS_SEQUENCE,
         .weights = mn_weights_defaults(),
+        .skip_below = 0.25f, /* docs/speculation.md: on every prompt set the learning vote ran faster with it */
     };
 }
 
@@ -196,8 +197,10 @@ static mn_status new_spec_actors(mn_engine *e, mn_err *err)
         mn_mailbox_set_actor(e->addr.drafters[i], e->drafts[i].actor);
     }
     mn_voter_config vc = {.n_drafters = e->n_drafts, .names = e->draft_names, .params = cfg->weights,
-                          .mode = (mn_weights_mode)cfg->weights_mode, .on_event = e->events ? on_event : NULL,
-                          .owner = e, .addr = &e->addr};
+                          .mode = (mn_weights_mode)cfg->weights_mode, .skip_below = cfg->skip_below,
+                          .on_event = e->events ? on_event : NULL, .owner = e, .addr = &e->addr};
+    for (uint32_t i = 0; i < e->n_drafts; i++)
+        vc.costly |= e->drafts[i].model ? 1u << i : 0;
     if ((s = mn_voter_new(&vc, &e->voter, err)) != MN_OK)
         return s;
     mn_mailbox_set_actor(e->addr.voter, e->voter);
@@ -237,7 +240,7 @@ static mn_status new_actors(mn_engine *e, uint32_t n_blocks, mn_err *err)
                               .max_queue = cfg->max_queue, .kv_block_size = e->be->kv->block_size,
                               .n_drafters = e->n_drafts, .drafter_names = e->draft_names,
                               .spec_length = cfg->spec_length, .weights_mode = (mn_weights_mode)cfg->weights_mode,
-                              .weights = cfg->weights,
+                              .weights = cfg->weights, .skip_below = cfg->skip_below,
                               .addr_book = &e->addr, .on_drain = drain, .owner = e};
         if ((s = mn_admin_new(e->base, &ac, &e->admin, err)) != MN_OK)
             return s;

@@ -52,6 +52,7 @@ typedef struct mn_engine_config {
     uint32_t spec_length;      /* tokens drafted per verification (live: spec.length) */
     int weights_mode;          /* mn_weights_mode (live: spec.weights) */
     mn_weights_params weights; /* the vote's weight rule (live: spec.reward_threshold, ...) */
+    float skip_below;          /* live: spec.skip_below (voter.h) */
     const char *events_addr;   /* --events: nanomsg PUB address, or NULL */
 } mn_engine_config;
 

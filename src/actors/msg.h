@@ -157,7 +157,7 @@ typedef enum mn_setting_key {
     MN_SET_MAX_QUEUE,   /* queue.max: kvmem's pending queue bound */
     MN_SET_SPEC_ENABLED,/* verifier: spec.enabled (value 0/1) */
     MN_SET_SPEC_LENGTH, /* verifier: spec.length (value 0..16) */
-    MN_SET_VOTER,       /* voter: the weight rule (params) and weights mode (value: mn_weights_mode) */
+    MN_SET_VOTER,       /* voter: the weight rule (params), weights mode (value), skip_below (fvalue) */
     MN_SET_DRAFTER,     /* voter: drafter.<index>.enabled (index, value 0/1) */
 } mn_setting_key;
 
@@ -174,6 +174,7 @@ typedef struct mn_setting {
     mn_setting_key key;
     uint32_t value;
     uint32_t index;              /* MN_SET_DRAFTER: which drafter */
+    float fvalue;                /* MN_SET_VOTER: spec.skip_below */
     mn_weights_params params;    /* MN_SET_VOTER */
 } mn_setting;
 

@@ -130,16 +130,20 @@ static void judge(mn_voter *v, mn_req *r)
             publish_weight(v, i, verdicts[i]);
 }
 
-static void vote(mn_voter *v, mn_req *r)
+/* The weights r's vote reads. */
+static const float *vote_weights(const mn_voter *v, const mn_req *r)
 {
     static const float ones[MN_MAX_DRAFTERS] = {1, 1, 1, 1, 1, 1, 1, 1};
+    return v->cfg.mode == MN_WEIGHTS_FIXED ? ones : v->cfg.mode == MN_WEIGHTS_GLOBAL ? v->global.w : r->spec.w.w;
+}
+
+static void vote(mn_voter *v, mn_req *r)
+{
     uint32_t at = (uint32_t)r->toks.n;
     const int32_t *drafts[MN_MAX_DRAFTERS];
     uint32_t lens[MN_MAX_DRAFTERS];
     proposals_at(v, r, at, drafts, lens);
-    const float *w = v->cfg.mode == MN_WEIGHTS_FIXED    ? ones
-                     : v->cfg.mode == MN_WEIGHTS_GLOBAL ? v->global.w
-                                                        : r->spec.w.w;
+    const float *w = vote_weights(v, r);
     mn_vote_result res;
     mn_err err;
     if (mn_vote(drafts, lens, w, v->cfg.n_drafters, v->nodes, sizeof v->nodes / sizeof *v->nodes, &res, &err) != MN_OK) {
@@ -166,17 +170,45 @@ static void voted(mn_voter *v, mn_round *round)
     mn_mailbox_post(v->cfg.addr->verifier, &round->msg);
 }
 
+/* Which enabled drafters draft for r this round (bit i: drafter i). All of them, unless skip_below
+ * > 0: then a model drafter whose weight is below skip_below x the best weight among r's enabled
+ * drafters sits the round out (its proposal could hardly win the vote, and on the CPU every model
+ * drafter's passes add to the round's time); the n-gram drafter costs nothing and always drafts;
+ * and every EXPLORE_EVERY-th round of a request asks all, so a skipped drafter keeps being judged
+ * and can win its weight back when the text moves to its domain. */
+#define EXPLORE_EVERY 8
+static uint32_t ask_mask(const mn_voter *v, mn_req *r)
+{
+    const float *w = vote_weights(v, r);
+    float best = 0;
+    uint32_t enabled = 0;
+    for (uint32_t i = 0; i < v->cfg.n_drafters; i++)
+        if (v->enabled[i]) {
+            enabled |= 1u << i;
+            best = w[i] > best ? w[i] : best;
+        }
+    if (v->cfg.skip_below <= 0 || r->spec.rounds++ % EXPLORE_EVERY == 0)
+        return enabled;
+    uint32_t ask = 0;
+    for (uint32_t i = 0; i < v->cfg.n_drafters; i++)
+        if ((enabled >> i & 1) && (!(v->cfg.costly >> i & 1) || w[i] >= v->cfg.skip_below * best))
+            ask |= 1u << i;
+    return ask;
+}
+
 static void round_in(mn_voter *v, mn_round *round)
 {
+    uint32_t asked = 0;
     for (uint32_t k = 0; k < round->n; k++) {
         mn_req *r = round->reqs[k];
         judge(v, r);
         if (!r->spec.w.n_drafters) /* its first round: start from what the pool has learned */
             mn_weights_init_from(&r->spec.w, &v->global);
+        asked |= r->spec.ask = ask_mask(v, r);
     }
     round->pending = 1; /* held until every part is out, so an answer cannot finish the round early */
     for (uint32_t i = 0; i < v->cfg.n_drafters; i++) {
-        if (!v->enabled[i])
+        if (!(asked >> i & 1))
             continue;
         round->pending++;
         v->st[i].rounds++;
@@ -202,6 +234,7 @@ static void set(mn_voter *v, mn_setting *s)
         if (mn_weights_set_params(&v->global, &s->params, &err) == MN_OK) {
             v->cfg.params = s->params;
             v->cfg.mode = (mn_weights_mode)s->value;
+            v->cfg.skip_below = s->fvalue;
         } else {
             mn_log(MN_LOG_ERROR, "voter: %s", err.msg); /* the admin checked: a bug */
         }

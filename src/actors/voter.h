@@ -6,7 +6,8 @@
  * part is back, each request's proposals made at its current length form a token tree, and the
  * heaviest path, by the weights spec.weights selects, becomes its draft (spec.vtoks[1..], n_draft,
  * voted); the round goes back to the verifier (MN_MSG_VOTED). Drafters are listed in command-line
- * order, which is the tie-break order.
+ * order, which is the tie-break order. With spec.skip_below > 0, a model drafter far lighter than a
+ * request's best drafter sits that request's round out (spec.ask), except every 8th round.
  *
  * Learning: a vote is judged when the request next comes through the voter, i.e. at its next round
  * or when the verifier hands it back (MN_MSG_RELEASE passes through here on its way to kvmem), so
@@ -33,6 +34,8 @@ typedef struct mn_voter_config {
     const char *const *names;    /* borrowed: [n_drafters] */
     mn_weights_params params;    /* the weight rule */
     mn_weights_mode mode;        /* spec.weights */
+    float skip_below;            /* spec.skip_below: see ask_mask in voter.c; 0: every drafter, every round */
+    uint32_t costly;             /* bit i: drafter i runs a model (the n-gram drafter does not) */
     mn_voter_event_fn on_event;  /* an event as a JSON object (no newline); may be NULL */
     void *owner;
     const mn_addr *addr;         /* borrowed */

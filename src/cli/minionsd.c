@@ -43,6 +43,8 @@ static void usage(FILE *f)
             "                         wins ties); none: plain decoding\n"
             "      --spec-length N    tokens drafted per verification, 0..16 (default 4)\n"
             "      --spec-weights W   sequence|global|fixed: whose weights the vote reads (default sequence)\n"
+            "      --spec-skip-below F a model drafter whose weight is under F x a request's best drafter's\n"
+            "                         skips its rounds but every 8th; 0 = all draft always (default 0.25)\n"
             "      --events ADDR      nanomsg PUB socket (ipc://PATH or tcp://127.0.0.1:N) for weight changes\n");
 }
 
@@ -74,6 +76,7 @@ int main(int argc, char **argv)
         {"backend", required_argument, 0, 'B'},   {"socket-mode", required_argument, 0, 'M'},
         {"draft", required_argument, 0, 'r'},     {"spec-length", required_argument, 0, 's'},
         {"spec-weights", required_argument, 0, 'W'}, {"events", required_argument, 0, 'e'},
+        {"spec-skip-below", required_argument, 0, 'S'},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
     };
     for (int c; (c = getopt_long(argc, argv, "m:t:h", opts, NULL)) != -1;) {
@@ -105,6 +108,12 @@ int main(int argc, char **argv)
         case 's': ok = parse_int(optarg, 0, MN_SPEC_MAX_LEN, &v), cfg.spec_length = (uint32_t)v; break;
         case 'W': ok = (cfg.weights_mode = mn_weights_mode_parse(optarg)) >= 0; break;
         case 'e': cfg.events_addr = optarg; break;
+        case 'S': {
+            char *end;
+            double f = strtod(optarg, &end);
+            ok = end != optarg && !*end && f >= 0 && f <= 1, cfg.skip_below = (float)f;
+            break;
+        }
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
