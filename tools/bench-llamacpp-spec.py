@@ -6,7 +6,8 @@ at a time, greedy, --tokens tokens, 2 threads:
   llama.cpp plain        llama-cli -no-cnv (its eval time: decode only)
   llama.cpp speculative  llama-speculative with the set's draft, --draft-max S (its "decoded" rate)
   minions plain          minionsd, spec.enabled false (decode rate: tokens after the first / time after it)
-  minions speculative    the same minionsd, the set's draft alone; and the vote of all drafters
+  minions speculative    the same minionsd: the set's draft alone, the n-gram drafter alone, the
+                         vote of all drafters (spec.weights sequence, spec.skip_below 0.25)
 Prints the median decode tok/s of each and each engine's speculative/plain ratio.
 
     tools/bench-llamacpp-spec.py --llama /tmp/llama/build/bin [--rounds 5] [--tokens 64] [--sets kjv,web]
@@ -83,8 +84,10 @@ def main():
                     ("minions plain", lambda p: (server.configure("plain"), minions_rate(server, p, args.tokens))[1]),
                     ("minions speculative, " + draft,
                      lambda p: (server.configure(draft), minions_rate(server, p, args.tokens))[1]),
+                    ("minions speculative, ngram",
+                     lambda p: (server.configure("ngram"), minions_rate(server, p, args.tokens))[1]),
                     ("minions speculative, vote of all",
-                     lambda p: (server.configure("vote-sequence"), minions_rate(server, p, args.tokens))[1]),
+                     lambda p: (server.configure("vote-sequence+skip"), minions_rate(server, p, args.tokens))[1]),
                 ]
                 if r % 2:
                     systems.reverse()
