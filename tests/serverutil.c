@@ -330,7 +330,7 @@ void check_paused_preemption(const char *const *extra)
     enum { SLOW = 16, TOKENS = 400 };
     char *want = generate("And God said", TOKENS);
     server s;
-    /* "And God said" is 3 tokens: each request reserves 3 + 400 + 1 positions, 26 blocks of 16.
+    /* "And God said" is 3 tokens: each request reserves 3 + 400 positions, 26 blocks of 16.
      * Some 150 delta lines fill a 4 KiB output buffer and the Unix socket's: all are throttled
      * long before they finish. */
     const char *args[24] = {"--output-buffer", "4", "--kv-blocks", "416"};

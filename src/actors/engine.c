@@ -222,7 +222,7 @@ static mn_status new_actors(mn_engine *e, uint32_t n_blocks, mn_err *err)
     cc.n_drafters = e->n_drafts;
     cc.drafter_names = e->draft_names;
     mn_intake_config ic = {.model = e->model, .kv_block_size = e->be->kv->block_size, .kv_blocks = n_blocks,
-                           .window = 1, .n_drafters = e->n_drafts, .addr = &e->addr};
+                           .n_drafters = e->n_drafts, .addr = &e->addr};
     mn_kvmem_config kc = {.pool = e->be->kv, .n_drafters = e->n_drafts, .max_batch = cfg->max_batch,
                           .max_queue = cfg->max_queue, .addr = &e->addr};
     for (uint32_t i = 0; i < e->n_drafts; i++)

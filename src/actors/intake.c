@@ -66,7 +66,7 @@ static void admit(mn_intake *in, mn_req *r)
     /* Its whole length is reserved at admission, so no step ever waits for blocks: every position
      * it may write, within the context. A draft never reaches past it: the verifier caps a draft at
      * what the request may still generate. */
-    uint64_t need = r->toks.n + (uint64_t)r->p.max_tokens + in->cfg.window;
+    uint64_t need = r->toks.n + (uint64_t)r->p.max_tokens;
     r->kv_need = need > n_ctx ? n_ctx : (uint32_t)need;
     if (blocks_for(in, r->kv_need) > in->cfg.kv_blocks) {
         mn_req_fail(r, MN_E_INVALID_REQUEST, "prompt + max_tokens need %u KV blocks; the server has %u",

@@ -16,7 +16,6 @@ typedef struct mn_intake_config {
     const mn_model *model;       /* borrowed */
     uint32_t kv_block_size;      /* the target's KV pool geometry */
     uint32_t kv_blocks;
-    uint32_t window;             /* positions a step may write past a sequence's length */
     uint32_t n_drafters;         /* 0: no speculation */
     const mn_addr *addr;         /* borrowed: the mailboxes */
 } mn_intake_config;

@@ -2,7 +2,7 @@
  *
  * It keeps the pending queue (FIFO, bounded by queue.max: past it a request ends with `busy`) and
  * the set of requests that hold KV. Admission reserves a request's whole length at once (intake
- * sized it: prompt + max_tokens + the speculation window, within the context), so the verifier never
+ * sized it: prompt + max_tokens, within the context; drafts are capped inside it), so the verifier never
  * waits for blocks mid-step; at most batch.max_sequences unpaused requests hold KV. A throttled
  * (paused) request keeps its blocks until they are needed: when the head of the queue cannot get
  * blocks, kvmem asks the verifier to give back the newest paused request (preempt_wanted + a kick);
