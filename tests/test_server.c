@@ -513,18 +513,18 @@ Test(server, a_second_signal_ends_a_stuck_drain, .timeout = 300)
     tconn_close(&slow);
 }
 
-Test(server, admin_drain_finishes_and_exits_zero, .timeout = 120)
+Test(server, admin_drain_finishes_and_exits_zero, .timeout = 300)
 {
     drain_test(0);
 }
 
-Test(server, sigterm_drains_and_exits_zero, .timeout = 120)
+Test(server, sigterm_drains_and_exits_zero, .timeout = 300)
 {
     drain_test(SIGTERM);
 }
 
 /* A service manager's SIGHUP must not lose requests: it drains like SIGTERM (issue #9, defect 7). */
-Test(server, sighup_drains_and_exits_zero, .timeout = 120)
+Test(server, sighup_drains_and_exits_zero, .timeout = 300)
 {
     drain_test(SIGHUP);
 }

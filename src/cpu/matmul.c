@@ -112,8 +112,10 @@ ALWAYS_INLINE void tile(uint32_t type, const mn_weight *W, const float *x, size_
         if (OT <= RT) { /* weights held, activations streamed */
             __m256 w[8];
 #pragma GCC unroll 8
-            for (int o = 0; o < OT; o++)
+            for (int o = 0; o < OT; o++) {
                 w[o] = load_chunk(type, rows[o], c);
+                IN_REGISTER(w[o]); /* else 4 x 3 reloads the weights in every FMA: 16 loads per 12 */
+            }
 #pragma GCC unroll 8
             for (int t = 0; t < RT; t++) {
                 __m256 xv = _mm256_loadu_ps(xr[t] + c * 8);
@@ -167,13 +169,19 @@ ALWAYS_INLINE void prefetch_share(const mn_weight *W, uint32_t o, uint32_t OT, u
  * tokens has T = 2..8, where 6 x 2 / 4 x 2 / 1 x 2 tiles left two to eight chains for most T, so the
  * 4-cycle FMA latency, not the two FMA pipes, set the pace (22-55 GFLOP/s of a core's ~94).
  *   T = 1      1 x 4 tiles (decode; bound by streaming the weights)
+ *   T = 3      3 x 3: 9 chains, the three weight chunks held, the rows streamed past them
  *   T = 5, 6   T x 2: 10-12 chains, the two weight chunks held, the rows streamed past them
+ *   T = 7, 8   4 x 3 then (T-4) x 3 over the same three outputs: 12 + 9..12 chains, weights held
+ *              (16 registers, no spill once the weights are pinned with IN_REGISTER); the second
+ *              tile reads the three weight rows from L1
  *   other T    2 x 6 (and one 1 x 6 when T is odd): 12 chains, the two activation chunks held and
  *              six weight chunks streamed; the six weight rows are read from memory by the first
  *              tile and from L1 by the others
- * Each needs at most 15 of the 16 ymm registers (at 16, 3 x 4 and 4 x 3, GCC spilled in the inner
- * loop). L2-resident 256 x 256 F32, one core: T = 2..8 at 58-78 GFLOP/s (was 22-66). Outputs left
- * past the last full tile go through tiles of the same rows and fewer outputs. */
+ * 4 x 3 needs all 16 ymm registers, the others at most 15. Whole model (dim 256), 2 threads, one
+ * sequence: 3 x 3 took T = 3 from 1.5-1.7 to 1.3-1.4 decode steps and 4 x 3 took T = 7, 8 from
+ * 2.5 to 2.1-2.3 (held-weight 4 x 2, 3 x 4 or 3 x 3 elsewhere lost to the shapes above).
+ * L2-resident 256 x 256 F32, one core: T = 2..8 at 58-78 GFLOP/s (was 22-66). Outputs left past
+ * the last full tile go through tiles of the same rows and fewer outputs. */
 ALWAYS_INLINE void matmul_typed(uint32_t type, const mn_weight *W, const float *x, size_t ldx, float *y,
                                 size_t ldy, int T, uint32_t ob, uint32_t oe)
 {
@@ -191,6 +199,28 @@ ALWAYS_INLINE void matmul_typed(uint32_t type, const mn_weight *W, const float *
             FLOAT_TILE(0, o, 0, 1, 1, 4);
         for (; o < oe; o++)
             FLOAT_TILE_NOPF(0, o, 1, 1);
+    } else if (T == 3) {
+        for (; o + 3 <= oe; o += 3)
+            FLOAT_TILE(0, o, 0, 1, 3, 3);
+        if (oe - o == 2)
+            FLOAT_TILE_NOPF(0, o, 3, 2);
+        else if (oe - o == 1)
+            FLOAT_TILE_NOPF(0, o, 3, 1);
+    } else if (T == 7 || T == 8) {
+        for (; o + 3 <= oe; o += 3) {
+            FLOAT_TILE(0, o, 0, 2, 4, 3);
+            if (T == 7)
+                FLOAT_TILE(4, o, 1, 2, 3, 3);
+            else
+                FLOAT_TILE(4, o, 1, 2, 4, 3);
+        }
+        for (; o < oe; o++) {
+            FLOAT_TILE_NOPF(0, o, 4, 1);
+            if (T == 7)
+                FLOAT_TILE_NOPF(4, o, 3, 1);
+            else
+                FLOAT_TILE_NOPF(4, o, 4, 1);
+        }
     } else if (T == 5 || T == 6) {
         for (; o + 2 <= oe; o += 2) {
             if (T == 5)
