@@ -384,3 +384,70 @@ void check_paused_preemption(const char *const *extra)
     free(want);
 }
 
+
+typedef struct client_job {
+    const char *addr;
+    char **prompts, **want;
+    int id, max_tokens, opt_out_every, failures;
+} client_job;
+
+/* One client thread: four requests in turn, compared with want. No Criterion assertion here (it
+ * runs off the test's thread): a failure is counted. */
+static void *client_thread(void *arg)
+{
+    client_job *j = arg;
+    mn_client c;
+    mn_err err = {{0}};
+    if (mn_client_connect(j->addr, &c, &err) < 0) {
+        j->failures = 4;
+        return NULL;
+    }
+    for (int k = 0; k < 4; k++) {
+        int p = (j->id + k) % 6;
+        json_t *o = json_pack("{s:s, s:s, s:i, s:b}", "id", "x", "prompt", j->prompts[p], "max_tokens", j->max_tokens,
+                              "stream", k % 2);
+        if (j->opt_out_every)
+            json_object_set_new(o, "speculate", json_boolean((j->id + k) % j->opt_out_every != 0));
+        char *line = json_dumps(o, JSON_COMPACT);
+        json_decref(o);
+        mn_client_send(&c, line, strlen(line));
+        mn_client_send(&c, "\n", 1);
+        free(line);
+        int ok = 0;
+        char deltas[8192] = "";   /* a streamed request's deltas must add up to its text */
+        size_t nd = 0;
+        for (char *l; !ok && (l = mn_client_read_line(&c, NULL));) {
+            json_t *r = json_loads(l, 0, NULL);
+            json_t *d = json_object_get(r, "delta");
+            if (json_object_get(r, "done")) {
+                const char *text = json_string_value(json_object_get(r, "text"));
+                ok = !strcmp(text, j->want[p]) && (k % 2 == 0 || !strcmp(deltas, text)) ? 1 : -1;
+            } else if (!d || nd + json_string_length(d) >= sizeof deltas) {
+                ok = -1;
+            } else {
+                memcpy(deltas + nd, json_string_value(d), json_string_length(d) + 1);
+                nd += json_string_length(d);
+            }
+            json_decref(r);
+        }
+        j->failures += ok != 1;
+    }
+    mn_client_close(&c);
+    return NULL;
+}
+
+int run_32_clients(server *s, char **prompts, char **want, int max_tokens, int opt_out_every)
+{
+    pthread_t th[32];
+    client_job jobs[32];
+    for (int i = 0; i < 32; i++) {
+        jobs[i] = (client_job){i % 2 ? s->tcp : s->unix_path, prompts, want, i, max_tokens, opt_out_every, 0};
+        pthread_create(&th[i], NULL, client_thread, &jobs[i]);
+    }
+    int failures = 0;
+    for (int i = 0; i < 32; i++) {
+        pthread_join(th[i], NULL);
+        failures += jobs[i].failures;
+    }
+    return failures;
+}

@@ -71,4 +71,10 @@ void wait_idle(server *s);
  * then all 16 read at once and their texts equal minions-generate's. extra: more daemon options. */
 void check_paused_preemption(const char *const *extra);
 
+/* 32 client threads, alternately over TCP and the Unix socket, each sending 4 greedy requests of
+ * max_tokens in turn (prompt (id + k) % 6 of load_references' six, every other one streamed; with
+ * opt_out_every > 0 each opt_out_every-th says "speculate": false). Returns how many of the 128
+ * failed or differed from want. */
+int run_32_clients(server *s, char **prompts, char **want, int max_tokens, int opt_out_every);
+
 #endif

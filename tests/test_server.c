@@ -10,7 +10,6 @@
 #include <nanomsg/nn.h>
 #include <nanomsg/reqrep.h>
 #include <poll.h>
-#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -100,63 +99,13 @@ Test(server, stop_strings, .timeout = 120)
     free(want);
 }
 
-typedef struct client_job {
-    const char *addr;
-    char **prompts;
-    char **want;
-    int id, failures;
-} client_job;
-
-static void *client_thread(void *arg)
-{
-    client_job *j = arg;
-    mn_client c;
-    mn_err err = {{0}};
-    if (mn_client_connect(j->addr, &c, &err) < 0) {
-        j->failures = 4;
-        return NULL;
-    }
-    for (int k = 0; k < 4; k++) {
-        int p = (j->id + k) % 6;
-        json_t *o = json_pack("{s:s, s:s, s:i, s:b}", "id", "x", "prompt", j->prompts[p], "max_tokens", 16, "stream", k % 2);
-        char *line = json_dumps(o, JSON_COMPACT);
-        json_decref(o);
-        mn_client_send(&c, line, strlen(line));
-        mn_client_send(&c, "\n", 1);
-        free(line);
-        int ok = 0;
-        for (char *l; !ok && (l = mn_client_read_line(&c, NULL));) {
-            json_t *r = json_loads(l, 0, NULL);
-            if (json_object_get(r, "done")) {
-                ok = strcmp(json_string_value(json_object_get(r, "text")), j->want[p]) == 0 ? 1 : -1;
-            } else if (!json_object_get(r, "delta")) {
-                ok = -1;
-            }
-            json_decref(r);
-        }
-        j->failures += ok != 1;
-    }
-    mn_client_close(&c);
-    return NULL;
-}
-
 Test(server, thirty_two_clients_four_requests_each, .timeout = 300)
 {
     char *prompts[6], *want[6];
     int n = load_references(prompts, want, 16);
     server s;
     server_start(&s, NULL);
-    pthread_t th[32];
-    client_job jobs[32];
-    for (int i = 0; i < 32; i++) {
-        jobs[i] = (client_job){i % 2 ? s.tcp : s.unix_path, prompts, want, i, 0};
-        pthread_create(&th[i], NULL, client_thread, &jobs[i]);
-    }
-    int failures = 0;
-    for (int i = 0; i < 32; i++) {
-        pthread_join(th[i], NULL);
-        failures += jobs[i].failures;
-    }
+    int failures = run_32_clients(&s, prompts, want, 16, 0);
     cr_assert_eq(failures, 0, "%d of 128 requests failed or differed from minions-generate", failures);
     json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
     cr_assert_eq(stat_of(st, "requests", "done"), 128);

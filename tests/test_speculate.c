@@ -11,7 +11,6 @@
 #include <math.h>
 #include <nanomsg/nn.h>
 #include <nanomsg/pubsub.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,36 +135,6 @@ Test(speculate, each_drafter_and_the_vote_equal_plain_greedy, .timeout = 600)
         free(prompts[i]), free(want[i]);
 }
 
-typedef struct client_job {
-    const char *addr;
-    char **prompts, **want;
-    int id, failures;
-} client_job;
-
-static void *client_thread(void *arg)
-{
-    client_job *j = arg;
-    tconn c;
-    connect_to(j->addr, &c);
-    for (int k = 0; k < 4; k++) {
-        int p = (j->id + k) % 6;
-        char id[16];
-        snprintf(id, sizeof id, "r%d", k);
-        json_t *o = json_pack("{s:s, s:s, s:i, s:b, s:b}", "id", id, "prompt", j->prompts[p], "max_tokens", 24,
-                              "stream", k % 2, "speculate", (j->id + k) % 3 != 0);
-        char *line = json_dumps(o, JSON_COMPACT);
-        send_line(&c, line);
-        free(line);
-        json_decref(o);
-        o = await(&c, id);
-        const char *text = json_string_value(json_object_get(o, "text"));
-        j->failures += !text || strcmp(text, j->want[p]) != 0;
-        json_decref(o);
-    }
-    tconn_close(&c);
-    return NULL;
-}
-
 /* 32 clients at once, a third of their requests opting out: every text is plain decoding's. */
 Test(speculate, thirty_two_clients_greedy_equals_generate, .timeout = 600, .disabled = SANITIZED)
 {
@@ -173,18 +142,8 @@ Test(speculate, thirty_two_clients_greedy_equals_generate, .timeout = 600, .disa
     int n = load_references(prompts, want, 24);
     server s;
     start_with_drafts(&s, "6");
-    pthread_t th[32];
-    client_job jobs[32];
-    for (int i = 0; i < 32; i++) {
-        jobs[i] = (client_job){i % 2 ? s.tcp : s.unix_path, prompts, want, i, 0};
-        pthread_create(&th[i], NULL, client_thread, &jobs[i]);
-    }
-    int failures = 0;
-    for (int i = 0; i < 32; i++) {
-        pthread_join(th[i], NULL);
-        failures += jobs[i].failures;
-    }
-    cr_assert_eq(failures, 0, "%d of 128 requests differed from minions-generate", failures);
+    int failures = run_32_clients(&s, prompts, want, 24, 3);
+    cr_assert_eq(failures, 0, "%d of 128 requests failed or differed from minions-generate", failures);
     wait_idle(&s);
     server_stop(&s);
     for (int i = 0; i < n; i++)
