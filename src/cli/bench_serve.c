@@ -9,12 +9,14 @@
 #include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "cli/client.h"
+#include "cli/prompts.h"
 #include "util/alloc.h"
 #include "util/clock.h"
 
@@ -30,7 +32,7 @@ typedef struct record {
 
 typedef struct bench {
     const char *addr;
-    char **prompts;
+    mn_prompt *prompts;
     int n_prompts;
     int n_requests;
     int max_tokens;
@@ -59,7 +61,7 @@ static void *client_main(void *arg)
         record *r = &b->records[k];
         r->client = ca->id;
         r->prompt = k % b->n_prompts;
-        json_t *o = json_pack("{s:s, s:s, s:i, s:f, s:b}", "id", "b", "prompt", b->prompts[r->prompt], "max_tokens",
+        json_t *o = json_pack("{s:s, s:s, s:i, s:f, s:b}", "id", "b", "prompt", b->prompts[r->prompt].text, "max_tokens",
                               b->max_tokens, "temperature", b->temperature, "stream", 1);
         char *line = json_dumps(o, JSON_COMPACT);
         json_decref(o);
@@ -109,31 +111,6 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static int load_prompts(const char *path, bench *b)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t n;
-    while ((n = getline(&line, &cap, f)) > 0) {
-        json_t *o = json_loadb(line, (size_t)n, 0, NULL);
-        const char *p = json_string_value(json_object_get(o, "prompt"));
-        if (p) {
-            char **grown = mn_realloc(b->prompts, (size_t)(b->n_prompts + 1) * sizeof *grown);
-            if (!grown)
-                break;
-            b->prompts = grown;
-            b->prompts[b->n_prompts++] = mn_strndup(p, strlen(p));
-        }
-        json_decref(o);
-    }
-    free(line);
-    fclose(f);
-    return b->n_prompts ? 0 : -1;
-}
-
 int main(int argc, char **argv)
 {
     bench b = {.addr = "127.0.0.1:8090", .max_tokens = 64};
@@ -167,7 +144,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "minions-bench: bad --clients or --max-tokens\n");
         return 2;
     }
-    if (load_prompts(prompts, &b) < 0) {
+    if (mn_prompts_load(prompts, 0, SIZE_MAX, &b.prompts, &b.n_prompts) < 0) {
         fprintf(stderr, "minions-bench: cannot read prompts from %s\n", prompts);
         return 1;
     }
@@ -220,9 +197,7 @@ int main(int argc, char **argv)
            "\"norm_latency_ms\":%.4f,\"ttft_p50_ms\":%.3f,\"ttft_p99_ms\":%.3f,\"mean_accepted_len\":%.4f}\n",
            clients, b.n_requests, ok, tokens, wall, tokens / wall, 1e3 * norm / (ok ? ok : 1), 1e3 * p50, 1e3 * p99,
            verifications ? (double)accepted / verifications : 0.0);
-    for (int i = 0; i < b.n_prompts; i++)
-        mn_free(b.prompts[i]);
-    mn_free(b.prompts);
+    mn_prompts_free(b.prompts, b.n_prompts);
     mn_free(b.records);
     mn_free(th);
     mn_free(args);

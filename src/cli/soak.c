@@ -51,6 +51,7 @@
 #include <unistd.h>
 
 #include "cli/client.h"
+#include "cli/prompts.h"
 #include "util/alloc.h"
 #include "util/clock.h"
 
@@ -106,10 +107,6 @@ static const char *const check_names[C_COUNT] = {
 
 /* ---- the run ------------------------------------------------------------------------------------ */
 
-typedef struct prompt {
-    char *text;
-    long tokens; /* from the file's "tokens" field; 0 when absent */
-} prompt;
 
 typedef struct result {  /* one finished request, kept to compare repeats */
     struct result *next;
@@ -136,7 +133,7 @@ typedef struct soak {
     double stall_s;  /* a session with no progress for this long has stalled */
     uint64_t seed;
     bool churn, verbose;
-    prompt *prompts;
+    mn_prompt *prompts;        /* of 1..999 bytes */
     int n_prompts;
     double t0;
 
@@ -1361,32 +1358,6 @@ static void wait_idle(int sock, stats *st, double limit)
     }
 }
 
-static int load_prompts(const char *path, soak *k)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t n;
-    while ((n = getline(&line, &cap, f)) > 0) {
-        json_t *o = json_loadb(line, (size_t)n, 0, NULL);
-        const char *p = json_string_value(json_object_get(o, "prompt"));
-        if (p && *p && strlen(p) < 1000) {
-            prompt *grown = mn_realloc(k->prompts, (size_t)(k->n_prompts + 1) * sizeof *grown);
-            if (!grown)
-                break;
-            k->prompts = grown;
-            k->prompts[k->n_prompts].text = mn_strndup(p, strlen(p));
-            k->prompts[k->n_prompts++].tokens = (long)json_integer_value(json_object_get(o, "tokens"));
-        }
-        json_decref(o);
-    }
-    free(line);
-    fclose(f);
-    return k->n_prompts ? 0 : -1;
-}
-
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -1452,7 +1423,7 @@ int main(int argc, char **argv)
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
-    if (load_prompts(prompts, k) < 0) {
+    if (mn_prompts_load(prompts, 1, 999, &k->prompts, &k->n_prompts) < 0) {
         fprintf(stderr, "minions-soak: cannot read prompts from %s\n", prompts);
         return 1;
     }
@@ -1565,9 +1536,7 @@ int main(int argc, char **argv)
             mn_free(e->text);
             mn_free(e);
         }
-    for (int i = 0; i < k->n_prompts; i++)
-        mn_free(k->prompts[i].text);
-    mn_free(k->prompts);
+    mn_prompts_free(k->prompts, k->n_prompts);
     mn_free(k->table);
     mn_free(th);
     mn_free(args);

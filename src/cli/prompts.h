@@ -1,0 +1,20 @@
+/* prompts.h - a prompt set as the benchmark and soak tools read it: the JSON-lines files of
+ * prompts/, one object per line with "prompt" (a string) and optionally "tokens" (its token count).
+ * Ownership: the caller frees the set with mn_prompts_free. Thread: any. */
+#ifndef MN_PROMPTS_H
+#define MN_PROMPTS_H
+
+#include <stddef.h>
+
+typedef struct mn_prompt {
+    char *text;
+    long tokens; /* the line's "tokens", 0 when absent */
+} mn_prompt;
+
+/* Read the prompts of path whose length in bytes is in [min_bytes, max_bytes]; lines without a
+ * string "prompt" are skipped. *out and *n get the set. -1 when the file cannot be read or holds
+ * no such prompt (nothing to free then); memory running out ends the set early. */
+int mn_prompts_load(const char *path, size_t min_bytes, size_t max_bytes, mn_prompt **out, int *n);
+void mn_prompts_free(mn_prompt *p, int n);
+
+#endif
