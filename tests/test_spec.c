@@ -1,5 +1,5 @@
 /* test_spec.c - the speculation algorithms of src/spec/: the voted token tree, weight learning,
- * acceptance rules and the n-gram drafter. Hand-computed cases, plus chi-square tests of the
+ * acceptance rules, the n-gram drafter and the length tuner. Hand-computed cases, plus chi-square tests of the
  * sampling rules that are shown to have power: each one is also run on a deliberately wrong rule,
  * which must fail it. Pure functions; no fixtures, no model. */
 #include <criterion/criterion.h>
@@ -10,6 +10,7 @@
 #include "model/sampler.h"
 #include "spec/accept.h"
 #include "spec/ngram.h"
+#include "spec/tuner.h"
 #include "spec/vote.h"
 #include "spec/weights.h"
 
@@ -930,4 +931,262 @@ Test(ngram, long_sequences_stay_linear, .timeout = 2)
     t[N - 1] = 11;
     cr_assert_eq(mn_ngram_propose(t, N, 2, 4, 4, out), 4);
     assert_tokens(out, (const int32_t[]){12, 13, 14, 15}, 4);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* tuner */
+
+/* A speculation model: a pass over 1 + s tokens costs 1 + verify_slope * s decode steps plus s
+ * draft steps of draft_cost; each drafted token is accepted with probability a while the previous
+ * ones were, so a round yields (1 - a^(s+1)) / (1 - a) tokens on average. */
+typedef struct spec_model {
+    double a, verify_slope, draft_cost;
+} spec_model;
+
+static double model_cost(const spec_model *m, uint32_t s)
+{
+    double tokens = m->a < 1 ? (1 - pow(m->a, s + 1)) / (1 - m->a) : s + 1;
+    return (1 + m->verify_slope * s + m->draft_cost * s) / tokens;
+}
+
+static uint32_t model_best(const spec_model *m, uint32_t lo, uint32_t hi)
+{
+    uint32_t best = lo;
+    for (uint32_t s = lo; s <= hi; s++)
+        best = model_cost(m, s) < model_cost(m, best) ? s : best;
+    return best;
+}
+
+static uint32_t lcg(uint32_t *st)
+{
+    *st = *st * 1664525u + 1013904223u;
+    return *st >> 8;
+}
+
+/* One step of `batch` sequences at the tuner's current s of that class: seconds per produced token
+ * from the model, times (1 +- noise) uniform; the step yields 10 tokens. Returns whether it decided. */
+static bool feed(mn_tuner *t, const spec_model *m, uint32_t batch, double noise, uint32_t *rng, mn_tuner_decision *d)
+{
+    uint32_t s = t->c[mn_tuner_class_of(batch)].s;
+    double jitter = 1 + noise * (2.0 * (lcg(rng) & 0xffff) / 0xffff - 1);
+    return mn_tuner_observe(t, batch, s, 10 * model_cost(m, s) * jitter, 10, true, d);
+}
+
+/* Run n decisions; returns the mean cost over them relative to the best length's. */
+static double run_decisions(mn_tuner *t, const spec_model *m, uint32_t batch, double noise, int n, uint32_t *rng,
+                            int *at_best)
+{
+    uint32_t best = model_best(m, t->p.s_min, t->p.s_max);
+    double sum = 0;
+    int steps = 0;
+    *at_best = 0;
+    for (int k = 0; k < n;) {
+        mn_tuner_decision d;
+        sum += model_cost(m, t->c[mn_tuner_class_of(batch)].s);
+        steps++;
+        if (feed(t, m, batch, noise, rng, &d)) {
+            k++;
+            *at_best += d.to == best;
+        }
+    }
+    return sum / steps / model_cost(m, best);
+}
+
+Test(tuner, defaults_are_valid)
+{
+    mn_tuner_params p = mn_tuner_defaults();
+    cr_assert_eq(mn_tuner_check(&p, NULL), MN_OK);
+    cr_assert_eq(p.s_min, 0);
+    cr_assert_eq(p.s_max, 8);
+}
+
+Test(tuner, batch_classes)
+{
+    uint32_t want[] = {0, 0, 1, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 4, 4, 4, 4, 5};
+    for (uint32_t b = 1; b < LEN(want); b++)
+        cr_assert_eq(mn_tuner_class_of(b), want[b], "batch %u", b);
+    cr_assert_eq(mn_tuner_class_of(32), 5);
+    cr_assert_eq(mn_tuner_class_of(33), 6);
+    cr_assert_eq(mn_tuner_class_of(1000), 6);
+    cr_assert_str_eq(mn_tuner_class_name(2), "3-4");
+}
+
+/* From either end of the range, without noise: it reaches the cheapest length and then spends
+ * nearly every decision there (probes of stale neighbors excepted). */
+Test(tuner, finds_the_cheapest_length_and_rests_there)
+{
+    spec_model m = {.a = 0.75, .verify_slope = 0.15, .draft_cost = 0.1};
+    uint32_t best = model_best(&m, 0, 8);
+    cr_assert(best > 1 && best < 7, "the model's optimum %u should be inside the range", best);
+    for (uint32_t s0 = 0; s0 <= 8; s0 += 8) {
+        mn_tuner_params p = mn_tuner_defaults();
+        mn_tuner t;
+        mn_tuner_init(&t, &p, s0);
+        uint32_t rng = 1;
+        int at_best;
+        run_decisions(&t, &m, 1, 0, 20, &rng, &at_best); /* the walk there */
+        double rel = run_decisions(&t, &m, 1, 0, 400, &rng, &at_best);
+        cr_assert_geq(at_best, 340, "from %u: at the optimum %u in %d of 400 decisions", s0, best, at_best);
+        cr_assert_lt(rel, 1.02, "from %u: %.3f x the optimum's cost", s0, rel);
+    }
+}
+
+/* With 15% noise per step (windows of 16 steps), the mean cost stays within 5% of the optimum. */
+Test(tuner, noise_costs_little)
+{
+    spec_model m = {.a = 0.8, .verify_slope = 0.2, .draft_cost = 0.05};
+    mn_tuner_params p = mn_tuner_defaults();
+    mn_tuner t;
+    mn_tuner_init(&t, &p, 1);
+    uint32_t rng = 7;
+    int at_best;
+    run_decisions(&t, &m, 4, 0.15, 30, &rng, &at_best);
+    double rel = run_decisions(&t, &m, 4, 0.15, 600, &rng, &at_best);
+    cr_assert_lt(rel, 1.05, "%.3f x the optimum's cost", rel);
+}
+
+/* Drafts that are never accepted: plain decoding (s = 0) is cheapest, and it stays there. */
+Test(tuner, goes_to_plain_decoding_when_no_draft_pays)
+{
+    spec_model m = {.a = 0, .verify_slope = 0.2, .draft_cost = 0.1};
+    mn_tuner_params p = mn_tuner_defaults();
+    mn_tuner t;
+    mn_tuner_init(&t, &p, 4);
+    uint32_t rng = 3;
+    int at_best;
+    run_decisions(&t, &m, 1, 0, 10, &rng, &at_best);
+    cr_assert_eq(t.c[0].s, 0);
+    run_decisions(&t, &m, 1, 0, 200, &rng, &at_best);
+    cr_assert_geq(at_best, 170);
+}
+
+/* The rule step by step: a probe up with one point, then the slope, s_reward / s_punish steps and
+ * the bounds. */
+Test(tuner, slope_rule_steps_and_bounds)
+{
+    mn_tuner_params p = mn_tuner_defaults();
+    p.s_min = 2, p.s_max = 7, p.s_reward = 2, p.decision_threshold = 1, p.margin = 0;
+    mn_tuner t;
+    mn_tuner_init(&t, &p, 0);
+    cr_assert_eq(t.c[0].s, 2, "clamped to s_min");
+    mn_tuner_decision d;
+    /* one point: probe up by s_reward */
+    cr_assert(mn_tuner_observe(&t, 1, 2, 1.0, 1, true, &d));
+    cr_assert_eq(d.to, 4);
+    cr_assert_str_eq(d.why, "probe");
+    /* 4 cheaper than 2: slope < 0, up again to 6 (no point there: a probe) */
+    cr_assert(mn_tuner_observe(&t, 1, 4, 0.8, 1, true, &d));
+    cr_assert_eq(d.to, 6);
+    /* at 6 no neighbor has a point (4 is out of reach): a probe, and s + 2 is past s_max, so down
+     * by s_punish to 5 */
+    cr_assert(mn_tuner_observe(&t, 1, 6, 0.9, 1, true, &d));
+    cr_assert_eq(d.from, 6);
+    cr_assert_eq(d.to, 5);
+    cr_assert_str_eq(d.why, "probe");
+    /* 5 cheapest of 4, 5, 6: the line through them rises (0.8 -> 0.9), pointing at 4, which is
+     * fresh and dearer: it rests */
+    cr_assert(mn_tuner_observe(&t, 1, 5, 0.7, 1, true, &d));
+    cr_assert_eq(d.to, 5);
+    cr_assert_str_eq(d.why, "rest");
+    /* at s_max the probe goes down */
+    mn_tuner_init(&t, &p, 7);
+    cr_assert(mn_tuner_observe(&t, 1, 7, 1.0, 1, true, &d));
+    cr_assert_eq(d.to, 6);
+    for (int i = 0; i < 200; i++) {
+        uint32_t s = t.c[0].s;
+        cr_assert(s >= 2 && s <= 7);
+        mn_tuner_observe(&t, 1, s, 1.0 + 0.1 * (i % 3), 1, true, &d);
+    }
+}
+
+/* Decisions come every decision_threshold steps at the current s; steps at another s (in flight
+ * across a change) do not count; classes keep separate lengths and curves; fixed mode records
+ * points and never moves. */
+Test(tuner, windows_classes_and_fixed_mode)
+{
+    mn_tuner_params p = mn_tuner_defaults();
+    p.decision_threshold = 3;
+    mn_tuner t;
+    mn_tuner_init(&t, &p, 4);
+    mn_tuner_decision d;
+    cr_assert_not(mn_tuner_observe(&t, 1, 4, 1.0, 2, true, &d));
+    cr_assert_not(mn_tuner_observe(&t, 1, 3, 1.0, 2, true, &d)); /* another s: ignored */
+    cr_assert_not(mn_tuner_observe(&t, 16, 4, 1.0, 2, true, &d)); /* another class */
+    cr_assert_not(mn_tuner_observe(&t, 1, 4, 1.0, 2, true, &d));
+    cr_assert(mn_tuner_observe(&t, 1, 4, 1.0, 2, true, &d));
+    cr_assert_eq(d.cls, 0);
+    cr_assert_float_eq(d.cost, 0.5, 1e-12);
+    cr_assert_float_eq(t.c[0].at[4].cost, 0.5, 1e-12);
+    cr_assert_eq(t.c[0].s, 5);
+    cr_assert_eq(t.c[4].s, 4, "batch 16's class has not decided");
+    cr_assert_eq(t.c[4].win_steps, 1);
+
+    mn_tuner_restart(&t, 12, false); /* fixed mode: spec.length as given, even past s_max */
+    for (int i = 0; i < 30; i++)
+        cr_assert_not(mn_tuner_observe(&t, 1, 12, 2.0, 1, false, &d));
+    cr_assert_eq(t.c[0].s, 12);
+    cr_assert(t.c[0].at[12].known);
+    cr_assert_float_eq(t.c[0].at[12].cost, 2.0, 1e-12);
+    mn_tuner_restart(&t, 12, true);
+    cr_assert_eq(t.c[0].s, 8, "adaptive: clamped to s_max");
+}
+
+/* A resting tuner re-measures its neighbors, so it follows a curve that moves (other text): after
+ * the drafts get much better the best length rises, and it gets there. */
+Test(tuner, follows_a_curve_that_moves)
+{
+    spec_model weak = {.a = 0.5, .verify_slope = 0.15, .draft_cost = 0.05};
+    spec_model strong = {.a = 0.95, .verify_slope = 0.15, .draft_cost = 0.05};
+    uint32_t b_weak = model_best(&weak, 0, 8), b_strong = model_best(&strong, 0, 8);
+    cr_assert(b_strong >= b_weak + 3, "%u vs %u", b_strong, b_weak);
+    mn_tuner_params p = mn_tuner_defaults();
+    mn_tuner t;
+    mn_tuner_init(&t, &p, 4);
+    uint32_t rng = 5;
+    int at_best;
+    run_decisions(&t, &weak, 1, 0, 60, &rng, &at_best);
+    cr_assert_lt(model_cost(&weak, t.c[0].s) / model_cost(&weak, b_weak), 1.02, "at %u, the best is %u", t.c[0].s,
+                 b_weak);
+    run_decisions(&t, &strong, 1, 0, 120, &rng, &at_best);
+    double rel = run_decisions(&t, &strong, 1, 0, 200, &rng, &at_best);
+    cr_assert_lt(rel, 1.02, "%.3f x the optimum's cost after the change", rel);
+}
+
+Test(tuner, parameters_and_option)
+{
+    mn_tuner_params p = mn_tuner_defaults();
+    mn_err err = {{0}};
+    cr_assert_eq(mn_tuner_set_param(&p, "s_max", 6, NULL, &err), MN_OK);
+    cr_assert_eq(p.s_max, 6);
+    cr_assert_eq(mn_tuner_set_param(&p, "s_min", 7, NULL, &err), MN_INVALID, "s_min above s_max");
+    cr_assert_eq(p.s_min, 0, "unchanged on error");
+    cr_assert_eq(mn_tuner_set_param(&p, "s_max", 17, NULL, &err), MN_INVALID);
+    cr_assert_eq(mn_tuner_set_param(&p, "s_reward", 0, NULL, &err), MN_INVALID);
+    cr_assert_eq(mn_tuner_set_param(&p, "decision_threshold", 2.5, NULL, &err), MN_INVALID);
+    cr_assert_eq(mn_tuner_set_param(&p, "margin", 1, NULL, &err), MN_INVALID);
+    cr_assert_eq(mn_tuner_set_param(&p, "probe_every", NAN, "x", &err), MN_INVALID);
+    cr_assert_eq(mn_tuner_set_param(&p, "cost", NAN, "verify", &err), MN_OK);
+    cr_assert_eq(p.cost, MN_TUNER_COST_VERIFY);
+    cr_assert_eq(mn_tuner_set_param(&p, "nope", 1, NULL, &err), MN_INVALID);
+    cr_assert(strstr(err.msg, "nope"), "%s", err.msg);
+
+    mn_tuner_mode mode = MN_TUNER_FIXED;
+    p = mn_tuner_defaults();
+    cr_assert_eq(mn_tuner_parse("adaptive,s_max=6,decision_threshold=8,margin=0.1,cost=verify", &mode, &p, &err),
+                 MN_OK, "%s", err.msg);
+    cr_assert_eq(mode, MN_TUNER_ADAPTIVE);
+    cr_assert_eq(p.s_max, 6);
+    cr_assert_eq(p.decision_threshold, 8);
+    cr_assert_float_eq(p.margin, 0.1f, 1e-6);
+    cr_assert_eq(p.cost, MN_TUNER_COST_VERIFY);
+    cr_assert_eq(mn_tuner_parse("fixed", &mode, &p, &err), MN_OK);
+    cr_assert_eq(mode, MN_TUNER_FIXED);
+    const char *bad[] = {"", "sometimes", "adaptive,s_max", "adaptive,s_min=9", "adaptive,cost=free",
+                         "adaptive,s_max=six"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        mn_tuner_params before = p;
+        cr_assert_eq(mn_tuner_parse(bad[i], &mode, &p, &err), MN_INVALID, "'%s'", bad[i]);
+        cr_assert_eq(memcmp(&before, &p, sizeof p), 0, "'%s' changed the parameters", bad[i]);
+        cr_assert_eq(mode, MN_TUNER_FIXED);
+    }
 }

@@ -6,6 +6,7 @@
  * paused requests preempted and recomputed. Lossless sampling: with a seed, the tokens of plain
  * sampling exactly; chi-square tests of tokens 1-2 against the target's exact distributions, with
  * a deliberately wrong acceptance rule shown to fail the same test.
+ * The adaptive length tuner keeps all of that lossless and shows its work (stats, events).
  * Bad drafts are refused at start-up with a clear message. */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -408,6 +409,8 @@ Test(speculate, bad_drafts_are_refused_at_start_up, .timeout = 120)
     refused((const char *[]){"--draft", "ngram", "--draft", "ngram", NULL}, "already loaded");
     refused((const char *[]){"--spec-length", "17", NULL}, "bad option value");
     refused((const char *[]){"--spec-weights", "loud", NULL}, "bad option value");
+    refused((const char *[]){"--draft", "ngram", "--tuner", "sometimes", NULL}, "fixed or adaptive");
+    refused((const char *[]){"--draft", "ngram", "--tuner", "adaptive,s_max=17", NULL}, "s_max");
     /* another vocabulary: a test fixture model with 512 tokens */
     snprintf(other, sizeof other, "%s/gqa_f32.gguf", env_or("MINIONS_TEST_DATA", "tests/data"));
     refused((const char *[]){"--draft", other, NULL}, "vocabulary");
@@ -509,4 +512,118 @@ Test(speculate, admin_keys_stats_and_events, .timeout = 300)
     tconn_close(&c);
     server_stop(&s);
     rmdir(dir);
+}
+
+/* ---- the length tuner -------------------------------------------------------------------------- */
+
+/* Adaptive length, deciding every 2 steps and re-probing often so that it moves a lot: every greedy
+ * text is still plain decoding's, alone and six at a time; stats show the lengths and the measured
+ * curves; decisions are published; tuner keys are checked; fixed mode puts every class back at
+ * spec.length. */
+Test(speculate, adaptive_length_is_lossless_and_visible, .timeout = 600)
+{
+    enum { TOKENS = 48 };
+    char *prompts[6], *want[6];
+    int n = load_references(prompts, want, TOKENS);
+    server s;
+    char events[200], dir[] = "/tmp/minions-tu-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    snprintf(events, sizeof events, "ipc://%s/events", dir);
+    server_start(&s, (const char *[]){"--draft", model_file("draft-kjv.gguf"), "--draft", "ngram", "--events", events,
+                                      "--tuner", "adaptive,decision_threshold=2,probe_every=2,s_max=6", NULL});
+    int sub = nn_socket(AF_SP, NN_SUB);
+    cr_assert(sub >= 0);
+    static const char topic[] = "{\"event\":\"tuner\"";
+    cr_assert_eq(nn_setsockopt(sub, NN_SUB, NN_SUB_SUBSCRIBE, topic, strlen(topic)), 0);
+    int tmo = 20000;
+    nn_setsockopt(sub, NN_SOL_SOCKET, NN_RCVTIMEO, &tmo, sizeof tmo);
+    cr_assert(nn_connect(sub, events) >= 0);
+    usleep(200000); /* let the subscription reach the publisher */
+
+    tconn c;
+    connect_to(s.tcp, &c);
+    for (int round = 0; round < 2; round++) { /* one at a time (batch 1), then all at once */
+        for (int i = 0; i < n; i++) {
+            char id[16];
+            snprintf(id, sizeof id, "r%dp%d", round, i);
+            send_request(&c, id, prompts[i], TOKENS, 0, i % 2);
+            if (round == 1)
+                continue;
+            json_t *done = await(&c, id);
+            cr_assert_str_eq(json_string_value(json_object_get(done, "text")), want[i], "%s: %s", id, prompts[i]);
+            json_decref(done);
+        }
+        for (int i = 0; round == 1 && i < n; i++) {
+            char id[16];
+            snprintf(id, sizeof id, "r%dp%d", round, i);
+            json_t *done = await(&c, id);
+            cr_assert_str_eq(json_string_value(json_object_get(done, "text")), want[i], "%s: %s", id, prompts[i]);
+            json_decref(done);
+        }
+    }
+    wait_idle(&s);
+
+    json_t *r = admin(&s, "{\"cmd\":\"stats\"}");
+    json_t *tuner = json_object_get(json_object_get(json_object_get(r, "stats"), "spec"), "tuner");
+    cr_assert_str_eq(json_string_value(json_object_get(tuner, "mode")), "adaptive");
+    cr_assert_gt(json_integer_value(json_object_get(tuner, "measured")), 0);
+    json_t *one = json_object_get(json_object_get(tuner, "batch"), "1");
+    cr_assert(one, "batch 1 ran: %s", json_dumps(tuner, 0));
+    cr_assert_gt(json_integer_value(json_object_get(one, "moves")), 0, "it moved: %s", json_dumps(one, 0));
+    json_int_t s1 = json_integer_value(json_object_get(one, "s"));
+    cr_assert(s1 >= 0 && s1 <= 6, "s %lld within [s_min, s_max]", (long long)s1);
+    cr_assert_geq(json_object_size(json_object_get(one, "curve")), 2, "points at two lengths at least");
+    json_decref(r);
+
+    char *buf = NULL;
+    int got = nn_recv(sub, &buf, NN_MSG, 0);
+    cr_assert(got > 0, "no tuner event: %s", nn_strerror(nn_errno()));
+    json_t *ev = json_loadb(buf, (size_t)got, 0, NULL);
+    cr_assert(ev && json_object_get(ev, "from") && json_object_get(ev, "to") && json_object_get(ev, "why"), "%.*s",
+              got, buf);
+    json_decref(ev);
+    nn_freemsg(buf);
+
+    static const char *const bad[] = {
+        "{\"cmd\":\"set\",\"key\":\"tuner.mode\",\"value\":\"sometimes\"}",
+        "{\"cmd\":\"set\",\"key\":\"tuner.s_max\",\"value\":17}",
+        "{\"cmd\":\"set\",\"key\":\"tuner.s_min\",\"value\":7}", /* above s_max 6 */
+        "{\"cmd\":\"set\",\"key\":\"tuner.margin\",\"value\":1}",
+        "{\"cmd\":\"set\",\"key\":\"tuner.decision_threshold\",\"value\":\"often\"}",
+        "{\"cmd\":\"set\",\"key\":\"tuner.cost\",\"value\":\"free\"}",
+        "{\"cmd\":\"set\",\"key\":\"tuner.nothing\",\"value\":1}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        r = admin(&s, bad[i]);
+        cr_assert(json_is_false(json_object_get(r, "ok")), "accepted: %s", bad[i]);
+        json_decref(r);
+    }
+    admin_ok(&s, "{\"cmd\":\"set\",\"key\":\"tuner.cost\",\"value\":\"verify\"}");
+    admin_ok(&s, "{\"cmd\":\"set\",\"key\":\"tuner.mode\",\"value\":\"fixed\"}");
+    admin_ok(&s, "{\"cmd\":\"set\",\"key\":\"spec.length\",\"value\":3}");
+    r = admin(&s, "{\"cmd\":\"get\"}");
+    json_t *cfg = json_object_get(r, "config");
+    cr_assert_str_eq(json_string_value(json_object_get(cfg, "tuner.mode")), "fixed");
+    cr_assert_str_eq(json_string_value(json_object_get(cfg, "tuner.cost")), "verify");
+    cr_assert_eq(json_integer_value(json_object_get(cfg, "tuner.s_max")), 6);
+    json_decref(r);
+    send_request(&c, "fixed", prompts[0], TOKENS, 0, 0);
+    json_t *done = await(&c, "fixed");
+    cr_assert_str_eq(json_string_value(json_object_get(done, "text")), want[0]);
+    json_decref(done);
+    r = admin(&s, "{\"cmd\":\"stats\"}");
+    tuner = json_object_get(json_object_get(json_object_get(r, "stats"), "spec"), "tuner");
+    cr_assert_str_eq(json_string_value(json_object_get(tuner, "mode")), "fixed");
+    const char *cls;
+    json_t *k;
+    json_object_foreach(json_object_get(tuner, "batch"), cls, k)
+        cr_assert_eq(json_integer_value(json_object_get(k, "s")), 3, "batch %s runs at spec.length", cls);
+    json_decref(r);
+
+    nn_close(sub);
+    tconn_close(&c);
+    server_stop(&s);
+    rmdir(dir);
+    for (int i = 0; i < n; i++)
+        free(prompts[i]), free(want[i]);
 }

@@ -5,6 +5,7 @@
 #include "actors/admin.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -23,6 +24,8 @@ struct mn_admin {
     mn_weights_mode weights_mode;
     mn_weights_params weights;
     float skip_below;
+    mn_tuner_mode tuner_mode;
+    mn_tuner_params tuner;
     bool drafter_enabled[MN_ADDR_MAX_DRAFTERS];
     mn_stats stats;                      /* being gathered */
     mn_stats_part parts[MN_WHO_N];
@@ -67,12 +70,54 @@ static json_t *config_json(mn_admin *a)
     json_object_set_new(o, "spec.reward_factor", json_real(w->reward_factor));
     json_object_set_new(o, "spec.punish_factor", json_real(w->punish_factor));
     json_object_set_new(o, "spec.skip_below", json_real(a->skip_below));
+    const mn_tuner_params *t = &a->tuner;
+    json_object_set_new(o, "tuner.mode", json_string(mn_tuner_mode_name(a->tuner_mode)));
+    json_object_set_new(o, "tuner.s_min", json_integer(t->s_min));
+    json_object_set_new(o, "tuner.s_max", json_integer(t->s_max));
+    json_object_set_new(o, "tuner.decision_threshold", json_integer(t->decision_threshold));
+    json_object_set_new(o, "tuner.s_reward", json_integer(t->s_reward));
+    json_object_set_new(o, "tuner.s_punish", json_integer(t->s_punish));
+    json_object_set_new(o, "tuner.probe_every", json_integer(t->probe_every));
+    json_object_set_new(o, "tuner.margin", json_real(t->margin));
+    json_object_set_new(o, "tuner.cost", json_string(mn_tuner_cost_name(t->cost)));
     for (uint32_t i = 0; i < a->cfg.n_drafters; i++) {
         char key[96];
         snprintf(key, sizeof key, "drafter.%s.enabled", a->cfg.drafter_names[i]);
         json_object_set_new(o, key, json_boolean(a->drafter_enabled[i]));
     }
     return o;
+}
+
+/* The tuner's figures: per batch class that has run, the length in effect and the measured curve
+ * (microseconds per produced token by length, with its age in decisions). */
+static json_t *tuner_stats_json(const mn_admin *a)
+{
+    const mn_stats *s = &a->stats;
+    const mn_tuner *t = &s->tuner.state;
+    json_t *classes = json_object();
+    for (uint32_t c = 0; c < MN_TUNER_CLASSES; c++) {
+        const mn_tuner_class *k = &t->c[c];
+        json_t *curve = json_object();
+        uint64_t steps = 0;
+        for (uint32_t x = 0; x <= MN_TUNER_MAX_LEN; x++) {
+            steps += k->at[x].steps;
+            if (!k->at[x].known)
+                continue;
+            char key[8];
+            snprintf(key, sizeof key, "%u", x);
+            json_object_set_new(curve, key, json_pack("{s:f, s:i, s:I}", "us_per_token", k->at[x].cost * 1e6, "age",
+                                                      (int)k->at[x].age, "steps", (json_int_t)k->at[x].steps));
+        }
+        if (!steps) {
+            json_decref(curve);
+            continue;
+        }
+        json_object_set_new(classes, mn_tuner_class_name(c),
+                            json_pack("{s:i, s:I, s:I, s:o}", "s", (int)s->verifier.spec_lengths[c], "decisions",
+                                      (json_int_t)k->decisions, "moves", (json_int_t)k->moves, "curve", curve));
+    }
+    return json_pack("{s:s, s:I, s:o}", "mode", mn_tuner_mode_name(s->tuner.mode), "measured",
+                     (json_int_t)s->tuner.measured, "batch", classes);
 }
 
 /* The speculation figures: the verifier's and, per drafter, the voter's. */
@@ -92,11 +137,12 @@ static json_t *spec_stats_json(const mn_admin *a)
                                       "voted", (json_int_t)d->voted, "seconds", d->seconds));
     }
     const uint64_t ver = s->verifier.verifications;
-    return json_pack("{s:b, s:I, s:s, s:I, s:I, s:I, s:f, s:o, s:o}", "enabled", s->verifier.spec_enabled, "length",
-                     (json_int_t)s->verifier.spec_length, "weights", s->voter.weights_mode, "verifications",
+    return json_pack("{s:b, s:I, s:s, s:I, s:I, s:I, s:f, s:o, s:o, s:o}", "enabled", s->verifier.spec_enabled,
+                     "length", (json_int_t)s->tuner.spec_length, "weights", s->voter.weights_mode, "verifications",
                      (json_int_t)ver, "drafted", (json_int_t)s->verifier.drafted, "accepted",
                      (json_int_t)s->verifier.accepted, "mean_accepted_len",
-                     ver ? (double)s->verifier.accepted / ver : 0.0, "accepted_hist", hist, "drafters", drafters);
+                     ver ? (double)s->verifier.accepted / ver : 0.0, "accepted_hist", hist, "drafters", drafters,
+                     "tuner", tuner_stats_json(a));
 }
 
 static json_t *stats_json(mn_admin *a)
@@ -121,9 +167,9 @@ static json_t *stats_json(mn_admin *a)
 static void ask_for_stats(mn_admin *a)
 {
     const mn_addr *ab = a->cfg.addr_book;
-    mn_mailbox *to[MN_WHO_N] = {ab->client, ab->intake, ab->kvmem, ab->verifier, ab->voter};
+    mn_mailbox *to[MN_WHO_N] = {ab->client, ab->intake, ab->kvmem, ab->verifier, ab->voter, ab->tuner};
     memset(&a->stats, 0, sizeof a->stats);
-    a->pending = ab->voter ? MN_WHO_N : MN_WHO_N - 1;
+    a->pending = ab->voter ? MN_WHO_N : MN_WHO_VOTER;
     for (unsigned i = 0; i < a->pending; i++) {
         a->parts[i] = (mn_stats_part){.msg.type = MN_MSG_STATS, .stats = &a->stats, .reply_to = ab->admin};
         mn_mailbox_post(to[i], &a->parts[i].msg);
@@ -153,6 +199,32 @@ static void send_voter(mn_admin *a)
     mn_mailbox_post(a->cfg.addr_book->voter, &s->msg);
 }
 
+/* tuner.*: NULL when set, else the error reply. */
+static json_t *set_tuner_key(mn_admin *a, const char *key, json_t *value)
+{
+    mn_tuner_mode mode = a->tuner_mode;
+    mn_tuner_params p = a->tuner;
+    if (!strcmp(key, "tuner.mode")) {
+        int m = json_is_string(value) ? mn_tuner_mode_parse(json_string_value(value)) : -1;
+        if (m < 0)
+            return fail("%s must be fixed or adaptive", key);
+        mode = (mn_tuner_mode)m;
+    } else {
+        mn_err err;
+        if (mn_tuner_set_param(&p, key + strlen("tuner."), json_is_number(value) ? json_number_value(value) : NAN,
+                               json_string_value(value), &err) != MN_OK)
+            return fail("%s", err.msg);
+    }
+    mn_setting *s = mn_malloc(sizeof *s);
+    if (!s)
+        return fail("%s", "out of memory");
+    a->tuner_mode = mode;
+    a->tuner = p;
+    *s = (mn_setting){.msg.type = MN_MSG_SET, .key = MN_SET_TUNER, .value = mode, .tuner = p};
+    mn_mailbox_post(a->cfg.addr_book->tuner, &s->msg);
+    return NULL;
+}
+
 /* spec.* and drafter.<name>.enabled: NULL when set, else the error reply. */
 static json_t *set_spec_key(mn_admin *a, const char *key, json_t *value)
 {
@@ -169,7 +241,7 @@ static json_t *set_spec_key(mn_admin *a, const char *key, json_t *value)
         if (!json_is_integer(value) || n < 0 || n > MN_SPEC_MAX_LEN)
             return fail("%s must be an integer in [0, 16]", key);
         a->spec_length = (uint32_t)n;
-        send_setting(ab->verifier, MN_SET_SPEC_LENGTH, a->spec_length);
+        send_setting(ab->tuner, MN_SET_SPEC_LENGTH, a->spec_length);
         return NULL;
     }
     if (!strcmp(key, "spec.weights")) {
@@ -246,6 +318,10 @@ static json_t *set_key(mn_admin *a, const char *key, json_t *value)
         json_t *err = set_spec_key(a, key, value);
         if (err)
             return err;
+    } else if (a->cfg.n_drafters && !strncmp(key, "tuner.", 6)) {
+        json_t *err = set_tuner_key(a, key, value);
+        if (err)
+            return err;
     } else if (!strcmp(key, "log.level")) {
         int lvl = json_is_string(value) ? mn_log_parse_level(json_string_value(value)) : -1;
         if (lvl < 0)
@@ -320,6 +396,8 @@ mn_status mn_admin_new(struct event_base *base, const mn_admin_config *cfg, mn_a
     a->weights_mode = cfg->weights_mode;
     a->weights = cfg->weights;
     a->skip_below = cfg->skip_below;
+    a->tuner_mode = cfg->tuner_mode;
+    a->tuner = cfg->tuner;
     for (uint32_t i = 0; i < cfg->n_drafters; i++)
         a->drafter_enabled[i] = true;
     mn_status s = mn_adminsock_new(base, cfg->addr, cfg->socket_mode, on_command, a, &a->sock, err);

@@ -8,8 +8,10 @@
  * sent when all four have answered. A setting goes to the actors that own it as MN_MSG_SET.
  * Settable keys (docs/server.md): batch.max_sequences, queue.max, log.level; with drafters also
  * spec.enabled, spec.length (verifier), spec.weights, spec.reward_threshold, spec.punish_threshold,
- * spec.reward_factor, spec.punish_factor, spec.skip_below and drafter.<name>.enabled (voter). The voter answers
- * stats too when there is one.
+ * spec.reward_factor, spec.punish_factor, spec.skip_below and drafter.<name>.enabled (voter),
+ * spec.length and tuner.mode, tuner.s_min, tuner.s_max, tuner.decision_threshold, tuner.s_reward,
+ * tuner.s_punish, tuner.probe_every, tuner.margin, tuner.cost (tuner). The voter and the tuner answer
+ * stats too when there are drafters.
  *
  * Messages in: STATS (the parts coming back). Out: STATS, SET.
  * Thread: the engine's loop.
@@ -30,6 +32,8 @@ typedef struct mn_admin_config {
     mn_weights_mode weights_mode;
     mn_weights_params weights;
     float skip_below;
+    mn_tuner_mode tuner_mode;
+    mn_tuner_params tuner;
     const mn_addr *addr_book;    /* borrowed: the mailboxes */
     void (*on_drain)(void *owner);       /* the drain command (the engine starts the drain) */
     void *owner;

@@ -14,6 +14,7 @@
 #include "actors/drafter.h"
 #include "actors/intake.h"
 #include "actors/kvmem.h"
+#include "actors/tuner.h"
 #include "actors/verifier.h"
 #include "actors/voter.h"
 #include "model/model.h"
@@ -45,6 +46,7 @@ struct mn_engine {
     } drafts[MN_ENGINE_MAX_DRAFTS];
     const char *draft_names[MN_ENGINE_MAX_DRAFTS]; /* the drafts' names, lent to actors */
     mn_voter *voter;
+    mn_tuner_actor *tuner;
     mn_pubsock *events;
     mn_addr addr;                /* the mailboxes and kicks, lent to every actor */
     mn_kick kvmem_kick, verifier_kick;
@@ -73,6 +75,8 @@ mn_engine_config mn_engine_defaults(void)
         .weights_mode = MN_WEIGHTS_SEQUENCE,
         .weights = mn_weights_defaults(),
         .skip_below = 0.25f, /* docs/speculation.md: on every prompt set the learning vote ran faster with it */
+        .tuner_mode = MN_TUNER_FIXED,
+        .tuner = mn_tuner_defaults(),
     };
 }
 
@@ -170,7 +174,9 @@ static mn_status new_mailboxes(mn_engine *e, mn_err *err)
     e->addr.n_drafters = e->n_drafts;
     if (e->n_drafts) {
         mn_status s = mn_mailbox_new(e->base, "voter", mn_voter_handle, NULL, MAILBOX_BATCH, &e->addr.voter, err);
-        if (s != MN_OK)
+        if (s != MN_OK ||
+            (s = mn_mailbox_new(e->base, "tuner", mn_tuner_actor_handle, NULL, MAILBOX_BATCH, &e->addr.tuner, err)) !=
+                MN_OK)
             return s;
     }
     e->addr.kvmem_kick = &e->kvmem_kick;
@@ -184,7 +190,7 @@ static void on_event(void *engine, const char *line)
     mn_pubsock_publish(e->events, line, strlen(line));
 }
 
-/* The voter and one drafter actor per draft. */
+/* The voter, the tuner and one drafter actor per draft. */
 static mn_status new_spec_actors(mn_engine *e, mn_err *err)
 {
     const mn_engine_config *cfg = &e->cfg;
@@ -204,6 +210,11 @@ static mn_status new_spec_actors(mn_engine *e, mn_err *err)
     if ((s = mn_voter_new(&vc, &e->voter, err)) != MN_OK)
         return s;
     mn_mailbox_set_actor(e->addr.voter, e->voter);
+    mn_tuner_actor_config tc = {.mode = cfg->tuner_mode, .params = cfg->tuner, .spec_length = cfg->spec_length,
+                                .on_event = e->events ? on_event : NULL, .owner = e, .addr = &e->addr};
+    if ((s = mn_tuner_actor_new(&tc, &e->tuner, err)) != MN_OK)
+        return s;
+    mn_mailbox_set_actor(e->addr.tuner, e->tuner);
     return MN_OK;
 }
 
@@ -241,6 +252,7 @@ static mn_status new_actors(mn_engine *e, uint32_t n_blocks, mn_err *err)
                               .n_drafters = e->n_drafts, .drafter_names = e->draft_names,
                               .spec_length = cfg->spec_length, .weights_mode = (mn_weights_mode)cfg->weights_mode,
                               .weights = cfg->weights, .skip_below = cfg->skip_below,
+                              .tuner_mode = cfg->tuner_mode, .tuner = cfg->tuner,
                               .addr_book = &e->addr, .on_drain = drain, .owner = e};
         if ((s = mn_admin_new(e->base, &ac, &e->admin, err)) != MN_OK)
             return s;
@@ -387,9 +399,11 @@ void mn_engine_free(mn_engine *e)
     mn_worker_free(e->worker); /* joins: no completion can arrive after this */
     mn_verifier_free(e->verifier);
     mn_voter_free(e->voter);
+    mn_tuner_actor_free(e->tuner);
     mn_kvmem_free(e->kvmem);
     mn_intake_free(e->intake);
-    mn_mailbox *mbs[] = {e->addr.client, e->addr.intake, e->addr.kvmem, e->addr.verifier, e->addr.admin, e->addr.voter};
+    mn_mailbox *mbs[] = {e->addr.client, e->addr.intake,  e->addr.kvmem, e->addr.verifier,
+                         e->addr.admin,  e->addr.voter, e->addr.tuner};
     for (size_t i = 0; i < sizeof mbs / sizeof *mbs; i++)
         mn_mailbox_free(mbs[i]);
     for (uint32_t i = 0; i < e->n_drafts; i++) {

@@ -5,7 +5,7 @@
  * worker, the actors (client, intake, kvmem, verifier, admin) and their mailboxes, the listeners and
  * the admin socket. With drafts it also loads each draft model (its vocabulary checked against the
  * target's), gives it a backend and a KV pool as large as the target's in positions, and creates a
- * drafter actor per draft and the voter. On the CPU, the target and the drafts share one compute
+ * drafter actor per draft, the voter and the length tuner. On the CPU, the target and the drafts share one compute
  * worker and one thread pool: a round drafts, then verifies, on all cores. mn_engine_run runs the loop until a drain (admin `drain`, SIGTERM, SIGINT or
  * SIGHUP) has finished every accepted request and written every reply; it returns MN_OK then. A
  * drain that outlives drain_timeout_s, or a second such signal, closes every client connection
@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "runtime/backend.h"
+#include "spec/tuner.h"
 #include "spec/weights.h"
 #include "util/status.h"
 
@@ -54,6 +55,8 @@ typedef struct mn_engine_config {
     mn_weights_params weights; /* the vote's weight rule (live: spec.reward_threshold, ...) */
     float skip_below;          /* live: spec.skip_below (voter.h) */
     const char *events_addr;   /* --events: nanomsg PUB address, or NULL */
+    int tuner_mode;            /* mn_tuner_mode (live: tuner.mode) */
+    mn_tuner_params tuner;     /* the length tuner's rule (live: tuner.s_min, ...) */
 } mn_engine_config;
 
 mn_engine_config mn_engine_defaults(void);

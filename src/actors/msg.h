@@ -10,7 +10,8 @@
  * questions (answered by posting the same message back). With drafters, each verification is
  * preceded by a round verifier -> voter -> every enabled drafter -> voter -> verifier (mn_round),
  * and requests leave the verifier through the voter (verifier -> voter -> kvmem), which judges their
- * last vote on the way.
+ * last vote on the way. After each verification step the verifier reports its cost to the tuner
+ * (mn_measure), which sets the verifier's speculation length per batch size (MN_SET_SPEC_LENGTH).
  */
 #ifndef MN_MSG_H
 #define MN_MSG_H
@@ -19,6 +20,7 @@
 #include <stdint.h>
 
 #include "runtime/mailbox.h"
+#include "spec/tuner.h"
 #include "spec/weights.h"
 
 typedef enum mn_msg_type {
@@ -37,6 +39,7 @@ typedef enum mn_msg_type {
     MN_MSG_PROPOSED,  /* drafter -> voter: its proposals are in the requests (mn_round_part) */
     MN_MSG_VOTED,     /* voter -> verifier: each request's voted draft is in its spec (mn_round) */
     MN_MSG_DRAFT_DONE,/* worker -> drafter: a draft job completed */
+    MN_MSG_MEASURED,  /* verifier -> tuner: a verification step's time and yield (mn_measure) */
 } mn_msg_type;
 
 #define MN_ADDR_MAX_DRAFTERS 8 /* = MN_WEIGHTS_MAX_DRAFTERS */
@@ -57,6 +60,18 @@ typedef struct mn_round {
 } mn_round;
 typedef struct mn_round_part mn_round_part;
 
+/* One verification step as the tuner sees it. The verifier owns it and posts it when not already
+ * queued (a step that finds it queued goes unreported); the tuner marks it taken. */
+typedef struct mn_measure {
+    mn_msg msg;                    /* MN_MSG_MEASURED */
+    bool queued;
+    uint32_t batch;                /* sequences verified */
+    uint32_t s;                    /* the speculation length the step was planned with */
+    uint32_t tokens;               /* tokens produced (accepted drafts + each sequence's own) */
+    double draft_seconds;          /* from planning to the voted drafts (0 without a round) */
+    double verify_seconds;         /* the target's pass and acceptance */
+} mn_measure;
+
 /* A kick: one message per target actor, posted only when not already queued. */
 typedef struct mn_kick {
     mn_msg msg;
@@ -67,7 +82,7 @@ typedef struct mn_kick {
  * kicks of the actors that others ask to look again. The engine owns all of them. */
 typedef struct mn_addr {
     mn_mailbox *client, *intake, *kvmem, *verifier, *admin;
-    mn_mailbox *voter;                          /* NULL without drafters */
+    mn_mailbox *voter, *tuner;                  /* NULL without drafters */
     mn_mailbox *drafters[MN_ADDR_MAX_DRAFTERS]; /* [n_drafters] */
     uint32_t n_drafters;
     mn_kick *kvmem_kick, *verifier_kick;
@@ -124,7 +139,7 @@ typedef struct mn_stats {
         double tok_per_s;
         double step_seconds;       /* time spent in target passes */
         bool spec_enabled;
-        uint32_t spec_length;
+        uint32_t spec_lengths[MN_TUNER_CLASSES]; /* the length in effect per batch class */
         uint64_t verifications, drafted, accepted;
         uint64_t accepted_hist[MN_SPEC_HIST]; /* verifications that kept exactly i draft tokens */
     } verifier;
@@ -132,6 +147,12 @@ typedef struct mn_stats {
         const char *weights_mode;
         mn_drafter_stats drafter[MN_ADDR_MAX_DRAFTERS];
     } voter;
+    struct {                       /* tuner */
+        mn_tuner_mode mode;
+        uint32_t spec_length;      /* spec.length: the fixed length, and where adaptive starts */
+        uint64_t measured;         /* steps reported to it */
+        mn_tuner state;            /* parameters, each class's s and curve */
+    } tuner;
     size_t depth[4];               /* mailbox depths: client, intake, kvmem, verifier (the admin's) */
 } mn_stats;
 
@@ -141,6 +162,7 @@ typedef enum mn_stats_who {
     MN_WHO_KVMEM,     /* mn_stats.kvmem */
     MN_WHO_VERIFIER,  /* mn_stats.verifier */
     MN_WHO_VOTER,     /* mn_stats.voter (asked only when there are drafters) */
+    MN_WHO_TUNER,     /* mn_stats.tuner (likewise) */
     MN_WHO_N,
 } mn_stats_who;
 
@@ -156,7 +178,9 @@ typedef enum mn_setting_key {
     MN_SET_MAX_BATCH,   /* batch.max_sequences: kvmem admits, the verifier steps at most this many */
     MN_SET_MAX_QUEUE,   /* queue.max: kvmem's pending queue bound */
     MN_SET_SPEC_ENABLED,/* verifier: spec.enabled (value 0/1) */
-    MN_SET_SPEC_LENGTH, /* verifier: spec.length (value 0..16) */
+    MN_SET_SPEC_LENGTH, /* tuner: spec.length (value 0..16); tuner -> verifier: the length of batch
+                         * class `index` (MN_TUNER_CLASSES: every class) */
+    MN_SET_TUNER,       /* tuner: tuner.mode (value) and its parameters (tuner) */
     MN_SET_VOTER,       /* voter: the weight rule (params), weights mode (value), skip_below (fvalue) */
     MN_SET_DRAFTER,     /* voter: drafter.<index>.enabled (index, value 0/1) */
 } mn_setting_key;
@@ -176,6 +200,7 @@ typedef struct mn_setting {
     uint32_t index;              /* MN_SET_DRAFTER: which drafter */
     float fvalue;                /* MN_SET_VOTER: spec.skip_below */
     mn_weights_params params;    /* MN_SET_VOTER */
+    mn_tuner_params tuner;       /* MN_SET_TUNER */
 } mn_setting;
 
 /* Start draining (the client actor owns the connections and the count of live requests). With

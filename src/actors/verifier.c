@@ -26,13 +26,18 @@ typedef struct step_job {
 } step_job;
 
 struct mn_verifier {
-    mn_verifier_config cfg; /* max_batch, spec_enabled, spec_length: the live values */
+    mn_verifier_config cfg; /* max_batch, spec_enabled: the live values */
     uint32_t max_batch_cap;
     mn_req **running;       /* [max_held] in admission order */
     uint32_t n_running;
     bool busy;              /* a round or a step is outstanding */
     step_job step;
     mn_round round;         /* the step's requests that want drafts */
+    uint32_t lengths[MN_TUNER_CLASSES]; /* speculation length by batch class (the tuner's) */
+    uint32_t step_s;        /* the length this step was planned with */
+    bool step_measured;     /* every sequence decodes and speculates: the length shaped the step */
+    double t_plan, t_voted; /* when the step was planned, when its drafts came back */
+    mn_measure measure;     /* to the tuner */
     uint64_t steps, tokens;
     double step_seconds;    /* time in target passes (and acceptance) */
     uint64_t verifications, drafted, accepted, accepted_hist[MN_SPEC_HIST];
@@ -113,6 +118,9 @@ mn_status mn_verifier_new(const mn_verifier_config *cfg, mn_verifier **out, mn_e
         mn_verifier_free(v);
         return mn_fail(err, MN_NOMEM, "verifier: out of memory for %u sequences", cap);
     }
+    for (int i = 0; i < MN_TUNER_CLASSES; i++)
+        v->lengths[i] = cfg->spec_length;
+    v->measure.msg.type = MN_MSG_MEASURED;
     v->step.be = cfg->be;
     v->step.job.run = step_run;
     v->step.job.msg.type = MN_MSG_STEP_DONE;
@@ -182,13 +190,13 @@ static void prune(mn_verifier *v)
     }
 }
 
-/* Tokens the drafters may propose for r this step: spec.length, within the request's cap, what it
+/* Tokens the drafters may propose for r this step: s, the step's length, within the request's cap, what it
  * may still generate (the step adds the target's own token), its context and the pass's budget. */
-static uint32_t draft_cap(const mn_verifier *v, const mn_req *r, uint32_t budget)
+static uint32_t draft_cap(const mn_verifier *v, const mn_req *r, uint32_t s, uint32_t budget)
 {
     if (!v->cfg.addr->voter || !v->cfg.spec_enabled || !r->spec.on)
         return 0;
-    uint32_t cap = v->cfg.spec_length, n = (uint32_t)r->toks.n, n_ctx = v->cfg.be->model->hp.n_ctx;
+    uint32_t cap = s, n = (uint32_t)r->toks.n, n_ctx = v->cfg.be->model->hp.n_ctx;
     uint32_t left = r->p.max_tokens - r->n_gen - 1; /* n_gen < max_tokens while it runs */
     uint32_t room = n < n_ctx ? n_ctx - n : 0;      /* the pass writes positions n - 1 .. n - 1 + cap */
     uint32_t limits[] = {r->spec.max_len, left, room, budget};
@@ -197,11 +205,12 @@ static uint32_t draft_cap(const mn_verifier *v, const mn_req *r, uint32_t budget
     return cap;
 }
 
-/* Choose this step's requests and token counts within the pass's token budget; requests that are
- * decoding may get a draft (the round). */
+/* Choose this step's requests and token counts within the pass's token budget; then, with the
+ * length of its batch class, the drafts of the requests that are decoding (the round): prompt
+ * chunks come before drafts in the budget. */
 static uint32_t plan(mn_verifier *v)
 {
-    uint32_t budget = v->cfg.be->cfg.max_tokens, n = 0;
+    uint32_t budget = v->cfg.be->cfg.max_tokens, n = 0, decoding = 0, speculating = 0;
     v->round.n = 0;
     for (uint32_t i = 0; i < v->n_running && budget > 0 && n < v->cfg.max_batch; i++) {
         mn_req *r = v->running[i];
@@ -217,13 +226,20 @@ static uint32_t plan(mn_verifier *v)
         v->step.seqs[n] = (mn_batch_seq){.kv = &r->kv, .tokens = r->toks.ids + r->kv.len, .n_tokens = n_new};
         v->step.sample[n] = r->kv.len + n_new == r->toks.n;
         r->spec.cap = r->spec.n_draft = 0;
-        if (v->step.sample[n] && n_new == 1 && (r->spec.cap = draft_cap(v, r, budget))) {
-            budget -= r->spec.cap;
-            v->round.reqs[v->round.n++] = r;
-        }
+        decoding += v->step.sample[n] && n_new == 1;
+        speculating += v->step.sample[n] && n_new == 1 && r->spec.on;
         n++;
     }
     v->step.n = n;
+    v->step_s = decoding ? v->lengths[mn_tuner_class_of(decoding)] : 0;
+    v->step_measured = v->cfg.addr->tuner && v->cfg.spec_enabled && speculating == n;
+    for (uint32_t k = 0; k < n; k++) {
+        mn_req *r = v->step.reqs[k];
+        if (v->step.sample[k] && v->step.seqs[k].n_tokens == 1 && (r->spec.cap = draft_cap(v, r, v->step_s, budget))) {
+            budget -= r->spec.cap;
+            v->round.reqs[v->round.n++] = r;
+        }
+    }
     return n;
 }
 
@@ -248,6 +264,7 @@ static void schedule(mn_verifier *v)
     if (!plan(v))
         return;
     v->busy = true;
+    v->t_plan = v->t_voted = mn_now();
     if (v->round.n) { /* drafts first: the voter answers with MN_MSG_VOTED */
         v->round.msg.type = MN_MSG_DRAFT;
         mn_mailbox_post(v->cfg.addr->voter, &v->round.msg);
@@ -259,6 +276,7 @@ static void schedule(mn_verifier *v)
 /* The voter wrote each drafted request's draft: verify them with the rest of the step. */
 static void voted(mn_verifier *v)
 {
+    v->t_voted = mn_now();
     for (uint32_t k = 0; k < v->step.n; k++) {
         mn_req *r = v->step.reqs[k];
         if (!r->spec.n_draft)
@@ -308,6 +326,26 @@ static void count_verification(mn_verifier *v, mn_req *r)
     v->accepted_hist[acc]++;
 }
 
+/* A step the length shaped: its cost and yield to the tuner (unless the last report is still on its
+ * way, which the loop's turn between steps makes all but impossible). */
+static void report(mn_verifier *v)
+{
+    step_job *s = &v->step;
+    if (!v->step_measured || s->st != MN_OK || v->measure.queued)
+        return;
+    uint32_t tokens = 0;
+    for (uint32_t k = 0; k < s->n; k++)
+        tokens += s->reqs[k]->spec.n_kept;
+    mn_measure *m = &v->measure;
+    m->queued = true;
+    m->batch = s->n;
+    m->s = v->step_s;
+    m->tokens = tokens;
+    m->draft_seconds = v->t_voted - v->t_plan;
+    m->verify_seconds = s->seconds;
+    mn_mailbox_post(v->cfg.addr->tuner, &m->msg);
+}
+
 /* After a pass: take each request's kept tokens, stream, and finish what is done. */
 static void step_done(mn_verifier *v)
 {
@@ -315,6 +353,7 @@ static void step_done(mn_verifier *v)
     v->busy = false;
     v->steps++;
     v->step_seconds += s->st == MN_OK ? s->seconds : 0;
+    report(v);
     uint32_t produced = 0;
     for (uint32_t k = 0; k < s->n; k++) {
         mn_req *r = s->reqs[k];
@@ -352,7 +391,7 @@ static void stats(mn_verifier *v, mn_stats_part *q)
     q->stats->verifier.step_seconds = v->step_seconds;
     q->stats->verifier.tok_per_s = (double)sum / MN_STATS_SECONDS;
     q->stats->verifier.spec_enabled = v->cfg.spec_enabled && v->cfg.addr->voter;
-    q->stats->verifier.spec_length = v->cfg.spec_length;
+    memcpy(q->stats->verifier.spec_lengths, v->lengths, sizeof v->lengths);
     q->stats->verifier.verifications = v->verifications;
     q->stats->verifier.drafted = v->drafted;
     q->stats->verifier.accepted = v->accepted;
@@ -385,7 +424,8 @@ void mn_verifier_handle(void *verifier, mn_msg *m)
         else if (s->key == MN_SET_SPEC_ENABLED)
             v->cfg.spec_enabled = s->value != 0;
         else if (s->key == MN_SET_SPEC_LENGTH && s->value <= MN_SPEC_MAX_LEN)
-            v->cfg.spec_length = s->value;
+            for (uint32_t i = 0; i < MN_TUNER_CLASSES; i++)
+                v->lengths[i] = s->index == i || s->index >= MN_TUNER_CLASSES ? s->value : v->lengths[i];
         mn_free(s);
         schedule(v);
         break;

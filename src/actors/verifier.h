@@ -22,9 +22,14 @@
  * taken one by one, so stop strings, eos, max_tokens and the context end it at exactly the token
  * plain decoding would.
  *
+ * The length. A step drafts at the length the tuner set for its batch class (the number of
+ * decoding sequences; spec/tuner.h), capped per request. Every step that the length shaped (all its
+ * sequences decoding and speculating) is reported to the tuner: its length, drafting time (planning
+ * to the voted drafts), pass time and tokens produced (MN_MSG_MEASURED).
+ *
  * Messages in: START (mn_req), STEP_DONE (its job), VOTED (its round), KICK, SET, STATS. Out:
  * RELEASE to kvmem (through the voter when there is one), FLUSH to the client actor, DRAFT to the
- * voter, the step job to the worker.
+ * voter, MEASURED to the tuner, the step job to the worker.
  * Thread: the engine's loop; the step itself runs on the worker.
  */
 #ifndef MN_VERIFIER_H
@@ -41,7 +46,7 @@ typedef struct mn_verifier_config {
     uint32_t max_batch;          /* sequences in one step (live: batch.max_sequences) */
     uint32_t max_held;           /* requests that may hold KV at once (the running set's size) */
     bool spec_enabled;           /* spec.enabled (live): draft when there are drafters (addr->voter) */
-    uint32_t spec_length;        /* spec.length (live): tokens drafted per verification, 0..16 */
+    uint32_t spec_length;        /* tokens drafted per verification, 0..16, until the tuner says */
     const mn_addr *addr;         /* borrowed */
 } mn_verifier_config;
 

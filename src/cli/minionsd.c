@@ -45,7 +45,12 @@ static void usage(FILE *f)
             "      --spec-weights W   sequence|global|fixed: whose weights the vote reads (default sequence)\n"
             "      --spec-skip-below F a model drafter whose weight is under F x a request's best drafter's\n"
             "                         skips its rounds but every 8th; 0 = all draft always (default 0.25)\n"
-            "      --events ADDR      nanomsg PUB socket (ipc://PATH or tcp://127.0.0.1:N) for weight changes\n");
+            "      --tuner MODE[,K=V] fixed|adaptive: adaptive chooses the length per batch size from\n"
+            "                         measured cost per token, starting at --spec-length (default fixed);\n"
+            "                         keys s_min, s_max, decision_threshold, s_reward, s_punish,\n"
+            "                         probe_every, margin, cost (docs/speculation.md)\n"
+            "      --events ADDR      nanomsg PUB socket (ipc://PATH or tcp://127.0.0.1:N) for weight changes,\n"
+            "                         tuner decisions and finished requests\n");
 }
 
 static int parse_int(const char *s, long lo, long hi, long *out)
@@ -76,7 +81,7 @@ int main(int argc, char **argv)
         {"backend", required_argument, 0, 'B'},   {"socket-mode", required_argument, 0, 'M'},
         {"draft", required_argument, 0, 'r'},     {"spec-length", required_argument, 0, 's'},
         {"spec-weights", required_argument, 0, 'W'}, {"events", required_argument, 0, 'e'},
-        {"spec-skip-below", required_argument, 0, 'S'},
+        {"spec-skip-below", required_argument, 0, 'S'}, {"tuner", required_argument, 0, 'T'},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
     };
     for (int c; (c = getopt_long(argc, argv, "m:t:h", opts, NULL)) != -1;) {
@@ -108,6 +113,15 @@ int main(int argc, char **argv)
         case 's': ok = parse_int(optarg, 0, MN_SPEC_MAX_LEN, &v), cfg.spec_length = (uint32_t)v; break;
         case 'W': ok = (cfg.weights_mode = mn_weights_mode_parse(optarg)) >= 0; break;
         case 'e': cfg.events_addr = optarg; break;
+        case 'T': {
+            mn_tuner_mode mode;
+            if (mn_tuner_parse(optarg, &mode, &cfg.tuner, &err) != MN_OK) {
+                fprintf(stderr, "minionsd: %s\n", err.msg);
+                return 2;
+            }
+            cfg.tuner_mode = (int)mode;
+            break;
+        }
         case 'S': {
             char *end;
             double f = strtod(optarg, &end);

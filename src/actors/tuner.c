@@ -1,0 +1,128 @@
+/* tuner.c - the tuner actor (see tuner.h).
+ *
+ * Invariant: the verifier's length of class c equals state.c[c].s in adaptive mode and spec_length
+ * in fixed mode, give or take the SET messages on their way. */
+#include "actors/tuner.h"
+
+#include <stdio.h>
+
+#include "util/alloc.h"
+#include "util/log.h"
+
+struct mn_tuner_actor {
+    mn_tuner_actor_config cfg;   /* mode, params, spec_length: the live values */
+    mn_tuner state;
+    uint64_t measured;
+};
+
+static void restart(mn_tuner_actor *t);
+
+mn_status mn_tuner_actor_new(const mn_tuner_actor_config *cfg, mn_tuner_actor **out, mn_err *err)
+{
+    mn_status st = mn_tuner_check(&cfg->params, err);
+    if (st != MN_OK)
+        return st;
+    mn_tuner_actor *t = mn_calloc(1, sizeof *t);
+    if (!t)
+        return mn_fail(err, MN_NOMEM, "tuner: out of memory");
+    t->cfg = *cfg;
+    mn_tuner_init(&t->state, &cfg->params, cfg->spec_length);
+    *out = t;
+    restart(t); /* the verifier starts at spec.length: adaptive bounds may move it */
+    return MN_OK;
+}
+
+void mn_tuner_actor_free(mn_tuner_actor *t) { mn_free(t); }
+
+/* Tell the verifier the length of class cls (MN_TUNER_CLASSES: of every class). */
+static void send_length(mn_tuner_actor *t, uint32_t cls, uint32_t s)
+{
+    mn_setting *m = mn_malloc(sizeof *m);
+    if (!m) {
+        mn_log(MN_LOG_ERROR, "tuner: out of memory for a setting");
+        return;
+    }
+    *m = (mn_setting){.msg.type = MN_MSG_SET, .key = MN_SET_SPEC_LENGTH, .index = cls, .value = s};
+    mn_mailbox_post(t->cfg.addr->verifier, &m->msg);
+}
+
+/* Every class back to spec.length (clamped to the bounds in adaptive mode), curves kept; the
+ * verifier follows. */
+static void restart(mn_tuner_actor *t)
+{
+    bool adaptive = t->cfg.mode == MN_TUNER_ADAPTIVE;
+    mn_tuner_restart(&t->state, t->cfg.spec_length, adaptive);
+    send_length(t, MN_TUNER_CLASSES, t->state.c[0].s);
+}
+
+static void publish(mn_tuner_actor *t, const mn_tuner_decision *d)
+{
+    mn_log(MN_LOG_DEBUG, "tuner: batch %s, s %u -> %u (%s), %.1f us/token, slope %.2f", mn_tuner_class_name(d->cls),
+           d->from, d->to, d->why, d->cost * 1e6, d->slope * 1e6);
+    if (!t->cfg.on_event)
+        return;
+    char line[256];
+    snprintf(line, sizeof line,
+             "{\"event\":\"tuner\",\"batch\":\"%s\",\"from\":%u,\"to\":%u,\"why\":\"%s\",\"us_per_token\":%.3f,"
+             "\"slope_us\":%.3f}",
+             mn_tuner_class_name(d->cls), d->from, d->to, d->why, d->cost * 1e6, d->slope * 1e6);
+    t->cfg.on_event(t->cfg.owner, line);
+}
+
+static void measured(mn_tuner_actor *t, mn_measure *m)
+{
+    m->queued = false;
+    t->measured++;
+    double seconds = m->verify_seconds + (t->state.p.cost == MN_TUNER_COST_ROUND ? m->draft_seconds : 0);
+    mn_tuner_decision d;
+    if (!mn_tuner_observe(&t->state, m->batch, m->s, seconds, m->tokens, t->cfg.mode == MN_TUNER_ADAPTIVE, &d))
+        return;
+    publish(t, &d);
+    if (d.to != d.from)
+        send_length(t, d.cls, d.to);
+}
+
+static void set(mn_tuner_actor *t, mn_setting *s)
+{
+    if (s->key == MN_SET_SPEC_LENGTH && s->value <= MN_TUNER_MAX_LEN) {
+        t->cfg.spec_length = s->value;
+        restart(t);
+    } else if (s->key == MN_SET_TUNER && mn_tuner_check(&s->tuner, &(mn_err){{0}}) == MN_OK) {
+        bool mode_changed = t->cfg.mode != (mn_tuner_mode)s->value;
+        t->cfg.mode = (mn_tuner_mode)s->value;
+        mn_tuner_reparam(&t->state, &s->tuner);
+        if (mode_changed || t->cfg.mode == MN_TUNER_FIXED)
+            restart(t);
+        else if (t->cfg.mode == MN_TUNER_ADAPTIVE)
+            for (uint32_t i = 0; i < MN_TUNER_CLASSES; i++) /* new bounds may have moved some */
+                send_length(t, i, t->state.c[i].s);
+    }
+    mn_free(s);
+}
+
+static void stats(mn_tuner_actor *t, mn_stats_part *q)
+{
+    q->stats->tuner.mode = t->cfg.mode;
+    q->stats->tuner.spec_length = t->cfg.spec_length;
+    q->stats->tuner.measured = t->measured;
+    q->stats->tuner.state = t->state;
+    mn_mailbox_post(q->reply_to, &q->msg);
+}
+
+void mn_tuner_actor_handle(void *tuner, mn_msg *m)
+{
+    mn_tuner_actor *t = tuner;
+    switch ((mn_msg_type)m->type) {
+    case MN_MSG_MEASURED:
+        measured(t, (mn_measure *)m);
+        break;
+    case MN_MSG_SET:
+        set(t, (mn_setting *)m);
+        break;
+    case MN_MSG_STATS:
+        stats(t, (mn_stats_part *)m);
+        break;
+    default:
+        mn_log(MN_LOG_ERROR, "tuner: unexpected message %u", m->type);
+    }
+}
