@@ -15,6 +15,14 @@ votes with spec.skip_below 0.25 (a model drafter far below a request's best sits
 
     tools/bench-spec.py [--rounds 5] [--tokens 64] [--sets kjv,web,devil,mixed] [--spec-length 4]
     tools/bench-spec.py --switch        # weights over a kjv -> devil -> web stream (docs/spec-weights.png)
+    tools/bench-spec.py --tuner [--drafters ngram]   # the length tuner against every fixed length
+
+--tuner: two servers with the same drafters (--drafters: ngram, a draft's name, or vote = all four
+with the default weights), one in fixed mode swept over spec.length 1..8 and plain decoding, one
+running --tuner adaptive for the whole run (it learns across rounds, as a long-running server
+would; it is never told the sweep's results); alternating rounds, one server busy at a time.
+Reports each set's and client count's throughput, the best fixed length, and adaptive / best
+fixed and adaptive / plain (the bar: within 5% of the best fixed, never below plain).
 
 Needs build/minionsd, build/minions-bench and build/minions-cli (make). Results also go to
 build/bench-spec/results.md (and .json).
@@ -194,6 +202,61 @@ plot """ + ", ".join(f"'{data}' using 1:{i + 2} with linespoints title '{d}'" fo
     print(f"weights per request: {data}; plot: {png}")
 
 
+def tuner_eval(args):
+    fixed = Server(args.spec_length, args.threads, 16)
+    adaptive = Server(args.spec_length, args.threads, 16, extra=["--tuner", "adaptive"])
+    configs = ["plain"] + [f"s{k}" for k in range(1, 9)] + ["adaptive"]
+    results, classes = {}, {}
+    try:
+        for srv in (fixed, adaptive):
+            for d in DRAFTS:
+                srv.set(f"drafter.{d}.enabled", args.drafters in ("vote", d))
+        for r in range(args.rounds):
+            for s in args.sets.split(","):
+                prompts = os.path.join(ROOT, "prompts", s + ".jsonl")
+                order = configs[r % len(configs):] + configs[:r % len(configs)]
+                for config in order:
+                    srv = adaptive if config == "adaptive" else fixed
+                    if srv is fixed:
+                        fixed.set("spec.enabled", config != "plain")
+                        if config != "plain":
+                            fixed.set("spec.length", int(config[1:]))
+                    for clients, requests in ((1, args.requests1), (16, args.requests16)):
+                        summ = run_bench(srv, prompts, clients, requests, args.tokens)
+                        results.setdefault((s, clients, config), []).append(summ)
+            print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
+        classes = adaptive.stats()["spec"]["tuner"]["batch"]
+    finally:
+        fixed.stop()
+        adaptive.stop()
+    med = statistics.median
+    lines = [f"minionsd, bundled target, drafters: {args.drafters}; {args.tokens} tokens per request, greedy, "
+             f"{args.threads} threads; median tok/s of {args.rounds} alternating rounds "
+             f"(`tools/bench-spec.py --tuner --drafters {args.drafters} --rounds {args.rounds} --sets {args.sets}`)", "",
+             "| set | clients | plain | " + " | ".join(f"s={k}" for k in range(1, 9)) +
+             " | adaptive | best fixed | adaptive / best fixed | adaptive / plain |",
+             "|---|---:|" + "---:|" * 13]
+    table = {}
+    for s in args.sets.split(","):
+        for clients in (1, 16):
+            tps = {c: med([x["tok_per_s"] for x in results[(s, clients, c)]]) for c in configs}
+            best = max((c for c in configs if c.startswith("s")), key=lambda c: tps[c])
+            table[f"{s}/{clients}"] = dict(tps, best=best)
+            lines.append(f"| {s} | {clients} | " + " | ".join(f"{tps[c]:.0f}" for c in configs) +
+                         f" | {best[1:]} | {tps['adaptive'] / tps[best]:.3f} | {tps['adaptive'] / tps['plain']:.2f}x |")
+    lines += ["", "The adaptive server's lengths and curves at the end (us per produced token by length):", ""]
+    for cls, k in classes.items():
+        curve = ", ".join(f"{x}: {v['us_per_token']:.0f}" for x, v in sorted(k["curve"].items(), key=lambda i: int(i[0])))
+        lines.append(f"- batch {cls}: s = {k['s']} after {k['decisions']} decisions ({k['moves']} moves); {curve}")
+    out = os.path.join(BIN, "bench-spec")
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, f"tuner-{args.drafters}.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    with open(os.path.join(out, f"tuner-{args.drafters}.json"), "w") as f:
+        json.dump({"table": table, "classes": classes}, f, indent=1)
+    print("\n".join(lines))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5)
@@ -205,9 +268,13 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--switch", action="store_true", help="the weights-over-time run instead")
     ap.add_argument("--switch-requests", type=int, default=20, help="requests per domain in --switch")
+    ap.add_argument("--tuner", action="store_true", help="the length tuner against a sweep of fixed lengths")
+    ap.add_argument("--drafters", default="ngram", help="--tuner: ngram, draft-kjv, ..., or vote (all four)")
     args = ap.parse_args()
     if args.switch:
         switch(args)
+    elif args.tuner:
+        tuner_eval(args)
     else:
         report(args, evaluate(args))
 

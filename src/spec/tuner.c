@@ -15,7 +15,7 @@ mn_tuner_params mn_tuner_defaults(void)
     return (mn_tuner_params){
         .s_min = 0,
         .s_max = 8,
-        .decision_threshold = 16,
+        .decision_threshold = 32,
         .s_reward = 1,
         .s_punish = 1,
         .probe_every = 16,
@@ -192,13 +192,18 @@ static double fit_slope(const mn_tuner *t, const mn_tuner_class *c, uint32_t s, 
     return *n >= 2 && den > 0 ? (*n * sxy - sx * sy) / den : 0.0;
 }
 
-/* The window at c->s is complete: it becomes the point of s (every other point ages). */
-static double record(mn_tuner_class *c)
+/* The window at c->s is complete: it becomes the point of s, averaged with the point's last value
+ * when that is still fresh (a resting length's point then carries the last windows, not one noisy
+ * window); every other point ages. Returns the new point. */
+static double record(const mn_tuner *t, mn_tuner_class *c)
 {
     double cost = c->win_tokens ? c->win_seconds / (double)c->win_tokens : INFINITY;
     for (uint32_t x = 0; x <= MN_TUNER_MAX_LEN; x++)
         c->at[x].age += c->at[x].known;
-    c->at[c->s] = (mn_tuner_point){.cost = cost, .age = 0, .known = true, .steps = c->at[c->s].steps};
+    mn_tuner_point *pt = &c->at[c->s];
+    if (pt->known && pt->age <= t->p.probe_every + 1) /* fresh (it aged just above): smooth */
+        cost = 0.5 * (pt->cost + cost);
+    *pt = (mn_tuner_point){.cost = cost, .age = 0, .known = true, .steps = pt->steps};
     restart_window(c);
     return cost;
 }
@@ -244,7 +249,7 @@ bool mn_tuner_observe(mn_tuner *t, uint32_t batch, uint32_t s, double seconds, u
     c->at[s].steps++;
     if (++c->win_steps < t->p.decision_threshold)
         return false;
-    double cost = record(c);
+    double cost = record(t, c);
     if (!adapt)
         return false;
     decide(t, c, cls, cost, d);

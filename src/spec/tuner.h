@@ -30,7 +30,9 @@
  * may reach 0, plain decoding, when s_min = 0: where no draft pays (a large batch, a text no drafter
  * knows), the tuner finds that out instead of paying for drafts forever.
  *
- * Defaults (mn_tuner_defaults): s_min 0, s_max 8, decision_threshold 16, s_reward = s_punish = 1,
+ * A fresh point is averaged with each new window at its length (halving a resting length's noise).
+ *
+ * Defaults (mn_tuner_defaults): s_min 0, s_max 8, decision_threshold 32, s_reward = s_punish = 1,
  * probe_every 16, margin 0.01, cost round. At rest the two neighbors go stale at different times
  * and are re-measured one by one (s + 1, back, s - 1, back): 4 windows in about 20 away from the
  * best length, at neighbors that cost a few % more on a flat optimum (tests/test_spec.c models it).
@@ -107,7 +109,7 @@ typedef struct mn_tuner {
 /* One decision, as the actor publishes it. */
 typedef struct mn_tuner_decision {
     uint32_t cls, from, to;
-    double cost;       /* the window's seconds per token at `from` */
+    double cost;       /* the point of `from` after this window: seconds per token */
     double slope;      /* of the fit, seconds per token per unit of s (0 with one point) */
     const char *why;   /* "slope", "probe" (the target had no fresh point), "rest" (stays at a minimum) */
 } mn_tuner_decision;
