@@ -1031,7 +1031,7 @@ Test(tuner, finds_the_cheapest_length_and_rests_there)
     }
 }
 
-/* With 15% noise per step (windows of 16 steps), the mean cost stays within 5% of the optimum. */
+/* With 15% noise per step (default windows), the mean cost stays within 5% of the optimum. */
 Test(tuner, noise_costs_little)
 {
     spec_model m = {.a = 0.8, .verify_slope = 0.2, .draft_cost = 0.05};

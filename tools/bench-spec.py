@@ -14,6 +14,7 @@ with weights fixed at 1, learning global weights, learning per-sequence weights;
 votes with spec.skip_below 0.25 (a model drafter far below a request's best sits its rounds out).
 
     tools/bench-spec.py [--rounds 5] [--tokens 64] [--sets kjv,web,devil,mixed] [--spec-length 4]
+                        [--configs plain,ngram,...] [--clients 1,16]
     tools/bench-spec.py --switch        # weights over a kjv -> devil -> web stream (docs/spec-weights.png)
     tools/bench-spec.py --tuner [--drafters ngram]   # the length tuner against every fixed length
 
@@ -104,7 +105,13 @@ def run_bench(server, prompts, clients, requests, tokens):
     return summary
 
 
+def client_runs(args):
+    return [(c, args.requests1 if c == 1 else args.requests16) for c in map(int, args.clients.split(","))]
+
+
 def evaluate(args):
+    global CONFIGS
+    CONFIGS = args.configs.split(",") if args.configs else CONFIGS
     server = Server(args.spec_length, args.threads, 16)
     results = {}  # (set, clients, config) -> list of summaries
     try:
@@ -114,7 +121,7 @@ def evaluate(args):
                 order = CONFIGS[r % len(CONFIGS):] + CONFIGS[:r % len(CONFIGS)]
                 for config in order:
                     server.configure(config)
-                    for clients, requests in ((1, args.requests1), (16, args.requests16)):
+                    for clients, requests in client_runs(args):
                         summ = run_bench(server, prompts, clients, requests, args.tokens)
                         results.setdefault((s, clients, config), []).append(summ)
                 print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
@@ -127,10 +134,10 @@ def report(args, results):
     med = lambda xs: statistics.median(xs)
     lines = [f"minionsd, bundled target + {', '.join(DRAFTS)}; spec.length {args.spec_length}, {args.tokens} tokens "
              f"per request, greedy, {args.threads} threads; median of {args.rounds} alternating rounds "
-             f"(`tools/bench-spec.py --rounds {args.rounds} --tokens {args.tokens} --sets {args.sets}`)", ""]
+             f"(`{' '.join(['tools/bench-spec.py'] + sys.argv[1:])}`)", ""]
     table = {}
     for s in args.sets.split(","):
-        for clients in (1, 16):
+        for clients, _ in client_runs(args):
             lines.append(f"### {s}, {clients} client{'s' if clients > 1 else ''}")
             lines.append("")
             lines.append("| configuration | tok/s | x plain | ms/token (norm. latency) | accepted/verification "
@@ -232,7 +239,7 @@ def tuner_eval(args):
     med = statistics.median
     lines = [f"minionsd, bundled target, drafters: {args.drafters}; {args.tokens} tokens per request, greedy, "
              f"{args.threads} threads; median tok/s of {args.rounds} alternating rounds "
-             f"(`tools/bench-spec.py --tuner --drafters {args.drafters} --rounds {args.rounds} --sets {args.sets}`)", "",
+             f"(`{' '.join(['tools/bench-spec.py'] + sys.argv[1:])}`)", "",
              "| set | clients | plain | " + " | ".join(f"s={k}" for k in range(1, 9)) +
              " | adaptive | best fixed | adaptive / best fixed | adaptive / plain |",
              "|---|---:|" + "---:|" * 13]
@@ -268,6 +275,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--switch", action="store_true", help="the weights-over-time run instead")
     ap.add_argument("--switch-requests", type=int, default=20, help="requests per domain in --switch")
+    ap.add_argument("--configs", default="", help="a subset of " + ",".join(CONFIGS) + " (plain is needed)")
+    ap.add_argument("--clients", default="1,16", help="client counts: 1, 16 or both")
     ap.add_argument("--tuner", action="store_true", help="the length tuner against a sweep of fixed lengths")
     ap.add_argument("--drafters", default="ngram", help="--tuner: ngram, draft-kjv, ..., or vote (all four)")
     args = ap.parse_args()

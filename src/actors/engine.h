@@ -5,10 +5,11 @@
  * worker, the actors (client, intake, kvmem, verifier, admin) and their mailboxes, the listeners and
  * the admin socket. With drafts it also loads each draft model (its vocabulary checked against the
  * target's), gives it a backend and a KV pool as large as the target's in positions, and creates a
- * drafter actor per draft, the voter and the length tuner. On the CPU, the target and the drafts share one compute
- * worker and one thread pool: a round drafts, then verifies, on all cores. mn_engine_run runs the loop until a drain (admin `drain`, SIGTERM, SIGINT or
- * SIGHUP) has finished every accepted request and written every reply; it returns MN_OK then. A
- * drain that outlives drain_timeout_s, or a second such signal, closes every client connection
+ * drafter actor per draft, the voter and the length tuner. On the CPU, the target and the drafts
+ * share one compute worker and one thread pool: a round drafts, then verifies, on all cores.
+ * mn_engine_run runs the loop until a drain (admin `drain`, SIGTERM, SIGINT or SIGHUP) has
+ * finished every accepted request and written every reply; it returns MN_OK then. A drain that
+ * outlives drain_timeout_s, or a second such signal, closes every client connection
  * (cancelling what they still wait for), so a client that stopped reading cannot hold the daemon up.
  * SIGHUP drains like SIGTERM: a service manager's hang-up must not lose requests silently, and this
  * daemon has no configuration file or log file to reload (it logs to stderr). mn_engine_free

@@ -190,8 +190,9 @@ static void prune(mn_verifier *v)
     }
 }
 
-/* Tokens the drafters may propose for r this step: s, the step's length, within the request's cap, what it
- * may still generate (the step adds the target's own token), its context and the pass's budget. */
+/* Tokens the drafters may propose for r this step: s, the step's length, within the request's cap,
+ * what it may still generate (the step adds the target's own token), its context and the pass's
+ * budget. */
 static uint32_t draft_cap(const mn_verifier *v, const mn_req *r, uint32_t s, uint32_t budget)
 {
     if (!v->cfg.addr->voter || !v->cfg.spec_enabled || !r->spec.on)
