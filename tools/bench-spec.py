@@ -262,6 +262,37 @@ def tuner_eval(args):
     with open(os.path.join(out, f"tuner-{args.drafters}.json"), "w") as f:
         json.dump({"table": table, "classes": classes}, f, indent=1)
     print("\n".join(lines))
+    plot_tuner(args, table, out)
+
+
+def plot_tuner(args, table, out):
+    """docs/spec-tuner.png: throughput / plain by fixed length (0 = plain), adaptive at the right."""
+    sets = args.sets.split(",")
+    data = os.path.join(out, f"tuner-{args.drafters}.dat")
+    with open(data, "w") as f:
+        for clients in (1, 16):
+            f.write(f"# {clients} client(s): x " + " ".join(sets) + "\n")
+            for x, c in enumerate(["plain"] + [f"s{k}" for k in range(1, 9)] + ["adaptive"]):
+                f.write(f"{x} " + " ".join(f"{table[f'{s}/{clients}'][c] / table[f'{s}/{clients}']['plain']:.4f}"
+                                          for s in sets) + "\n")
+            f.write("\n\n")
+    png = os.path.join(ROOT, "docs", "spec-tuner.png")
+    panels = []
+    for i, clients in enumerate((1, 16)):
+        curves = ", ".join(f"'{data}' index {i} using 1:{j + 2} with linespoints title '{s}'" for j, s in enumerate(sets))
+        panels.append(f"set title '{clients} client{'s' if clients > 1 else ''}'\nplot {curves}, 1 with lines dt 2 lc "
+                      f"'gray' notitle")
+    plot = f"""set terminal pngcairo size 1000,420
+set output '{png}'
+set multiplot layout 1,2 title 'Fixed speculation length vs the adaptive tuner ({args.drafters} drafter, {args.rounds} alternating rounds)'
+set xlabel 'speculation length (0 = plain decoding; A = adaptive)'
+set ylabel 'throughput / plain decoding'
+set xtics ('plain' 0, '1' 1, '2' 2, '3' 3, '4' 4, '5' 5, '6' 6, '7' 7, '8' 8, 'A' 9)
+set xrange [-0.5:9.5]
+set key below horizontal
+""" + "\n".join(panels) + "\nunset multiplot\n"
+    subprocess.run(["gnuplot"], input=plot, text=True, check=True)
+    print(f"plot: {png}")
 
 
 def main():
