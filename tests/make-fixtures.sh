@@ -4,7 +4,8 @@
 # Models are small llama GGUF files written by tools/ggufw.py; reference logits come from
 # tools/ref_forward.py and reference encodings from tools/ref_tokenize.py, both independent of the
 # engine. When the real SmolLM2 model has been fetched (tools/fetch-smollm2.sh), its reference
-# top-2 over 2,048 teacher-forced tokens is computed too.
+# top-2 over 2,048 teacher-forced tokens is computed too, and its F16 and F32 conversions are
+# written (tools/gguf-dequant.py).
 set -eu
 src=$1
 out=$2
@@ -59,6 +60,10 @@ if [ -f "$smol" ]; then
   $py "$src/tools/ref_tokenize.py" "$smol" "$out/texts.jsonl" "$out/smollm2.tokens.jsonl"
   $py "$src/tests/heldout_tokens.py" "$smol" 2048 > "$out/smollm2.heldout.txt"
   $py "$src/tools/ref_forward.py" "$smol" "$out/smollm2.heldout.txt" - --top2 "$out/smollm2.top2"
+  for t in f16 f32; do
+    $py "$src/tools/gguf-dequant.py" "$smol" --type $t --out "$out/smollm2.$t.gguf"
+  done
 else
-  rm -f "$out/smollm2.tokens.jsonl" "$out/smollm2.heldout.txt" "$out/smollm2.top2"
+  rm -f "$out/smollm2.tokens.jsonl" "$out/smollm2.heldout.txt" "$out/smollm2.top2" "$out/smollm2.f16.gguf" \
+    "$out/smollm2.f32.gguf"
 fi

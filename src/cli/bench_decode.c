@@ -3,7 +3,14 @@
  * Prints, for one GGUF file and thread count:
  *   prefill       tok/s of one prompt of --prompt-tokens tokens (passes of up to 512 tokens)
  *   decode b=B    total tok/s of B sequences decoding together, one token each per pass, after a
- *                 --ctx-tokens prompt each (prefill excluded), for each B in --batches
+ *                 --ctx-tokens prompt each (prefill excluded), for each B in --batches; with the
+ *                 weight bytes a pass reads (every matrix once: the layers' seven and the output
+ *                 projection; the embedding rows a pass gathers are left out) and what that makes
+ *                 in GB/s, against a triad probe of the machine's memory bandwidth measured first
+ *                 (a[i] = b[i] + s c[i] over 3 x 128 MiB, one slice per thread, best of 5; 12 bytes
+ *                 an element, as STREAM counts it, write-allocate traffic not counted) and a read
+ *                 probe (the sum of one 128 MiB array: weights are only read), so the memory-bound
+ *                 regime is visible
  * With --verify-curve, instead: the cost of a speculative verification pass. After a --ctx-tokens
  * prompt each, B sequences (each B in --batches) bring k new tokens each (k = 1..8, all logits
  * wanted) in one pass, which is then rolled back (mn_kv_truncate), so every pass sees the same
@@ -13,6 +20,7 @@
  * Tokens are fixed pseudo-random ids, so the figures do not depend on a tokenizer or a text.
  */
 #include <getopt.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +33,93 @@
 #include "runtime/registry.h"
 #include "util/alloc.h"
 #include "util/clock.h"
+
+/* ---- the triad probe ---------------------------------------------------------------------------- */
+
+typedef float v8f __attribute__((vector_size(32)));
+
+typedef struct triad_slice {
+    float *a;
+    const float *b, *c;
+    size_t n;
+    bool read_only;  /* the read probe: sum b instead (what streaming weights does) */
+    float sink;
+} triad_slice;
+
+static void *triad_run(void *arg)
+{
+    triad_slice *t = arg;
+    if (!t->read_only) {
+        for (size_t i = 0; i < t->n; i++)
+            t->a[i] = t->b[i] + 3.0f * t->c[i];
+        return NULL;
+    }
+    v8f acc[4] = {{0}};
+    const v8f *v = (const v8f *)t->b; /* slices start at multiples of 32 floats of an aligned array */
+    for (size_t i = 0; i + 4 <= t->n / 8; i += 4)
+        for (int j = 0; j < 4; j++)
+            acc[j] += v[i + j];
+    v8f sum = acc[0] + acc[1] + acc[2] + acc[3];
+    t->sink = sum[0];
+    return NULL;
+}
+
+/* Memory bandwidth in GB/s with n_threads threads, by the triad (read_only false: 12 bytes an
+ * element) or by summing one array (4 bytes an element); 0 when memory or threads are short. */
+static double probe_gbs(int n_threads, bool read_only)
+{
+    enum { MAX_THREADS = 64 };
+    const size_t n = (size_t)32 << 20; /* floats per array: 128 MiB, well past any cache here */
+    float *a = aligned_alloc(64, n * sizeof *a), *b = aligned_alloc(64, n * sizeof *b), *c = aligned_alloc(64, n * sizeof *c);
+    double best = 0;
+    if (a && b && c && n_threads >= 1 && n_threads <= MAX_THREADS) {
+        for (size_t i = 0; i < n; i++)
+            a[i] = 0, b[i] = 1, c[i] = 2; /* touch every page before timing */
+        for (int r = 0; r < 5; r++) {
+            pthread_t th[MAX_THREADS];
+            triad_slice sl[MAX_THREADS];
+            double t0 = mn_now();
+            int started = 0;
+            for (int k = 0; k < n_threads; k++) {
+                size_t lo = n * (size_t)k / (size_t)n_threads, hi = n * (size_t)(k + 1) / (size_t)n_threads;
+                lo -= lo % 32, hi = k + 1 == n_threads ? n : hi - hi % 32;
+                sl[k] = (triad_slice){a + lo, b + lo, c + lo, hi - lo, read_only, 0};
+                if (k == 0 || pthread_create(&th[k], NULL, triad_run, &sl[k]) == 0)
+                    started = k + 1;
+                else
+                    break;
+            }
+            if (started != n_threads) {
+                for (int k = 1; k < started; k++)
+                    pthread_join(th[k], NULL);
+                best = 0;
+                break;
+            }
+            triad_run(&sl[0]);
+            for (int k = 1; k < n_threads; k++)
+                pthread_join(th[k], NULL);
+            double gbs = (read_only ? 1.0 : 3.0) * (double)n * sizeof(float) / (mn_now() - t0) / 1e9;
+            best = gbs > best ? gbs : best;
+        }
+    }
+    free(a);
+    free(b);
+    free(c);
+    return best;
+}
+
+/* Bytes of weights one decode pass reads: every matrix once. */
+static double weight_bytes(const mn_model *m)
+{
+    double total = (double)m->output.rows * (double)m->output.row_bytes;
+    for (uint32_t l = 0; l < m->hp.n_layers; l++) {
+        const mn_layer *L = &m->layers[l];
+        const mn_weight *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < sizeof w / sizeof *w; i++)
+            total += (double)w[i]->rows * (double)w[i]->row_bytes;
+    }
+    return total;
+}
 
 static void random_tokens(int32_t *t, uint32_t n, uint32_t vocab, uint64_t seed)
 {
@@ -190,6 +285,11 @@ int main(int argc, char **argv)
            (unsigned long long)mn_model_n_params(m), m->hp.dim, m->hp.n_layers, m->hp.n_heads, m->hp.n_kv_heads, V,
            mn_dtype_get(m->layers[0].wq.type)->name);
     printf("backend %s, %d threads\n", be->ops->name, cfg.n_threads);
+    double wbytes = weight_bytes(m), triad = curve ? 0 : probe_gbs(cfg.n_threads, false);
+    double readbw = curve ? 0 : probe_gbs(cfg.n_threads, true);
+    if (!curve)
+        printf("weights   %.1f MB read per pass; memory (%d threads): triad %.1f GB/s, read %.1f GB/s\n", wbytes / 1e6,
+               cfg.n_threads, triad, readbw);
 
     for (int r = 0; curve && r < reps; r++) {
         for (int s = 0; s < max_b; s++) {
@@ -248,7 +348,11 @@ int main(int argc, char **argv)
                     next[s] = mn_argmax(logits + (size_t)s * V, V);
             }
             dt = mn_now() - t0;
-            printf("decode    batch %2d x %3d tokens %9.1f tok/s total\n", B, gen_tokens, (double)B * gen_tokens / dt);
+            double gbs = wbytes * gen_tokens / dt / 1e9;
+            printf("decode    batch %2d x %3d tokens %9.1f tok/s total   weights %6.1f GB/s (%3.0f%% of triad, %3.0f%% "
+                   "of read)\n",
+                   B, gen_tokens, (double)B * gen_tokens / dt, gbs, triad > 0 ? 100 * gbs / triad : 0.0,
+                   readbw > 0 ? 100 * gbs / readbw : 0.0);
             fflush(stdout);
             for (int s = 0; s < B; s++)
                 mn_kv_seq_release(be->kv, &kv[s]);
