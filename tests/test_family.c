@@ -115,18 +115,18 @@ Test(family, prompt_sets_have_200_prompts_of_8_to_64_tokens)
 Test(family, engine_encodes_every_prompt_like_llama_cpp)
 {
     mn_model *m = load_family("target");
-    const char *src = getenv("MINIONS_SRCDIR");
-    char path[1024];
-    snprintf(path, sizeof path, "%s/tests/fixtures/llama-tokenize-ids.jsonl", src ? src : ".");
+    const char *path = source_file("tests/fixtures/llama-tokenize-ids.jsonl");
     FILE *fx = fopen(path, "r");
     cr_assert(fx, "missing %s", path);
     static const char *const sets[] = {"kjv", "web", "devil"};
     char *lp = NULL, *lx = NULL;
     size_t cp = 0, cx = 0, prompts = 0;
     for (int s = 0; s < 3; s++) {
-        snprintf(path, sizeof path, "%s/prompts/%s.jsonl", src ? src : ".", sets[s]);
-        FILE *fp = fopen(path, "r");
-        cr_assert(fp, "missing %s", path);
+        char set_file[64];
+        snprintf(set_file, sizeof set_file, "prompts/%s.jsonl", sets[s]);
+        const char *set_path = source_file(set_file);
+        FILE *fp = fopen(set_path, "r");
+        cr_assert(fp, "missing %s", set_path);
         for (json_int_t i = 0; getline(&lp, &cp, fp) > 0; i++) {
             cr_assert(getline(&lx, &cx, fx) > 0, "the fixture ends before %s line %d", sets[s], (int)i + 1);
             json_error_t jerr;

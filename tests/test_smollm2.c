@@ -17,12 +17,6 @@
 #define SANITIZED 0
 #endif
 
-static const char *env_or_dot(const char *name)
-{
-    const char *v = getenv(name);
-    return v ? v : ".";
-}
-
 /* Teacher-force the held-out tokens through the model at path and hold its top-1 against the
  * reference top-2 file: the bar above. */
 static void check_top1(const char *path, const char *top2, const char *label)
@@ -99,7 +93,5 @@ Test(smollm2, dequantized_f16_agrees_with_its_reference, .timeout = 900, .disabl
 {
     if (!smollm2_path())
         cr_skip_test("SmolLM2 was not fetched: skipped");
-    char top2[1024];
-    snprintf(top2, sizeof top2, "%s/tests/fixtures/smollm2.f16.top2", env_or_dot("MINIONS_SRCDIR"));
-    check_top1(fixture("smollm2.f16.gguf"), top2, "F16");
+    check_top1(fixture("smollm2.f16.gguf"), source_file("tests/fixtures/smollm2.f16.top2"), "F16");
 }

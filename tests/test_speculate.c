@@ -430,6 +430,20 @@ Test(speculate, bad_drafts_are_refused_at_start_up, .timeout = 120)
 
 /* ---- admin and events -------------------------------------------------------------------------- */
 
+/* A nanomsg SUB socket on the --events address for the lines starting with topic, 20 s receive
+ * timeout, connected and given time to reach the publisher (PUB drops what nobody takes). */
+static int subscribe(const char *events, const char *topic)
+{
+    int sub = nn_socket(AF_SP, NN_SUB);
+    cr_assert(sub >= 0);
+    cr_assert_eq(nn_setsockopt(sub, NN_SUB, NN_SUB_SUBSCRIBE, topic, strlen(topic)), 0);
+    int tmo = 20000;
+    nn_setsockopt(sub, NN_SOL_SOCKET, NN_RCVTIMEO, &tmo, sizeof tmo);
+    cr_assert(nn_connect(sub, events) >= 0);
+    usleep(200000);
+    return sub;
+}
+
 /* The spec keys: get shows them, set checks them, stats shows per-drafter figures; the events socket
  * publishes weight changes and one summary per finished request. */
 Test(speculate, admin_keys_stats_and_events, .timeout = 300)
@@ -440,13 +454,7 @@ Test(speculate, admin_keys_stats_and_events, .timeout = 300)
     snprintf(events, sizeof events, "ipc://%s/events", dir);
     server_start(&s, (const char *[]){"--draft", model_file("draft-kjv.gguf"), "--draft", "ngram", "--events", events,
                                       "--spec-weights", "global", NULL});
-    int sub = nn_socket(AF_SP, NN_SUB);
-    cr_assert(sub >= 0);
-    cr_assert_eq(nn_setsockopt(sub, NN_SUB, NN_SUB_SUBSCRIBE, "", 0), 0);
-    int tmo = 20000;
-    nn_setsockopt(sub, NN_SOL_SOCKET, NN_RCVTIMEO, &tmo, sizeof tmo);
-    cr_assert(nn_connect(sub, events) >= 0);
-    usleep(200000); /* let the subscription reach the publisher: PUB drops what nobody takes */
+    int sub = subscribe(events, "");
 
     json_t *r = admin(&s, "{\"cmd\":\"get\"}");
     json_t *cfg = json_object_get(r, "config");
@@ -537,14 +545,7 @@ Test(speculate, adaptive_length_is_lossless_and_visible, .timeout = 600, .disabl
     snprintf(events, sizeof events, "ipc://%s/events", dir);
     server_start(&s, (const char *[]){"--draft", model_file("draft-kjv.gguf"), "--draft", "ngram", "--events", events,
                                       "--tuner", "adaptive,decision_threshold=2,probe_every=2,s_max=6", NULL});
-    int sub = nn_socket(AF_SP, NN_SUB);
-    cr_assert(sub >= 0);
-    static const char topic[] = "{\"event\":\"tuner\"";
-    cr_assert_eq(nn_setsockopt(sub, NN_SUB, NN_SUB_SUBSCRIBE, topic, strlen(topic)), 0);
-    int tmo = 20000;
-    nn_setsockopt(sub, NN_SOL_SOCKET, NN_RCVTIMEO, &tmo, sizeof tmo);
-    cr_assert(nn_connect(sub, events) >= 0);
-    usleep(200000); /* let the subscription reach the publisher */
+    int sub = subscribe(events, "{\"event\":\"tuner\"");
 
     tconn c;
     connect_to(s.tcp, &c);

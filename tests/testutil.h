@@ -10,15 +10,22 @@
 #include "model/model.h"
 #include "runtime/registry.h"
 
-static inline const char *fixture(const char *name)
+/* dir/name in one of 8 rotating buffers, dir from the environment variable env or dflt. */
+static inline const char *path_in(const char *env, const char *dflt, const char *name)
 {
     static char buf[8][1024];
     static int next;
-    const char *dir = getenv("MINIONS_TEST_DATA");
+    const char *dir = getenv(env);
     char *b = buf[next++ % 8];
-    snprintf(b, 1024, "%s/%s", dir ? dir : "tests/data", name);
+    snprintf(b, 1024, "%s/%s", dir ? dir : dflt, name);
     return b;
 }
+
+/* A built fixture (tests/make-fixtures.sh). */
+static inline const char *fixture(const char *name) { return path_in("MINIONS_TEST_DATA", "tests/data", name); }
+
+/* A file of the source tree, e.g. "tests/fixtures/..." (committed fixtures). */
+static inline const char *source_file(const char *name) { return path_in("MINIONS_SRCDIR", ".", name); }
 
 /* The fetched SmolLM2 model when it and its reference fixtures exist, else NULL. */
 static inline const char *smollm2_path(void)
