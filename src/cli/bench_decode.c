@@ -64,17 +64,14 @@ static void *triad_run(void *arg)
     return NULL;
 }
 
-/* Memory bandwidth in GB/s with n_threads threads, by the triad (read_only false: 12 bytes an
- * element) or by summing one array (4 bytes an element); 0 when memory or threads are short. */
-static double probe_gbs(int n_threads, bool read_only)
+/* Memory bandwidth in GB/s with n_threads threads over a, b, c (n floats each, 64-byte aligned), by
+ * the triad (read_only false: 12 bytes an element) or by summing b (4 bytes an element), best of 5;
+ * 0 when threads are short. */
+static double probe_gbs(float *a, float *b, float *c, size_t n, int n_threads, bool read_only)
 {
     enum { MAX_THREADS = 64 };
-    const size_t n = (size_t)32 << 20; /* floats per array: 128 MiB, well past any cache here */
-    float *a = aligned_alloc(64, n * sizeof *a), *b = aligned_alloc(64, n * sizeof *b), *c = aligned_alloc(64, n * sizeof *c);
     double best = 0;
-    if (a && b && c && n_threads >= 1 && n_threads <= MAX_THREADS) {
-        for (size_t i = 0; i < n; i++)
-            a[i] = 0, b[i] = 1, c[i] = 2; /* touch every page before timing */
+    if (n_threads >= 1 && n_threads <= MAX_THREADS) {
         for (int r = 0; r < 5; r++) {
             pthread_t th[MAX_THREADS];
             triad_slice sl[MAX_THREADS];
@@ -102,10 +99,26 @@ static double probe_gbs(int n_threads, bool read_only)
             best = gbs > best ? gbs : best;
         }
     }
+    return best;
+}
+
+/* Both probes over one set of arrays (3 x 128 MiB, well past any cache here, every page touched
+ * before timing); 0 for both when memory is short. */
+static void memory_probes(int n_threads, double *triad, double *read)
+{
+    const size_t n = (size_t)32 << 20;
+    float *a = aligned_alloc(64, n * sizeof *a), *b = aligned_alloc(64, n * sizeof *b);
+    float *c = aligned_alloc(64, n * sizeof *c);
+    *triad = *read = 0;
+    if (a && b && c) {
+        for (size_t i = 0; i < n; i++)
+            a[i] = 0, b[i] = 1, c[i] = 2;
+        *triad = probe_gbs(a, b, c, n, n_threads, false);
+        *read = probe_gbs(a, b, c, n, n_threads, true);
+    }
     free(a);
     free(b);
     free(c);
-    return best;
 }
 
 /* Bytes of weights one decode pass reads: every matrix once. */
@@ -285,11 +298,12 @@ int main(int argc, char **argv)
            (unsigned long long)mn_model_n_params(m), m->hp.dim, m->hp.n_layers, m->hp.n_heads, m->hp.n_kv_heads, V,
            mn_dtype_get(m->layers[0].wq.type)->name);
     printf("backend %s, %d threads\n", be->ops->name, cfg.n_threads);
-    double wbytes = weight_bytes(m), triad = curve ? 0 : probe_gbs(cfg.n_threads, false);
-    double readbw = curve ? 0 : probe_gbs(cfg.n_threads, true);
-    if (!curve)
+    double wbytes = weight_bytes(m), triad = 0, readbw = 0;
+    if (!curve) {
+        memory_probes(cfg.n_threads, &triad, &readbw);
         printf("weights   %.1f MB read per pass; memory (%d threads): triad %.1f GB/s, read %.1f GB/s\n", wbytes / 1e6,
                cfg.n_threads, triad, readbw);
+    }
 
     for (int r = 0; curve && r < reps; r++) {
         for (int s = 0; s < max_b; s++) {
