@@ -107,7 +107,6 @@ static const char *const check_names[C_COUNT] = {
 
 /* ---- the run ------------------------------------------------------------------------------------ */
 
-
 typedef struct result {  /* one finished request, kept to compare repeats */
     struct result *next;
     int max_tokens, completion;

@@ -128,13 +128,6 @@ static void restart_window(mn_tuner_class *c)
     c->win_steps = 0;
 }
 
-void mn_tuner_init(mn_tuner *t, const mn_tuner_params *p, uint32_t s0)
-{
-    memset(t, 0, sizeof *t);
-    t->p = *p;
-    for (int i = 0; i < MN_TUNER_CLASSES; i++)
-        t->c[i].s = clamp_s(p, s0);
-}
 
 void mn_tuner_reparam(mn_tuner *t, const mn_tuner_params *p)
 {
@@ -151,6 +144,13 @@ void mn_tuner_restart(mn_tuner *t, uint32_t s0, bool clamp)
         t->c[i].s = clamp ? clamp_s(&t->p, s0) : s0;
         restart_window(&t->c[i]);
     }
+}
+
+void mn_tuner_init(mn_tuner *t, const mn_tuner_params *p, uint32_t s0)
+{
+    memset(t, 0, sizeof *t);
+    t->p = *p;
+    mn_tuner_restart(t, s0, true);
 }
 
 uint32_t mn_tuner_class_of(uint32_t batch)
