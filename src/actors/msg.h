@@ -33,7 +33,7 @@ typedef enum mn_msg_type {
     MN_MSG_STEP_DONE, /* worker -> verifier: a step job completed */
     MN_MSG_KICK,      /* anyone -> kvmem/verifier: look again (cancel, pause, resume, preempt) */
     MN_MSG_STATS,     /* admin -> any actor -> admin: fill in your part (mn_stats_part) */
-    MN_MSG_SET,       /* admin -> kvmem/verifier/client: a live setting changed (mn_setting) */
+    MN_MSG_SET,       /* admin -> kvmem/verifier/voter/tuner, tuner -> verifier: a live setting (mn_setting) */
     MN_MSG_DRAIN,     /* engine -> client: stop taking requests (mn_drain) */
     MN_MSG_DRAFT,     /* verifier -> voter (mn_round), voter -> drafter (mn_round_part): propose */
     MN_MSG_PROPOSED,  /* drafter -> voter: its proposals are in the requests (mn_round_part) */
