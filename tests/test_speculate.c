@@ -630,3 +630,125 @@ Test(speculate, adaptive_length_is_lossless_and_visible, .timeout = 600, .disabl
     for (int i = 0; i < n; i++)
         free(prompts[i]), free(want[i]);
 }
+
+/* ---- the pipeline ------------------------------------------------------------------------------ */
+
+static void start_pipelined(server *s)
+{
+    server_start(s, (const char *[]){"--draft", model_file("draft-kjv.gguf"), "--draft", model_file("draft-web.gguf"),
+                                     "--draft", "ngram", "--spec-length", "4", "--pipeline", "-t", "2",
+                                     "--draft-threads", "1", NULL});
+}
+
+static json_t *pipeline_stats(server *s)
+{
+    json_t *r = admin(s, "{\"cmd\":\"stats\"}");
+    json_t *p = json_incref(json_object_get(json_object_get(json_object_get(r, "stats"), "spec"), "pipeline"));
+    json_decref(r);
+    cr_assert(json_is_object(p), "stats.spec.pipeline");
+    return p;
+}
+
+static json_int_t field(json_t *o, const char *key)
+{
+    return json_integer_value(json_object_get(o, key));
+}
+
+/* Drafting one group while the target verifies another (draft models on their own thread): 32
+ * clients get plain decoding's texts; rounds overlapped steps and the pool's bound paused drafting;
+ * a client dropped mid-stream and a cancelled request free everything; switched off live, then on,
+ * it is still plain decoding. Under TSan too (scripts/test.sh). */
+Test(speculate, pipeline_is_lossless_under_load_cancels_and_disconnects, .timeout = 900)
+{
+    enum { TOKENS = 20 };
+    char *prompts[6], *want[6];
+    int n = load_references(prompts, want, TOKENS);
+    server s;
+    start_pipelined(&s);
+    json_t *r = admin(&s, "{\"cmd\":\"get\",\"key\":\"pipeline.enabled\"}");
+    cr_assert(json_is_true(json_object_get(r, "value")), "%s", json_dumps(r, 0));
+    json_decref(r);
+
+    int failures = run_32_clients(&s, prompts, want, TOKENS, 3);
+    cr_assert_eq(failures, 0, "%d of 128 requests failed or differed from minions-generate", failures);
+    wait_idle(&s);
+    json_t *p = pipeline_stats(&s);
+    cr_assert(json_is_true(json_object_get(p, "enabled")));
+    cr_assert_gt(field(p, "overlapped"), 0, "no round overlapped a step: %s", json_dumps(p, 0));
+    cr_assert_gt(field(p, "pauses"), 0, "the pool never held its bound: %s", json_dumps(p, 0));
+    cr_assert_leq(field(p, "resumes"), field(p, "pauses"));
+    cr_assert_eq(field(p, "depth"), 0, "drafts left in the pool when idle");
+    json_decref(p);
+
+    tconn c, d;
+    connect_to(s.tcp, &c);
+    connect_to(s.unix_path, &d);
+    for (int i = 0; i < 4; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "drop%d", i);
+        send_request(&c, id, prompts[i], 400, 0, 1);
+        snprintf(id, sizeof id, "stay%d", i);
+        send_request(&d, id, prompts[i], TOKENS, 0, i % 2);
+    }
+    send_request(&d, "cancel", prompts[4], 400, 0, 1);
+    json_decref(next_for(&c, "drop0")); /* streaming has begun */
+    json_decref(next_for(&d, "cancel"));
+    tconn_close(&c); /* dropped mid-stream */
+    send_line(&d, "{\"cancel\":\"cancel\"}");
+    json_t *o = await(&d, "cancel");
+    cr_assert_str_eq(json_string_value(json_object_get(o, "finish_reason")), "cancelled");
+    json_decref(o);
+    for (int i = 0; i < 4; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "stay%d", i);
+        o = await(&d, id);
+        cr_assert_str_eq(json_string_value(json_object_get(o, "text")), want[i], "%s: %s", id, prompts[i]);
+        json_decref(o);
+    }
+    wait_idle(&s);
+
+    for (int on = 0; on < 2; on++) { /* off, then on again: live */
+        admin_ok(&s, on ? "{\"cmd\":\"set\",\"key\":\"pipeline.enabled\",\"value\":true}"
+                        : "{\"cmd\":\"set\",\"key\":\"pipeline.enabled\",\"value\":false}");
+        for (int i = 0; i < n; i++) {
+            char id[32];
+            snprintf(id, sizeof id, "live%d.%d", on, i);
+            send_request(&d, id, prompts[i], TOKENS, 0, i % 2);
+        }
+        for (int i = 0; i < n; i++) {
+            char id[32];
+            snprintf(id, sizeof id, "live%d.%d", on, i);
+            o = await(&d, id);
+            cr_assert_str_eq(json_string_value(json_object_get(o, "text")), want[i], "%s: %s", id, prompts[i]);
+            json_decref(o);
+        }
+        p = pipeline_stats(&s);
+        cr_assert_eq(json_is_true(json_object_get(p, "enabled")), on);
+        json_decref(p);
+    }
+    static const char *const bad[] = {"{\"cmd\":\"set\",\"key\":\"pipeline.enabled\",\"value\":1}"};
+    admin_refuses(&s, bad, 1);
+    wait_idle(&s);
+    tconn_close(&d);
+    server_stop(&s);
+    for (int i = 0; i < n; i++)
+        free(prompts[i]), free(want[i]);
+}
+
+/* Preemption with the pipeline: paused requests give back their KV, drafted or not, and are
+ * recomputed. */
+Test(speculate, pipeline_preempts_and_recomputes, .timeout = 600, .disabled = SANITIZED)
+{
+    check_paused_preemption((const char *[]){"--draft", model_file("draft-kjv.gguf"), "--draft", "ngram",
+                                             "--spec-length", "1", "--pipeline", "-t", "2", "--draft-threads", "1",
+                                             NULL});
+}
+
+/* --draft-threads must leave the target a thread and needs a draft model to run. */
+Test(speculate, draft_threads_are_checked_at_start_up, .timeout = 120)
+{
+    refused((const char *[]){"--draft", model_file("draft-kjv.gguf"), "-t", "2", "--draft-threads", "2", NULL},
+            "leaves the target none");
+    refused((const char *[]){"--draft", "ngram", "--draft-threads", "1", NULL}, "no draft model");
+    refused((const char *[]){"--draft-threads", "x", NULL}, "bad option value");
+}

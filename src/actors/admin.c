@@ -19,7 +19,7 @@ struct mn_admin {
     mn_admin_config cfg;
     mn_adminsock *sock;
     uint32_t max_batch, max_queue;       /* the live values, as last set */
-    bool spec_enabled;
+    bool spec_enabled, pipeline;
     uint32_t spec_length;
     mn_weights_mode weights_mode;
     mn_weights_params weights;
@@ -63,6 +63,7 @@ static json_t *config_json(mn_admin *a)
         return o;
     const mn_weights_params *w = &a->weights;
     json_object_set_new(o, "spec.enabled", json_boolean(a->spec_enabled));
+    json_object_set_new(o, "pipeline.enabled", json_boolean(a->pipeline));
     json_object_set_new(o, "spec.length", json_integer(a->spec_length));
     json_object_set_new(o, "spec.weights", json_string(mn_weights_mode_name(a->weights_mode)));
     json_object_set_new(o, "spec.reward_threshold", json_real(w->reward_threshold));
@@ -137,12 +138,17 @@ static json_t *spec_stats_json(const mn_admin *a)
                                       "voted", (json_int_t)d->voted, "seconds", d->seconds));
     }
     const uint64_t ver = s->verifier.verifications;
-    return json_pack("{s:b, s:I, s:s, s:I, s:I, s:I, s:f, s:o, s:o, s:o}", "enabled", s->verifier.spec_enabled,
+    const mn_pipeline_stats *p = &s->verifier.pipeline;
+    json_t *pipeline = json_pack("{s:b, s:I, s:I, s:I, s:I, s:I, s:I}", "enabled", p->enabled, "depth",
+                                 (json_int_t)p->depth, "batch", (json_int_t)p->batch, "rounds", (json_int_t)p->rounds,
+                                 "overlapped", (json_int_t)p->overlapped, "pauses", (json_int_t)p->pauses, "resumes",
+                                 (json_int_t)p->resumes);
+    return json_pack("{s:b, s:I, s:s, s:I, s:I, s:I, s:f, s:o, s:o, s:o, s:o}", "enabled", s->verifier.spec_enabled,
                      "length", (json_int_t)s->tuner.spec_length, "weights", s->voter.weights_mode, "verifications",
                      (json_int_t)ver, "drafted", (json_int_t)s->verifier.drafted, "accepted",
                      (json_int_t)s->verifier.accepted, "mean_accepted_len",
                      ver ? (double)s->verifier.accepted / ver : 0.0, "accepted_hist", hist, "drafters", drafters,
-                     "tuner", tuner_stats_json(a));
+                     "tuner", tuner_stats_json(a), "pipeline", pipeline);
 }
 
 static json_t *stats_json(mn_admin *a)
@@ -225,15 +231,16 @@ static json_t *set_tuner_key(mn_admin *a, const char *key, json_t *value)
     return NULL;
 }
 
-/* spec.* and drafter.<name>.enabled: NULL when set, else the error reply. */
+/* spec.*, pipeline.enabled and drafter.<name>.enabled: NULL when set, else the error reply. */
 static json_t *set_spec_key(mn_admin *a, const char *key, json_t *value)
 {
     const mn_addr *ab = a->cfg.addr_book;
-    if (!strcmp(key, "spec.enabled")) {
+    if (!strcmp(key, "spec.enabled") || !strcmp(key, "pipeline.enabled")) {
         if (!json_is_boolean(value))
             return fail("%s must be true or false", key);
-        a->spec_enabled = json_is_true(value);
-        send_setting(ab->verifier, MN_SET_SPEC_ENABLED, a->spec_enabled);
+        bool pipeline = key[0] == 'p';
+        *(pipeline ? &a->pipeline : &a->spec_enabled) = json_is_true(value);
+        send_setting(ab->verifier, pipeline ? MN_SET_PIPELINE : MN_SET_SPEC_ENABLED, json_is_true(value));
         return NULL;
     }
     if (!strcmp(key, "spec.length")) {
@@ -314,7 +321,8 @@ static json_t *set_key(mn_admin *a, const char *key, json_t *value)
             a->max_queue = v;
             send_setting(a->cfg.addr_book->kvmem, MN_SET_MAX_QUEUE, v);
         }
-    } else if (a->cfg.n_drafters && (!strncmp(key, "spec.", 5) || !strncmp(key, "drafter.", 8))) {
+    } else if (a->cfg.n_drafters && (!strncmp(key, "spec.", 5) || !strncmp(key, "drafter.", 8) ||
+                                           !strcmp(key, "pipeline.enabled"))) {
         json_t *err = set_spec_key(a, key, value);
         if (err)
             return err;
@@ -392,6 +400,7 @@ mn_status mn_admin_new(struct event_base *base, const mn_admin_config *cfg, mn_a
     a->max_batch = cfg->max_batch;
     a->max_queue = cfg->max_queue;
     a->spec_enabled = true;
+    a->pipeline = cfg->pipeline;
     a->spec_length = cfg->spec_length;
     a->weights_mode = cfg->weights_mode;
     a->weights = cfg->weights;

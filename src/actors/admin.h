@@ -7,7 +7,7 @@
  * message (MN_MSG_STATS to client, intake, kvmem and verifier, each filling its own section) and
  * sent when all four have answered. A setting goes to the actors that own it as MN_MSG_SET.
  * Settable keys (docs/server.md): batch.max_sequences, queue.max, log.level; with drafters also
- * spec.enabled, spec.length (verifier), spec.weights, spec.reward_threshold, spec.punish_threshold,
+ * spec.enabled, pipeline.enabled, spec.length (verifier), spec.weights, spec.reward_threshold, spec.punish_threshold,
  * spec.reward_factor, spec.punish_factor, spec.skip_below and drafter.<name>.enabled (voter),
  * spec.length and tuner.mode, tuner.s_min, tuner.s_max, tuner.decision_threshold, tuner.s_reward,
  * tuner.s_punish, tuner.probe_every, tuner.margin, tuner.cost (tuner). The voter and the tuner answer
@@ -29,6 +29,7 @@ typedef struct mn_admin_config {
     uint32_t n_drafters;         /* 0: no spec keys */
     const char *const *drafter_names; /* borrowed: [n_drafters] */
     uint32_t spec_length;        /* starting values of the spec keys */
+    bool pipeline;
     mn_weights_mode weights_mode;
     mn_weights_params weights;
     float skip_below;

@@ -35,8 +35,11 @@ struct mn_engine {
     struct event *drain_timer;   /* armed when a drain starts (cfg.drain_timeout_s > 0) */
     mn_model *model;
     mn_backend *be;              /* the target's; owns its KV pool */
-    mn_pool *pool;               /* CPU compute threads, shared by the target and the drafts */
-    mn_worker *worker;           /* the compute worker: every backend's jobs, one at a time */
+    mn_pool *pool;               /* CPU compute threads: the target's, and the drafts' unless split */
+    mn_worker *worker;           /* the compute worker: the target's jobs (and the drafts' unless split) */
+    int draft_threads;           /* the drafts' share of the threads (0: none of their own) */
+    mn_pool *draft_pool;         /* with draft_threads: the model drafters' compute threads */
+    mn_worker *draft_worker;     /* with draft_threads: the model drafters' jobs */
     uint32_t n_drafts;
     struct draft {
         char *name;              /* file name without .gguf, or "ngram" */
@@ -77,6 +80,7 @@ mn_engine_config mn_engine_defaults(void)
         .skip_below = 0.25f, /* docs/speculation.md: on every prompt set the learning vote ran faster with it */
         .tuner_mode = MN_TUNER_FIXED,
         .tuner = mn_tuner_defaults(),
+        .draft_threads = -1,
     };
 }
 
@@ -196,7 +200,8 @@ static mn_status new_spec_actors(mn_engine *e, mn_err *err)
     const mn_engine_config *cfg = &e->cfg;
     mn_status s;
     for (uint32_t i = 0; i < e->n_drafts; i++) {
-        mn_drafter_config dc = {.index = i, .be = e->drafts[i].be, .worker = e->worker, .self = e->addr.drafters[i],
+        mn_drafter_config dc = {.index = i, .be = e->drafts[i].be, .worker = e->draft_worker ? e->draft_worker : e->worker,
+                                .self = e->addr.drafters[i],
                                 .max_batch = cfg->max_batch, .addr = &e->addr};
         if ((s = mn_drafter_new(&dc, &e->drafts[i].actor, err)) != MN_OK)
             return s;
@@ -240,7 +245,7 @@ static mn_status new_actors(mn_engine *e, uint32_t n_blocks, mn_err *err)
         kc.draft_pools[i] = e->drafts[i].be ? e->drafts[i].be->kv : NULL;
     mn_verifier_config vc = {.be = e->be, .worker = e->worker, .max_batch = cfg->max_batch,
                              .max_held = cfg->max_batch + cfg->max_queue, .spec_enabled = true,
-                             .spec_length = cfg->spec_length, .addr = &e->addr};
+                             .pipeline = cfg->pipeline, .spec_length = cfg->spec_length, .addr = &e->addr};
     if ((s = mn_intake_new(&ic, &e->intake, err)) != MN_OK || (s = mn_kvmem_new(&kc, &e->kvmem, err)) != MN_OK ||
         (s = mn_verifier_new(&vc, &e->verifier, err)) != MN_OK ||
         (s = mn_client_actor_new(e->base, &cc, &e->client, err)) != MN_OK ||
@@ -250,7 +255,7 @@ static mn_status new_actors(mn_engine *e, uint32_t n_blocks, mn_err *err)
         mn_admin_config ac = {.addr = cfg->admin_addr, .socket_mode = cfg->socket_mode, .max_batch = cfg->max_batch,
                               .max_queue = cfg->max_queue, .kv_block_size = e->be->kv->block_size,
                               .n_drafters = e->n_drafts, .drafter_names = e->draft_names,
-                              .spec_length = cfg->spec_length, .weights_mode = (mn_weights_mode)cfg->weights_mode,
+                              .spec_length = cfg->spec_length, .pipeline = cfg->pipeline, .weights_mode = (mn_weights_mode)cfg->weights_mode,
                               .weights = cfg->weights, .skip_below = cfg->skip_below,
                               .tuner_mode = cfg->tuner_mode, .tuner = cfg->tuner,
                               .addr_book = &e->addr, .on_drain = drain, .owner = e};
@@ -276,7 +281,7 @@ static char *draft_name(const char *path)
 }
 
 /* Load every --draft: a model (vocabulary checked, a backend whose KV pool holds as many positions
- * as the target's, on the shared thread pool) or the n-gram drafter. */
+ * as the target's, on the drafts' threads) or the n-gram drafter. */
 static mn_status load_drafts(mn_engine *e, const mn_backend_config *target_bc, mn_err *err)
 {
     const mn_engine_config *cfg = &e->cfg;
@@ -306,13 +311,35 @@ static mn_status load_drafts(mn_engine *e, const mn_backend_config *target_bc, m
             return s;
         mn_backend_config bc = mn_backend_defaults(d->model, d->model->hp.n_ctx);
         bc.kind = target_bc->kind;
-        bc.n_threads = target_bc->n_threads;
-        bc.pool = e->pool;
+        bc.pool = e->draft_pool ? e->draft_pool : e->pool;
+        bc.n_threads = mn_pool_size(bc.pool);
         bc.kv_block_size = target_bc->kv_block_size;
         bc.kv_blocks = target_bc->kv_blocks;
         if ((s = mn_backend_new(d->model, &bc, &d->be, err)) != MN_OK)
             return s;
     }
+    return MN_OK;
+}
+
+/* The drafts' share of the compute threads: --draft-threads, or by default, with the pipeline on
+ * and a model draft to run, a quarter of them (at least one; a draft model is small, and its pass
+ * gains little from more: docs/speculation.md measures it). n_threads becomes the target's share. */
+static mn_status split_threads(mn_engine *e, int *n_threads, mn_err *err)
+{
+    const mn_engine_config *cfg = &e->cfg;
+    bool models = false;
+    for (uint32_t i = 0; i < cfg->n_drafts; i++)
+        models |= strcmp(cfg->drafts[i], "ngram") != 0;
+    int n = cfg->draft_threads;
+    if (n < 0)
+        n = cfg->pipeline && models && *n_threads > 1 ? (*n_threads / 4 > 1 ? *n_threads / 4 : 1) : 0;
+    if (n && !models)
+        return mn_fail(err, MN_INVALID, "--draft-threads %d: there is no draft model to run on them", n);
+    if (n >= *n_threads)
+        return mn_fail(err, MN_INVALID, "--draft-threads %d leaves the target none of the %d compute threads (-t)", n,
+                       *n_threads);
+    e->draft_threads = n;
+    *n_threads -= n;
     return MN_OK;
 }
 
@@ -353,19 +380,21 @@ mn_status mn_engine_new(const mn_engine_config *cfg, mn_engine **out, mn_err *er
         st = MN_INVALID;
         goto fail;
     }
-    if ((st = mn_pool_new(bc.n_threads, &e->pool, err)) != MN_OK)
+    if ((st = split_threads(e, &bc.n_threads, err)) != MN_OK || (st = mn_pool_new(bc.n_threads, &e->pool, err)) != MN_OK ||
+        (e->draft_threads && (st = mn_pool_new(e->draft_threads, &e->draft_pool, err)) != MN_OK))
         goto fail;
     bc.pool = e->pool;
     if (cfg->events_addr && (st = mn_pubsock_new(cfg->events_addr, cfg->socket_mode, &e->events, err)) != MN_OK)
         goto fail;
     if ((st = mn_backend_new(e->model, &bc, &e->be, err)) != MN_OK || (st = load_drafts(e, &bc, err)) != MN_OK ||
         (st = mn_worker_new("mn-compute", WORKER_JOBS + e->n_drafts, &e->worker, err)) != MN_OK ||
+        (e->draft_threads && (st = mn_worker_new("mn-draft", e->n_drafts, &e->draft_worker, err)) != MN_OK) ||
         (st = new_mailboxes(e, err)) != MN_OK || (st = new_actors(e, bc.kv_blocks, err)) != MN_OK ||
         (st = watch_signals(e, err)) != MN_OK)
         goto fail;
-    mn_log(MN_LOG_INFO, "engine: model %s, backend %s, %d threads, batch %u, %u KV blocks of %u, %u drafters",
-           e->model->name, e->be->ops->name, bc.n_threads, e->cfg.max_batch, bc.kv_blocks, bc.kv_block_size,
-           e->n_drafts);
+    mn_log(MN_LOG_INFO, "engine: model %s, backend %s, %d threads (+%d for drafts), batch %u, %u KV blocks of %u, "
+           "%u drafters, pipeline %s", e->model->name, e->be->ops->name, bc.n_threads, e->draft_threads,
+           e->cfg.max_batch, bc.kv_blocks, bc.kv_block_size, e->n_drafts, e->cfg.pipeline ? "on" : "off");
     *out = e;
     return MN_OK;
 fail:
@@ -397,6 +426,7 @@ void mn_engine_free(mn_engine *e)
     mn_admin_free(e->admin);
     mn_client_actor_free(e->client);
     mn_worker_free(e->worker); /* joins: no completion can arrive after this */
+    mn_worker_free(e->draft_worker);
     mn_verifier_free(e->verifier);
     mn_voter_free(e->voter);
     mn_tuner_actor_free(e->tuner);
@@ -416,6 +446,7 @@ void mn_engine_free(mn_engine *e)
     mn_pubsock_free(e->events);
     mn_backend_free(e->be);
     mn_pool_free(e->pool);
+    mn_pool_free(e->draft_pool);
     mn_model_free(e->model);
     if (e->base)
         event_base_free(e->base);

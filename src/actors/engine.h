@@ -6,7 +6,10 @@
  * the admin socket. With drafts it also loads each draft model (its vocabulary checked against the
  * target's), gives it a backend and a KV pool as large as the target's in positions, and creates a
  * drafter actor per draft, the voter and the length tuner. On the CPU, the target and the drafts
- * share one compute worker and one thread pool: a round drafts, then verifies, on all cores.
+ * share one compute worker and one thread pool (a round drafts, then verifies, on all cores),
+ * unless draft_threads splits the cores: then the model drafters have their own worker and pool of
+ * draft_threads threads, the target the rest, and with the pipeline on drafting and verification
+ * run at once (two busy pools must never share cores: each spins while it waits).
  * mn_engine_run runs the loop until a drain (admin `drain`, SIGTERM, SIGINT or SIGHUP) has
  * finished every accepted request and written every reply; it returns MN_OK then. A drain that
  * outlives drain_timeout_s, or a second such signal, closes every client connection
@@ -58,6 +61,9 @@ typedef struct mn_engine_config {
     const char *events_addr;   /* --events: nanomsg PUB address, or NULL */
     int tuner_mode;            /* mn_tuner_mode (live: tuner.mode) */
     mn_tuner_params tuner;     /* the length tuner's rule (live: tuner.s_min, ...) */
+    bool pipeline;             /* live: pipeline.enabled (verifier.h) */
+    int draft_threads;         /* of n_threads, the model drafters' own (0: they share the target's;
+                                * < 0: the default, MN_ENGINE_DRAFT_THREADS) */
 } mn_engine_config;
 
 mn_engine_config mn_engine_defaults(void);

@@ -7,9 +7,9 @@
  *
  * The flow is one way: net -> client -> intake -> kvmem -> verifier -> kvmem -> client -> net, plus
  * the kicks that make an actor look again, the compute worker's completions, and the admin's
- * questions (answered by posting the same message back). With drafters, each verification is
- * preceded by a round verifier -> voter -> every enabled drafter -> voter -> verifier (mn_round),
- * and requests leave the verifier through the voter (verifier -> voter -> kvmem), which judges their
+ * questions (answered by posting the same message back). With drafters, a request's verification is
+ * preceded by a round verifier -> voter -> every enabled drafter -> voter -> verifier (mn_round;
+ * with the pipeline, one group's round runs while another group's step does), and requests leave the verifier through the voter (verifier -> voter -> kvmem), which judges their
  * last vote on the way. After each verification step the verifier reports its cost to the tuner
  * (mn_measure), which sets the verifier's speculation length per batch size (MN_SET_SPEC_LENGTH).
  */
@@ -48,7 +48,7 @@ typedef enum mn_msg_type {
  * verifier owns it and has at most one out; the voter fans it out to the drafters as parts. */
 typedef struct mn_round {
     mn_msg msg;                    /* MN_MSG_DRAFT to the voter, MN_MSG_VOTED back */
-    struct mn_req **reqs;          /* [n], borrowed from the verifier's step */
+    struct mn_req **reqs;          /* [n] the verifier's: each in phase DRAFTING while the round is out */
     uint32_t n;
     uint32_t pending;              /* voter: drafters not yet answered */
     struct mn_round_part {
@@ -117,6 +117,17 @@ typedef struct mn_drafter_stats {
     double seconds;                /* time spent proposing */
 } mn_drafter_stats;
 
+/* The verifier's pipeline (verifier.h). */
+typedef struct mn_pipeline_stats {
+    bool enabled;          /* pipeline.enabled */
+    uint32_t depth;        /* drafted sequences waiting for a step now */
+    uint32_t batch;        /* the pool's bound B when the last round was planned */
+    uint64_t rounds;       /* drafting rounds */
+    uint64_t overlapped;   /* rounds that started while a step was out */
+    uint64_t pauses;       /* times drafting paused: the pool held B with sequences to draft */
+    uint64_t resumes;      /* rounds that started after a pause */
+} mn_pipeline_stats;
+
 /* Each actor's figures; an actor fills only its own section. */
 typedef struct mn_stats {
     struct {                       /* client */
@@ -142,6 +153,7 @@ typedef struct mn_stats {
         uint32_t spec_lengths[MN_TUNER_CLASSES]; /* the length in effect per batch class */
         uint64_t verifications, drafted, accepted;
         uint64_t accepted_hist[MN_SPEC_HIST]; /* verifications that kept exactly i draft tokens */
+        mn_pipeline_stats pipeline;
     } verifier;
     struct {                       /* voter */
         const char *weights_mode;
@@ -178,6 +190,7 @@ typedef enum mn_setting_key {
     MN_SET_MAX_BATCH,   /* batch.max_sequences: kvmem admits, the verifier steps at most this many */
     MN_SET_MAX_QUEUE,   /* queue.max: kvmem's pending queue bound */
     MN_SET_SPEC_ENABLED,/* verifier: spec.enabled (value 0/1) */
+    MN_SET_PIPELINE,    /* verifier: pipeline.enabled (value 0/1) */
     MN_SET_SPEC_LENGTH, /* tuner: spec.length (value 0..16); tuner -> verifier: the length of batch
                          * class `index` (MN_TUNER_CLASSES: every class) */
     MN_SET_TUNER,       /* tuner: tuner.mode (value) and its parameters (tuner) */

@@ -3,8 +3,8 @@
  * The request is a message (req->msg) that travels: client -> intake -> kvmem -> verifier -> kvmem
  * -> client, and the client actor frees it after writing its final line. Every actor runs on the
  * engine's loop thread, so the fields need no lock; each says which actor writes it. The compute
- * worker touches only kv, the token array and the sampler, and only while the verifier's step job
- * that holds the request is in flight.
+ * workers touch only the KV lengths, the tokens, the sampler and the drafts, and only while the job
+ * that holds the request is in flight: its step (phase VERIFYING) or its round (DRAFTING).
  *
  * State machine (mn_req_event is the only code that changes state; illegal events are refused):
  *
@@ -60,6 +60,16 @@ typedef enum mn_req_ev {
     MN_REQ_EV_FINISHED,   /* whoever holds it: done, failed or cancelled (-> FINISHED) */
 } mn_req_ev;
 
+/* Where a running request is in the verifier's cycle (r->phase; the verifier writes it). A request
+ * is in at most one of the round out at the voter and the step out on the worker, so the drafters'
+ * jobs and the target's never touch it at once, and every hand-off happens on the loop thread. */
+typedef enum mn_req_phase {
+    MN_PHASE_IDLE,      /* wants its next step: a prompt chunk, a plain step, or drafts first */
+    MN_PHASE_DRAFTING,  /* in the round out at the voter */
+    MN_PHASE_DRAFTED,   /* its voted draft waits in the pool for a step */
+    MN_PHASE_VERIFYING, /* in the step out on the worker */
+} mn_req_phase;
+
 /* One drafter's view of a request. Its KV positions [0, kv.len) hold toks[0, prop_at) followed by
  * prop[0, kv.len - prop_at): what it fed itself while proposing. The drafter rolls back to the
  * prefix the target kept at its next draft; kvmem reserves and releases the blocks. */
@@ -71,9 +81,8 @@ typedef struct mn_req_draft {
 } mn_req_draft;
 
 /* Speculation state of a request. Writers: intake (on, max_len, d), verifier (cap, the counters),
- * each drafter (its d[i], during a round), voter (w, the vote), step job (kept). A round is
- * sequential (verifier -> voter -> drafters -> voter -> verifier -> worker), so no two of them
- * touch a request at the same time. */
+ * each drafter (its d[i], during a round), voter (w, the vote), step job (kept). A request's round
+ * and its step follow each other (r->phase), so no two of them touch it at the same time. */
 typedef struct mn_req_spec {
     bool on;                        /* drafters exist and the request did not say "speculate": false */
     uint32_t max_len;               /* the request's cap on a draft (spec.max_len) */
@@ -106,6 +115,7 @@ typedef struct mn_req {
     bool cancelled;           /* client: cancel or disconnect; actors drop it at their next look */
     bool preempt_wanted;      /* kvmem: give its KV back at the verifier's next look */
     bool flush_queued;        /* verifier/client */
+    mn_req_phase phase;       /* verifier: IDLE when it arrives (START) */
     uint64_t serial;          /* kvmem: admission order; the newest paused one is preempted first */
     /* tokens: the prompt, then every generated token (a preempted request recomputes them all) */
     mn_tokens toks;           /* intake fills the prompt, verifier appends */

@@ -1,9 +1,9 @@
 /* verifier.c - the verifier actor (see verifier.h).
  *
- * Invariants: at most one step job is outstanding (busy); a request in the running set is in at
- * most one step and leaves the set only between steps; a step holds at most batch.max_sequences
- * requests (its buffers are sized once for the cap); the running set may be larger by the paused
- * requests of clients not reading. */
+ * Invariants: at most one step job and one round are out (stepping, drafting); a request is in at
+ * most one of them (r->phase) and leaves the running set only while in neither; a step or a round
+ * holds at most batch.max_sequences requests (buffers are sized once for the cap); the running set
+ * may be larger by the paused requests of clients not reading. */
 #include "actors/verifier.h"
 
 #include <string.h>
@@ -30,13 +30,20 @@ struct mn_verifier {
     uint32_t max_batch_cap;
     mn_req **running;       /* [max_held] in admission order */
     uint32_t n_running;
-    bool busy;              /* a round or a step is outstanding */
+    bool stepping;          /* the step job is out */
+    bool drafting;          /* the round is out */
     step_job step;
-    mn_round round;         /* the step's requests that want drafts */
+    mn_round round;         /* requests being drafted */
     uint32_t lengths[MN_TUNER_CLASSES]; /* speculation length by batch class (the tuner's) */
-    uint32_t step_s;        /* the length this step was planned with */
-    bool step_measured;     /* every sequence decodes and speculates: the length shaped the step */
-    double t_plan, t_voted; /* when the step was planned, when its drafts came back */
+    uint32_t round_s;       /* the length the last round was planned with */
+    uint32_t step_s;        /* the length this step's drafts were made at */
+    bool step_measured;     /* every sequence was drafted: the length shaped the step */
+    double t_plan;          /* when the last round was planned */
+    double round_seconds;   /* the last round's drafting time: planned to voted */
+    double step_draft_seconds; /* that of the round whose drafts this step verifies */
+    uint32_t pool_batch;    /* B: the pool's bound when the last round was planned */
+    bool paused;            /* drafting is paused: the pool holds B */
+    uint64_t rounds, overlapped, pauses, resumes;
     mn_measure measure;     /* to the tuner */
     uint64_t steps, tokens;
     double step_seconds;    /* time in target passes (and acceptance) */
@@ -167,6 +174,15 @@ static void give_back(mn_verifier *v, mn_req *r)
     mn_mailbox_post(v->cfg.addr->voter ? v->cfg.addr->voter : v->cfg.addr->kvmem, &r->msg);
 }
 
+/* Drafted requests waiting for a step (the pool), paused ones aside. */
+static uint32_t pool_depth(const mn_verifier *v)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < v->n_running; i++)
+        n += v->running[i]->phase == MN_PHASE_DRAFTED && v->running[i]->state != MN_REQ_PAUSED;
+    return n;
+}
+
 static void finish(mn_verifier *v, mn_req *r, const char *reason)
 {
     if (!r->finish)
@@ -176,12 +192,15 @@ static void finish(mn_verifier *v, mn_req *r, const char *reason)
     give_back(v, r);
 }
 
-/* Between steps: end what was cancelled, return what kvmem wants back. */
+/* End what was cancelled, return what kvmem wants back: those not out in a step or a round (a
+ * drafted one's draft is dropped). */
 static void prune(mn_verifier *v)
 {
     for (uint32_t i = 0; i < v->n_running;) {
         mn_req *r = v->running[i];
-        if (r->cancelled)
+        if (r->phase == MN_PHASE_DRAFTING || r->phase == MN_PHASE_VERIFYING)
+            i++;
+        else if (r->cancelled)
             finish(v, r, "cancelled");
         else if (r->preempt_wanted)
             give_back(v, r);
@@ -190,13 +209,10 @@ static void prune(mn_verifier *v)
     }
 }
 
-/* Tokens the drafters may propose for r this step: s, the step's length, within the request's cap,
- * what it may still generate (the step adds the target's own token), its context and the pass's
- * budget. */
+/* Tokens the drafters may propose for r: s, the round's length, within the request's cap, what it
+ * may still generate (the step adds the target's own token), its context and the pass's budget. */
 static uint32_t draft_cap(const mn_verifier *v, const mn_req *r, uint32_t s, uint32_t budget)
 {
-    if (!v->cfg.addr->voter || !v->cfg.spec_enabled || !r->spec.on)
-        return 0;
     uint32_t cap = s, n = (uint32_t)r->toks.n, n_ctx = v->cfg.be->model->hp.n_ctx;
     uint32_t left = r->p.max_tokens - r->n_gen - 1; /* n_gen < max_tokens while it runs */
     uint32_t room = n < n_ctx ? n_ctx - n : 0;      /* the pass writes positions n - 1 .. n - 1 + cap */
@@ -206,88 +222,183 @@ static uint32_t draft_cap(const mn_verifier *v, const mn_req *r, uint32_t s, uin
     return cap;
 }
 
-/* Choose this step's requests and token counts within the pass's token budget; then, with the
- * length of its batch class, the drafts of the requests that are decoding (the round): prompt
- * chunks come before drafts in the budget. */
-static uint32_t plan(mn_verifier *v)
+static bool decoding(const mn_req *r)
 {
-    uint32_t budget = v->cfg.be->cfg.max_tokens, n = 0, decoding = 0, speculating = 0;
+    return r->toks.n == r->kv.len + 1;
+}
+
+static bool may_draft(const mn_verifier *v, const mn_req *r)
+{
+    return v->cfg.addr->voter && v->cfg.spec_enabled && r->spec.on && decoding(r);
+}
+
+/* The length for the next round: the tuner's for the batch class of the sequences a step will
+ * verify (with the pipeline, the pool's bound; without, every decoding sequence). */
+static uint32_t round_length(mn_verifier *v)
+{
+    uint32_t dec = 0, spec = 0;
+    for (uint32_t i = 0; i < v->n_running; i++) {
+        const mn_req *r = v->running[i];
+        if (r->state == MN_REQ_PAUSED)
+            continue;
+        /* decoding, or out in a round or a step (the phase first: a step out writes kv.len) */
+        bool decodes = r->phase != MN_PHASE_IDLE || decoding(r);
+        dec += decodes;
+        spec += decodes && r->spec.on;
+    }
+    uint32_t cap = v->cfg.max_batch;
+    v->pool_batch = (spec + 1) / 2 < cap ? (spec + 1) / 2 : cap;
+    v->pool_batch = v->pool_batch ? v->pool_batch : 1;
+    uint32_t batch = v->cfg.pipeline ? v->pool_batch : dec < cap ? dec : cap;
+    return v->lengths[mn_tuner_class_of(batch ? batch : 1)];
+}
+
+/* Whether r waits for drafts before its next step: it decodes, may draft, and a round at the
+ * length in effect would give it some. */
+static bool wants_draft(const mn_verifier *v, const mn_req *r, uint32_t s)
+{
+    return r->phase == MN_PHASE_IDLE && may_draft(v, r) && draft_cap(v, r, s, v->cfg.be->cfg.max_tokens) > 0;
+}
+
+/* Start a round over the idle requests that may draft, in admission order, as far as the batch and
+ * the pass's budget go (prompt chunks and waiting drafts come first in the budget); with the
+ * pipeline, at most as many as bring the pool to its bound B (half of the speculating sequences):
+ * while the pool holds B, drafting pauses. False when no round started. */
+static bool start_round(mn_verifier *v)
+{
+    if (!v->cfg.addr->voter || !v->cfg.spec_enabled)
+        return false;
+    uint32_t s = round_length(v);
+    if (!s)
+        return false;
+    uint32_t budget = v->cfg.be->cfg.max_tokens, n = 0, depth = 0, want = 0;
+    mn_req **cand = v->round.reqs;
     v->round.n = 0;
     for (uint32_t i = 0; i < v->n_running && budget > 0 && n < v->cfg.max_batch; i++) {
         mn_req *r = v->running[i];
-        if (r->state == MN_REQ_PAUSED)
-            continue; /* its client is not reading: let it catch up */
+        if (r->state == MN_REQ_PAUSED || r->phase == MN_PHASE_DRAFTING || r->phase == MN_PHASE_VERIFYING)
+            continue;
         uint32_t n_new = (uint32_t)r->toks.n - r->kv.len;
-        if (n_new == 0)
-            continue; /* cannot happen: a running request always has its next token */
-        if (n_new > budget)
-            n_new = budget;
-        budget -= n_new;
-        v->step.reqs[n] = r;
-        v->step.seqs[n] = (mn_batch_seq){.kv = &r->kv, .tokens = r->toks.ids + r->kv.len, .n_tokens = n_new};
-        v->step.sample[n] = r->kv.len + n_new == r->toks.n;
-        r->spec.cap = r->spec.n_draft = 0;
-        decoding += v->step.sample[n] && n_new == 1;
-        speculating += v->step.sample[n] && n_new == 1 && r->spec.on;
+        uint32_t take = n_new < budget ? n_new : budget;
+        if (r->phase == MN_PHASE_DRAFTED) {
+            depth++;
+            take += r->spec.n_draft;
+            take = take < budget ? take : budget;
+        } else if (wants_draft(v, r, s)) {
+            cand[want++] = r;
+        }
+        budget -= take;
         n++;
     }
-    v->step.n = n;
-    v->step_s = decoding ? v->lengths[mn_tuner_class_of(decoding)] : 0;
-    v->step_measured = v->cfg.addr->tuner && v->cfg.spec_enabled && speculating == n;
-    for (uint32_t k = 0; k < n; k++) {
-        mn_req *r = v->step.reqs[k];
-        if (v->step.sample[k] && v->step.seqs[k].n_tokens == 1 && (r->spec.cap = draft_cap(v, r, v->step_s, budget))) {
+    uint32_t room = v->cfg.pipeline ? (depth < v->pool_batch ? v->pool_batch - depth : 0) : want;
+    if (want && !room && !v->paused) {
+        v->paused = true;
+        v->pauses++;
+    }
+    for (uint32_t k = 0; k < want && v->round.n < room; k++) {
+        mn_req *r = cand[k];
+        if ((r->spec.cap = draft_cap(v, r, s, budget))) {
             budget -= r->spec.cap;
-            v->round.reqs[v->round.n++] = r;
+            r->phase = MN_PHASE_DRAFTING;
+            cand[v->round.n++] = r; /* k >= round.n: the list compacts in place */
         }
     }
-    return n;
-}
-
-static void submit(mn_verifier *v)
-{
-    mn_status st = mn_worker_submit(v->cfg.worker, &v->step.job);
-    if (st == MN_OK)
-        return;
-    /* the worker takes one job per actor at a time and is sized for all: a bug, not load */
-    v->busy = false;
-    for (uint32_t k = 0; k < v->step.n; k++) {
-        mn_req_fail(v->step.reqs[k], MN_E_INTERNAL, "the compute worker refused the step (%s)", mn_strstatus(st));
-        finish(v, v->step.reqs[k], "error");
+    if (!v->round.n)
+        return false;
+    if (v->paused) {
+        v->paused = false;
+        v->resumes++;
     }
+    v->drafting = true;
+    v->round_s = s;
+    v->rounds++;
+    v->overlapped += v->stepping;
+    v->t_plan = mn_now();
+    v->round.msg.type = MN_MSG_DRAFT;
+    mn_mailbox_post(v->cfg.addr->voter, &v->round.msg);
+    return true;
 }
 
-static void schedule(mn_verifier *v)
+/* Start a step over the requests that need no drafts (prompt chunks, plain steps) and the drafted
+ * ones, in admission order, as far as the batch and the pass's token budget go: first every
+ * request's own tokens, then the drafts within what is left (a draft cut short is still a draft).
+ * False when there was nothing to step. */
+static bool start_step(mn_verifier *v)
 {
-    if (v->busy)
-        return;
-    prune(v);
-    if (!plan(v))
-        return;
-    v->busy = true;
-    v->t_plan = v->t_voted = mn_now();
-    if (v->round.n) { /* drafts first: the voter answers with MN_MSG_VOTED */
-        v->round.msg.type = MN_MSG_DRAFT;
-        mn_mailbox_post(v->cfg.addr->voter, &v->round.msg);
-        return;
+    step_job *st = &v->step;
+    uint32_t budget = v->cfg.be->cfg.max_tokens, n = 0, drafted = 0, s = round_length(v);
+    for (uint32_t i = 0; i < v->n_running && budget > 0 && n < v->cfg.max_batch; i++) {
+        mn_req *r = v->running[i];
+        if (r->state == MN_REQ_PAUSED || r->phase == MN_PHASE_DRAFTING || r->phase == MN_PHASE_VERIFYING ||
+            wants_draft(v, r, s))
+            continue;
+        uint32_t n_new = (uint32_t)r->toks.n - r->kv.len; /* >= 1: a running request knows its next token */
+        n_new = n_new < budget ? n_new : budget;
+        budget -= n_new;
+        if (r->phase != MN_PHASE_DRAFTED)
+            r->spec.n_draft = 0;
+        drafted += r->phase == MN_PHASE_DRAFTED && r->spec.cap > 0;
+        r->phase = MN_PHASE_VERIFYING;
+        st->reqs[n] = r;
+        st->seqs[n] = (mn_batch_seq){.kv = &r->kv, .tokens = r->toks.ids + r->kv.len, .n_tokens = n_new};
+        st->sample[n++] = r->kv.len + n_new == r->toks.n;
     }
-    submit(v);
-}
-
-/* The voter wrote each drafted request's draft: verify them with the rest of the step. */
-static void voted(mn_verifier *v)
-{
-    v->t_voted = mn_now();
-    for (uint32_t k = 0; k < v->step.n; k++) {
-        mn_req *r = v->step.reqs[k];
+    st->n = n;
+    if (!n)
+        return false;
+    for (uint32_t k = 0; k < n; k++) {
+        mn_req *r = st->reqs[k];
+        r->spec.n_draft = r->spec.n_draft < budget ? r->spec.n_draft : budget;
         if (!r->spec.n_draft)
             continue;
+        budget -= r->spec.n_draft;
         r->spec.vtoks[0] = r->toks.ids[r->kv.len];
-        v->step.seqs[k].tokens = r->spec.vtoks;
-        v->step.seqs[k].n_tokens = 1 + r->spec.n_draft;
-        v->step.seqs[k].want_all_logits = true;
+        st->seqs[k] = (mn_batch_seq){.kv = &r->kv, .tokens = r->spec.vtoks, .n_tokens = 1 + r->spec.n_draft,
+                                     .want_all_logits = true};
     }
-    submit(v);
+    /* the length shaped the step when every sequence in it was drafted at it */
+    v->step_measured = v->cfg.addr->tuner && drafted == n;
+    v->step_s = v->round_s;
+    v->step_draft_seconds = v->round_seconds;
+    v->stepping = true;
+    mn_status rc = mn_worker_submit(v->cfg.worker, &st->job);
+    if (rc == MN_OK)
+        return true;
+    /* the worker takes one job per actor at a time and is sized for all: a bug, not load */
+    v->stepping = false;
+    for (uint32_t k = 0; k < n; k++) {
+        st->reqs[k]->phase = MN_PHASE_IDLE;
+        mn_req_fail(st->reqs[k], MN_E_INTERNAL, "the compute worker refused the step (%s)", mn_strstatus(rc));
+        finish(v, st->reqs[k], "error");
+    }
+    return false;
+}
+
+/* Start what may start. Without the pipeline the verifier alternates: a round over every request
+ * that may draft, then one step over everything (so prompt chunks and plain steps join the drafted
+ * ones). With it, the step and the round each start as soon as their last one is back: the step
+ * takes the pool, the round refills it. */
+static void schedule(mn_verifier *v)
+{
+    prune(v);
+    if (v->cfg.pipeline) {
+        if (!v->stepping)
+            start_step(v);
+        if (!v->drafting)
+            start_round(v);
+    } else if (!v->stepping && !v->drafting && (pool_depth(v) || !start_round(v))) {
+        start_step(v);
+    }
+}
+
+/* The voter wrote each drafted request's draft: they wait in the pool for a step. */
+static void voted(mn_verifier *v)
+{
+    v->drafting = false;
+    v->round_seconds = mn_now() - v->t_plan;
+    for (uint32_t k = 0; k < v->round.n; k++)
+        v->round.reqs[k]->phase = MN_PHASE_DRAFTED;
+    schedule(v);
 }
 
 /* A kept token: append, stream, and decide whether r is done. False when it finished. */
@@ -342,7 +453,7 @@ static void report(mn_verifier *v)
     m->batch = s->n;
     m->s = v->step_s;
     m->tokens = tokens;
-    m->draft_seconds = v->t_voted - v->t_plan;
+    m->draft_seconds = v->step_draft_seconds;
     m->verify_seconds = s->seconds;
     mn_mailbox_post(v->cfg.addr->tuner, &m->msg);
 }
@@ -351,8 +462,10 @@ static void report(mn_verifier *v)
 static void step_done(mn_verifier *v)
 {
     step_job *s = &v->step;
-    v->busy = false;
+    v->stepping = false;
     v->steps++;
+    for (uint32_t k = 0; k < s->n; k++)
+        s->reqs[k]->phase = MN_PHASE_IDLE;
     v->step_seconds += s->st == MN_OK ? s->seconds : 0;
     report(v);
     uint32_t produced = 0;
@@ -397,6 +510,13 @@ static void stats(mn_verifier *v, mn_stats_part *q)
     q->stats->verifier.drafted = v->drafted;
     q->stats->verifier.accepted = v->accepted;
     memcpy(q->stats->verifier.accepted_hist, v->accepted_hist, sizeof v->accepted_hist);
+    q->stats->verifier.pipeline.enabled = v->cfg.pipeline;
+    q->stats->verifier.pipeline.depth = pool_depth(v);
+    q->stats->verifier.pipeline.batch = v->pool_batch;
+    q->stats->verifier.pipeline.rounds = v->rounds;
+    q->stats->verifier.pipeline.overlapped = v->overlapped;
+    q->stats->verifier.pipeline.pauses = v->pauses;
+    q->stats->verifier.pipeline.resumes = v->resumes;
     mn_mailbox_post(q->reply_to, &q->msg);
 }
 
@@ -405,6 +525,7 @@ void mn_verifier_handle(void *verifier, mn_msg *m)
     mn_verifier *v = verifier;
     switch ((mn_msg_type)m->type) {
     case MN_MSG_START:
+        ((mn_req *)m)->phase = MN_PHASE_IDLE;
         v->running[v->n_running++] = (mn_req *)m; /* kvmem admits at most max_held */
         schedule(v);
         break;
@@ -424,6 +545,8 @@ void mn_verifier_handle(void *verifier, mn_msg *m)
             v->cfg.max_batch = s->value;
         else if (s->key == MN_SET_SPEC_ENABLED)
             v->cfg.spec_enabled = s->value != 0;
+        else if (s->key == MN_SET_PIPELINE)
+            v->cfg.pipeline = s->value != 0;
         else if (s->key == MN_SET_SPEC_LENGTH && s->value <= MN_SPEC_MAX_LEN)
             for (uint32_t i = 0; i < MN_TUNER_CLASSES; i++)
                 v->lengths[i] = s->index == i || s->index >= MN_TUNER_CLASSES ? s->value : v->lengths[i];

@@ -6,13 +6,14 @@
  * back it samples, streams (MN_MSG_FLUSH), applies stop strings and max_tokens, hands finished
  * requests back to kvmem (MN_MSG_RELEASE) and starts the next step at once, so waiting requests join
  * and finished ones leave between any two steps. KV for every position a step writes was reserved
- * at admission. A paused request that kvmem wants back (preempt_wanted) is returned between steps.
+ * at admission. A paused request that kvmem wants back (preempt_wanted) is returned as soon as it
+ * is in no step or round.
  * Plain decoding is speculation with no drafts: every step verifies just the target's own token.
  *
- * Speculation (when the engine has drafters: addr->voter): before the pass, the step's decoding
- * requests go to the voter as a round (each with spec.cap, the most it may draft); the voted drafts
- * come back (MN_MSG_VOTED) and each such request brings its pending token plus its draft to the
- * same unpadded pass, with logits for every position. On the worker the coupled rule of
+ * Speculation (when the engine has drafters: addr->voter): before its step, a decoding request goes
+ * to the voter in a round (each with spec.cap, the most it may draft); the voted drafts come back
+ * (MN_MSG_VOTED) and wait in the pool (phase DRAFTED) until a step takes them: each such request
+ * brings its pending token plus its draft to the unpadded pass, with logits for every position. On the worker the coupled rule of
  * spec/accept.h decides: the target draws its own token at each position with the request's
  * sampler, exactly as plain decoding would (argmax when greedy), and the draft is kept while it
  * matches; the first differing draw is the target's own token. So the output is plain decoding's
@@ -22,10 +23,20 @@
  * taken one by one, so stop strings, eos, max_tokens and the context end it at exactly the token
  * plain decoding would.
  *
- * The length. A step drafts at the length the tuner set for its batch class (the number of
- * decoding sequences; spec/tuner.h), capped per request. Every step that the length shaped (all its
- * sequences decoding and speculating) is reported to the tuner: its length, drafting time (planning
- * to the voted drafts), pass time and tokens produced (MN_MSG_MEASURED).
+ * The pipeline (pipeline.enabled, live). Off: the verifier alternates a round over every request that
+ * may draft and one step over everything (prompt chunks and plain steps join the drafted). On: the
+ * step and the round each start as soon as their previous one is back, so one group is drafted
+ * while another is verified. The step takes every drafted request (and those needing no draft);
+ * the round takes idle requests up to the pool's bound B = half the speculating sequences (at most
+ * batch.max_sequences), and pauses while the pool holds B. A request is in at most one of the two
+ * (r->phase), and all hand-offs happen on the loop thread. With model drafters on their own
+ * compute worker (the engine's --draft-threads) drafting and verification run on the CPU at once.
+ *
+ * The length. A round drafts at the length the tuner set for the batch class (spec/tuner.h) of the
+ * step that will verify it (the decoding sequences; with the pipeline, B), capped per request.
+ * Every step that the length shaped (all its sequences drafted) is reported to the tuner: its
+ * length, the drafting time of the last round (planned to voted), pass time and tokens produced
+ * (MN_MSG_MEASURED).
  *
  * Messages in: START (mn_req), STEP_DONE (its job), VOTED (its round), KICK, SET, STATS. Out:
  * RELEASE to kvmem (through the voter when there is one), FLUSH to the client actor, DRAFT to the
@@ -46,6 +57,7 @@ typedef struct mn_verifier_config {
     uint32_t max_batch;          /* sequences in one step (live: batch.max_sequences) */
     uint32_t max_held;           /* requests that may hold KV at once (the running set's size) */
     bool spec_enabled;           /* spec.enabled (live): draft when there are drafters (addr->voter) */
+    bool pipeline;               /* pipeline.enabled (live): draft one group while verifying another */
     uint32_t spec_length;        /* tokens drafted per verification, 0..16, until the tuner says */
     const mn_addr *addr;         /* borrowed */
 } mn_verifier_config;

@@ -49,6 +49,10 @@ static void usage(FILE *f)
             "                         measured cost per token, starting at --spec-length (default fixed);\n"
             "                         keys s_min, s_max, decision_threshold, s_reward, s_punish,\n"
             "                         probe_every, margin, cost (docs/speculation.md)\n"
+            "      --pipeline         draft one group of sequences while the target verifies another\n"
+            "                         (live: pipeline.enabled; default off)\n"
+            "      --draft-threads N  compute threads (of -t) for the draft models alone; 0 = they share\n"
+            "                         the target's (default: with --pipeline a quarter, at least 1; else 0)\n"
             "      --events ADDR      nanomsg PUB socket (ipc://PATH or tcp://127.0.0.1:N) for weight changes,\n"
             "                         tuner decisions and finished requests\n");
 }
@@ -82,6 +86,7 @@ int main(int argc, char **argv)
         {"draft", required_argument, 0, 'r'},     {"spec-length", required_argument, 0, 's'},
         {"spec-weights", required_argument, 0, 'W'}, {"events", required_argument, 0, 'e'},
         {"spec-skip-below", required_argument, 0, 'S'}, {"tuner", required_argument, 0, 'T'},
+        {"pipeline", no_argument, 0, 'P'},        {"draft-threads", required_argument, 0, 'd'},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
     };
     for (int c; (c = getopt_long(argc, argv, "m:t:h", opts, NULL)) != -1;) {
@@ -113,6 +118,8 @@ int main(int argc, char **argv)
         case 's': ok = parse_int(optarg, 0, MN_SPEC_MAX_LEN, &v), cfg.spec_length = (uint32_t)v; break;
         case 'W': ok = (cfg.weights_mode = mn_weights_mode_parse(optarg)) >= 0; break;
         case 'e': cfg.events_addr = optarg; break;
+        case 'P': cfg.pipeline = true; break;
+        case 'd': ok = parse_int(optarg, 0, 255, &v), cfg.draft_threads = (int)v; break;
         case 'T': {
             mn_tuner_mode mode;
             if (mn_tuner_parse(optarg, &mode, &cfg.tuner, &err) != MN_OK) {
