@@ -301,12 +301,18 @@ def report(args, sets, counts, sweep, res, best):
     plot(args, sets, counts, sweep, table, out)
 
 
+def write_columns(data, first, series, rows, value):
+    """A gnuplot data file: a header (first, then each series' name), then a line per row: its key,
+    then value(row, series) for each series."""
+    with open(data, "w") as f:
+        f.write(f"{first} " + " ".join(f'"{x}"' for x in series) + "\n")
+        for key, row in rows:
+            f.write(f"{key} " + " ".join(f"{value(row, x):.4f}" for x in series) + "\n")
+
+
 def bars(data, png, title, ylabel, groups, series, value):
     """Clustered bars: one cluster per group, one bar per series."""
-    with open(data, "w") as f:
-        f.write("group " + " ".join(f'"{x}"' for x in series) + "\n")
-        for g in groups:
-            f.write(f'"{g}" ' + " ".join(f"{value(g, x):.4f}" for x in series) + "\n")
+    write_columns(data, "group", series, [(f'"{g}"', g) for g in groups], value)
     script = f"""set terminal pngcairo size 1000,420
 set output '{png}'
 set title "{title}"
@@ -338,10 +344,8 @@ def plot(args, sets, counts, sweep, table, out):
          lambda g, x: table[f"{g}/{x}"]["x_plain"])
     if sweep:
         data = os.path.join(out, "clients.dat")
-        with open(data, "w") as f:
-            f.write("clients " + " ".join(f'"{x}"' for x in SWEEP_SYSTEMS) + "\n")
-            for c in sweep:
-                f.write(f"{c} " + " ".join(f"{table[f'sweep/{c}/{x}']['tok_per_s']:.1f}" for x in SWEEP_SYSTEMS) + "\n")
+        write_columns(data, "clients", SWEEP_SYSTEMS, [(c, c) for c in sweep],
+                      lambda c, x: table[f"sweep/{c}/{x}"]["tok_per_s"])
         script = f"""set terminal pngcairo size 900,420
 set output '{os.path.join(docs, "eval-clients.png")}'
 set title "Throughput by concurrent clients, {args.sweep_set} prompts"

@@ -321,8 +321,8 @@ static json_t *set_key(mn_admin *a, const char *key, json_t *value)
             a->max_queue = v;
             send_setting(a->cfg.addr_book->kvmem, MN_SET_MAX_QUEUE, v);
         }
-    } else if (a->cfg.n_drafters && (!strncmp(key, "spec.", 5) || !strncmp(key, "drafter.", 8) ||
-                                           !strcmp(key, "pipeline.enabled"))) {
+    } else if (a->cfg.n_drafters &&
+               (!strncmp(key, "spec.", 5) || !strncmp(key, "drafter.", 8) || !strcmp(key, "pipeline.enabled"))) {
         json_t *err = set_spec_key(a, key, value);
         if (err)
             return err;

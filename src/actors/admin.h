@@ -7,8 +7,9 @@
  * message (MN_MSG_STATS to client, intake, kvmem and verifier, each filling its own section) and
  * sent when all four have answered. A setting goes to the actors that own it as MN_MSG_SET.
  * Settable keys (docs/server.md): batch.max_sequences, queue.max, log.level; with drafters also
- * spec.enabled, pipeline.enabled, spec.length (verifier), spec.weights, spec.reward_threshold, spec.punish_threshold,
- * spec.reward_factor, spec.punish_factor, spec.skip_below and drafter.<name>.enabled (voter),
+ * spec.enabled, pipeline.enabled (verifier), spec.weights, spec.reward_threshold,
+ * spec.punish_threshold, spec.reward_factor, spec.punish_factor, spec.skip_below and
+ * drafter.<name>.enabled (voter),
  * spec.length and tuner.mode, tuner.s_min, tuner.s_max, tuner.decision_threshold, tuner.s_reward,
  * tuner.s_punish, tuner.probe_every, tuner.margin, tuner.cost (tuner). The voter and the tuner answer
  * stats too when there are drafters.

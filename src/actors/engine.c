@@ -200,9 +200,9 @@ static mn_status new_spec_actors(mn_engine *e, mn_err *err)
     const mn_engine_config *cfg = &e->cfg;
     mn_status s;
     for (uint32_t i = 0; i < e->n_drafts; i++) {
-        mn_drafter_config dc = {.index = i, .be = e->drafts[i].be, .worker = e->draft_worker ? e->draft_worker : e->worker,
-                                .self = e->addr.drafters[i],
-                                .max_batch = cfg->max_batch, .addr = &e->addr};
+        mn_drafter_config dc = {.index = i, .be = e->drafts[i].be,
+                                .worker = e->draft_worker ? e->draft_worker : e->worker,
+                                .self = e->addr.drafters[i], .max_batch = cfg->max_batch, .addr = &e->addr};
         if ((s = mn_drafter_new(&dc, &e->drafts[i].actor, err)) != MN_OK)
             return s;
         mn_mailbox_set_actor(e->addr.drafters[i], e->drafts[i].actor);
@@ -255,7 +255,8 @@ static mn_status new_actors(mn_engine *e, uint32_t n_blocks, mn_err *err)
         mn_admin_config ac = {.addr = cfg->admin_addr, .socket_mode = cfg->socket_mode, .max_batch = cfg->max_batch,
                               .max_queue = cfg->max_queue, .kv_block_size = e->be->kv->block_size,
                               .n_drafters = e->n_drafts, .drafter_names = e->draft_names,
-                              .spec_length = cfg->spec_length, .pipeline = cfg->pipeline, .weights_mode = (mn_weights_mode)cfg->weights_mode,
+                              .spec_length = cfg->spec_length, .pipeline = cfg->pipeline,
+                              .weights_mode = (mn_weights_mode)cfg->weights_mode,
                               .weights = cfg->weights, .skip_below = cfg->skip_below,
                               .tuner_mode = cfg->tuner_mode, .tuner = cfg->tuner,
                               .addr_book = &e->addr, .on_drain = drain, .owner = e};
@@ -380,7 +381,8 @@ mn_status mn_engine_new(const mn_engine_config *cfg, mn_engine **out, mn_err *er
         st = MN_INVALID;
         goto fail;
     }
-    if ((st = split_threads(e, &bc.n_threads, err)) != MN_OK || (st = mn_pool_new(bc.n_threads, &e->pool, err)) != MN_OK ||
+    if ((st = split_threads(e, &bc.n_threads, err)) != MN_OK ||
+        (st = mn_pool_new(bc.n_threads, &e->pool, err)) != MN_OK ||
         (e->draft_threads && (st = mn_pool_new(e->draft_threads, &e->draft_pool, err)) != MN_OK))
         goto fail;
     bc.pool = e->pool;

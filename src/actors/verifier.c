@@ -233,8 +233,9 @@ static bool may_draft(const mn_verifier *v, const mn_req *r)
 }
 
 /* The length for the next round: the tuner's for the batch class of the sequences a step will
- * verify (with the pipeline, the pool's bound; without, every decoding sequence). */
-static uint32_t round_length(mn_verifier *v)
+ * verify (with the pipeline, the pool's bound; without, every decoding sequence). *bound: the
+ * pool's bound B, half the speculating sequences (at least 1, at most batch.max_sequences). */
+static uint32_t round_length(const mn_verifier *v, uint32_t *bound)
 {
     uint32_t dec = 0, spec = 0;
     for (uint32_t i = 0; i < v->n_running; i++) {
@@ -246,10 +247,9 @@ static uint32_t round_length(mn_verifier *v)
         dec += decodes;
         spec += decodes && r->spec.on;
     }
-    uint32_t cap = v->cfg.max_batch;
-    v->pool_batch = (spec + 1) / 2 < cap ? (spec + 1) / 2 : cap;
-    v->pool_batch = v->pool_batch ? v->pool_batch : 1;
-    uint32_t batch = v->cfg.pipeline ? v->pool_batch : dec < cap ? dec : cap;
+    uint32_t cap = v->cfg.max_batch, half = (spec + 1) / 2;
+    *bound = half < 1 ? 1 : half < cap ? half : cap;
+    uint32_t batch = v->cfg.pipeline ? *bound : dec < cap ? dec : cap;
     return v->lengths[mn_tuner_class_of(batch ? batch : 1)];
 }
 
@@ -268,7 +268,7 @@ static bool start_round(mn_verifier *v)
 {
     if (!v->cfg.addr->voter || !v->cfg.spec_enabled)
         return false;
-    uint32_t s = round_length(v);
+    uint32_t s = round_length(v, &v->pool_batch);
     if (!s)
         return false;
     uint32_t budget = v->cfg.be->cfg.max_tokens, n = 0, depth = 0, want = 0;
@@ -326,7 +326,7 @@ static bool start_round(mn_verifier *v)
 static bool start_step(mn_verifier *v)
 {
     step_job *st = &v->step;
-    uint32_t budget = v->cfg.be->cfg.max_tokens, n = 0, drafted = 0, s = round_length(v);
+    uint32_t bound, budget = v->cfg.be->cfg.max_tokens, n = 0, drafted = 0, s = round_length(v, &bound);
     for (uint32_t i = 0; i < v->n_running && budget > 0 && n < v->cfg.max_batch; i++) {
         mn_req *r = v->running[i];
         if (r->state == MN_REQ_PAUSED || r->phase == MN_PHASE_DRAFTING || r->phase == MN_PHASE_VERIFYING ||
@@ -337,7 +337,7 @@ static bool start_step(mn_verifier *v)
         budget -= n_new;
         if (r->phase != MN_PHASE_DRAFTED)
             r->spec.n_draft = 0;
-        drafted += r->phase == MN_PHASE_DRAFTED && r->spec.cap > 0;
+        drafted += r->phase == MN_PHASE_DRAFTED;
         r->phase = MN_PHASE_VERIFYING;
         st->reqs[n] = r;
         st->seqs[n] = (mn_batch_seq){.kv = &r->kv, .tokens = r->toks.ids + r->kv.len, .n_tokens = n_new};

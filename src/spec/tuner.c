@@ -128,7 +128,6 @@ static void restart_window(mn_tuner_class *c)
     c->win_steps = 0;
 }
 
-
 void mn_tuner_reparam(mn_tuner *t, const mn_tuner_params *p)
 {
     t->p = *p;
