@@ -3,7 +3,8 @@
 #   - Debian packages (compiler, autotools, libraries, Criterion, Python with numpy and regex, and
 #     the public-domain corpora the bundled models were trained on, for the held-out tests);
 #   - .venv: a virtual environment over Debian's Python with the PyPI `gguf` package, used by
-#     tools/ for the test fixtures and the independent reference implementations.
+#     tools/ for the test fixtures and the independent reference implementations, and the HTTP
+#     clients the tests drive minionsd with (`openai`, `prometheus_client`).
 # Safe to run again: it installs only what is missing.
 set -eu
 cd "$(dirname "$0")/.."
@@ -29,4 +30,8 @@ if ! .venv/bin/python -c "import gguf, numpy, regex" 2>/dev/null; then
   echo "install-deps: creating .venv (Debian's python3 + PyPI gguf)"
   /usr/bin/python3 -m venv --system-site-packages .venv
   .venv/bin/pip install -q --disable-pip-version-check "gguf==0.19.0"
+fi
+if ! .venv/bin/python -c "import openai, prometheus_client" 2>/dev/null; then
+  echo "install-deps: the HTTP test clients (PyPI openai, prometheus_client)"
+  .venv/bin/pip install -q --disable-pip-version-check "openai==2.8.1" "prometheus_client==0.23.1"
 fi

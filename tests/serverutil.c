@@ -77,6 +77,8 @@ void server_start(server *s, const char *const *extra)
     const char *tcp = strstr(line, "tcp ");
     cr_assert(tcp, "ready line: %s", line);
     sscanf(tcp + 4, "%63s", s->tcp);
+    const char *http = strstr(line, " http ");
+    s->http_port = http && strrchr(http, ':') ? atoi(strrchr(http, ':') + 1) : 0;
 }
 
 /* Wait for the daemon to exit; returns its exit status (-1: killed after timeout_s, or a signal). */

@@ -18,6 +18,7 @@ typedef struct server {
     char tcp[64];      /* 127.0.0.1:PORT */
     char unix_path[128];
     char admin[160];   /* ipc://... */
+    int http_port;     /* with --http in extra: its port, else 0 */
 } server;
 
 /* A client plus the replies read while waiting for another id. */

@@ -666,7 +666,7 @@ static mn_req *request_with_stops(const char *a, const char *b)
         p.stop[p.n_stop++] = strdup(a);
     if (b)
         p.stop[p.n_stop++] = strdup(b);
-    mn_req *r = mn_req_new(&p, NULL);
+    mn_req *r = mn_req_new(&p, NULL, NULL);
     cr_assert(r);
     return r;
 }

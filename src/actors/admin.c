@@ -1,7 +1,7 @@
 /* admin.c - the admin actor (see admin.h).
  *
  * Invariant: at most one command is being answered (the socket is REP); a stats command is answered
- * when `pending` falls to zero. */
+ * when its last part is back. */
 #include "actors/admin.h"
 
 #include <jansson.h>
@@ -9,8 +9,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "net/adminsock.h"
+#include "actors/stats.h"
 #include "actors/voter.h"
+#include "net/adminsock.h"
 #include "net/proto.h"
 #include "util/alloc.h"
 #include "util/log.h"
@@ -27,9 +28,7 @@ struct mn_admin {
     mn_tuner_mode tuner_mode;
     mn_tuner_params tuner;
     bool drafter_enabled[MN_ADDR_MAX_DRAFTERS];
-    mn_stats stats;                      /* being gathered */
-    mn_stats_part parts[MN_WHO_N];
-    unsigned pending;                    /* parts not yet back */
+    mn_stats_query query;                /* the stats being gathered */
 };
 
 static void reply_json(mn_admin *a, json_t *o)
@@ -93,7 +92,7 @@ static json_t *config_json(mn_admin *a)
  * (microseconds per produced token by length, with its age in decisions). */
 static json_t *tuner_stats_json(const mn_admin *a)
 {
-    const mn_stats *s = &a->stats;
+    const mn_stats *s = &a->query.stats;
     const mn_tuner *t = &s->tuner.state;
     json_t *classes = json_object();
     for (uint32_t c = 0; c < MN_TUNER_CLASSES; c++) {
@@ -124,7 +123,7 @@ static json_t *tuner_stats_json(const mn_admin *a)
 /* The speculation figures: the verifier's and, per drafter, the voter's. */
 static json_t *spec_stats_json(const mn_admin *a)
 {
-    const mn_stats *s = &a->stats;
+    const mn_stats *s = &a->query.stats;
     json_t *hist = json_array(), *drafters = json_object();
     for (int i = 0; i < MN_SPEC_HIST; i++)
         json_array_append_new(hist, json_integer((json_int_t)s->verifier.accepted_hist[i]));
@@ -153,33 +152,27 @@ static json_t *spec_stats_json(const mn_admin *a)
 
 static json_t *stats_json(mn_admin *a)
 {
-    const mn_stats *s = &a->stats;
-    return json_pack("{s:{s:I, s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I}, s:f, s:I, s:f, s:I, s:{s:{s:I, s:I, s:I}},"
-                     " s:{s:I, s:I, s:I, s:I}, s:I, s:I, s:I, s:b}",
-                     "requests", "running", (json_int_t)s->kvmem.running, "queued", (json_int_t)s->kvmem.queued,
-                     "paused", (json_int_t)s->kvmem.paused, "in_flight", (json_int_t)s->client.in_flight, "done",
-                     (json_int_t)s->client.done, "failed", (json_int_t)s->client.failed, "tokens", "generated",
-                     (json_int_t)s->verifier.tokens_generated, "prompt", (json_int_t)s->intake.prompt_tokens,
-                     "tok_per_s", s->verifier.tok_per_s, "steps", (json_int_t)s->verifier.steps, "step_seconds",
-                     s->verifier.step_seconds, "preemptions",
-                     (json_int_t)s->kvmem.preemptions, "kv", "target", "used", (json_int_t)s->kvmem.kv_used, "free",
-                     (json_int_t)s->kvmem.kv_free, "total", (json_int_t)s->kvmem.kv_total, "mailboxes", "client",
-                     (json_int_t)s->depth[0], "intake", (json_int_t)s->depth[1], "kvmem", (json_int_t)s->depth[2],
-                     "verifier", (json_int_t)s->depth[3], "connections",
-                     (json_int_t)s->client.connections, "throttled", (json_int_t)s->client.throttled,
-                     "accept_pauses", (json_int_t)s->client.accept_pauses, "draining", s->client.draining);
-}
-
-static void ask_for_stats(mn_admin *a)
-{
-    const mn_addr *ab = a->cfg.addr_book;
-    mn_mailbox *to[MN_WHO_N] = {ab->client, ab->intake, ab->kvmem, ab->verifier, ab->voter, ab->tuner};
-    memset(&a->stats, 0, sizeof a->stats);
-    a->pending = ab->voter ? MN_WHO_N : MN_WHO_VOTER;
-    for (unsigned i = 0; i < a->pending; i++) {
-        a->parts[i] = (mn_stats_part){.msg.type = MN_MSG_STATS, .stats = &a->stats, .reply_to = ab->admin};
-        mn_mailbox_post(to[i], &a->parts[i].msg);
-    }
+    const mn_stats *s = &a->query.stats;
+    const mn_frontend_stats *c = &s->client, *h = &s->http;
+    json_t *o = json_pack("{s:{s:I, s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I}, s:f, s:I, s:f, s:I, s:{s:{s:I, s:I, s:I}},"
+                          " s:{s:I, s:I, s:I, s:I}, s:I, s:I, s:I, s:b}",
+                          "requests", "running", (json_int_t)s->kvmem.running, "queued", (json_int_t)s->kvmem.queued,
+                          "paused", (json_int_t)s->kvmem.paused, "in_flight", (json_int_t)(c->in_flight + h->in_flight),
+                          "done", (json_int_t)(c->done + h->done), "failed", (json_int_t)(c->failed + h->failed),
+                          "tokens", "generated", (json_int_t)s->verifier.tokens_generated, "prompt",
+                          (json_int_t)s->intake.prompt_tokens, "tok_per_s", s->verifier.tok_per_s, "steps",
+                          (json_int_t)s->verifier.steps, "step_seconds", s->verifier.step_seconds, "preemptions",
+                          (json_int_t)s->kvmem.preemptions, "kv", "target", "used", (json_int_t)s->kvmem.kv_used,
+                          "free", (json_int_t)s->kvmem.kv_free, "total", (json_int_t)s->kvmem.kv_total, "mailboxes",
+                          "client", (json_int_t)s->depth[0], "intake", (json_int_t)s->depth[1], "kvmem",
+                          (json_int_t)s->depth[2], "verifier", (json_int_t)s->depth[3], "connections",
+                          (json_int_t)c->connections, "throttled", (json_int_t)c->throttled, "accept_pauses",
+                          (json_int_t)c->accept_pauses, "draining", c->draining);
+    if (o && a->cfg.addr_book->http) /* requests.* count both front ends; this, HTTP's alone */
+        json_object_set_new(o, "http", json_pack("{s:I, s:I, s:I, s:I}", "in_flight", (json_int_t)h->in_flight, "done",
+                                                 (json_int_t)h->done, "failed", (json_int_t)h->failed, "rejected",
+                                                 (json_int_t)h->rejected));
+    return o;
 }
 
 static void send_setting(mn_mailbox *to, mn_setting_key key, uint32_t value)
@@ -374,7 +367,7 @@ static void on_command(void *owner, const char *msg, size_t len)
         out = fail("%s", "cmd must be a string");
     else if (!strcmp(cmd, "stats")) {
         json_decref(in);
-        return ask_for_stats(a);
+        return mn_stats_ask(&a->query, a->cfg.addr_book, a->cfg.addr_book->admin);
     } else if (!strcmp(cmd, "get"))
         out = get_key(a, in);
     else if (!strcmp(cmd, "set")) {
@@ -429,21 +422,17 @@ void mn_admin_free(mn_admin *a)
 void mn_admin_handle(void *admin, mn_msg *m)
 {
     mn_admin *a = admin;
-    if (m->type != MN_MSG_STATS) {
+    if (m->type != MN_MSG_STATS_BACK) {
         mn_log(MN_LOG_ERROR, "admin: unexpected message %u", m->type);
         return;
     }
-    if (--a->pending)
+    if (!mn_stats_back(m))
         return;
-    const mn_addr *ab = a->cfg.addr_book;
-    mn_mailbox *mbs[4] = {ab->client, ab->intake, ab->kvmem, ab->verifier};
-    for (int i = 0; i < 4; i++)
-        a->stats.depth[i] = mn_mailbox_depth(mbs[i]);
     json_t *st = stats_json(a);
     if (st && a->cfg.n_drafters) {
         json_object_set_new(st, "spec", spec_stats_json(a));
         json_object_set_new(json_object_get(st, "kv"), "drafts",
-                            json_pack("{s:I}", "used", (json_int_t)a->stats.kvmem.draft_kv_used));
+                            json_pack("{s:I}", "used", (json_int_t)a->query.stats.kvmem.draft_kv_used));
     }
     reply_json(a, json_pack("{s:b, s:o}", "ok", 1, "stats", st));
 }

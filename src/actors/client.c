@@ -25,6 +25,7 @@ struct mn_client_actor {
     mn_net *net;
     uint64_t live;         /* requests accepted and not yet freed */
     uint64_t done, failed;
+    uint64_t outcomes[MN_OUTCOMES];
     bool draining;
     bool drained;          /* on_drained was called */
 };
@@ -110,7 +111,7 @@ static void on_line(void *ctx, const char *line, size_t len)
     }
     char id[MN_PROTO_MAX_ID_LEN + 1];
     snprintf(id, sizeof id, "%s", l.req.id);
-    mn_req *r = mn_req_new(&l.req, cc);
+    mn_req *r = mn_req_new(&l.req, ca->cfg.addr->client, cc);
     if (!r) {
         send_error(cc, id, MN_E_INTERNAL, "out of memory");
         return;
@@ -234,6 +235,7 @@ static void answer(mn_client_actor *ca, mn_req *r)
         ca->failed++;
     else
         ca->done++;
+    ca->outcomes[mn_req_outcome(r)]++;
     if (cc) {
         size_t len = 0;
         char *line;
@@ -287,7 +289,8 @@ static void stats(mn_client_actor *ca, mn_stats_part *q)
     q->stats->client.throttled = mn_net_throttled(ca->net);
     q->stats->client.accept_pauses = mn_net_accept_pauses(ca->net);
     q->stats->client.draining = ca->draining;
-    mn_mailbox_post(q->reply_to, &q->msg);
+    memcpy(q->stats->client.outcomes, ca->outcomes, sizeof ca->outcomes);
+    mn_stats_reply(q);
 }
 
 void mn_client_actor_handle(void *client, mn_msg *m)

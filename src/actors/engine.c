@@ -12,6 +12,7 @@
 #include "actors/admin.h"
 #include "actors/client.h"
 #include "actors/drafter.h"
+#include "actors/http.h"
 #include "actors/intake.h"
 #include "actors/kvmem.h"
 #include "actors/tuner.h"
@@ -54,6 +55,9 @@ struct mn_engine {
     mn_addr addr;                /* the mailboxes and kicks, lent to every actor */
     mn_kick kvmem_kick, verifier_kick;
     mn_client_actor *client;
+    mn_http_actor *http;         /* with --http */
+    char *model_stem;            /* the model's file name without .gguf: what /v1/models lists */
+    int fronts_draining;         /* front ends (client, http) whose drain has not finished */
     mn_intake *intake;
     mn_kvmem *kvmem;
     mn_verifier *verifier;
@@ -74,6 +78,7 @@ mn_engine_config mn_engine_defaults(void)
         .max_tokens_limit = 4096,
         .out_high = 256 << 10,
         .drain_timeout_s = 30,
+        .http_timeout_s = 120,
         .spec_length = 4,
         .weights_mode = MN_WEIGHTS_SEQUENCE,
         .weights = mn_weights_defaults(),
@@ -94,6 +99,15 @@ static void post_drain(mn_engine *e, bool force)
     }
     *d = (mn_drain){.msg.type = MN_MSG_DRAIN, .force = force};
     mn_mailbox_post(e->addr.client, &d->msg);
+    if (!e->addr.http)
+        return;
+    if (!(d = mn_malloc(sizeof *d))) {
+        mn_log(MN_LOG_ERROR, "drain: out of memory; stopping at once");
+        event_base_loopexit(e->base, NULL);
+        return;
+    }
+    *d = (mn_drain){.msg.type = MN_MSG_DRAIN, .force = force};
+    mn_mailbox_post(e->addr.http, &d->msg);
 }
 
 /* A drain was asked for (admin, signal): the first starts it, a second (signal) forces it. */
@@ -110,9 +124,12 @@ static void drain(void *engine)
     post_drain(e, false);
 }
 
+/* A front end has answered and written everything; the loop ends with the last one. */
 static void on_drained(void *engine)
 {
-    event_base_loopexit(((mn_engine *)engine)->base, NULL);
+    mn_engine *e = engine;
+    if (--e->fronts_draining == 0)
+        event_base_loopexit(e->base, NULL);
 }
 
 static void on_drain_timeout(evutil_socket_t fd, short what, void *arg)
@@ -162,9 +179,12 @@ static mn_status new_mailboxes(mn_engine *e, mn_err *err)
         {"kvmem", mn_kvmem_handle, &e->addr.kvmem},
         {"verifier", mn_verifier_handle, &e->addr.verifier},
         {"admin", mn_admin_handle, &e->addr.admin},
+        {"http", mn_http_actor_handle, e->cfg.http_host ? &e->addr.http : NULL},
     };
     for (size_t i = 0; i < sizeof boxes / sizeof *boxes; i++) {
-        mn_status s = mn_mailbox_new(e->base, boxes[i].name, boxes[i].fn, NULL, MAILBOX_BATCH, boxes[i].mb, err);
+        mn_status s = boxes[i].mb ? mn_mailbox_new(e->base, boxes[i].name, boxes[i].fn, NULL, MAILBOX_BATCH,
+                                                   boxes[i].mb, err)
+                                  : MN_OK;
         if (s != MN_OK)
             return s;
     }
@@ -263,6 +283,20 @@ static mn_status new_actors(mn_engine *e, uint32_t n_blocks, mn_err *err)
         if ((s = mn_admin_new(e->base, &ac, &e->admin, err)) != MN_OK)
             return s;
     }
+    if (cfg->http_host) {
+        mn_http_config hc = {.host = cfg->http_host, .port = cfg->http_port, .api_key = cfg->api_key,
+                             .model_name = e->model_stem, .backend = e->be->ops->name, .tok = e->model->tok,
+                             .chat = mn_chat_format_of(e->model->gguf), .max_tokens_limit = cfg->max_tokens_limit,
+                             .max_body = cfg->max_line, .out_high = cfg->out_high,
+                             .timeout_s = cfg->http_timeout_s, .n_drafters = e->n_drafts,
+                             .drafter_names = e->draft_names, .addr = &e->addr, .on_drained = on_drained,
+                             .owner = e};
+        if ((s = mn_http_actor_new(e->base, &hc, &e->http, err)) != MN_OK)
+            return s;
+        mn_mailbox_set_actor(e->addr.http, e->http);
+        mn_log(MN_LOG_INFO, "http: chat format %s", mn_chat_format_name(hc.chat));
+    }
+    e->fronts_draining = cfg->http_host ? 2 : 1;
     mn_mailbox_set_actor(e->addr.client, e->client);
     mn_mailbox_set_actor(e->addr.intake, e->intake);
     mn_mailbox_set_actor(e->addr.kvmem, e->kvmem);
@@ -272,7 +306,7 @@ static mn_status new_actors(mn_engine *e, uint32_t n_blocks, mn_err *err)
 }
 
 /* "models/draft-kjv.gguf" -> "draft-kjv" */
-static char *draft_name(const char *path)
+static char *file_stem(const char *path)
 {
     const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
     size_t n = strlen(base);
@@ -294,7 +328,7 @@ static mn_status load_drafts(mn_engine *e, const mn_backend_config *target_bc, m
     for (uint32_t i = 0; i < cfg->n_drafts; i++) {
         struct draft *d = &e->drafts[i];
         bool ngram = !strcmp(cfg->drafts[i], "ngram");
-        if (!(d->name = ngram ? mn_strndup("ngram", 5) : draft_name(cfg->drafts[i])))
+        if (!(d->name = ngram ? mn_strndup("ngram", 5) : file_stem(cfg->drafts[i])))
             return mn_fail(err, MN_NOMEM, "out of memory");
         e->draft_names[i] = d->name;
         e->n_drafts = i + 1;
@@ -373,6 +407,10 @@ mn_status mn_engine_new(const mn_engine_config *cfg, mn_engine **out, mn_err *er
     }
     if ((st = mn_model_load(cfg->model_path, &e->model, err)) != MN_OK)
         goto fail;
+    if (!(e->model_stem = file_stem(cfg->model_path))) {
+        st = mn_fail(err, MN_NOMEM, "engine: out of memory");
+        goto fail;
+    }
     mn_backend_config bc = mn_backend_defaults(e->model, e->model->hp.n_ctx);
     bc.kind = cfg->backend;
     if (cfg->n_threads > 0)
@@ -409,6 +447,11 @@ int mn_engine_port(const mn_engine *e)
     return mn_client_actor_port(e->client);
 }
 
+int mn_engine_http_port(const mn_engine *e)
+{
+    return e->http ? mn_http_actor_port(e->http) : -1;
+}
+
 mn_status mn_engine_run(mn_engine *e, mn_err *err)
 {
     if (event_base_loop(e->base, EVLOOP_NO_EXIT_ON_EMPTY) < 0) /* actors live on active-only events */
@@ -426,6 +469,7 @@ void mn_engine_free(mn_engine *e)
         if (e->signals[i])
             event_free(e->signals[i]);
     mn_admin_free(e->admin);
+    mn_http_actor_free(e->http);
     mn_client_actor_free(e->client);
     mn_worker_free(e->worker); /* joins: no completion can arrive after this */
     mn_worker_free(e->draft_worker);
@@ -434,8 +478,8 @@ void mn_engine_free(mn_engine *e)
     mn_tuner_actor_free(e->tuner);
     mn_kvmem_free(e->kvmem);
     mn_intake_free(e->intake);
-    mn_mailbox *mbs[] = {e->addr.client, e->addr.intake,  e->addr.kvmem, e->addr.verifier,
-                         e->addr.admin,  e->addr.voter, e->addr.tuner};
+    mn_mailbox *mbs[] = {e->addr.client, e->addr.intake, e->addr.kvmem, e->addr.verifier,
+                         e->addr.admin,  e->addr.voter,  e->addr.tuner, e->addr.http};
     for (size_t i = 0; i < sizeof mbs / sizeof *mbs; i++)
         mn_mailbox_free(mbs[i]);
     for (uint32_t i = 0; i < e->n_drafts; i++) {
@@ -450,6 +494,7 @@ void mn_engine_free(mn_engine *e)
     mn_pool_free(e->pool);
     mn_pool_free(e->draft_pool);
     mn_model_free(e->model);
+    mn_free(e->model_stem);
     if (e->base)
         event_base_free(e->base);
     mn_free(e);

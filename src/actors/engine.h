@@ -2,8 +2,8 @@
  * libevent loop, the sockets, the signals.
  *
  * mn_engine_new loads the model, creates the backend (runtime/registry.h), its KV pool and compute
- * worker, the actors (client, intake, kvmem, verifier, admin) and their mailboxes, the listeners and
- * the admin socket. With drafts it also loads each draft model (its vocabulary checked against the
+ * worker, the actors (client, intake, kvmem, verifier, admin; http with an HTTP address) and their
+ * mailboxes, the listeners and the admin socket. With drafts it also loads each draft model (its vocabulary checked against the
  * target's), gives it a backend and a KV pool as large as the target's in positions, and creates a
  * drafter actor per draft, the voter and the length tuner. On the CPU, the target and the drafts
  * share one compute worker and one thread pool (a round drafts, then verifies, on all cores),
@@ -40,6 +40,10 @@ typedef struct mn_engine_config {
     const char *host;          /* TCP listen address (default 127.0.0.1) */
     int port;                  /* 0: an ephemeral port; < 0: no TCP listener */
     const char *unix_path;     /* Unix socket path, or NULL */
+    const char *http_host;     /* --http: the HTTP API's numeric listen address, or NULL: none */
+    int http_port;             /* its port (0: ephemeral) */
+    const char *api_key;       /* the HTTP API wants `Authorization: Bearer KEY` (NULL: no key) */
+    uint32_t http_timeout_s;   /* an idle or stuck HTTP connection is closed after this long */
     const char *admin_addr;    /* nanomsg address (ipc://PATH or tcp://127.0.0.1:N), or NULL */
     unsigned socket_mode;      /* permissions of the Unix and ipc socket files (default 0600) */
     int n_threads;             /* compute threads; 0: all cores */
@@ -73,6 +77,8 @@ typedef struct mn_engine mn_engine;
 mn_status mn_engine_new(const mn_engine_config *cfg, mn_engine **out, mn_err *err);
 /* The TCP port actually bound (useful with port 0), or -1. */
 int mn_engine_port(const mn_engine *e);
+/* The HTTP port actually bound, or -1 without --http. */
+int mn_engine_http_port(const mn_engine *e);
 mn_status mn_engine_run(mn_engine *e, mn_err *err);
 void mn_engine_free(mn_engine *e);
 

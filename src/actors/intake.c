@@ -26,7 +26,7 @@ static void answer(mn_intake *in, mn_req *r)
 {
     mn_req_event(r, MN_REQ_EV_FINISHED);
     r->msg.type = MN_MSG_DONE;
-    mn_mailbox_post(in->cfg.addr->client, &r->msg);
+    mn_mailbox_post(r->owner, &r->msg);
 }
 
 static uint32_t blocks_for(const mn_intake *in, uint32_t n)
@@ -44,13 +44,15 @@ static void admit(mn_intake *in, mn_req *r)
     }
     /* Refuse what cannot fit before tokenizing it: this actor runs on the loop, and a 1 MiB prompt
      * costs tens of milliseconds that every stream would wait for. */
-    size_t least = mn_tok_min_tokens(model->tok, r->p.prompt_len, true);
+    size_t least = r->p.parse_special ? 0 : mn_tok_min_tokens(model->tok, r->p.prompt_len, true);
     if (least >= n_ctx) {
         mn_req_fail(r, MN_E_INVALID_REQUEST, "prompt is %zu bytes, at least %zu tokens; the model's context is %u",
                     r->p.prompt_len, least, n_ctx);
         return answer(in, r);
     }
-    if (mn_tok_encode(model->tok, r->p.prompt, r->p.prompt_len, true, &r->toks) != MN_OK) {
+    mn_status st = r->p.parse_special ? mn_tok_encode_special(model->tok, r->p.prompt, r->p.prompt_len, true, &r->toks)
+                                      : mn_tok_encode(model->tok, r->p.prompt, r->p.prompt_len, true, &r->toks);
+    if (st != MN_OK) {
         mn_req_fail(r, MN_E_INTERNAL, "out of memory while tokenizing the prompt");
         return answer(in, r);
     }
@@ -77,6 +79,11 @@ static void admit(mn_intake *in, mn_req *r)
         mn_req_fail(r, MN_E_INTERNAL, "out of memory for the drafters' state");
         return answer(in, r);
     }
+    if (r->p.logprobs && (!(r->kept_lp = mn_calloc(1 + MN_SPEC_MAX_LEN, sizeof *r->kept_lp)) ||
+                          !(r->lp = mn_calloc(r->p.max_tokens, sizeof *r->lp)))) {
+        mn_req_fail(r, MN_E_INTERNAL, "out of memory for the log-probabilities");
+        return answer(in, r);
+    }
     r->spec.on = in->cfg.n_drafters && r->p.speculate;
     r->spec.max_len = r->p.spec_max_len;
     mn_sampler_params sp = {r->p.temperature, r->p.top_p, r->p.seed};
@@ -100,7 +107,7 @@ void mn_intake_handle(void *intake, mn_msg *m)
     case MN_MSG_STATS: {
         mn_stats_part *q = (mn_stats_part *)m;
         q->stats->intake.prompt_tokens = in->prompt_tokens;
-        mn_mailbox_post(q->reply_to, &q->msg);
+        mn_stats_reply(q);
         break;
     }
     default:

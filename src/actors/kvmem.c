@@ -54,7 +54,7 @@ static void to_client(mn_kvmem *k, mn_req *r)
     if (r->state != MN_REQ_FINISHED) /* the verifier already ended the ones it hands back */
         mn_req_event(r, MN_REQ_EV_FINISHED);
     r->msg.type = MN_MSG_DONE;
-    mn_mailbox_post(k->cfg.addr->client, &r->msg);
+    mn_mailbox_post(r->owner, &r->msg);
 }
 
 /* Reserve r's whole length in the target's pool and every draft pool: all or nothing. */
@@ -219,7 +219,7 @@ static void stats(mn_kvmem *k, mn_stats_part *q)
     for (uint32_t i = 0; i < k->cfg.n_drafters; i++)
         if (k->cfg.draft_pools[i])
             q->stats->kvmem.draft_kv_used += mn_kv_used(k->cfg.draft_pools[i]);
-    mn_mailbox_post(q->reply_to, &q->msg);
+    mn_stats_reply(q);
 }
 
 void mn_kvmem_handle(void *kvmem, mn_msg *m)

@@ -22,6 +22,7 @@
 #include "runtime/mailbox.h"
 #include "spec/tuner.h"
 #include "spec/weights.h"
+#include "util/hist.h"
 
 typedef enum mn_msg_type {
     MN_MSG_ADMIT = 1, /* client -> intake: a parsed request (mn_req) */
@@ -32,7 +33,8 @@ typedef enum mn_msg_type {
     MN_MSG_FLUSH,     /* verifier -> client: stream the new text (mn_req.flush) */
     MN_MSG_STEP_DONE, /* worker -> verifier: a step job completed */
     MN_MSG_KICK,      /* anyone -> kvmem/verifier: look again (cancel, pause, resume, preempt) */
-    MN_MSG_STATS,     /* admin -> any actor -> admin: fill in your part (mn_stats_part) */
+    MN_MSG_STATS,     /* admin or http -> any actor: fill in your part (mn_stats_part) */
+    MN_MSG_STATS_BACK,/* any actor -> the asker: the part is filled in (mn_stats_part) */
     MN_MSG_SET,       /* admin -> kvmem/verifier/voter/tuner, tuner -> verifier: a live setting (mn_setting) */
     MN_MSG_DRAIN,     /* engine -> client: stop taking requests (mn_drain) */
     MN_MSG_DRAFT,     /* verifier -> voter (mn_round), voter -> drafter (mn_round_part): propose */
@@ -83,6 +85,7 @@ typedef struct mn_kick {
 typedef struct mn_addr {
     mn_mailbox *client, *intake, *kvmem, *verifier, *admin;
     mn_mailbox *voter, *tuner;                  /* NULL without drafters */
+    mn_mailbox *http;                           /* NULL without --http */
     mn_mailbox *drafters[MN_ADDR_MAX_DRAFTERS]; /* [n_drafters] */
     uint32_t n_drafters;
     mn_kick *kvmem_kick, *verifier_kick;
@@ -128,14 +131,29 @@ typedef struct mn_pipeline_stats {
     uint64_t resumes;      /* rounds that started after a pause */
 } mn_pipeline_stats;
 
+/* How requests ended, as their front end answered them. */
+typedef enum mn_outcome {
+    MN_OUTCOME_STOP,      /* done: a stop string or the end-of-text token */
+    MN_OUTCOME_LENGTH,    /* done: max_tokens or the context */
+    MN_OUTCOME_CANCELLED, /* done: cancelled, or its client went away */
+    MN_OUTCOME_ERROR,     /* an error answer (refused at once, or failed later) */
+    MN_OUTCOMES,
+} mn_outcome;
+
+/* A front end's figures (the client actor's JSON lines, the http actor's HTTP). */
+typedef struct mn_frontend_stats {
+    uint64_t in_flight, done, failed;
+    uint64_t outcomes[MN_OUTCOMES];
+    uint64_t rejected;             /* refused before they became requests (bad input, draining) */
+    uint32_t connections, throttled;
+    uint64_t accept_pauses;
+    bool draining;
+} mn_frontend_stats;
+
 /* Each actor's figures; an actor fills only its own section. */
 typedef struct mn_stats {
-    struct {                       /* client */
-        uint64_t in_flight, done, failed;
-        uint32_t connections, throttled;
-        uint64_t accept_pauses;
-        bool draining;
-    } client;
+    mn_frontend_stats client;      /* client */
+    mn_frontend_stats http;        /* http (zero without --http) */
     struct {                       /* intake */
         uint64_t prompt_tokens;
     } intake;
@@ -153,6 +171,9 @@ typedef struct mn_stats {
         uint32_t spec_lengths[MN_TUNER_CLASSES]; /* the length in effect per batch class */
         uint64_t verifications, drafted, accepted;
         uint64_t accepted_hist[MN_SPEC_HIST]; /* verifications that kept exactly i draft tokens */
+        mn_hist ttft;              /* seconds from arrival to the first token */
+        mn_hist tpot;              /* per request, seconds per token after the first (>= 2 tokens) */
+        mn_hist e2e;               /* seconds from arrival to the last token (requests that produced one) */
         mn_pipeline_stats pipeline;
     } verifier;
     struct {                       /* voter */
@@ -175,16 +196,24 @@ typedef enum mn_stats_who {
     MN_WHO_VERIFIER,  /* mn_stats.verifier */
     MN_WHO_VOTER,     /* mn_stats.voter (asked only when there are drafters) */
     MN_WHO_TUNER,     /* mn_stats.tuner (likewise) */
+    MN_WHO_HTTP,      /* mn_stats.http (asked only with --http) */
     MN_WHO_N,
 } mn_stats_who;
 
-/* One actor's part of a stats question: it fills stats (its own section) and posts msg back to
- * reply_to. The admin owns it. */
+/* One actor's part of a stats question: it fills stats (its own section) and answers with
+ * mn_stats_reply. The asker owns it (actors/stats.h gathers a whole mn_stats). */
 typedef struct mn_stats_part {
     mn_msg msg;
     mn_stats *stats;
     mn_mailbox *reply_to;
 } mn_stats_part;
+
+/* The part is filled in: back to the asker as MN_MSG_STATS_BACK. */
+static inline void mn_stats_reply(mn_stats_part *q)
+{
+    q->msg.type = MN_MSG_STATS_BACK;
+    mn_mailbox_post(q->reply_to, &q->msg);
+}
 
 typedef enum mn_setting_key {
     MN_SET_MAX_BATCH,   /* batch.max_sequences: kvmem admits, the verifier steps at most this many */

@@ -62,7 +62,7 @@ bool mn_req_event(mn_req *r, mn_req_ev ev)
     return true;
 }
 
-mn_req *mn_req_new(mn_req_params *p, void *conn)
+mn_req *mn_req_new(mn_req_params *p, mn_mailbox *owner, void *conn)
 {
     mn_req *r = mn_calloc(1, sizeof *r);
     if (!r) {
@@ -71,9 +71,21 @@ mn_req *mn_req_new(mn_req_params *p, void *conn)
     }
     r->p = *p;
     memset(p, 0, sizeof *p);
+    r->owner = owner;
     r->conn = conn;
     r->t_arrive = mn_now();
     return r;
+}
+
+mn_outcome mn_req_outcome(const mn_req *r)
+{
+    if (r->failed)
+        return MN_OUTCOME_ERROR;
+    if (r->finish && !strcmp(r->finish, "length"))
+        return MN_OUTCOME_LENGTH;
+    if (r->finish && !strcmp(r->finish, "cancelled"))
+        return MN_OUTCOME_CANCELLED;
+    return MN_OUTCOME_STOP;
 }
 
 void mn_req_free(mn_req *r)
@@ -85,6 +97,8 @@ void mn_req_free(mn_req *r)
     mn_sampler_free(r->smp);
     mn_free(r->spec.d); /* kvmem released every KV table before the request came back */
     mn_free(r->text);
+    mn_free(r->kept_lp);
+    mn_free(r->lp);
     mn_free(r);
 }
 

@@ -29,6 +29,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "actors/msg.h"
 #include "mem/kv.h"
 #include "model/sampler.h"
 #include "model/tokenizer.h"
@@ -107,8 +108,9 @@ typedef struct mn_req {
     mn_msg msg;               /* the request's travelling message (first member) */
     mn_msg flush;             /* verifier -> client: new text to stream; queued at most once (flush_queued) */
     mn_req_params p;          /* owned */
-    void *conn;               /* client: its connection's state; NULL once the client is gone */
-    struct mn_req *conn_next; /* client: the connection's in-flight list */
+    mn_mailbox *owner;        /* the front end that took it (client or http): FLUSH and DONE go there */
+    void *conn;               /* owner: its connection's state; NULL once the client is gone */
+    struct mn_req *conn_next; /* owner: the connection's in-flight list */
     mn_req_state state;       /* mn_req_event only */
     mn_req_state resume_to;   /* mn_req_event: where PAUSED goes back to */
     bool throttled;           /* client (through mn_req_event): its connection does not read */
@@ -130,6 +132,11 @@ typedef struct mn_req {
     size_t text_len, text_cap;
     size_t ready;             /* verifier: bytes that may be streamed (no partial UTF-8 or stop string) */
     size_t sent;              /* client: bytes streamed */
+    /* log-probabilities (p.logprobs; NULL otherwise), both allocated by intake */
+    mn_logprob *kept_lp;      /* [1 + MN_SPEC_MAX_LEN] step job: those of spec.kept */
+    mn_logprob *lp;           /* [p.max_tokens] verifier: one per generated token, in order */
+    uint32_t n_lp;            /* verifier */
+    uint32_t lp_sent;         /* owner: entries streamed */
     const char *finish;       /* verifier/kvmem: "length", "stop", "cancelled"; NULL while running */
     bool failed;              /* the request ends with an error line (err_code, err_msg) */
     mn_errcode err_code;
@@ -137,8 +144,9 @@ typedef struct mn_req {
     double t_arrive, t_first; /* seconds, monotonic */
 } mn_req;
 
-/* A request for params p (moved in: p is zeroed), in state NEW. NULL on OOM (p is then freed). */
-mn_req *mn_req_new(mn_req_params *p, void *conn);
+/* A request for params p (moved in: p is zeroed), in state NEW, answered to owner (the front end
+ * whose connection conn sent it). NULL on OOM (p is then freed). */
+mn_req *mn_req_new(mn_req_params *p, mn_mailbox *owner, void *conn);
 void mn_req_free(mn_req *r);
 /* Apply ev; false (state unchanged, an error logged) when ev is not allowed in r's state. */
 bool mn_req_event(mn_req *r, mn_req_ev ev);
@@ -148,6 +156,9 @@ static inline bool mn_req_holds_kv(const mn_req *r)
 {
     return r->state == MN_REQ_ADMITTED || r->state == MN_REQ_RUNNING || r->state == MN_REQ_PAUSED;
 }
+
+/* How a finished request ended (for the front ends' counts). */
+mn_outcome mn_req_outcome(const mn_req *r);
 
 /* End the request with an error line instead of a done line. */
 void mn_req_fail(mn_req *r, mn_errcode code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -106,7 +106,7 @@ static void stats(mn_tuner_actor *t, mn_stats_part *q)
     q->stats->tuner.spec_length = t->cfg.spec_length;
     q->stats->tuner.measured = t->measured;
     q->stats->tuner.state = t->state;
-    mn_mailbox_post(q->reply_to, &q->msg);
+    mn_stats_reply(q);
 }
 
 void mn_tuner_actor_handle(void *tuner, mn_msg *m)

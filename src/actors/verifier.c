@@ -48,6 +48,7 @@ struct mn_verifier {
     uint64_t steps, tokens;
     double step_seconds;    /* time in target passes (and acceptance) */
     uint64_t verifications, drafted, accepted, accepted_hist[MN_SPEC_HIST];
+    mn_hist ttft, tpot, e2e;     /* latencies, as mn_stats.verifier says */
     uint64_t per_second[MN_STATS_SECONDS]; /* tokens generated in each of the last seconds */
     int64_t second;         /* the second per_second[second % N] counts */
 };
@@ -78,6 +79,8 @@ static void verify(step_job *s, mn_req *r, const float *lg)
     r->spec.kept[res.n_accepted] = res.next;
     r->spec.n_kept = res.n_accepted + 1;
     r->kv.len -= nd - res.n_accepted;
+    for (uint32_t j = 0; r->kept_lp && j < r->spec.n_kept; j++)
+        mn_logprobs(lg + (size_t)j * d.n_vocab, d.n_vocab, r->spec.kept[j], r->p.top_logprobs, &r->kept_lp[j]);
 }
 
 /* On the worker: one target pass, then each finished sequence's next tokens. */
@@ -187,6 +190,12 @@ static void finish(mn_verifier *v, mn_req *r, const char *reason)
 {
     if (!r->finish)
         r->finish = reason;
+    if (r->n_gen && !r->failed) {
+        double now = mn_now();
+        mn_hist_observe(&v->e2e, now - r->t_arrive);
+        if (r->n_gen > 1)
+            mn_hist_observe(&v->tpot, (now - r->t_first) / (r->n_gen - 1));
+    }
     mn_req_seal(r);
     mn_req_event(r, MN_REQ_EV_FINISHED);
     give_back(v, r);
@@ -401,16 +410,21 @@ static void voted(mn_verifier *v)
     schedule(v);
 }
 
-/* A kept token: append, stream, and decide whether r is done. False when it finished. */
-static bool take_token(mn_verifier *v, mn_req *r, int32_t tok)
+/* The j-th kept token: append, stream, and decide whether r is done. False when it finished. */
+static bool take_token(mn_verifier *v, mn_req *r, uint32_t j)
 {
+    int32_t tok = r->spec.kept[j];
     const mn_model *m = v->cfg.be->model;
     r->n_gen++;
     mn_req_event(r, MN_REQ_EV_PRODUCED);
-    if (r->n_gen == 1)
+    if (r->n_gen == 1) {
         r->t_first = mn_now();
+        mn_hist_observe(&v->ttft, r->t_first - r->t_arrive);
+    }
     if (tok == mn_tok_eos(m->tok))
         return finish(v, r, "stop"), false;
+    if (r->lp)
+        r->lp[r->n_lp++] = r->kept_lp[j];
     size_t len;
     const char *piece = mn_tok_piece(m->tok, tok, &len);
     bool stopped = false;
@@ -482,11 +496,11 @@ static void step_done(mn_verifier *v)
             count_verification(v, r);
         bool running = true;
         for (uint32_t j = 0; j < r->spec.n_kept && running; j++, produced++)
-            running = take_token(v, r, r->spec.kept[j]);
+            running = take_token(v, r, j);
         if (running && r->p.stream && r->ready > r->sent && !r->flush_queued) {
             r->flush_queued = true;
             r->flush.type = MN_MSG_FLUSH;
-            mn_mailbox_post(v->cfg.addr->client, &r->flush);
+            mn_mailbox_post(r->owner, &r->flush);
         }
     }
     v->tokens += produced;
@@ -510,6 +524,9 @@ static void stats(mn_verifier *v, mn_stats_part *q)
     q->stats->verifier.drafted = v->drafted;
     q->stats->verifier.accepted = v->accepted;
     memcpy(q->stats->verifier.accepted_hist, v->accepted_hist, sizeof v->accepted_hist);
+    q->stats->verifier.ttft = v->ttft;
+    q->stats->verifier.tpot = v->tpot;
+    q->stats->verifier.e2e = v->e2e;
     q->stats->verifier.pipeline.enabled = v->cfg.pipeline;
     q->stats->verifier.pipeline.depth = pool_depth(v);
     q->stats->verifier.pipeline.batch = v->pool_batch;
@@ -517,7 +534,7 @@ static void stats(mn_verifier *v, mn_stats_part *q)
     q->stats->verifier.pipeline.overlapped = v->overlapped;
     q->stats->verifier.pipeline.pauses = v->pauses;
     q->stats->verifier.pipeline.resumes = v->resumes;
-    mn_mailbox_post(q->reply_to, &q->msg);
+    mn_stats_reply(q);
 }
 
 void mn_verifier_handle(void *verifier, mn_msg *m)

@@ -254,7 +254,7 @@ static void stats(mn_voter *v, mn_stats_part *q)
         d->weight = v->global.w[i];
         d->acr = mn_weights_acr(&v->global, i);
     }
-    mn_mailbox_post(q->reply_to, &q->msg);
+    mn_stats_reply(q);
 }
 
 void mn_voter_handle(void *voter, mn_msg *m)

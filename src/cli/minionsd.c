@@ -24,6 +24,11 @@ static void usage(FILE *f)
             "      --host ADDR        TCP listen address (default 127.0.0.1)\n"
             "      --port N           TCP port; 0 = ephemeral, -1 = no TCP (default 8090)\n"
             "      --unix PATH        also listen on a Unix socket\n"
+            "      --http [HOST:]PORT serve the OpenAI-compatible HTTP API and /metrics there (HOST default\n"
+            "                         127.0.0.1; PORT 0 = ephemeral; default: no HTTP)\n"
+            "      --api-key KEY      HTTP requests need 'Authorization: Bearer KEY' (/health excepted)\n"
+            "      --api-key-file F   the same, the key read from F's first line (not shown by ps)\n"
+            "      --http-timeout S   an idle or stuck HTTP connection is closed after S seconds (default 120)\n"
             "      --admin ADDR       admin socket: ipc://PATH or tcp://127.0.0.1:N ('none': no admin socket;\n"
             "                         default ipc://$XDG_RUNTIME_DIR/minionsd.admin, or under /tmp/minionsd-UID/)\n"
             "      --socket-mode M    permissions of the Unix and ipc socket files (default 0600)\n"
@@ -68,12 +73,50 @@ static int parse_int(const char *s, long lo, long hi, long *out)
     return 1;
 }
 
+/* --http [HOST:]PORT; HOST may be [IPv6]. */
+static int parse_http(const char *arg, char *host, size_t cap, mn_engine_config *cfg)
+{
+    const char *colon = strrchr(arg, ':');
+    long port;
+    if (!parse_int(colon ? colon + 1 : arg, 0, 65535, &port))
+        return 0;
+    size_t n = colon ? (size_t)(colon - arg) : 0;
+    if (n >= 2 && arg[0] == '[' && arg[n - 1] == ']')
+        arg++, n -= 2;
+    if (n >= cap)
+        return 0;
+    snprintf(host, cap, "%.*s", (int)(colon && n ? n : 9), colon && n ? arg : "127.0.0.1");
+    cfg->http_host = host;
+    cfg->http_port = (int)port;
+    return 1;
+}
+
+/* The API key: the first line of path, without its newline. */
+static int read_key(const char *path, char *key, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    if (!f || !fgets(key, (int)cap, f)) {
+        fprintf(stderr, "minionsd: --api-key-file %s: %s\n", path, f ? "empty" : strerror(errno));
+        if (f)
+            fclose(f);
+        return 0;
+    }
+    fclose(f);
+    key[strcspn(key, "\r\n")] = 0;
+    if (!*key) {
+        fprintf(stderr, "minionsd: --api-key-file %s: the first line is empty\n", path);
+        return 0;
+    }
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
     mn_engine_config cfg = mn_engine_defaults();
     mn_err err = {{0}};
     long v, kv_mib = 0;
     int model_given = 0, admin_given = 0;
+    char http_host[64], api_key[512];
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},     {"host", required_argument, 0, 'H'},
         {"port", required_argument, 0, 'p'},      {"unix", required_argument, 0, 'u'},
@@ -87,6 +130,8 @@ int main(int argc, char **argv)
         {"spec-weights", required_argument, 0, 'W'}, {"events", required_argument, 0, 'e'},
         {"spec-skip-below", required_argument, 0, 'S'}, {"tuner", required_argument, 0, 'T'},
         {"pipeline", no_argument, 0, 'P'},        {"draft-threads", required_argument, 0, 'd'},
+        {"http", required_argument, 0, 'w'},      {"api-key", required_argument, 0, 'A'},
+        {"api-key-file", required_argument, 0, 'F'}, {"http-timeout", required_argument, 0, 'O'},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
     };
     for (int c; (c = getopt_long(argc, argv, "m:t:h", opts, NULL)) != -1;) {
@@ -120,6 +165,14 @@ int main(int argc, char **argv)
         case 'e': cfg.events_addr = optarg; break;
         case 'P': cfg.pipeline = true; break;
         case 'd': ok = parse_int(optarg, 0, 255, &v), cfg.draft_threads = (int)v; break;
+        case 'w': ok = parse_http(optarg, http_host, sizeof http_host, &cfg); break;
+        case 'A': ok = *optarg != 0, cfg.api_key = optarg; break;
+        case 'F':
+            if (!read_key(optarg, api_key, sizeof api_key))
+                return 2;
+            cfg.api_key = api_key;
+            break;
+        case 'O': ok = parse_int(optarg, 1, 86400, &v), cfg.http_timeout_s = (uint32_t)v; break;
         case 'T': {
             mn_tuner_mode mode;
             if (mn_tuner_parse(optarg, &mode, &cfg.tuner, &err) != MN_OK) {
@@ -158,6 +211,9 @@ int main(int argc, char **argv)
         }
         cfg.admin_addr = admin_default;
     }
+    if (cfg.http_host && !cfg.api_key && strcmp(cfg.http_host, "127.0.0.1") && strcmp(cfg.http_host, "::1") &&
+        strcmp(cfg.http_host, "localhost"))
+        mn_log(MN_LOG_WARN, "--http %s without --api-key: anyone who reaches the port may generate", cfg.http_host);
     mn_engine *e = NULL;
     if (mn_engine_new(&cfg, &e, &err) != MN_OK) {
         fprintf(stderr, "minionsd: %s\n", err.msg);
@@ -170,6 +226,8 @@ int main(int argc, char **argv)
         printf(" unix %s", cfg.unix_path);
     if (cfg.admin_addr)
         printf(" admin %s", cfg.admin_addr);
+    if (cfg.http_host)
+        printf(" http %s:%d", cfg.http_host, mn_engine_http_port(e));
     printf("\n");
     fflush(stdout);
     mn_status st = mn_engine_run(e, &err);

@@ -141,3 +141,30 @@ void mn_sampler_probs(mn_sampler *s, const float *logits, float *p)
     for (uint32_t i = 0; i < keep; i++)
         p[s->c[i].id] = (float)(s->c[i].p / sum);
 }
+
+void mn_logprobs(const float *logits, uint32_t n, int32_t token, uint32_t k, mn_logprob *out)
+{
+    k = k < MN_LOGPROB_TOP ? k : MN_LOGPROB_TOP;
+    float mx = logits[mn_argmax(logits, n)];
+    double sum = 0.0;
+    for (uint32_t i = 0; i < n; i++)
+        sum += exp((double)(logits[i] - mx));
+    double lse = mx + log(sum);
+    out->token = token;
+    out->logprob = (float)(logits[token] - lse);
+    out->n_top = 0;
+    for (uint32_t i = 0; i < n && k; i++) { /* insertion into the k best, kept sorted */
+        uint32_t at = out->n_top;
+        while (at > 0 && logits[i] > logits[out->top[at - 1]])
+            at--;
+        if (at >= k)
+            continue;
+        uint32_t last = out->n_top < k ? out->n_top : k - 1;
+        for (uint32_t j = last; j > at; j--)
+            out->top[j] = out->top[j - 1];
+        out->top[at] = (int32_t)i;
+        out->n_top = last + 1;
+    }
+    for (uint32_t j = 0; j < out->n_top; j++)
+        out->top_logprob[j] = (float)(logits[out->top[j]] - lse);
+}

@@ -30,6 +30,19 @@ void mn_sampler_probs(mn_sampler *s, const float *logits, float *p);
 
 int32_t mn_argmax(const float *logits, uint32_t n);
 
+/* A token's log-probability under the model's own distribution (softmax of the logits at
+ * temperature 1, whatever the request samples with), and the k most likely tokens (ties: the lower
+ * id first), most likely first. */
+#define MN_LOGPROB_TOP 5
+typedef struct mn_logprob {
+    int32_t token;
+    float logprob;
+    uint32_t n_top;                 /* k, at most MN_LOGPROB_TOP */
+    int32_t top[MN_LOGPROB_TOP];
+    float top_logprob[MN_LOGPROB_TOP];
+} mn_logprob;
+void mn_logprobs(const float *logits, uint32_t n, int32_t token, uint32_t k, mn_logprob *out);
+
 /* xoshiro256** generator: uniform in [0, 1). */
 typedef struct mn_rng {
     uint64_t s[4];

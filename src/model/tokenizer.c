@@ -40,6 +40,9 @@ struct mn_tokenizer {
     bool add_bos;
     bool lossless;         /* every byte has a token: decode(encode(x)) == x for all x */
     uint32_t max_piece;    /* bytes of the longest piece */
+    int32_t *ctrl;         /* the control tokens with a text, longest first (encode_special) */
+    uint32_t n_ctrl;
+    uint8_t ctrl_first[32];/* bit b: some control token's text starts with byte b */
 };
 
 /* ---- tokens buffer ----------------------------------------------------------------------------- */
@@ -160,6 +163,31 @@ static long bytelevel_decode(const int16_t cp_to_byte[324], const char *s, size_
 
 /* ---- loading ----------------------------------------------------------------------------------- */
 
+/* The control tokens, for mn_tok_encode_special: longest text first, so that the longest match wins. */
+static mn_status index_control(mn_tokenizer *t, mn_err *err)
+{
+    for (uint32_t i = 0; i < t->n_vocab; i++)
+        t->n_ctrl += t->type[i] == TOKEN_CONTROL && t->piece_len[i] > 0;
+    if (!t->n_ctrl)
+        return MN_OK;
+    if (!(t->ctrl = mn_malloc(t->n_ctrl * sizeof *t->ctrl)))
+        return mn_fail(err, MN_NOMEM, "tokenizer: out of memory");
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < t->n_vocab; i++) {
+        if (t->type[i] != TOKEN_CONTROL || !t->piece_len[i])
+            continue;
+        uint32_t at = n++;
+        while (at > 0 && t->piece_len[t->ctrl[at - 1]] < t->piece_len[i]) { /* insertion: they are few */
+            t->ctrl[at] = t->ctrl[at - 1];
+            at--;
+        }
+        t->ctrl[at] = (int32_t)i;
+        uint8_t b = (uint8_t)t->piece[i][0];
+        t->ctrl_first[b >> 3] |= (uint8_t)(1u << (b & 7));
+    }
+    return MN_OK;
+}
+
 static mn_status load_vocab(mn_tokenizer *t, const gguf_file *f, mn_err *err)
 {
     const gguf_kv *toks, *types = NULL;
@@ -220,6 +248,8 @@ static mn_status load_vocab(mn_tokenizer *t, const gguf_file *f, mn_err *err)
         }
     }
     mn_free(strs);
+    if (s == MN_OK)
+        s = index_control(t, err);
     t->lossless = true;
     for (int b = 0; b < 256; b++)
         t->lossless = t->lossless && t->byte_id[b] >= 0;
@@ -333,6 +363,7 @@ void mn_tok_free(mn_tokenizer *t)
     mn_free(t->type);
     mn_free(t->str_slots);
     mn_free(t->merges);
+    mn_free(t->ctrl);
     mn_free(t);
 }
 
@@ -568,6 +599,40 @@ mn_status mn_tok_encode(const mn_tokenizer *t, const char *text, size_t len, boo
     mn_free(sc.heap);
     mn_free(c);
     return s;
+}
+
+/* The control token whose text starts text[0..len), longest first; -1 when none does. */
+static int32_t control_at(const mn_tokenizer *t, const char *text, size_t len)
+{
+    uint8_t b = (uint8_t)text[0];
+    if (!(t->ctrl_first[b >> 3] & (1u << (b & 7))))
+        return -1;
+    for (uint32_t k = 0; k < t->n_ctrl; k++) {
+        int32_t id = t->ctrl[k];
+        if (t->piece_len[id] <= len && !memcmp(text, t->piece[id], t->piece_len[id]))
+            return id;
+    }
+    return -1;
+}
+
+mn_status mn_tok_encode_special(const mn_tokenizer *t, const char *text, size_t len, bool add_bos, mn_tokens *out)
+{
+    mn_status s = MN_OK;
+    if (add_bos && t->add_bos && t->bos >= 0 && (s = mn_tokens_push(out, t->bos)) != MN_OK)
+        return s;
+    size_t plain = 0; /* start of the text not yet encoded */
+    for (size_t i = 0; i < len && s == MN_OK;) {
+        int32_t id = control_at(t, text + i, len - i);
+        if (id < 0) {
+            i++;
+            continue;
+        }
+        if ((s = mn_tok_encode(t, text + plain, i - plain, false, out)) == MN_OK)
+            s = mn_tokens_push(out, id);
+        i += t->piece_len[id];
+        plain = i;
+    }
+    return s == MN_OK ? mn_tok_encode(t, text + plain, len - plain, false, out) : s;
 }
 
 const char *mn_tok_piece(const mn_tokenizer *t, int32_t id, size_t *len)

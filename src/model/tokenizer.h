@@ -46,6 +46,12 @@ void mn_tok_free(mn_tokenizer *t);
 /* Append the tokens of text[0..len) to out (BOS first when add_bos and the model asks for it). */
 mn_status mn_tok_encode(const mn_tokenizer *t, const char *text, size_t len, bool add_bos, mn_tokens *out);
 
+/* Like mn_tok_encode, but the text of every control token (SmolLM2's "<|im_start|>", ...) found in
+ * text is that token, the longest one where several start at one place; the text between is
+ * encoded as mn_tok_encode does. What llama.cpp calls parse_special: for prompts the server
+ * rendered from chat messages (model/chat.h), never for a client's raw text. */
+mn_status mn_tok_encode_special(const mn_tokenizer *t, const char *text, size_t len, bool add_bos, mn_tokens *out);
+
 /* The bytes token id decodes to (empty for control tokens and ids out of range). */
 const char *mn_tok_piece(const mn_tokenizer *t, int32_t id, size_t *len);
 

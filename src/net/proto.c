@@ -258,10 +258,9 @@ static char *dump_line(json_t *o, size_t *len)
     return s;
 }
 
-/* A JSON string of s[0..len) in which every byte sequence that is not UTF-8 has become U+FFFD:
- * jansson refuses invalid UTF-8, and a reply must not be lost because a client's field or a
- * byte-level model put some in an id, a message or a text. NULL only on OOM. */
-static json_t *utf8_json(const char *s, size_t len)
+/* Jansson refuses invalid UTF-8, and a reply must not be lost because a client's field or a
+ * byte-level model put some in an id, a message or a text. */
+json_t *mn_json_utf8(const char *s, size_t len)
 {
     json_t *j = json_stringn(s, len);
     if (j)
@@ -279,12 +278,11 @@ static json_t *utf8_json(const char *s, size_t len)
  * fails, so a NULL from OOM fails the pack without a leak. */
 char *mn_proto_delta(const char *id, const char *text, size_t text_len, size_t *len)
 {
-    return dump_line(json_pack("{s:o, s:o}", "id", utf8_json(id, strlen(id)), "delta", utf8_json(text, text_len)),
+    return dump_line(json_pack("{s:o, s:o}", "id", mn_json_utf8(id, strlen(id)), "delta", mn_json_utf8(text, text_len)),
                      len);
 }
 
-/* {"drafted":..,"accepted":..,"verifications":..,"mean_accepted_len":..,"voted":{name: n, ...}} */
-static json_t *spec_json(const mn_proto_spec *sp)
+json_t *mn_proto_spec_json(const mn_proto_spec *sp)
 {
     json_t *voted = json_object();
     for (uint32_t i = 0; voted && i < sp->n_drafters; i++)
@@ -299,10 +297,10 @@ char *mn_proto_done(const char *id, const char *text, size_t text_len, const cha
                     uint32_t prompt_tokens, uint32_t completion_tokens, const mn_proto_spec *spec,
                     const int32_t *tokens, size_t n_tokens, size_t *len)
 {
-    json_t *o = json_pack("{s:o, s:b, s:o, s:s, s:{s:i, s:i}}", "id", utf8_json(id, strlen(id)), "done", 1, "text",
-                          utf8_json(text, text_len), "finish_reason", finish_reason, "usage", "prompt_tokens",
+    json_t *o = json_pack("{s:o, s:b, s:o, s:s, s:{s:i, s:i}}", "id", mn_json_utf8(id, strlen(id)), "done", 1, "text",
+                          mn_json_utf8(text, text_len), "finish_reason", finish_reason, "usage", "prompt_tokens",
                           (json_int_t)prompt_tokens, "completion_tokens", (json_int_t)completion_tokens);
-    if (o && spec && json_object_set_new(o, "spec", spec_json(spec)) != 0) {
+    if (o && spec && json_object_set_new(o, "spec", mn_proto_spec_json(spec)) != 0) {
         json_decref(o);
         o = NULL;
     }
@@ -320,10 +318,10 @@ char *mn_proto_done(const char *id, const char *text, size_t text_len, const cha
 
 char *mn_proto_error_line(const char *id, mn_errcode code, const char *message, size_t *len)
 {
-    json_t *e = json_pack("{s:s, s:o}", "code", mn_errcode_name(code), "message", utf8_json(message, strlen(message)));
+    json_t *e = json_pack("{s:s, s:o}", "code", mn_errcode_name(code), "message", mn_json_utf8(message, strlen(message)));
     if (!e)
         return NULL;
-    json_t *o = id && *id ? json_pack("{s:o, s:o}", "id", utf8_json(id, strlen(id)), "error", e)
+    json_t *o = id && *id ? json_pack("{s:o, s:o}", "id", mn_json_utf8(id, strlen(id)), "error", e)
                           : json_pack("{s:o}", "error", e);
     return dump_line(o, len);
 }

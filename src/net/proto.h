@@ -31,6 +31,7 @@ const char *mn_errcode_name(mn_errcode code);
 #define MN_PROTO_MAX_STOP_LEN 64 /* bytes per stop string */
 #define MN_PROTO_MAX_ID_LEN 128  /* bytes per id */
 #define MN_PROTO_MAX_SPEC_LEN 16 /* the longest draft a request may allow (spec.max_len) */
+#define MN_PROTO_MAX_TOP_LOGPROBS 5 /* alternatives per generated token (HTTP's top_logprobs) */
 
 typedef struct mn_req_params {
     char *id;                    /* owned, NUL-terminated */
@@ -44,6 +45,11 @@ typedef struct mn_req_params {
     bool speculate;              /* may the server draft for it (default true) */
     uint32_t spec_max_len;       /* spec.max_len: its longest draft, 0..16 (default 16: the server's) */
     bool return_tokens;          /* the done line lists the generated token ids (default false) */
+    bool parse_special;          /* the prompt's control-token texts are those tokens (a chat prompt the
+                                  * server rendered; never from a client's JSON line) */
+    bool logprobs;               /* keep each generated token's log-probability (HTTP only) */
+    uint32_t top_logprobs;       /* with logprobs, also the n most likely tokens at each position
+                                  * (0..MN_PROTO_MAX_TOP_LOGPROBS) */
     char *stop[MN_PROTO_MAX_STOP];  /* owned */
     uint32_t n_stop;
 } mn_req_params;
@@ -86,6 +92,13 @@ typedef struct mn_proto_spec {
     const char *const *names;    /* [n_drafters] */
     const uint32_t *voted;       /* [n_drafters]: verifications whose draft was this drafter's */
 } mn_proto_spec;
+
+/* {"drafted":..,"accepted":..,"verifications":..,"mean_accepted_len":..,"voted":{name: n, ...}}; NULL
+ * only on OOM. (The HTTP API's bodies use it too: net/openai.h.) */
+struct json_t *mn_proto_spec_json(const mn_proto_spec *sp);
+/* A JSON string of s[0..len) in which every byte sequence that is not UTF-8 has become U+FFFD; NULL
+ * only on OOM. */
+struct json_t *mn_json_utf8(const char *s, size_t len);
 
 /* The done line; spec (NULL: none) adds "spec", tokens (NULL: none) adds "tokens": [ids...]. */
 char *mn_proto_done(const char *id, const char *text, size_t text_len, const char *finish_reason,

@@ -1,0 +1,627 @@
+/* http.c - the http actor (see http.h).
+ *
+ * Every HTTP request this actor takes gets an hreq, from its callback until its reply is written
+ * (evhttp's on_complete) or its connection is gone. The connection's close callback points at the
+ * hreq meanwhile (one request at a time per connection). A generation's hreq also holds its mn_req
+ * until DONE; if the connection goes first, evhttp detaches the request (it no longer has a
+ * connection) and frees it when it is answered, so the hreq lives on, `gone`, until DONE.
+ * Invariants: `live` counts the hreqs; a drain ends when it is 0.
+ */
+#include "actors/http.h"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "actors/request.h"
+#include "actors/stats.h"
+#include "net/metrics.h"
+#include "net/openai.h"
+#include "util/alloc.h"
+#include "util/log.h"
+
+_Static_assert(MN_LOGPROB_TOP >= MN_PROTO_MAX_TOP_LOGPROBS, "the sampler keeps every alternative a client may ask for");
+
+typedef enum hkind {
+    H_SIMPLE,      /* answered at once (health, models, errors): waits only for its write */
+    H_GENERATE,    /* a completion: holds r until DONE */
+    H_METRICS,     /* waits for its stats query */
+} hkind;
+
+typedef struct hreq {
+    mn_http_actor *ha;
+    hkind kind;
+    struct evhttp_request *req;
+    struct evhttp_connection *evcon; /* NULL once the connection is gone */
+    bool gone;                       /* the connection closed before the reply was complete */
+    bool writing;                    /* the reply is queued: on_complete or the close ends the hreq */
+    struct hreq *prev, *next;
+    /* H_GENERATE */
+    mn_req *r;
+    mn_oai_kind api;
+    char *model;
+    char id[40];
+    int64_t created;
+    bool include_usage;
+    bool started;                    /* a stream's headers are out */
+    bool throttled;
+    size_t text_offset;              /* bytes of text streamed before the current chunk */
+    /* H_METRICS */
+    mn_stats_query *query;
+} hreq;
+
+struct mn_http_actor {
+    mn_http_config cfg;
+    struct evhttp *http;
+    struct evhttp_bound_socket *sock;
+    int port;
+    hreq *reqs;                      /* every live hreq */
+    uint64_t live;
+    uint64_t serial;
+    uint64_t generations;            /* H_GENERATE hreqs with their mn_req */
+    uint64_t done, failed, rejected;
+    uint64_t outcomes[MN_OUTCOMES];
+    int64_t created;                 /* when it started: /v1/models says so */
+    bool draining, drained;
+};
+
+int mn_http_actor_port(const mn_http_actor *ha) { return ha->port; }
+
+static void check_drained(mn_http_actor *ha)
+{
+    if (ha->draining && !ha->drained && ha->live == 0) {
+        ha->drained = true;
+        ha->cfg.on_drained(ha->cfg.owner);
+    }
+}
+
+static void hreq_free(hreq *h)
+{
+    mn_http_actor *ha = h->ha;
+    if (h->evcon)
+        evhttp_connection_set_closecb(h->evcon, NULL, NULL);
+    *(h->prev ? &h->prev->next : &ha->reqs) = h->next;
+    if (h->next)
+        h->next->prev = h->prev;
+    mn_free(h->model);
+    mn_free(h->query);
+    mn_free(h);
+    ha->live--;
+    check_drained(ha);
+}
+
+/* evhttp wrote the whole reply. */
+static void on_complete(struct evhttp_request *req, void *arg)
+{
+    (void)req;
+    hreq_free(arg);
+}
+
+/* The connection is going: a reply being written is lost with it, a generation is cancelled. */
+static void on_close(struct evhttp_connection *evcon, void *arg)
+{
+    (void)evcon;
+    hreq *h = arg;
+    h->evcon = NULL;
+    h->gone = true;
+    if (h->writing)
+        return hreq_free(h); /* evhttp frees the request with the connection */
+    if (h->r && !h->r->cancelled) {
+        h->r->cancelled = true;
+        mn_kick_kvmem(h->ha->cfg.addr);
+        mn_kick_verifier(h->ha->cfg.addr);
+    }
+}
+
+static hreq *hreq_new(mn_http_actor *ha, struct evhttp_request *req, hkind kind)
+{
+    hreq *h = mn_calloc(1, sizeof *h);
+    if (!h)
+        return NULL;
+    h->ha = ha;
+    h->kind = kind;
+    h->req = req;
+    h->evcon = evhttp_request_get_connection(req);
+    h->next = ha->reqs;
+    if (ha->reqs)
+        ha->reqs->prev = h;
+    ha->reqs = h;
+    ha->live++;
+    evhttp_connection_set_closecb(h->evcon, on_close, h);
+    return h;
+}
+
+/* Queue the reply (body may be NULL) and let go of the hreq: it ends when the reply is written, or
+ * at once when its connection is already gone (sending frees the detached request). */
+static void send_reply(hreq *h, int status, const char *type, const char *body, size_t len)
+{
+    struct evhttp_request *req = h->req;
+    struct evkeyvalq *out = evhttp_request_get_output_headers(req);
+    if (type)
+        evhttp_add_header(out, "Content-Type", type);
+    if (h->ha->draining)
+        evhttp_add_header(out, "Connection", "close");
+    struct evbuffer *buf = body ? evbuffer_new() : NULL;
+    if (buf)
+        evbuffer_add(buf, body, len);
+    if (h->gone) {
+        evhttp_send_reply(req, status, NULL, buf);
+        if (buf)
+            evbuffer_free(buf);
+        return hreq_free(h);
+    }
+    h->writing = true;
+    evhttp_request_set_on_complete_cb(req, on_complete, h);
+    evhttp_send_reply(req, status, NULL, buf); /* may complete (and free h) before it returns */
+    if (buf)
+        evbuffer_free(buf);
+}
+
+static void send_json(hreq *h, int status, char *body, size_t len)
+{
+    static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,"
+                              "\"code\":null}}";
+    send_reply(h, body ? status : 500, "application/json", body ? body : oom, body ? len : strlen(oom));
+    mn_free(body);
+}
+
+static void send_error(hreq *h, int status, const char *type, const char *msg)
+{
+    mn_oai_error e = {.status = status, .type = type};
+    snprintf(e.message, sizeof e.message, "%s", msg);
+    size_t len = 0;
+    char *body = mn_oai_error_body(&e, &len);
+    h->ha->rejected++;
+    send_json(h, status, body, len);
+}
+
+/* ---- generations ----------------------------------------------------------------------------- */
+
+static const char *finish_reason(const mn_req *r) { return r->finish ? r->finish : "stop"; }
+
+/* r->lp[from, to) as the API's logprobs, with each token's text. */
+static mn_oai_logprob *logprobs(const mn_http_actor *ha, const mn_req *r, uint32_t from, uint32_t to)
+{
+    mn_oai_logprob *out = mn_calloc(to > from ? to - from : 1, sizeof *out);
+    for (uint32_t i = from; out && i < to; i++) {
+        const mn_logprob *l = &r->lp[i];
+        mn_oai_logprob *o = &out[i - from];
+        o->text = mn_tok_piece(ha->cfg.tok, l->token, &o->len);
+        o->logprob = l->logprob;
+        o->n_top = l->n_top < MN_PROTO_MAX_TOP_LOGPROBS ? l->n_top : MN_PROTO_MAX_TOP_LOGPROBS;
+        for (uint32_t k = 0; k < o->n_top; k++) {
+            o->top[k].text = mn_tok_piece(ha->cfg.tok, l->top[k], &o->top[k].len);
+            o->top[k].logprob = l->top_logprob[k];
+        }
+    }
+    return out;
+}
+
+static mn_oai_result result_of(const hreq *h)
+{
+    return (mn_oai_result){.kind = h->api, .id = h->id, .model = h->model, .created = h->created};
+}
+
+/* A paused stream's output is written: let it run again. */
+static void on_written(struct evhttp_connection *evcon, void *arg)
+{
+    (void)evcon;
+    hreq *h = arg;
+    if (!h->throttled || !h->r)
+        return;
+    h->throttled = false;
+    mn_req_event(h->r, MN_REQ_EV_RESUMED);
+    mn_kick_kvmem(h->ha->cfg.addr);
+    mn_kick_verifier(h->ha->cfg.addr);
+}
+
+/* Write one server-sent event (the headers first, once); on_written follows once it is out. */
+static void write_event(hreq *h, char *event, size_t len)
+{
+    if (!event) {
+        mn_log(MN_LOG_ERROR, "http: out of memory for a stream chunk");
+        return;
+    }
+    if (!h->started) {
+        struct evkeyvalq *out = evhttp_request_get_output_headers(h->req);
+        evhttp_add_header(out, "Content-Type", "text/event-stream");
+        evhttp_add_header(out, "Cache-Control", "no-cache");
+        evhttp_add_header(out, "X-Accel-Buffering", "no"); /* nginx: pass each event on at once */
+        evhttp_send_reply_start(h->req, 200, "OK");
+        h->started = true;
+    }
+    struct evbuffer *buf = evbuffer_new();
+    if (buf && evbuffer_add(buf, event, len) == 0)
+        evhttp_send_reply_chunk_with_cb(h->req, buf, on_written, h);
+    if (buf)
+        evbuffer_free(buf);
+    mn_free(event);
+}
+
+/* Past out_high unsent bytes the request pauses until evhttp has written them all (on_written). */
+static void watch_output(hreq *h)
+{
+    struct bufferevent *bev = h->evcon ? evhttp_connection_get_bufferevent(h->evcon) : NULL;
+    if (!bev || h->throttled || evbuffer_get_length(bufferevent_get_output(bev)) <= h->ha->cfg.out_high)
+        return;
+    h->throttled = true;
+    mn_req_event(h->r, MN_REQ_EV_THROTTLED);
+    mn_kick_kvmem(h->ha->cfg.addr);
+    mn_kick_verifier(h->ha->cfg.addr);
+}
+
+/* Stream r->text[sent, ready) and the log-probabilities that came with it. */
+static void stream_text(hreq *h, mn_req *r)
+{
+    bool first = !h->started && h->api == MN_OAI_CHAT;
+    if (r->ready <= r->sent && !first)
+        return;
+    mn_oai_result res = result_of(h);
+    res.text = r->text ? r->text + r->sent : "";
+    res.text_len = r->ready - r->sent;
+    res.first = first;
+    res.text_offset = h->text_offset;
+    mn_oai_logprob *lp = NULL;
+    if (r->lp) {
+        lp = logprobs(h->ha, r, r->lp_sent, r->n_lp);
+        res.logprobs = lp;
+        res.n_logprobs = lp ? r->n_lp - r->lp_sent : 0;
+        r->lp_sent = r->n_lp;
+    }
+    size_t len = 0;
+    char *event = mn_oai_chunk(&res, &len);
+    mn_free(lp);
+    h->text_offset += res.text_len;
+    r->sent = r->ready;
+    write_event(h, event, len);
+    if (h->r)
+        watch_output(h);
+}
+
+static mn_proto_spec spec_of(const mn_http_actor *ha, const mn_req *r)
+{
+    return (mn_proto_spec){r->spec.drafted, r->spec.accepted, r->spec.verifications, ha->cfg.n_drafters,
+                           ha->cfg.drafter_names, r->spec.voted_n};
+}
+
+static int status_of(mn_errcode code)
+{
+    return code == MN_E_BUSY ? 503 : code == MN_E_INTERNAL ? 500 : 400;
+}
+
+/* A failed request: an error status, or an error event when its stream has begun. */
+static void answer_failed(hreq *h, const mn_req *r)
+{
+    mn_oai_error e = {.status = status_of(r->err_code),
+                      .type = r->err_code == MN_E_BUSY       ? "server_busy"
+                              : r->err_code == MN_E_INTERNAL ? "server_error"
+                                                             : "invalid_request_error"};
+    snprintf(e.message, sizeof e.message, "%s", r->err_msg);
+    size_t len = 0;
+    char *body = mn_oai_error_body(&e, &len);
+    if (!h->started)
+        return send_json(h, e.status, body, len);
+    char *event = body ? mn_malloc(len + 9) : NULL;
+    if (event)
+        snprintf(event, len + 9, "data: %s\n\n", body);
+    mn_free(body);
+    write_event(h, event, len + 8);
+}
+
+/* The end of a stream: the rest of the text with finish_reason and usage, usage alone if asked,
+ * then [DONE]. */
+static void answer_stream(hreq *h, mn_req *r, const mn_proto_spec *spec)
+{
+    mn_req_seal(r);
+    stream_text(h, r);
+    mn_oai_result res = result_of(h);
+    res.text = "";
+    res.finish_reason = finish_reason(r);
+    res.usage = true;
+    res.prompt_tokens = r->n_prompt;
+    res.completion_tokens = r->n_gen;
+    res.spec = spec;
+    size_t len = 0;
+    char *event = mn_oai_chunk(&res, &len); /* before write_event reads len */
+    write_event(h, event, len);
+    if (h->include_usage) {
+        event = mn_oai_usage_chunk(&res, &len);
+        write_event(h, event, len);
+    }
+    static const char done[] = "data: [DONE]\n\n";
+    write_event(h, mn_strndup(done, sizeof done - 1), sizeof done - 1);
+}
+
+static void answer_whole(hreq *h, const mn_req *r, const mn_proto_spec *spec)
+{
+    mn_oai_result res = result_of(h);
+    res.text = r->text ? r->text : "";
+    res.text_len = r->text_len;
+    res.finish_reason = finish_reason(r);
+    res.usage = true;
+    res.prompt_tokens = r->n_prompt;
+    res.completion_tokens = r->n_gen;
+    res.spec = spec;
+    mn_oai_logprob *lp = r->lp ? logprobs(h->ha, r, 0, r->n_lp) : NULL;
+    res.logprobs = lp;
+    res.n_logprobs = lp ? r->n_lp : 0;
+    size_t len = 0;
+    char *body = mn_oai_response(&res, &len);
+    mn_free(lp);
+    send_json(h, 200, body, len);
+}
+
+/* The end of a stream: the chunked reply's end, then the hreq waits for it to be written. */
+static void end_stream(hreq *h)
+{
+    if (h->gone) {
+        evhttp_send_reply_end(h->req); /* frees the detached request */
+        return hreq_free(h);
+    }
+    h->writing = true;
+    evhttp_request_set_on_complete_cb(h->req, on_complete, h);
+    evhttp_send_reply_end(h->req); /* may complete (and free h) before it returns */
+}
+
+/* DONE: the request's answer, then it is freed. h may be gone once its reply is queued. */
+static void answer(mn_http_actor *ha, mn_req *r)
+{
+    hreq *h = r->conn;
+    h->r = NULL;
+    ha->generations--;
+    ha->outcomes[mn_req_outcome(r)]++;
+    if (r->failed)
+        ha->failed++;
+    else
+        ha->done++;
+    mn_proto_spec spec = spec_of(ha, r);
+    const mn_proto_spec *sp = ha->cfg.n_drafters ? &spec : NULL;
+    if (r->failed && !h->started) {
+        answer_failed(h, r);
+    } else if (!r->p.stream) {
+        answer_whole(h, r, sp);
+    } else {
+        if (!h->gone)
+            r->failed ? answer_failed(h, r) : answer_stream(h, r, sp);
+        end_stream(h);
+    }
+    mn_req_free(r);
+}
+
+static void generate(mn_http_actor *ha, hreq *h, mn_oai_kind api)
+{
+    struct evbuffer *in = evhttp_request_get_input_buffer(h->req);
+    size_t n = evbuffer_get_length(in);
+    const char *body = (const char *)evbuffer_pullup(in, -1);
+    mn_oai_config oc = {.max_tokens_limit = ha->cfg.max_tokens_limit, .chat = ha->cfg.chat};
+    mn_oai_request q;
+    mn_oai_error e;
+    if (mn_oai_parse(api, body ? body : "", body ? n : 0, &oc, &q, &e) != MN_OK) {
+        size_t len = 0;
+        char *out = mn_oai_error_body(&e, &len);
+        ha->rejected++;
+        return send_json(h, e.status, out, len);
+    }
+    snprintf(h->id, sizeof h->id, "%s-%llu", api == MN_OAI_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)++ha->serial);
+    h->api = api;
+    h->model = q.model[0] ? q.model : mn_strndup(ha->cfg.model_name, strlen(ha->cfg.model_name));
+    if (h->model != q.model)
+        mn_free(q.model);
+    q.model = NULL;
+    h->created = (int64_t)time(NULL);
+    h->include_usage = q.include_usage;
+    q.p.id = mn_strndup(h->id, strlen(h->id));
+    mn_req *r = q.p.id && h->model ? mn_req_new(&q.p, ha->cfg.addr->http, h) : NULL;
+    if (!r) {
+        mn_oai_request_free(&q);
+        return send_error(h, 500, "server_error", "out of memory");
+    }
+    h->r = r;
+    ha->generations++;
+    r->msg.type = MN_MSG_ADMIT;
+    mn_mailbox_post(ha->cfg.addr->intake, &r->msg);
+}
+
+/* ---- the other routes ------------------------------------------------------------------------ */
+
+static void metrics_ready(mn_http_actor *ha, mn_stats_query *q)
+{
+    hreq *h = ha->reqs;
+    while (h && h->query != q)
+        h = h->next;
+    if (!h)
+        return;
+    mn_metrics_info info = {.model = ha->cfg.model_name, .backend = ha->cfg.backend, .n_drafters = ha->cfg.n_drafters,
+                            .drafter_names = ha->cfg.drafter_names};
+    size_t len = 0;
+    char *text = mn_metrics_render(&q->stats, &info, &len);
+    if (!text)
+        return send_error(h, 500, "server_error", "out of memory");
+    send_reply(h, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
+    mn_free(text);
+}
+
+static void ask_metrics(mn_http_actor *ha, hreq *h)
+{
+    if (!(h->query = mn_malloc(sizeof *h->query)))
+        return send_error(h, 500, "server_error", "out of memory");
+    mn_stats_ask(h->query, ha->cfg.addr, ha->cfg.addr->http);
+}
+
+/* Constant time in the key's length: a wrong key must not tell how much of it was right. */
+static bool authorized(const mn_http_actor *ha, struct evhttp_request *req)
+{
+    if (!ha->cfg.api_key)
+        return true;
+    const char *got = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+    if (!got || strncmp(got, "Bearer ", 7))
+        return false;
+    got += 7;
+    size_t n = strlen(ha->cfg.api_key), m = strlen(got);
+    unsigned char diff = n != m;
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char)ha->cfg.api_key[i] ^ (unsigned char)(i < m ? got[i] : 0);
+    return diff == 0;
+}
+
+static void on_request(struct evhttp_request *req, void *arg)
+{
+    mn_http_actor *ha = arg;
+    const char *path = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
+    enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+    bool gen = path && (!strcmp(path, "/v1/completions") || !strcmp(path, "/v1/chat/completions"));
+    hreq *h = hreq_new(ha, req, gen ? H_GENERATE : path && !strcmp(path, "/metrics") ? H_METRICS : H_SIMPLE);
+    if (!h) {
+        mn_log(MN_LOG_ERROR, "http: out of memory for a request");
+        evhttp_send_error(req, 500, NULL);
+        return;
+    }
+    if (!path)
+        return send_error(h, 400, "invalid_request_error", "the request's URI has no path");
+    if (!strcmp(path, "/health")) {
+        static const char ok[] = "{\"status\":\"ok\"}", draining[] = "{\"status\":\"draining\"}";
+        return ha->draining ? send_reply(h, 503, "application/json", draining, strlen(draining))
+                            : send_reply(h, 200, "application/json", ok, strlen(ok));
+    }
+    if (!authorized(ha, req)) {
+        evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", "Bearer");
+        return send_error(h, 401, "invalid_request_error", "a valid API key is required: Authorization: Bearer KEY");
+    }
+    bool get = cmd == EVHTTP_REQ_GET || cmd == EVHTTP_REQ_HEAD;
+    if (!strcmp(path, "/metrics") || !strcmp(path, "/v1/models")) {
+        if (!get)
+            return send_error(h, 405, "invalid_request_error", "this path takes GET");
+        if (path[1] == 'm')
+            return ask_metrics(ha, h);
+        size_t len = 0;
+        char *body = mn_oai_models(ha->cfg.model_name, ha->created, &len);
+        return send_json(h, 200, body, len);
+    }
+    if (!gen)
+        return send_error(h, 404, "invalid_request_error", "no such path: try /v1/completions, "
+                                                           "/v1/chat/completions, /v1/models, /health or /metrics");
+    if (cmd != EVHTTP_REQ_POST)
+        return send_error(h, 405, "invalid_request_error", "this path takes POST");
+    if (ha->draining)
+        return send_error(h, 503, "server_busy", "the server is draining and takes no new requests");
+    generate(ha, h, path[4] == 'c' && path[5] == 'h' ? MN_OAI_CHAT : MN_OAI_COMPLETION);
+}
+
+/* ---- the actor ------------------------------------------------------------------------------- */
+
+mn_status mn_http_actor_new(struct event_base *base, const mn_http_config *cfg, mn_http_actor **out, mn_err *err)
+{
+    mn_http_actor *ha = mn_calloc(1, sizeof *ha);
+    if (!ha)
+        return mn_fail(err, MN_NOMEM, "http: out of memory");
+    ha->cfg = *cfg;
+    ha->created = (int64_t)time(NULL);
+    if (!(ha->http = evhttp_new(base))) {
+        mn_free(ha);
+        return mn_fail(err, MN_NOMEM, "http: out of memory");
+    }
+    evhttp_set_gencb(ha->http, on_request, ha);
+    evhttp_set_max_body_size(ha->http, cfg->max_body);
+    evhttp_set_max_headers_size(ha->http, 64 << 10);
+    evhttp_set_timeout(ha->http, (int)cfg->timeout_s);
+    evhttp_set_allowed_methods(ha->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST | EVHTTP_REQ_OPTIONS);
+    if (!(ha->sock = evhttp_bind_socket_with_handle(ha->http, cfg->host, (uint16_t)cfg->port))) {
+        evhttp_free(ha->http);
+        mn_free(ha);
+        return mn_fail(err, MN_IO, "http: cannot listen on %s:%d", cfg->host, cfg->port);
+    }
+    struct sockaddr_storage ss;
+    ev_socklen_t sl = sizeof ss;
+    evutil_socket_t fd = evhttp_bound_socket_get_fd(ha->sock);
+    /* Accepted sockets inherit the listener's send buffer: bounded, so that out_high, not a
+     * multi-megabyte kernel buffer, decides when a stream that is not read pauses. */
+    int sndbuf = (int)cfg->out_high;
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
+    ha->port = getsockname(fd, (struct sockaddr *)&ss, &sl) == 0
+                   ? ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                                    : ((struct sockaddr_in *)&ss)->sin_port)
+                   : cfg->port;
+    *out = ha;
+    return MN_OK;
+}
+
+void mn_http_actor_free(mn_http_actor *ha)
+{
+    if (!ha)
+        return;
+    ha->drained = true;    /* what follows is no drain */
+    evhttp_free(ha->http); /* closes the connections: their close callbacks free the hreqs */
+    while (ha->reqs)
+        hreq_free(ha->reqs);
+    mn_free(ha);
+}
+
+static void drain(mn_http_actor *ha, mn_drain *d)
+{
+    if (!ha->draining && ha->sock) {
+        evhttp_del_accept_socket(ha->http, ha->sock);
+        ha->sock = NULL;
+    }
+    ha->draining = true;
+    if (d->force)
+        for (hreq *h = ha->reqs; h; h = h->next)
+            if (h->r && !h->r->cancelled) {
+                h->r->cancelled = true;
+                mn_kick_kvmem(ha->cfg.addr);
+                mn_kick_verifier(ha->cfg.addr);
+            }
+    mn_free(d);
+    check_drained(ha);
+}
+
+static void stats(mn_http_actor *ha, mn_stats_part *q)
+{
+    mn_frontend_stats *s = &q->stats->http;
+    s->in_flight = ha->generations;
+    s->done = ha->done;
+    s->failed = ha->failed;
+    s->rejected = ha->rejected;
+    memcpy(s->outcomes, ha->outcomes, sizeof ha->outcomes);
+    s->draining = ha->draining;
+    mn_stats_reply(q);
+}
+
+void mn_http_actor_handle(void *http, mn_msg *m)
+{
+    mn_http_actor *ha = http;
+    switch ((mn_msg_type)m->type) {
+    case MN_MSG_FLUSH: {
+        mn_req *r = (mn_req *)((char *)m - offsetof(mn_req, flush));
+        r->flush_queued = false;
+        hreq *h = r->conn;
+        if (!h->gone && r->state != MN_REQ_FINISHED)
+            stream_text(h, r);
+        break;
+    }
+    case MN_MSG_DONE:
+        answer(ha, (mn_req *)m);
+        break;
+    case MN_MSG_DRAIN:
+        drain(ha, (mn_drain *)m);
+        break;
+    case MN_MSG_STATS:
+        stats(ha, (mn_stats_part *)m);
+        break;
+    case MN_MSG_STATS_BACK: {
+        mn_stats_query *q = mn_stats_back(m);
+        if (q)
+            metrics_ready(ha, q);
+        break;
+    }
+    default:
+        mn_log(MN_LOG_ERROR, "http: unexpected message %u", m->type);
+    }
+}

@@ -1,0 +1,97 @@
+/* openai.h - the OpenAI-compatible HTTP API's bodies: parse a completion or chat request, format
+ * its responses and stream chunks, its errors and the model list (docs/server.md, "HTTP").
+ *
+ * Pure functions over jansson, no I/O, like net/proto.h: the http actor (actors/http.h) owns the
+ * connections. A request's fields are checked as strictly as the JSON-lines protocol's, except
+ * that fields this server does not know are ignored, as OpenAI-compatible servers do (clients send
+ * `user`, `metadata`, ...); a known field with a value we cannot honour (n > 1, a penalty other than
+ * 0, echo, best_of > 1, tools) is a 400 that names it.
+ *
+ * Thread: any; nothing is shared.
+ */
+#ifndef MN_OPENAI_H
+#define MN_OPENAI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/chat.h"
+#include "net/proto.h"
+
+typedef enum mn_oai_kind {
+    MN_OAI_COMPLETION,   /* POST /v1/completions: prompt -> text */
+    MN_OAI_CHAT,         /* POST /v1/chat/completions: messages -> message */
+} mn_oai_kind;
+
+typedef struct mn_oai_config {
+    uint32_t max_tokens_limit;   /* largest max_tokens (the default is 16, OpenAI's, or less) */
+    mn_chat_format chat;         /* how messages become a prompt */
+} mn_oai_config;
+
+/* A parsed request. p.id is left NULL (the http actor names it). */
+typedef struct mn_oai_request {
+    mn_oai_kind kind;
+    mn_req_params p;             /* owned; chat: the rendered prompt, parse_special set */
+    char *model;                 /* owned: the name the client asked for, echoed back */
+    bool include_usage;          /* stream_options.include_usage: a last chunk with usage and no choice */
+} mn_oai_request;
+
+void mn_oai_request_free(mn_oai_request *q);
+
+/* An error as OpenAI shapes it: HTTP status, type ("invalid_request_error", ...), the field at
+ * fault (or ""), and a message. */
+typedef struct mn_oai_error {
+    int status;
+    const char *type;
+    char param[64];
+    char message[240];
+} mn_oai_error;
+
+/* Parse a request body. MN_INVALID with *err filled (status 400) when it is refused. */
+mn_status mn_oai_parse(mn_oai_kind kind, const char *body, size_t len, const mn_oai_config *cfg, mn_oai_request *out,
+                       mn_oai_error *err);
+
+/* One generated token's log-probabilities, for the logprobs fields. */
+typedef struct mn_oai_logprob {
+    const char *text;            /* the token's bytes (not NUL-terminated) */
+    size_t len;
+    float logprob;
+    uint32_t n_top;
+    struct {
+        const char *text;
+        size_t len;
+        float logprob;
+    } top[MN_PROTO_MAX_TOP_LOGPROBS];
+} mn_oai_logprob;
+
+/* What a response (or a stream chunk) says; every pointer is borrowed. */
+typedef struct mn_oai_result {
+    mn_oai_kind kind;
+    const char *id;              /* "cmpl-..." or "chatcmpl-..." */
+    const char *model;
+    int64_t created;             /* unix seconds */
+    const char *text;            /* the whole text (response) or the new piece (chunk) */
+    size_t text_len;
+    const char *finish_reason;   /* NULL in a chunk that does not end the choice */
+    const mn_oai_logprob *logprobs; /* NULL: "logprobs": null */
+    size_t n_logprobs;
+    size_t text_offset;          /* completions' logprobs.text_offset: bytes before this text */
+    bool first;                  /* chat stream: the chunk that opens the message (role) */
+    bool usage;                  /* carry usage (a response, or the chunk that ends the stream) */
+    uint32_t prompt_tokens, completion_tokens;
+    const mn_proto_spec *spec;   /* NULL: no "minions" extension */
+} mn_oai_result;
+
+/* A whole response body (JSON, no newline). NULL only on OOM. *len gets the length. */
+char *mn_oai_response(const mn_oai_result *res, size_t *len);
+/* One server-sent event: "data: {chunk}\n\n". NULL only on OOM. */
+char *mn_oai_chunk(const mn_oai_result *res, size_t *len);
+/* A last chunk with usage and no choice (stream_options.include_usage). */
+char *mn_oai_usage_chunk(const mn_oai_result *res, size_t *len);
+/* {"error": {"message", "type", "param", "code"}}. NULL only on OOM. */
+char *mn_oai_error_body(const mn_oai_error *err, size_t *len);
+/* The model list: one model, `name`. */
+char *mn_oai_models(const char *name, int64_t created, size_t *len);
+
+#endif

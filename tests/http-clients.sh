@@ -1,0 +1,59 @@
+#!/bin/sh
+# http-clients.sh - real HTTP clients against minionsd --http: curl (whole, streamed, the API key,
+# errors) and the official openai package and prometheus_client's parser (tests/http_clients.py,
+# in the project's .venv). Prints "http-clients: N passed, N failed"; exits non-zero on any failure.
+set -u
+bin=${MINIONS_BIN_DIR:-.}
+src=${MINIONS_SRCDIR:-.}
+py=$src/.venv/bin/python
+tmp=$(mktemp -d)
+pid=
+trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+check() { # description, then a command whose success means pass
+  desc=$1
+  shift
+  if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: $desc"; fi
+}
+
+echo "k-$$-test" >"$tmp/key"
+"$bin/minionsd" --model "$src/models/target.gguf" --port -1 --admin none --threads 2 --draft ngram \
+  --http 127.0.0.1:0 --api-key-file "$tmp/key" >"$tmp/out" 2>"$tmp/log" &
+pid=$!
+for _ in $(seq 100); do grep -q listening "$tmp/out" 2>/dev/null && break; sleep 0.1; done
+port=$(sed -n 's/.* http 127.0.0.1:\([0-9]*\).*/\1/p' "$tmp/out")
+check "minionsd prints its HTTP port" test -n "$port"
+url=http://127.0.0.1:$port
+auth="Authorization: Bearer $(cat "$tmp/key")"
+
+c() { curl -s --max-time 60 -H "$auth" "$@"; }
+c -o "$tmp/whole" -w '%{http_code}' "$url/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"model":"x","prompt":"And God said","max_tokens":16,"temperature":0}' >"$tmp/code"
+check "curl: a completion is 200" grep -qx 200 "$tmp/code"
+check "curl: ... with text and usage" grep -q '"completion_tokens":16' "$tmp/whole"
+c -N "$url/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"messages":[{"role":"user","content":"Hello"}],"max_tokens":8,"stream":true}' >"$tmp/sse"
+check "curl: a chat stream is server-sent events ending in [DONE]" sh -c "tail -n 2 '$tmp/sse' | grep -qx 'data: \[DONE\]'"
+check "curl: ... whose first chunk opens the assistant's message" sh -c "head -n 1 '$tmp/sse' | grep -q '\"role\":\"assistant\"'"
+curl -s -o /dev/null -w '%{http_code}' "$url/v1/models" >"$tmp/code"
+check "curl: no key, 401" grep -qx 401 "$tmp/code"
+curl -s -o /dev/null -w '%{http_code}' "$url/health" >"$tmp/code"
+check "curl: /health needs no key" grep -qx 200 "$tmp/code"
+c -o "$tmp/err" -w '%{http_code}' "$url/v1/completions" -d '{"prompt":"x","max_tokens":-1}' >"$tmp/code"
+check "curl: a bad field is 400" grep -qx 400 "$tmp/code"
+check "curl: ... in OpenAI's error shape" grep -q '"param":"max_tokens"' "$tmp/err"
+
+if "$py" "$src/tests/http_clients.py" "$url" "$(cat "$tmp/key")" >"$tmp/py" 2>&1; then :; fi
+cat "$tmp/py"
+p=$(sed -n 's/^python: \([0-9]*\) passed, \([0-9]*\) failed$/\1/p' "$tmp/py")
+f=$(sed -n 's/^python: \([0-9]*\) passed, \([0-9]*\) failed$/\2/p' "$tmp/py")
+passed=$((passed + ${p:-0}))
+failed=$((failed + ${f:-1}))
+
+kill -TERM $pid
+wait $pid
+check "minionsd exits 0 after SIGTERM" test $? -eq 0
+pid=
+echo "http-clients: $passed passed, $failed failed"
+test "$failed" -eq 0

@@ -1,0 +1,567 @@
+/* test_http.c - minionsd's OpenAI-compatible HTTP API and /metrics, end to end over real sockets:
+ * greedy text equal to minions-generate's (whole and streamed, plain and speculative), OpenAI's
+ * error shapes, the API key, log-probabilities, a dropped stream freeing its KV, a stream that is
+ * not read pausing, a drain, the metrics. (tests/http-clients.sh runs curl, the openai package and
+ * prometheus_client against it.) */
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "serverutil.h"
+
+static const char *const HTTP[] = {"--http", "127.0.0.1:0", NULL};
+
+typedef struct hresp {
+    int status;
+    char *head;   /* status line and headers */
+    char *body;   /* de-chunked */
+    size_t len;
+} hresp;
+
+static void hresp_free(hresp *r)
+{
+    free(r->head);
+    free(r->body);
+}
+
+static int http_connect(int port, int rcvbuf)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert(fd >= 0);
+    if (rcvbuf)
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static void http_send(int fd, const char *method, const char *path, const char *headers, const char *body,
+                      int keep_alive)
+{
+    char head[2048];
+    int n = snprintf(head, sizeof head,
+                     "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n%s%sContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\n\r\n",
+                     method, path, keep_alive ? "" : "Connection: close\r\n", headers ? headers : "",
+                     body ? strlen(body) : 0);
+    cr_assert_eq(write(fd, head, (size_t)n), n);
+    if (body)
+        cr_assert_eq(write(fd, body, strlen(body)), (ssize_t)strlen(body));
+}
+
+/* Everything until the server closes, split into head and (de-chunked) body. */
+static hresp http_read_all(int fd)
+{
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    for (ssize_t n; (n = read(fd, buf + len, cap - len - 1)) > 0;) {
+        len += (size_t)n;
+        if (len + 1 == cap)
+            buf = realloc(buf, cap *= 2);
+    }
+    buf[len] = 0;
+    close(fd);
+    hresp r = {0};
+    char *end = strstr(buf, "\r\n\r\n");
+    cr_assert(end, "no HTTP head in: %s", buf);
+    *end = 0;
+    r.head = strdup(buf);
+    sscanf(buf, "HTTP/1.%*d %d", &r.status);
+    const char *in = end + 4;
+    size_t in_len = len - (size_t)(in - buf);
+    r.body = malloc(in_len + 1);
+    if (strcasestr(r.head, "Transfer-Encoding: chunked")) {
+        while (1) {
+            char *next;
+            unsigned long k = strtoul(in, &next, 16);
+            if (k == 0 || next == in)
+                break;
+            in = strstr(next, "\r\n") + 2;
+            memcpy(r.body + r.len, in, k);
+            r.len += k;
+            in += k + 2;
+        }
+    } else {
+        memcpy(r.body, in, in_len);
+        r.len = in_len;
+    }
+    r.body[r.len] = 0;
+    free(buf);
+    return r;
+}
+
+static hresp http_call(int port, const char *method, const char *path, const char *headers, const char *body)
+{
+    int fd = http_connect(port, 0);
+    cr_assert(fd >= 0, "cannot connect to the HTTP port %d", port);
+    http_send(fd, method, path, headers, body, 0);
+    return http_read_all(fd);
+}
+
+static json_t *json_of(const hresp *r)
+{
+    json_error_t e;
+    json_t *o = json_loadb(r->body, r->len, 0, &e);
+    cr_assert(o, "not JSON (%s): %s", e.text, r->body);
+    return o;
+}
+
+static const char *str_at(json_t *o, const char *path)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", path);
+    json_t *v = o;
+    for (char *tok = strtok(buf, "."); tok && v; tok = strtok(NULL, "."))
+        v = json_is_array(v) ? json_array_get(v, (size_t)atoi(tok)) : json_object_get(v, tok);
+    return json_string_value(v);
+}
+
+static json_int_t int_at(json_t *o, const char *path)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", path);
+    json_t *v = o;
+    for (char *tok = strtok(buf, "."); tok && v; tok = strtok(NULL, "."))
+        v = json_is_array(v) ? json_array_get(v, (size_t)atoi(tok)) : json_object_get(v, tok);
+    cr_assert(json_is_integer(v), "no integer at %s", path);
+    return json_integer_value(v);
+}
+
+/* The events of a server-sent stream: each "data: X" payload in order ("[DONE]" included). */
+static json_t *events_of(const char *body)
+{
+    json_t *a = json_array();
+    for (const char *p = body; (p = strstr(p, "data: "));) {
+        const char *end = strstr(p, "\n\n");
+        cr_assert(end, "an event without its blank line: %s", p);
+        json_array_append_new(a, json_stringn(p + 6, (size_t)(end - p - 6)));
+        p = end + 2;
+    }
+    return a;
+}
+
+/* The text of a completion stream (chunks' choices[0].text or .delta.content), checking its shape:
+ * one finish_reason, on the chunk with usage, then [DONE]. */
+static char *stream_text(const hresp *r, int chat, json_t **last_chunk)
+{
+    cr_assert_eq(r->status, 200);
+    cr_assert(strcasestr(r->head, "Content-Type: text/event-stream"), "%s", r->head);
+    json_t *ev = events_of(r->body);
+    size_t n = json_array_size(ev);
+    cr_assert_geq(n, 2);
+    cr_assert_str_eq(json_string_value(json_array_get(ev, n - 1)), "[DONE]");
+    char *text = calloc(1, r->len + 1);
+    for (size_t i = 0; i + 1 < n; i++) {
+        json_t *c = json_loads(json_string_value(json_array_get(ev, i)), 0, NULL);
+        cr_assert(c, "a chunk is not JSON: %s", json_string_value(json_array_get(ev, i)));
+        cr_assert_str_eq(str_at(c, "object"), chat ? "chat.completion.chunk" : "text_completion");
+        const char *piece = str_at(c, chat ? "choices.0.delta.content" : "choices.0.text");
+        if (piece)
+            strcat(text, piece);
+        json_t *finish = json_object_get(json_array_get(json_object_get(c, "choices"), 0), "finish_reason");
+        cr_assert_eq(!json_is_null(finish), i + 2 == n, "finish_reason only on the last chunk (%zu of %zu)", i, n);
+        cr_assert_eq(json_object_get(c, "usage") != NULL, i + 2 == n, "usage only on the last chunk");
+        if (chat && i == 0)
+            cr_assert_str_eq(str_at(c, "choices.0.delta.role"), "assistant");
+        if (i + 2 == n && last_chunk)
+            *last_chunk = json_incref(c);
+        json_decref(c);
+    }
+    json_decref(ev);
+    return text;
+}
+
+static char *completion_body(const char *prompt, int max_tokens, int stream, const char *more)
+{
+    json_t *o = json_pack("{s:s, s:s, s:i, s:i, s:b}", "model", "anything", "prompt", prompt, "max_tokens", max_tokens,
+                          "temperature", 0, "stream", stream);
+    if (more) {
+        json_t *m = json_loads(more, 0, NULL);
+        cr_assert(m);
+        json_object_update(o, m);
+        json_decref(m);
+    }
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
+}
+
+static void check_completions_equal_generate(server *s, const char *prompt, int n)
+{
+    char *want = generate(prompt, n);
+    char *body = completion_body(prompt, n, 0, NULL);
+    hresp r = http_call(s->http_port, "POST", "/v1/completions", NULL, body);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    json_t *o = json_of(&r);
+    cr_assert_str_eq(str_at(o, "object"), "text_completion");
+    cr_assert_str_eq(str_at(o, "model"), "anything");
+    cr_assert_str_eq(str_at(o, "choices.0.text"), want, "prompt %s", prompt);
+    cr_assert_str_eq(str_at(o, "choices.0.finish_reason"), "length");
+    cr_assert_eq(int_at(o, "usage.completion_tokens"), n);
+    cr_assert_eq(int_at(o, "usage.total_tokens"), int_at(o, "usage.prompt_tokens") + n);
+    json_decref(o);
+    hresp_free(&r);
+    free(body);
+    body = completion_body(prompt, n, 1, NULL);
+    r = http_call(s->http_port, "POST", "/v1/completions", NULL, body);
+    json_t *last = NULL;
+    char *text = stream_text(&r, 0, &last);
+    cr_assert_str_eq(text, want, "streamed");
+    cr_assert_eq(int_at(last, "usage.completion_tokens"), n);
+    json_decref(last);
+    free(text);
+    hresp_free(&r);
+    free(body);
+    free(want);
+}
+
+Test(http, completions_equal_plain_decoding_whole_and_streamed, .timeout = 300)
+{
+    server s;
+    server_start(&s, HTTP);
+    cr_assert_gt(s.http_port, 0);
+    check_completions_equal_generate(&s, "In the beginning", 24);
+    check_completions_equal_generate(&s, "DEVIL, n.", 16);
+    /* a chat on a model without a chat template: the documented plain format, streamed the same */
+    const char *chat = "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},"
+                       "{\"role\":\"user\",\"content\":\"Who made the heaven?\"}],\"max_tokens\":12,\"temperature\":0";
+    char body[512];
+    snprintf(body, sizeof body, "%s}", chat);
+    hresp r = http_call(s.http_port, "POST", "/v1/chat/completions", NULL, body);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    json_t *o = json_of(&r);
+    cr_assert_str_eq(str_at(o, "object"), "chat.completion");
+    cr_assert_str_eq(str_at(o, "choices.0.message.role"), "assistant");
+    const char *whole = str_at(o, "choices.0.message.content");
+    cr_assert(whole);
+    snprintf(body, sizeof body, "%s,\"stream\":true}", chat);
+    hresp rs = http_call(s.http_port, "POST", "/v1/chat/completions", NULL, body);
+    char *text = stream_text(&rs, 1, NULL);
+    cr_assert_str_eq(text, whole, "a streamed chat says what the whole one said");
+    free(text);
+    json_decref(o);
+    hresp_free(&r);
+    hresp_free(&rs);
+    /* the model list and the health check */
+    r = http_call(s.http_port, "GET", "/v1/models", NULL, NULL);
+    o = json_of(&r);
+    cr_assert_str_eq(str_at(o, "data.0.id"), "target");
+    json_decref(o);
+    hresp_free(&r);
+    r = http_call(s.http_port, "GET", "/health", NULL, NULL);
+    cr_assert_eq(r.status, 200);
+    hresp_free(&r);
+    server_stop(&s);
+}
+
+Test(http, speculative_text_equals_plain, .timeout = 300)
+{
+    static const char *const args[] = {"--http", "127.0.0.1:0", "--draft", "ngram", NULL};
+    server s;
+    server_start(&s, args);
+    check_completions_equal_generate(&s, "And God said, Let there be light", 40);
+    char *body = completion_body("And God said, Let there be light", 40, 0, NULL);
+    hresp r = http_call(s.http_port, "POST", "/v1/completions", NULL, body);
+    json_t *o = json_of(&r);
+    cr_assert_gt(int_at(o, "minions.spec.verifications"), 0, "%s", r.body);
+    json_decref(o);
+    hresp_free(&r);
+    free(body);
+    server_stop(&s);
+}
+
+static void expect_status(server *s, const char *method, const char *path, const char *headers, const char *body,
+                          int status, const char *param)
+{
+    hresp r = http_call(s->http_port, method, path, headers, body);
+    cr_assert_eq(r.status, status, "%s %s %s: got %d %s", method, path, body ? body : "", r.status, r.body);
+    if (status != 413) { /* evhttp answers an oversized body itself */
+        json_t *o = json_of(&r);
+        cr_assert(str_at(o, "error.message"), "OpenAI's error shape: %s", r.body);
+        cr_assert(str_at(o, "error.type"), "OpenAI's error shape: %s", r.body);
+        if (param)
+            cr_assert_str_eq(str_at(o, "error.param"), param, "%s", r.body);
+        json_decref(o);
+    }
+    hresp_free(&r);
+}
+
+Test(http, bad_requests_get_openai_errors_and_nothing_leaks, .timeout = 120)
+{
+    static const char *const args[] = {"--http", "127.0.0.1:0", "--max-line", "4096", NULL};
+    server s;
+    server_start(&s, args);
+    const char *C = "/v1/completions", *CH = "/v1/chat/completions";
+    expect_status(&s, "POST", C, NULL, "{not json", 400, NULL);
+    expect_status(&s, "POST", C, NULL, "[1,2]", 400, NULL);
+    expect_status(&s, "POST", C, NULL, "{}", 400, "prompt");
+    expect_status(&s, "POST", C, NULL, "{\"prompt\":\"\"}", 400, "prompt");
+    expect_status(&s, "POST", C, NULL, "{\"prompt\":\"x\",\"max_tokens\":\"9\"}", 400, "max_tokens");
+    expect_status(&s, "POST", C, NULL, "{\"prompt\":\"x\",\"max_tokens\":0}", 400, "max_tokens");
+    expect_status(&s, "POST", C, NULL, "{\"prompt\":\"x\",\"temperature\":3}", 400, "temperature");
+    expect_status(&s, "POST", C, NULL, "{\"prompt\":\"x\",\"n\":2}", 400, "n");
+    expect_status(&s, "POST", C, NULL, "{\"prompt\":\"x\",\"presence_penalty\":0.5}", 400, "presence_penalty");
+    expect_status(&s, "POST", C, NULL, "{\"prompt\":\"x\",\"logprobs\":6}", 400, "logprobs");
+    expect_status(&s, "POST", C, NULL, "{\"prompt\":\"x\",\"stop\":[1]}", 400, "stop");
+    expect_status(&s, "POST", C, NULL, "{\"prompt\":\"x\",\"stream\":\"yes\"}", 400, "stream");
+    expect_status(&s, "POST", CH, NULL, "{\"messages\":[]}", 400, "messages");
+    expect_status(&s, "POST", CH, NULL, "{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", 400, "messages");
+    expect_status(&s, "POST", CH, NULL, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}",
+                  400, "top_logprobs");
+    expect_status(&s, "GET", C, NULL, NULL, 405, NULL);
+    expect_status(&s, "POST", "/v1/models", NULL, "{}", 405, NULL);
+    expect_status(&s, "GET", "/v2/nothing", NULL, NULL, 404, NULL);
+    char big[6000];
+    memset(big, 'a', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    expect_status(&s, "POST", C, NULL, big, 413, NULL);
+    /* neutral values of the fields clients send are accepted, unknown fields ignored */
+    hresp r = http_call(s.http_port, "POST", C, NULL,
+                        "{\"prompt\":\"In\",\"max_tokens\":2,\"n\":1,\"presence_penalty\":0,\"frequency_penalty\":0,"
+                        "\"logprobs\":null,\"user\":\"u\",\"echo\":false,\"best_of\":1,\"seed\":-3,"
+                        "\"stop\":\"\\n\\n\",\"metadata\":{\"a\":1}}");
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    hresp_free(&r);
+    /* a prompt longer than the context fails after admission: 400 still */
+    char *long_prompt = malloc(3800);
+    for (int i = 0; i < 3799; i++)
+        long_prompt[i] = i % 2 ? ' ' : 'a';
+    long_prompt[3799] = 0;
+    char *body = completion_body(long_prompt, 4000, 0, NULL);
+    hresp rl = http_call(s.http_port, "POST", C, NULL, body);
+    cr_assert_eq(rl.status, 400, "%s", rl.body);
+    hresp_free(&rl);
+    free(body);
+    free(long_prompt);
+    wait_idle(&s);
+    server_stop(&s);
+}
+
+Test(http, an_api_key_is_required_when_set, .timeout = 120)
+{
+    static const char *const args[] = {"--http", "127.0.0.1:0", "--api-key", "s3cret", NULL};
+    server s;
+    server_start(&s, args);
+    const char *body = "{\"prompt\":\"In\",\"max_tokens\":2}";
+    expect_status(&s, "POST", "/v1/completions", NULL, body, 401, NULL);
+    expect_status(&s, "POST", "/v1/completions", "Authorization: Bearer s3cre\r\n", body, 401, NULL);
+    expect_status(&s, "GET", "/metrics", "Authorization: Bearer s3cret0\r\n", NULL, 401, NULL);
+    hresp r = http_call(s.http_port, "POST", "/v1/completions", "Authorization: Bearer s3cret\r\n", body);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    hresp_free(&r);
+    r = http_call(s.http_port, "GET", "/health", NULL, NULL);
+    cr_assert_eq(r.status, 200, "the health check needs no key");
+    hresp_free(&r);
+    server_stop(&s);
+}
+
+Test(http, logprobs_are_the_models_own, .timeout = 120)
+{
+    server s;
+    server_start(&s, HTTP);
+    char *body = completion_body("In the beginning", 12, 0, "{\"logprobs\":3}");
+    hresp r = http_call(s.http_port, "POST", "/v1/completions", NULL, body);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    json_t *o = json_of(&r);
+    json_t *lp = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "logprobs");
+    json_t *tokens = json_object_get(lp, "tokens"), *lps = json_object_get(lp, "token_logprobs"),
+           *tops = json_object_get(lp, "top_logprobs"), *offs = json_object_get(lp, "text_offset");
+    cr_assert_eq(json_array_size(tokens), 12, "%s", r.body);
+    char joined[1024] = "";
+    for (size_t i = 0; i < 12; i++) {
+        strcat(joined, json_string_value(json_array_get(tokens, i)));
+        double mine = json_real_value(json_array_get(lps, i));
+        json_t *top = json_array_get(tops, i);
+        cr_assert_eq(json_object_size(top), 3);
+        double best = -INFINITY;
+        const char *k;
+        json_t *v;
+        json_object_foreach(top, k, v) {
+            cr_assert_leq(json_real_value(v), 0.0);
+            best = fmax(best, json_real_value(v));
+        }
+        cr_assert_float_eq(mine, best, 1e-5, "greedy takes the most likely token (%zu)", i);
+        cr_assert_eq(json_integer_value(json_array_get(offs, i)), (json_int_t)(strlen(joined) -
+                                                                               strlen(json_string_value(json_array_get(tokens, i)))));
+    }
+    cr_assert_str_eq(joined, str_at(o, "choices.0.text"), "the tokens spell the text");
+    json_decref(o);
+    hresp_free(&r);
+    free(body);
+    const char *chat = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":5,\"temperature\":0,"
+                       "\"logprobs\":true,\"top_logprobs\":2}";
+    r = http_call(s.http_port, "POST", "/v1/chat/completions", NULL, chat);
+    o = json_of(&r);
+    json_t *content = json_object_get(json_object_get(json_array_get(json_object_get(o, "choices"), 0), "logprobs"),
+                                      "content");
+    cr_assert_eq((json_int_t)json_array_size(content), int_at(o, "usage.completion_tokens"), "%s", r.body);
+    cr_assert_eq(json_array_size(json_object_get(json_array_get(content, 0), "top_logprobs")), 2);
+    cr_assert(json_is_array(json_object_get(json_array_get(content, 0), "bytes")));
+    json_decref(o);
+    hresp_free(&r);
+    server_stop(&s);
+}
+
+/* One line of /metrics: the value of `series` (name and labels exactly), or -1. */
+static double metric(server *s, const char *series)
+{
+    hresp r = http_call(s->http_port, "GET", "/metrics", NULL, NULL);
+    cr_assert_eq(r.status, 200);
+    cr_assert(strcasestr(r.head, "Content-Type: text/plain; version=0.0.4"), "%s", r.head);
+    double v = -1;
+    size_t n = strlen(series);
+    for (char *line = strtok(r.body, "\n"); line; line = strtok(NULL, "\n"))
+        if (!strncmp(line, series, n) && line[n] == ' ')
+            v = atof(line + n + 1);
+    hresp_free(&r);
+    return v;
+}
+
+Test(http, a_dropped_stream_is_cancelled_and_frees_its_kv, .timeout = 120)
+{
+    server s;
+    server_start(&s, HTTP);
+    int fd = http_connect(s.http_port, 0);
+    char *body = completion_body("In the beginning", 400, 1, NULL);
+    http_send(fd, "POST", "/v1/completions", NULL, body, 0);
+    char buf[4096];
+    ssize_t got = read(fd, buf, sizeof buf); /* the stream has begun */
+    cr_assert_gt(got, 0);
+    struct linger hard = {1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &hard, sizeof hard);
+    close(fd); /* a reset */
+    wait_idle(&s);
+    cr_assert_eq(metric(&s, "minions_requests_total{frontend=\"http\",outcome=\"cancelled\"}"), 1);
+    cr_assert_eq(metric(&s, "minions_requests_in_flight{frontend=\"http\"}"), 0);
+    free(body);
+    server_stop(&s);
+}
+
+Test(http, a_stream_that_is_not_read_pauses_then_completes, .timeout = 300)
+{
+    static const char *const args[] = {"--http", "127.0.0.1:0", "--output-buffer", "4", NULL};
+    server s;
+    server_start(&s, args);
+    int fd = http_connect(s.http_port, 4096);
+    char *body = completion_body("And God said", 300, 1, NULL);
+    http_send(fd, "POST", "/v1/completions", NULL, body, 0);
+    json_int_t paused = 0;
+    for (int i = 0; i < 400 && !paused; i++, usleep(50000)) {
+        json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
+        paused = stat_of(st, "requests", "paused");
+        json_decref(st);
+    }
+    cr_assert_eq(paused, 1, "a stream nobody reads pauses");
+    hresp r = http_read_all(fd);
+    char *text = stream_text(&r, 0, NULL);
+    char *want = generate("And God said", 300);
+    cr_assert_str_eq(text, want, "paused and resumed, the text is plain decoding's");
+    free(want);
+    free(text);
+    hresp_free(&r);
+    free(body);
+    server_stop(&s);
+}
+
+Test(http, metrics_count_what_happened, .timeout = 120)
+{
+    static const char *const args[] = {"--http", "127.0.0.1:0", "--draft", "ngram", NULL};
+    server s;
+    server_start(&s, args);
+    for (int i = 0; i < 2; i++) {
+        char *body = completion_body("And God said, Let there be light", 20, i, NULL);
+        hresp r = http_call(s.http_port, "POST", "/v1/completions", NULL, body);
+        cr_assert_eq(r.status, 200);
+        hresp_free(&r);
+        free(body);
+    }
+    expect_status(&s, "POST", "/v1/completions", NULL, "{}", 400, "prompt");
+    cr_assert_eq(metric(&s, "minions_requests_total{frontend=\"http\",outcome=\"length\"}"), 2);
+    cr_assert_eq(metric(&s, "minions_requests_total{frontend=\"http\",outcome=\"rejected\"}"), 1);
+    cr_assert_eq(metric(&s, "minions_generation_tokens_total"), 40);
+    cr_assert_eq(metric(&s, "minions_time_to_first_token_seconds_count"), 2);
+    cr_assert_eq(metric(&s, "minions_e2e_request_latency_seconds_bucket{le=\"+Inf\"}"), 2);
+    cr_assert_gt(metric(&s, "minions_spec_decode_num_drafts_total"), 0);
+    cr_assert_geq(metric(&s, "minions_drafter_votes_won_total{drafter=\"ngram\"}"), 0);
+    cr_assert_eq(metric(&s, "minions_kv_blocks_used"), 0);
+    double accepted = metric(&s, "minions_spec_decode_num_accepted_tokens_total");
+    cr_assert_eq(metric(&s, "minions_spec_decode_num_accepted_tokens_per_pos_total{position=\"0\"}") > 0, accepted > 0);
+    server_stop(&s);
+}
+
+Test(http, a_drain_finishes_streams_and_refuses_new_work, .timeout = 300)
+{
+    server s;
+    server_start(&s, HTTP);
+    int stream = http_connect(s.http_port, 0), idle = http_connect(s.http_port, 0);
+    char *body = completion_body("In the beginning", 200, 1, NULL);
+    http_send(stream, "POST", "/v1/completions", NULL, body, 0);
+    char first[64];
+    cr_assert_gt(read(stream, first, sizeof first), 0, "the stream has begun");
+    http_send(idle, "GET", "/health", NULL, NULL, 1); /* a keep-alive connection, idle after this */
+    char buf[512];
+    cr_assert_gt(read(idle, buf, sizeof buf), 0);
+    kill(s.pid, SIGTERM);
+    int refused = 0;
+    for (int i = 0; i < 100 && !refused; i++, usleep(20000)) {
+        int fd = http_connect(s.http_port, 0);
+        refused = fd < 0;
+        if (fd >= 0)
+            close(fd);
+    }
+    cr_assert(refused, "new connections are refused once the drain has begun");
+    http_send(idle, "GET", "/health", NULL, NULL, 1);
+    hresp h = http_read_all(idle);
+    cr_assert_eq(h.status, 503, "a request on an open connection during the drain: %s", h.head);
+    cr_assert(strcasestr(h.head, "Connection: close"));
+    hresp_free(&h);
+    size_t cap = 1 << 20, len = 0;
+    char *rest = malloc(cap);
+    for (ssize_t n; (n = read(stream, rest + len, cap - len - 1)) > 0;)
+        len += (size_t)n;
+    rest[len] = 0;
+    close(stream);
+    cr_assert(strstr(rest, "data: [DONE]\n\n"), "the stream in flight ran to its end");
+    free(rest);
+    free(body);
+    cr_assert_eq(server_wait(&s, 60), 0, "minionsd exits 0 after the drain");
+}
+
+/* SmolLM2's chat template is ChatML: its markers must reach the model as its control tokens, or it
+ * would not answer (and would not stop at <|im_end|>, its end-of-text token). */
+Test(http, a_chatml_model_answers_a_chat_and_stops, .timeout = 300)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", env_or("MINIONS_MODELS_DIR", "models/cache"));
+    if (access(path, R_OK) != 0)
+        cr_skip_test("no %s (tools/fetch-smollm2.sh)", path);
+    const char *const args[] = {"--http", "127.0.0.1:0", "--model", path, "--log-level", "info", NULL};
+    server s;
+    server_start(&s, args);
+    hresp r = http_call(s.http_port, "POST", "/v1/chat/completions", NULL,
+                        "{\"messages\":[{\"role\":\"user\",\"content\":\"What is the capital of France?\"}],"
+                        "\"max_tokens\":40,\"temperature\":0}");
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    json_t *o = json_of(&r);
+    cr_assert(strstr(str_at(o, "choices.0.message.content"), "Paris"), "%s", r.body);
+    cr_assert_str_eq(str_at(o, "choices.0.finish_reason"), "stop", "the model ended its turn: %s", r.body);
+    cr_assert_lt(int_at(o, "usage.prompt_tokens"), 24, "the markers are single tokens: %s", r.body);
+    json_decref(o);
+    hresp_free(&r);
+    server_stop(&s);
+    char log[128];
+    snprintf(log, sizeof log, "cat %s/log | grep -q 'chat format chatml'", s.dir);
+    cr_assert_eq(system(log), 0, "the template was recognised as ChatML");
+}

@@ -1,0 +1,293 @@
+/* test_openai.c - the HTTP API's pure parts: chat formats (model/chat.h) and special-token
+ * encoding, the OpenAI bodies (net/openai.h), the Prometheus text (net/metrics.h), the
+ * log-probabilities (model/sampler.h) and the latency histogram (util/hist.h). */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <math.h>
+#include <string.h>
+
+#include "model/chat.h"
+#include "model/sampler.h"
+#include "net/metrics.h"
+#include "net/openai.h"
+#include "testutil.h"
+#include "util/alloc.h"
+#include "util/hist.h"
+
+/* SmolLM2-135M-Instruct's tokenizer.chat_template, as its GGUF file has it. */
+static const char SMOLLM2_TEMPLATE[] =
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
+    "You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}"
+    "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+Test(chat, formats_are_recognised_by_their_markers)
+{
+    cr_assert_eq(mn_chat_detect(SMOLLM2_TEMPLATE, strlen(SMOLLM2_TEMPLATE)), MN_CHAT_CHATML);
+    const char *l3 = "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' }}";
+    cr_assert_eq(mn_chat_detect(l3, strlen(l3)), MN_CHAT_LLAMA3);
+    const char *gemma = "{{ '<start_of_turn>' + role + '\n' }}";
+    cr_assert_eq(mn_chat_detect(gemma, strlen(gemma)), MN_CHAT_GEMMA);
+    const char *zephyr = "{{ '<|user|>\n' + message['content'] + eos_token }}";
+    cr_assert_eq(mn_chat_detect(zephyr, strlen(zephyr)), MN_CHAT_ZEPHYR);
+    cr_assert_eq(mn_chat_detect("{{ messages }}", 14), MN_CHAT_PLAIN);
+    cr_assert_eq(mn_chat_detect(NULL, 0), MN_CHAT_PLAIN);
+    /* a marker past the given length does not count */
+    cr_assert_eq(mn_chat_detect(SMOLLM2_TEMPLATE, 40), MN_CHAT_PLAIN);
+    mn_model *m;
+    mn_err err;
+    cr_assert_eq(mn_model_load(source_file("models/target.gguf"), &m, &err), MN_OK, "%s", err.msg);
+    cr_assert_eq(mn_chat_format_of(m->gguf), MN_CHAT_PLAIN, "the bundled target has no template");
+    mn_model_free(m);
+}
+
+static char *render(mn_chat_format f, const mn_chat_msg *msgs, size_t n)
+{
+    char *out;
+    size_t len;
+    mn_err err;
+    cr_assert_eq(mn_chat_render(f, msgs, n, &out, &len, &err), MN_OK, "%s", err.msg);
+    cr_assert_eq(len, strlen(out));
+    return out;
+}
+
+Test(chat, each_format_renders_exactly)
+{
+    const mn_chat_msg msgs[] = {{"system", "Be brief.", 9}, {"user", "Hi", 2}, {"assistant", "Hello.", 6},
+                                {"user", "Why?", 4}};
+    static const struct {
+        mn_chat_format f;
+        const char *want;
+    } cases[] = {
+        {MN_CHAT_CHATML, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                         "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nWhy?<|im_end|>\n"
+                         "<|im_start|>assistant\n"},
+        {MN_CHAT_LLAMA3, "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+                         "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                         "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>"
+                         "<|start_header_id|>user<|end_header_id|>\n\nWhy?<|eot_id|>"
+                         "<|start_header_id|>assistant<|end_header_id|>\n\n"},
+        {MN_CHAT_GEMMA, "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello.<end_of_turn>\n"
+                        "<start_of_turn>user\nWhy?<end_of_turn>\n<start_of_turn>model\n"},
+        {MN_CHAT_ZEPHYR, "<|system|>\nBe brief.<|endoftext|>\n<|user|>\nHi<|endoftext|>\n<|assistant|>\nHello."
+                         "<|endoftext|>\n<|user|>\nWhy?<|endoftext|>\n<|assistant|>\n"},
+        {MN_CHAT_PLAIN, "Be brief.\n\nUser: Hi\nAssistant: Hello.\nUser: Why?\nAssistant:"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char *out = render(cases[i].f, msgs, 4);
+        cr_assert_str_eq(out, cases[i].want, "%s", mn_chat_format_name(cases[i].f));
+        mn_free(out);
+    }
+    const mn_chat_msg bad[] = {{"user", "a", 1}, {"tool", "b", 1}};
+    char *out;
+    size_t len;
+    mn_err err;
+    cr_assert_eq(mn_chat_render(MN_CHAT_CHATML, bad, 2, &out, &len, &err), MN_INVALID);
+    cr_assert(strstr(err.msg, "messages[1]") && strstr(err.msg, "tool"), "%s", err.msg);
+}
+
+/* The control tokens' texts are those tokens; between them, plain encoding. */
+Test(chat, special_tokens_are_parsed_only_when_asked)
+{
+    const char *path = smollm2_path();
+    if (!path)
+        cr_skip_test("SmolLM2 is not fetched");
+    mn_model *m;
+    mn_err err;
+    cr_assert_eq(mn_model_load(path, &m, &err), MN_OK, "%s", err.msg);
+    const char *text = "<|im_start|>user\nHi there<|im_end|>\n";
+    mn_tokens sp = {0}, plain = {0}, part = {0};
+    cr_assert_eq(mn_tok_encode_special(m->tok, text, strlen(text), false, &sp), MN_OK);
+    cr_assert_eq(mn_tok_encode(m->tok, text, strlen(text), false, &plain), MN_OK);
+    cr_assert(mn_tok_is_control(m->tok, sp.ids[0]), "<|im_start|> is one control token");
+    for (size_t i = 0; i < plain.n; i++)
+        cr_assert(!mn_tok_is_control(m->tok, plain.ids[i]), "plain encoding never makes control tokens");
+    cr_assert_eq(mn_tok_encode(m->tok, "user\nHi there", 13, false, &part), MN_OK);
+    cr_assert_eq(sp.n, part.n + 3, "control, the text's own tokens, control, newline");
+    cr_assert_arr_eq(sp.ids + 1, part.ids, part.n * sizeof *part.ids);
+    cr_assert_eq(sp.ids[part.n + 1], mn_tok_eos(m->tok), "SmolLM2's <|im_end|> is its end of text");
+    mn_tokens none = {0};
+    cr_assert_eq(mn_tok_encode_special(m->tok, "Hi there", 8, false, &none), MN_OK);
+    cr_assert_eq(mn_tok_encode(m->tok, "Hi there", 8, false, &part), MN_OK); /* appended: part holds both */
+    cr_assert_arr_eq(none.ids, part.ids + (part.n - none.n), none.n * sizeof *none.ids);
+    mn_tokens_free(&sp), mn_tokens_free(&plain), mn_tokens_free(&part), mn_tokens_free(&none);
+    mn_model_free(m);
+}
+
+static mn_oai_config cfg(void) { return (mn_oai_config){.max_tokens_limit = 4096, .chat = MN_CHAT_CHATML}; }
+
+static mn_oai_request parse_ok(mn_oai_kind kind, const char *body)
+{
+    mn_oai_config c = cfg();
+    mn_oai_request q;
+    mn_oai_error e;
+    cr_assert_eq(mn_oai_parse(kind, body, strlen(body), &c, &q, &e), MN_OK, "%s: %s", body, e.message);
+    return q;
+}
+
+static void parse_bad(mn_oai_kind kind, const char *body, const char *param)
+{
+    mn_oai_config c = cfg();
+    mn_oai_request q;
+    mn_oai_error e;
+    cr_assert_eq(mn_oai_parse(kind, body, strlen(body), &c, &q, &e), MN_INVALID, "%s was accepted", body);
+    cr_assert_eq(e.status, 400);
+    cr_assert_str_eq(e.param, param, "%s: %s", body, e.message);
+    cr_assert(q.p.prompt == NULL && q.model == NULL, "nothing is left allocated");
+}
+
+Test(openai, requests_take_openais_defaults_and_fields)
+{
+    mn_oai_request q = parse_ok(MN_OAI_COMPLETION, "{\"model\":\"m\",\"prompt\":[\"Once\"]}");
+    cr_assert_str_eq(q.p.prompt, "Once");
+    cr_assert_str_eq(q.model, "m");
+    cr_assert_eq(q.p.max_tokens, 16, "OpenAI's default for a completion");
+    cr_assert_float_eq(q.p.temperature, 1.0, 1e-6);
+    cr_assert(q.p.speculate && !q.p.stream && !q.p.logprobs && !q.p.parse_special);
+    mn_oai_request_free(&q);
+    q = parse_ok(MN_OAI_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":null,\"stop\":\"END\",\"logprobs\":2,"
+                                    "\"stream\":true,\"stream_options\":{\"include_usage\":true},\"seed\":5,"
+                                    "\"speculate\":false,\"spec\":{\"max_len\":3},\"service_tier\":\"auto\"}");
+    cr_assert_eq(q.p.n_stop, 1);
+    cr_assert_str_eq(q.p.stop[0], "END");
+    cr_assert(q.p.logprobs && q.p.top_logprobs == 2 && q.p.stream && q.include_usage && !q.p.speculate);
+    cr_assert_eq(q.p.spec_max_len, 3);
+    cr_assert_eq(q.p.seed, 5);
+    mn_oai_request_free(&q);
+    q = parse_ok(MN_OAI_CHAT, "{\"messages\":[{\"role\":\"developer\",\"content\":\"Be kind.\"},"
+                              "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Hi \"},"
+                              "{\"type\":\"text\",\"text\":\"you\"}]}],\"max_completion_tokens\":7,"
+                              "\"logprobs\":true,\"top_logprobs\":1}");
+    cr_assert_str_eq(q.p.prompt, "<|im_start|>system\nBe kind.<|im_end|>\n<|im_start|>user\nHi you<|im_end|>\n"
+                                 "<|im_start|>assistant\n");
+    cr_assert(q.p.parse_special, "a rendered chat prompt's markers are control tokens");
+    cr_assert_eq(q.p.max_tokens, 7);
+    cr_assert(q.p.logprobs && q.p.top_logprobs == 1);
+    mn_oai_request_free(&q);
+}
+
+Test(openai, what_cannot_be_honoured_is_refused_by_name)
+{
+    parse_bad(MN_OAI_COMPLETION, "{\"prompt\":\"x\",\"n\":3}", "n");
+    parse_bad(MN_OAI_COMPLETION, "{\"prompt\":\"x\",\"best_of\":2}", "best_of");
+    parse_bad(MN_OAI_COMPLETION, "{\"prompt\":\"x\",\"echo\":true}", "echo");
+    parse_bad(MN_OAI_COMPLETION, "{\"prompt\":\"x\",\"frequency_penalty\":1}", "frequency_penalty");
+    parse_bad(MN_OAI_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":{\"5\":1}}", "logit_bias");
+    parse_bad(MN_OAI_COMPLETION, "{\"prompt\":\"x\",\"suffix\":\"y\"}", "suffix");
+    parse_bad(MN_OAI_COMPLETION, "{\"prompt\":[\"a\",\"b\"]}", "prompt");
+    parse_bad(MN_OAI_COMPLETION, "{\"prompt\":[1,2]}", "prompt");
+    parse_bad(MN_OAI_COMPLETION, "{\"prompt\":\"x\",\"top_p\":0}", "top_p");
+    parse_bad(MN_OAI_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":5000}", "max_tokens");
+    parse_bad(MN_OAI_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":1.5}", "max_tokens");
+    parse_bad(MN_OAI_COMPLETION, "{\"prompt\":\"x\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\"]}",
+              "stop");
+    parse_bad(MN_OAI_COMPLETION, "{\"prompt\":\"x\",\"model\":5}", "model");
+    parse_bad(MN_OAI_COMPLETION, "{\"prompt\":\"x\",\"stream_options\":[]}", "stream_options");
+    parse_bad(MN_OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\"}]}",
+              "tools");
+    parse_bad(MN_OAI_CHAT, "{\"messages\":[{\"content\":\"x\"}]}", "messages");
+    parse_bad(MN_OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", "messages");
+    parse_bad(MN_OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":1}", "logprobs");
+    parse_bad(MN_OAI_COMPLETION, "[]", "");
+    parse_bad(MN_OAI_COMPLETION, "{\"prompt\":\"x\"", "");
+}
+
+static json_t *load(const char *s, size_t len)
+{
+    json_t *o = json_loadb(s, len, 0, NULL);
+    cr_assert(o, "not JSON: %.*s", (int)len, s);
+    return o;
+}
+
+Test(openai, responses_and_chunks_have_openais_shape)
+{
+    mn_oai_logprob lp = {.text = "\xe4\xb8", .len = 2, .logprob = -0.5f, .n_top = 1};
+    lp.top[0].text = "\xe4\xb8", lp.top[0].len = 2, lp.top[0].logprob = -0.5f;
+    mn_oai_result res = {.kind = MN_OAI_CHAT, .id = "chatcmpl-1", .model = "m", .created = 7, .text = "Hi",
+                         .text_len = 2, .finish_reason = "stop", .logprobs = &lp, .n_logprobs = 1, .usage = true,
+                         .prompt_tokens = 3, .completion_tokens = 1};
+    size_t len;
+    char *s = mn_oai_response(&res, &len);
+    json_t *o = load(s, len);
+    cr_assert_str_eq(json_string_value(json_object_get(o, "object")), "chat.completion");
+    json_t *c = json_array_get(json_object_get(o, "choices"), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(c, "message"), "content")), "Hi");
+    json_t *tok = json_array_get(json_object_get(json_object_get(c, "logprobs"), "content"), 0);
+    cr_assert(!strncmp(json_string_value(json_object_get(tok, "token")), "\xef\xbf\xbd", 3),
+              "half a character is sent as U+FFFD (%s); its bytes are exact", json_string_value(json_object_get(tok, "token")));
+    cr_assert_eq(json_array_size(json_object_get(tok, "bytes")), 2);
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(o, "usage"), "total_tokens")), 4);
+    json_decref(o);
+    mn_free(s);
+    res.first = true;
+    res.finish_reason = NULL;
+    res.usage = false;
+    res.logprobs = NULL;
+    s = mn_oai_chunk(&res, &len);
+    cr_assert(!strncmp(s, "data: {", 7) && !strcmp(s + len - 2, "\n\n"), "%s", s);
+    o = load(s + 6, len - 8);
+    c = json_array_get(json_object_get(o, "choices"), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(c, "delta"), "role")), "assistant");
+    cr_assert(json_is_null(json_object_get(c, "finish_reason")));
+    cr_assert_null(json_object_get(o, "usage"));
+    json_decref(o);
+    mn_free(s);
+    mn_oai_error e = {.status = 400, .type = "invalid_request_error", .param = "n", .message = "no"};
+    s = mn_oai_error_body(&e, &len);
+    o = load(s, len);
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(o, "error"), "param")), "n");
+    cr_assert(json_is_null(json_object_get(json_object_get(o, "error"), "code")));
+    json_decref(o);
+    mn_free(s);
+}
+
+Test(openai, logprobs_are_a_log_softmax_and_its_best)
+{
+    const float logits[] = {1.0f, 3.0f, 2.0f, 3.0f, -1.0f};
+    mn_logprob lp;
+    mn_logprobs(logits, 5, 2, 3, &lp);
+    double z = 0;
+    for (int i = 0; i < 5; i++)
+        z += exp(logits[i]);
+    cr_assert_float_eq(lp.logprob, 2.0 - log(z), 1e-5);
+    cr_assert_eq(lp.n_top, 3);
+    cr_assert(lp.top[0] == 1 && lp.top[1] == 3 && lp.top[2] == 2, "by logit, ties by id: %d %d %d", lp.top[0],
+              lp.top[1], lp.top[2]);
+    cr_assert_float_eq(lp.top_logprob[0], 3.0 - log(z), 1e-5);
+    mn_logprobs(logits, 5, 0, 0, &lp);
+    cr_assert_eq(lp.n_top, 0);
+}
+
+Test(openai, metrics_are_valid_prometheus_text)
+{
+    mn_stats s = {0};
+    s.http.outcomes[MN_OUTCOME_LENGTH] = 3;
+    s.verifier.accepted_hist[2] = 4; /* four verifications kept two draft tokens */
+    s.verifier.accepted_hist[0] = 1;
+    s.voter.drafter[0].weight = 1.5f;
+    mn_hist_observe(&s.verifier.ttft, 0.003);
+    mn_hist_observe(&s.verifier.ttft, 100);
+    const char *names[] = {"draft \"a\""};
+    mn_metrics_info info = {.model = "m", .backend = "cpu", .n_drafters = 1, .drafter_names = names};
+    size_t len;
+    char *t = mn_metrics_render(&s, &info, &len);
+    cr_assert(t && len == strlen(t));
+    cr_assert(strstr(t, "minions_requests_total{frontend=\"http\",outcome=\"length\"} 3\n"));
+    cr_assert(strstr(t, "minions_spec_decode_num_accepted_tokens_per_pos_total{position=\"1\"} 4\n"));
+    cr_assert(strstr(t, "minions_spec_decode_num_accepted_tokens_per_pos_total{position=\"2\"} 0\n"));
+    cr_assert(strstr(t, "minions_drafter_weight{drafter=\"draft \\\"a\\\"\"} 1.5\n"), "labels are escaped");
+    cr_assert(strstr(t, "minions_time_to_first_token_seconds_bucket{le=\"0.0025\"} 0\n"));
+    cr_assert(strstr(t, "minions_time_to_first_token_seconds_bucket{le=\"0.005\"} 1\n"));
+    cr_assert(strstr(t, "minions_time_to_first_token_seconds_bucket{le=\"60\"} 1\n"));
+    cr_assert(strstr(t, "minions_time_to_first_token_seconds_bucket{le=\"+Inf\"} 2\n"));
+    for (char *line = strtok(t, "\n"); line; line = strtok(NULL, "\n")) { /* name{labels} value */
+        if (line[0] == '#')
+            continue;
+        char *sp = strrchr(line, ' ');
+        cr_assert(sp && strncmp(line, "minions_", 8) == 0, "%s", line);
+        char *end;
+        strtod(sp + 1, &end);
+        cr_assert_eq(*end, 0, "a value: %s", line);
+    }
+    mn_free(t);
+}
