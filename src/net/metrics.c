@@ -90,9 +90,8 @@ static void requests(text *t, const mn_stats *s)
     help(t, "minions_requests_in_flight", "gauge", "Requests accepted and not yet answered, by front end");
     for (int i = 0; i < 2; i++)
         put(t, "minions_requests_in_flight{frontend=\"%s\"} %llu\n", fe[i].name, (unsigned long long)fe[i].f->in_flight);
-    help(t, "minions_connections", "gauge", "Open client connections, by front end");
-    for (int i = 0; i < 2; i++)
-        put(t, "minions_connections{frontend=\"%s\"} %u\n", fe[i].name, fe[i].f->connections);
+    help(t, "minions_connections", "gauge", "Open line-protocol connections (evhttp does not count its own)");
+    put(t, "minions_connections{frontend=\"lines\"} %u\n", s->client.connections);
     single(t, "minions_requests_running", "gauge", "Requests holding KV and a batch slot", s->kvmem.running);
     single(t, "minions_requests_queued", "gauge", "Requests waiting for admission (the queue depth)", s->kvmem.queued);
     single(t, "minions_requests_paused", "gauge", "Requests whose client does not read", s->kvmem.paused);
