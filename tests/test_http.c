@@ -539,15 +539,33 @@ Test(http, a_drain_finishes_streams_and_refuses_new_work, .timeout = 300)
     cr_assert_eq(server_wait(&s, 60), 0, "minionsd exits 0 after the drain");
 }
 
-/* SmolLM2's chat template is ChatML: its markers must reach the model as its control tokens, or it
- * would not answer (and would not stop at <|im_end|>, its end-of-text token). */
-Test(http, a_chatml_model_answers_a_chat_and_stops, .timeout = 300)
+/* A copy of the GGUF at src in dst whose end-of-text token is id (a u32 key, patched in place). */
+static void copy_with_eos(const char *src, const char *dst, uint32_t id)
 {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", env_or("MINIONS_MODELS_DIR", "models/cache"));
-    if (access(path, R_OK) != 0)
-        cr_skip_test("no %s (tools/fetch-smollm2.sh)", path);
-    const char *const args[] = {"--http", "127.0.0.1:0", "--model", path, "--log-level", "info", NULL};
+    FILE *f = fopen(src, "rb");
+    cr_assert(f, "%s", src);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    char *buf = malloc((size_t)n);
+    cr_assert(buf && fread(buf, 1, (size_t)n, f) == (size_t)n);
+    fclose(f);
+    static const char key[] = "tokenizer.ggml.eos_token_id";
+    char *at = memmem(buf, (size_t)n, key, sizeof key - 1);
+    cr_assert(at, "no %s in %s", key, src);
+    uint32_t type;
+    memcpy(&type, at + sizeof key - 1, 4);
+    cr_assert_eq(type, 4, "the key is a u32");
+    memcpy(at + sizeof key - 1 + 4, &id, 4);
+    f = fopen(dst, "wb");
+    cr_assert(f && fwrite(buf, 1, (size_t)n, f) == (size_t)n && fclose(f) == 0, "%s", dst);
+    free(buf);
+}
+
+/* One greedy chat on a model; returns the response object (the caller decrefs it). */
+static json_t *chat_on(const char *model, char *log_check, size_t log_check_len)
+{
+    const char *const args[] = {"--http", "127.0.0.1:0", "--model", model, "--log-level", "info", NULL};
     server s;
     server_start(&s, args);
     hresp r = http_call(s.http_port, "POST", "/v1/chat/completions", NULL,
@@ -555,13 +573,39 @@ Test(http, a_chatml_model_answers_a_chat_and_stops, .timeout = 300)
                         "\"max_tokens\":40,\"temperature\":0}");
     cr_assert_eq(r.status, 200, "%s", r.body);
     json_t *o = json_of(&r);
-    cr_assert(strstr(str_at(o, "choices.0.message.content"), "Paris"), "%s", r.body);
-    cr_assert_str_eq(str_at(o, "choices.0.finish_reason"), "stop", "the model ended its turn: %s", r.body);
-    cr_assert_lt(int_at(o, "usage.prompt_tokens"), 24, "the markers are single tokens: %s", r.body);
-    json_decref(o);
     hresp_free(&r);
-    char log[128];
-    snprintf(log, sizeof log, "grep -q 'chat format chatml' %s/log", s.dir);
-    cr_assert_eq(system(log), 0, "the template was recognised as ChatML");
+    snprintf(log_check, log_check_len, "grep -q 'chat format chatml' %s/log", s.dir);
+    cr_assert_eq(system(log_check), 0, "the template was recognised as ChatML");
     server_stop(&s);
+    return o;
+}
+
+/* SmolLM2's chat template is ChatML: its markers must reach the model as its control tokens, or it
+ * would not answer. The assistant's turn ends at <|im_end|>, which is also SmolLM2's end of text;
+ * with the end of text moved to <|endoftext|>, a chat must still end there, with the same answer. */
+Test(http, a_chatml_model_answers_a_chat_and_ends_its_turn, .timeout = 300)
+{
+    char path[1024], moved[1024], cmd[1200];
+    snprintf(path, sizeof path, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", env_or("MINIONS_MODELS_DIR", "models/cache"));
+    if (access(path, R_OK) != 0)
+        cr_skip_test("no %s (tools/fetch-smollm2.sh)", path);
+    json_t *o = chat_on(path, cmd, sizeof cmd);
+    const char *answer = str_at(o, "choices.0.message.content");
+    cr_assert(strstr(answer, "Paris"), "%s", answer);
+    cr_assert_str_eq(str_at(o, "choices.0.finish_reason"), "stop", "the model ended its turn: %s", answer);
+    cr_assert_lt(int_at(o, "usage.prompt_tokens"), 24, "the markers are single tokens");
+
+    char dir[] = "/tmp/minions-eot-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    snprintf(moved, sizeof moved, "%s/smollm2-eos0.gguf", dir);
+    copy_with_eos(path, moved, 0); /* <|endoftext|> */
+    json_t *m = chat_on(moved, cmd, sizeof cmd);
+    cr_assert_str_eq(str_at(m, "choices.0.message.content"), answer);
+    cr_assert_str_eq(str_at(m, "choices.0.finish_reason"), "stop");
+    cr_assert_eq(int_at(m, "usage.completion_tokens"), int_at(o, "usage.completion_tokens"),
+                 "generation stopped at <|im_end|>, not past it");
+    json_decref(m);
+    json_decref(o);
+    unlink(moved);
+    rmdir(dir);
 }

@@ -1,6 +1,5 @@
-/* test_openai.c - the HTTP API's pure parts: chat formats (model/chat.h) and special-token
- * encoding, the OpenAI bodies (net/openai.h), the Prometheus text (net/metrics.h), the
- * log-probabilities (model/sampler.h) and the latency histogram (util/hist.h). */
+/* test_openai.c - the HTTP API's pure parts: the OpenAI bodies (net/openai.h), the Prometheus
+ * text (net/metrics.h), the log-probabilities (model/sampler.h) and the latency histogram (util/hist.h). */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <math.h>
@@ -13,106 +12,6 @@
 #include "testutil.h"
 #include "util/alloc.h"
 #include "util/hist.h"
-
-/* SmolLM2-135M-Instruct's tokenizer.chat_template, as its GGUF file has it. */
-static const char SMOLLM2_TEMPLATE[] =
-    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
-    "You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}"
-    "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
-
-Test(chat, formats_are_recognised_by_their_markers)
-{
-    cr_assert_eq(mn_chat_detect(SMOLLM2_TEMPLATE, strlen(SMOLLM2_TEMPLATE)), MN_CHAT_CHATML);
-    const char *l3 = "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' }}";
-    cr_assert_eq(mn_chat_detect(l3, strlen(l3)), MN_CHAT_LLAMA3);
-    const char *gemma = "{{ '<start_of_turn>' + role + '\n' }}";
-    cr_assert_eq(mn_chat_detect(gemma, strlen(gemma)), MN_CHAT_GEMMA);
-    const char *zephyr = "{{ '<|user|>\n' + message['content'] + eos_token }}";
-    cr_assert_eq(mn_chat_detect(zephyr, strlen(zephyr)), MN_CHAT_ZEPHYR);
-    cr_assert_eq(mn_chat_detect("{{ messages }}", 14), MN_CHAT_PLAIN);
-    cr_assert_eq(mn_chat_detect(NULL, 0), MN_CHAT_PLAIN);
-    /* a marker past the given length does not count */
-    cr_assert_eq(mn_chat_detect(SMOLLM2_TEMPLATE, 40), MN_CHAT_PLAIN);
-    mn_model *m;
-    mn_err err;
-    cr_assert_eq(mn_model_load(source_file("models/target.gguf"), &m, &err), MN_OK, "%s", err.msg);
-    cr_assert_eq(mn_chat_format_of(m->gguf), MN_CHAT_PLAIN, "the bundled target has no template");
-    mn_model_free(m);
-}
-
-static char *render(mn_chat_format f, const mn_chat_msg *msgs, size_t n)
-{
-    char *out;
-    size_t len;
-    mn_err err;
-    cr_assert_eq(mn_chat_render(f, msgs, n, &out, &len, &err), MN_OK, "%s", err.msg);
-    cr_assert_eq(len, strlen(out));
-    return out;
-}
-
-Test(chat, each_format_renders_exactly)
-{
-    const mn_chat_msg msgs[] = {{"system", "Be brief.", 9}, {"user", "Hi", 2}, {"assistant", "Hello.", 6},
-                                {"user", "Why?", 4}};
-    static const struct {
-        mn_chat_format f;
-        const char *want;
-    } cases[] = {
-        {MN_CHAT_CHATML, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
-                         "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nWhy?<|im_end|>\n"
-                         "<|im_start|>assistant\n"},
-        {MN_CHAT_LLAMA3, "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
-                         "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
-                         "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>"
-                         "<|start_header_id|>user<|end_header_id|>\n\nWhy?<|eot_id|>"
-                         "<|start_header_id|>assistant<|end_header_id|>\n\n"},
-        {MN_CHAT_GEMMA, "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello.<end_of_turn>\n"
-                        "<start_of_turn>user\nWhy?<end_of_turn>\n<start_of_turn>model\n"},
-        {MN_CHAT_ZEPHYR, "<|system|>\nBe brief.<|endoftext|>\n<|user|>\nHi<|endoftext|>\n<|assistant|>\nHello."
-                         "<|endoftext|>\n<|user|>\nWhy?<|endoftext|>\n<|assistant|>\n"},
-        {MN_CHAT_PLAIN, "Be brief.\n\nUser: Hi\nAssistant: Hello.\nUser: Why?\nAssistant:"},
-    };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        char *out = render(cases[i].f, msgs, 4);
-        cr_assert_str_eq(out, cases[i].want, "%s", mn_chat_format_name(cases[i].f));
-        mn_free(out);
-    }
-    const mn_chat_msg bad[] = {{"user", "a", 1}, {"tool", "b", 1}};
-    char *out;
-    size_t len;
-    mn_err err;
-    cr_assert_eq(mn_chat_render(MN_CHAT_CHATML, bad, 2, &out, &len, &err), MN_INVALID);
-    cr_assert(strstr(err.msg, "messages[1]") && strstr(err.msg, "tool"), "%s", err.msg);
-}
-
-/* The control tokens' texts are those tokens; between them, plain encoding. */
-Test(chat, special_tokens_are_parsed_only_when_asked)
-{
-    const char *path = smollm2_path();
-    if (!path)
-        cr_skip_test("SmolLM2 is not fetched");
-    mn_model *m;
-    mn_err err;
-    cr_assert_eq(mn_model_load(path, &m, &err), MN_OK, "%s", err.msg);
-    const char *text = "<|im_start|>user\nHi there<|im_end|>\n";
-    mn_tokens sp = {0}, plain = {0}, part = {0};
-    cr_assert_eq(mn_tok_encode_special(m->tok, text, strlen(text), false, &sp), MN_OK);
-    cr_assert_eq(mn_tok_encode(m->tok, text, strlen(text), false, &plain), MN_OK);
-    cr_assert(mn_tok_is_control(m->tok, sp.ids[0]), "<|im_start|> is one control token");
-    for (size_t i = 0; i < plain.n; i++)
-        cr_assert(!mn_tok_is_control(m->tok, plain.ids[i]), "plain encoding never makes control tokens");
-    cr_assert_eq(mn_tok_encode(m->tok, "user\nHi there", 13, false, &part), MN_OK);
-    cr_assert_eq(sp.n, part.n + 3, "control, the text's own tokens, control, newline");
-    cr_assert_arr_eq(sp.ids + 1, part.ids, part.n * sizeof *part.ids);
-    cr_assert_eq(sp.ids[part.n + 1], mn_tok_eos(m->tok), "SmolLM2's <|im_end|> is its end of text");
-    mn_tokens none = {0};
-    cr_assert_eq(mn_tok_encode_special(m->tok, "Hi there", 8, false, &none), MN_OK);
-    cr_assert_eq(mn_tok_encode(m->tok, "Hi there", 8, false, &part), MN_OK); /* appended: part holds both */
-    cr_assert_arr_eq(none.ids, part.ids + (part.n - none.n), none.n * sizeof *none.ids);
-    mn_tokens_free(&sp), mn_tokens_free(&plain), mn_tokens_free(&part), mn_tokens_free(&none);
-    mn_model_free(m);
-}
 
 static mn_oai_config cfg(void) { return (mn_oai_config){.max_tokens_limit = 4096, .chat = MN_CHAT_CHATML}; }
 
@@ -144,6 +43,7 @@ Test(openai, requests_take_openais_defaults_and_fields)
     cr_assert_eq(q.p.max_tokens, 16, "OpenAI's default for a completion");
     cr_assert_float_eq(q.p.temperature, 1.0, 1e-6);
     cr_assert(q.p.speculate && !q.p.stream && !q.p.logprobs && !q.p.parse_special);
+    cr_assert_null(q.p.end_of_turn, "a completion ends at end of text only");
     mn_oai_request_free(&q);
     q = parse_ok(MN_OAI_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":null,\"stop\":\"END\",\"logprobs\":2,"
                                     "\"stream\":true,\"stream_options\":{\"include_usage\":true},\"seed\":5,"
@@ -161,6 +61,7 @@ Test(openai, requests_take_openais_defaults_and_fields)
     cr_assert_str_eq(q.p.prompt, "<|im_start|>system\nBe kind.<|im_end|>\n<|im_start|>user\nHi you<|im_end|>\n"
                                  "<|im_start|>assistant\n");
     cr_assert(q.p.parse_special, "a rendered chat prompt's markers are control tokens");
+    cr_assert_str_eq(q.p.end_of_turn, "<|im_end|>", "a chat ends with the assistant's turn");
     cr_assert_eq(q.p.max_tokens, 7);
     cr_assert(q.p.logprobs && q.p.top_logprobs == 1);
     mn_oai_request_free(&q);

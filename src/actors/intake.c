@@ -2,6 +2,8 @@
  * cheap next to a model pass and keeps the tokenizer off the compute worker. */
 #include "actors/intake.h"
 
+#include <string.h>
+
 #include "util/alloc.h"
 #include "util/log.h"
 
@@ -57,6 +59,7 @@ static void admit(mn_intake *in, mn_req *r)
         return answer(in, r);
     }
     r->n_prompt = (uint32_t)r->toks.n;
+    r->end_of_turn = r->p.end_of_turn ? mn_tok_control(model->tok, r->p.end_of_turn, strlen(r->p.end_of_turn)) : -1;
     if (r->toks.n == 0) {
         mn_req_fail(r, MN_E_INVALID_REQUEST, "prompt encodes to no tokens");
         return answer(in, r);

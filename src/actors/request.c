@@ -73,6 +73,7 @@ mn_req *mn_req_new(mn_req_params *p, mn_mailbox *owner, void *conn)
     memset(p, 0, sizeof *p);
     r->owner = owner;
     r->conn = conn;
+    r->end_of_turn = -1;
     r->t_arrive = mn_now();
     return r;
 }

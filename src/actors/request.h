@@ -123,6 +123,7 @@ typedef struct mn_req {
     mn_tokens toks;           /* intake fills the prompt, verifier appends */
     uint32_t n_prompt;
     uint32_t n_gen;           /* verifier: tokens generated (counted even when eos) */
+    int32_t end_of_turn;      /* intake: p.end_of_turn's control token, -1 for none: it ends r as eos does */
     uint32_t kv_need;         /* intake: positions reserved at admission (its whole length + window) */
     mn_kv_seq kv;             /* kvmem owns the table; positions [0, kv.len) hold toks[0, kv.len) */
     mn_sampler *smp;          /* intake creates; the step job uses */

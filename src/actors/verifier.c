@@ -421,7 +421,7 @@ static bool take_token(mn_verifier *v, mn_req *r, uint32_t j)
         r->t_first = mn_now();
         mn_hist_observe(&v->ttft, r->t_first - r->t_arrive);
     }
-    if (tok == mn_tok_eos(m->tok))
+    if (tok == mn_tok_eos(m->tok) || tok == r->end_of_turn)
         return finish(v, r, "stop"), false;
     if (r->lp)
         r->lp[r->n_lp++] = r->kept_lp[j];

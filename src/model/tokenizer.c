@@ -7,6 +7,7 @@
  */
 #include "model/tokenizer.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
 
@@ -40,9 +41,9 @@ struct mn_tokenizer {
     bool add_bos;
     bool lossless;         /* every byte has a token: decode(encode(x)) == x for all x */
     uint32_t max_piece;    /* bytes of the longest piece */
-    int32_t *ctrl;         /* the control tokens with a text, longest first (encode_special) */
+    int32_t *ctrl;         /* the control tokens with a text, by first byte, longest first within one */
     uint32_t n_ctrl;
-    uint8_t ctrl_first[32];/* bit b: some control token's text starts with byte b */
+    uint32_t ctrl_at[257]; /* ctrl[ctrl_at[b] .. ctrl_at[b + 1]) are those whose text starts with byte b */
 };
 
 /* ---- tokens buffer ----------------------------------------------------------------------------- */
@@ -163,28 +164,47 @@ static long bytelevel_decode(const int16_t cp_to_byte[324], const char *s, size_
 
 /* ---- loading ----------------------------------------------------------------------------------- */
 
-/* The control tokens, for mn_tok_encode_special: longest text first, so that the longest match wins. */
+/* Control-token order for mn_tok_encode_special: by first byte, then longest first, then by id. */
+typedef struct ctrl_key {
+    uint32_t key;   /* first byte << 16 | (0xffff - length); lengths are at most 4096 */
+    int32_t id;
+} ctrl_key;
+
+static int ctrl_cmp(const void *a, const void *b)
+{
+    const ctrl_key *x = a, *y = b;
+    if (x->key != y->key)
+        return x->key < y->key ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* The control tokens, for mn_tok_encode_special: bucketed by first byte so that a position of the
+ * text only meets the tokens that can start there, longest first in a bucket so that the longest
+ * match wins. */
 static mn_status index_control(mn_tokenizer *t, mn_err *err)
 {
     for (uint32_t i = 0; i < t->n_vocab; i++)
         t->n_ctrl += t->type[i] == TOKEN_CONTROL && t->piece_len[i] > 0;
     if (!t->n_ctrl)
         return MN_OK;
-    if (!(t->ctrl = mn_malloc(t->n_ctrl * sizeof *t->ctrl)))
+    ctrl_key *keys = mn_malloc(t->n_ctrl * sizeof *keys);
+    if (!keys || !(t->ctrl = mn_malloc(t->n_ctrl * sizeof *t->ctrl))) {
+        mn_free(keys);
         return mn_fail(err, MN_NOMEM, "tokenizer: out of memory");
-    uint32_t n = 0;
-    for (uint32_t i = 0; i < t->n_vocab; i++) {
-        if (t->type[i] != TOKEN_CONTROL || !t->piece_len[i])
-            continue;
-        uint32_t at = n++;
-        while (at > 0 && t->piece_len[t->ctrl[at - 1]] < t->piece_len[i]) { /* insertion: they are few */
-            t->ctrl[at] = t->ctrl[at - 1];
-            at--;
-        }
-        t->ctrl[at] = (int32_t)i;
-        uint8_t b = (uint8_t)t->piece[i][0];
-        t->ctrl_first[b >> 3] |= (uint8_t)(1u << (b & 7));
     }
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < t->n_vocab; i++)
+        if (t->type[i] == TOKEN_CONTROL && t->piece_len[i] > 0)
+            keys[n++] = (ctrl_key){(uint32_t)(uint8_t)t->piece[i][0] << 16 | (0xffffu - t->piece_len[i]), (int32_t)i};
+    qsort(keys, n, sizeof *keys, ctrl_cmp);
+    uint32_t k = 0;
+    for (uint32_t b = 0; b < 256; b++) {
+        t->ctrl_at[b] = k;
+        while (k < n && keys[k].key >> 16 == b)
+            t->ctrl[k] = keys[k].id, k++;
+    }
+    t->ctrl_at[256] = k;
+    mn_free(keys);
     return MN_OK;
 }
 
@@ -602,12 +622,23 @@ mn_status mn_tok_encode(const mn_tokenizer *t, const char *text, size_t len, boo
 }
 
 /* The control token whose text starts text[0..len), longest first; -1 when none does. */
+int32_t mn_tok_control(const mn_tokenizer *t, const char *text, size_t len)
+{
+    if (!len)
+        return -1;
+    uint8_t b = (uint8_t)text[0];
+    for (uint32_t k = t->ctrl_at[b]; k < t->ctrl_at[b + 1]; k++) {
+        int32_t id = t->ctrl[k];
+        if (t->piece_len[id] == len && !memcmp(text, t->piece[id], len))
+            return id;
+    }
+    return -1;
+}
+
 static int32_t control_at(const mn_tokenizer *t, const char *text, size_t len)
 {
     uint8_t b = (uint8_t)text[0];
-    if (!(t->ctrl_first[b >> 3] & (1u << (b & 7))))
-        return -1;
-    for (uint32_t k = 0; k < t->n_ctrl; k++) {
+    for (uint32_t k = t->ctrl_at[b]; k < t->ctrl_at[b + 1]; k++) {
         int32_t id = t->ctrl[k];
         if (t->piece_len[id] <= len && !memcmp(text, t->piece[id], t->piece_len[id]))
             return id;

@@ -11,8 +11,9 @@
  * Bytes that are not valid UTF-8 are pieces of the "other" class, so with a vocabulary that has a
  * token for each of the 256 bytes (mn_tok_is_lossless) any byte string encodes and
  * decode(encode(x)) == x for every x. A vocabulary without some bytes (SmolLM2 lacks 21, control
- * bytes and bytes invalid in UTF-8) drops them, as the reference tokenizers do. Control tokens never come out of encode (plain text is never
- * parsed for special tokens) and decode to nothing.
+ * bytes and bytes invalid in UTF-8) drops them, as the reference tokenizers do. Control tokens
+ * never come out of encode (plain text is never parsed for special tokens; mn_tok_encode_special
+ * is the one that does) and decode to nothing.
  *
  * Ownership: the tokenizer copies what it needs from the GGUF file. Immutable after load; encode and
  * decode may run on any thread concurrently.
@@ -47,10 +48,18 @@ void mn_tok_free(mn_tokenizer *t);
 mn_status mn_tok_encode(const mn_tokenizer *t, const char *text, size_t len, bool add_bos, mn_tokens *out);
 
 /* Like mn_tok_encode, but the text of every control token (SmolLM2's "<|im_start|>", ...) found in
- * text is that token, the longest one where several start at one place; the text between is
- * encoded as mn_tok_encode does. What llama.cpp calls parse_special: for prompts the server
- * rendered from chat messages (model/chat.h), never for a client's raw text. */
+ * text is that token, the longest one where several start at one place; each stretch of text
+ * between them is encoded on its own as mn_tok_encode does (no BOS there: only the first token may
+ * be BOS, under the same rule). What llama.cpp calls parse_special: for prompts the server
+ * rendered from chat messages (model/chat.h), never for a client's raw text. Without control
+ * tokens in text (or in the vocabulary) it gives what mn_tok_encode gives. Time: linear in len
+ * times the control tokens that share a first byte (collected at load). Fails as mn_tok_encode
+ * does (MN_NOMEM, MN_INVALID for a text over 4 GiB); out may then hold a part of the tokens. */
 mn_status mn_tok_encode_special(const mn_tokenizer *t, const char *text, size_t len, bool add_bos, mn_tokens *out);
+
+/* The control token whose text is exactly text[0..len), -1 when there is none (SmolLM2's
+ * "<|im_end|>" is 2; "<|im_end" or a normal token's text is -1). */
+int32_t mn_tok_control(const mn_tokenizer *t, const char *text, size_t len);
 
 /* The bytes token id decodes to (empty for control tokens and ids out of range). */
 const char *mn_tok_piece(const mn_tokenizer *t, int32_t id, size_t *len);

@@ -179,6 +179,7 @@ static mn_status render(json_t *o, const mn_oai_config *cfg, mn_req_params *p, m
     mn_free(texts);
     mn_free(m);
     p->parse_special = true;
+    p->end_of_turn = mn_chat_end_of_turn(cfg->chat);
     return st;
 }
 

@@ -47,6 +47,8 @@ typedef struct mn_req_params {
     bool return_tokens;          /* the done line lists the generated token ids (default false) */
     bool parse_special;          /* the prompt's control-token texts are those tokens (a chat prompt the
                                   * server rendered; never from a client's JSON line) */
+    const char *end_of_turn;     /* a chat's format's end-of-turn text (static, model/chat.h) or NULL:
+                                  * generation also stops at the control token of that text */
     bool logprobs;               /* keep each generated token's log-probability (HTTP only) */
     uint32_t top_logprobs;       /* with logprobs, also the n most likely tokens at each position
                                   * (0..MN_PROTO_MAX_TOP_LOGPROBS) */
