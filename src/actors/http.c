@@ -29,21 +29,16 @@
 
 _Static_assert(MN_LOGPROB_TOP >= MN_PROTO_MAX_TOP_LOGPROBS, "the sampler keeps every alternative a client may ask for");
 
-typedef enum hkind {
-    H_SIMPLE,      /* answered at once (health, models, errors): waits only for its write */
-    H_GENERATE,    /* a completion: holds r until DONE */
-    H_METRICS,     /* waits for its stats query */
-} hkind;
-
+/* One HTTP request: answered at once (health, models, errors), when its stats query is back
+ * (/metrics), or when its generation is DONE (a completion, holding r until then). */
 typedef struct hreq {
     mn_http_actor *ha;
-    hkind kind;
     struct evhttp_request *req;
     struct evhttp_connection *evcon; /* NULL once the connection is gone */
     bool gone;                       /* the connection closed before the reply was complete */
     bool writing;                    /* the reply is queued: on_complete or the close ends the hreq */
     struct hreq *prev, *next;
-    /* H_GENERATE */
+    /* a completion */
     mn_req *r;
     mn_oai_kind api;
     char *model;
@@ -53,7 +48,7 @@ typedef struct hreq {
     bool started;                    /* a stream's headers are out */
     bool throttled;
     size_t text_offset;              /* bytes of text streamed before the current chunk */
-    /* H_METRICS */
+    /* /metrics */
     mn_stats_query *query;
 } hreq;
 
@@ -65,7 +60,7 @@ struct mn_http_actor {
     hreq *reqs;                      /* every live hreq */
     uint64_t live;
     uint64_t serial;
-    uint64_t generations;            /* H_GENERATE hreqs with their mn_req */
+    uint64_t generations;            /* hreqs holding their mn_req */
     uint64_t done, failed, rejected;
     uint64_t outcomes[MN_OUTCOMES];
     int64_t created;                 /* when it started: /v1/models says so */
@@ -120,13 +115,12 @@ static void on_close(struct evhttp_connection *evcon, void *arg)
     }
 }
 
-static hreq *hreq_new(mn_http_actor *ha, struct evhttp_request *req, hkind kind)
+static hreq *hreq_new(mn_http_actor *ha, struct evhttp_request *req)
 {
     hreq *h = mn_calloc(1, sizeof *h);
     if (!h)
         return NULL;
     h->ha = ha;
-    h->kind = kind;
     h->req = req;
     h->evcon = evhttp_request_get_connection(req);
     h->next = ha->reqs;
@@ -478,7 +472,7 @@ static void on_request(struct evhttp_request *req, void *arg)
     const char *path = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
     enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
     bool gen = path && (!strcmp(path, "/v1/completions") || !strcmp(path, "/v1/chat/completions"));
-    hreq *h = hreq_new(ha, req, gen ? H_GENERATE : path && !strcmp(path, "/metrics") ? H_METRICS : H_SIMPLE);
+    hreq *h = hreq_new(ha, req);
     if (!h) {
         mn_log(MN_LOG_ERROR, "http: out of memory for a request");
         evhttp_send_error(req, 500, NULL);
@@ -499,7 +493,7 @@ static void on_request(struct evhttp_request *req, void *arg)
     if (!strcmp(path, "/metrics") || !strcmp(path, "/v1/models")) {
         if (!get)
             return send_error(h, 405, "invalid_request_error", "this path takes GET");
-        if (path[1] == 'm')
+        if (!strcmp(path, "/metrics"))
             return ask_metrics(ha, h);
         size_t len = 0;
         char *body = mn_oai_models(ha->cfg.model_name, ha->created, &len);
@@ -512,7 +506,7 @@ static void on_request(struct evhttp_request *req, void *arg)
         return send_error(h, 405, "invalid_request_error", "this path takes POST");
     if (ha->draining)
         return send_error(h, 503, "server_busy", "the server is draining and takes no new requests");
-    generate(ha, h, path[4] == 'c' && path[5] == 'h' ? MN_OAI_CHAT : MN_OAI_COMPLETION);
+    generate(ha, h, strcmp(path, "/v1/chat/completions") ? MN_OAI_COMPLETION : MN_OAI_CHAT);
 }
 
 /* ---- the actor ------------------------------------------------------------------------------- */
