@@ -62,7 +62,7 @@ t_start=$(now_ms)
 
 start() { # name port: a minionsd on 127.0.0.1:port (0: ephemeral); sets pid_<name> and port_<name>
   $orphan_kill "$bin/minionsd" --model "$src/models/target.gguf" --port -1 --admin none \
-    --threads 1 --max-batch 8 --http "127.0.0.1:$2" >"$tmp/$1.out" 2>"$tmp/$1.log" &
+    --threads 1 --max-batch 8 --drain-timeout 90 --http "127.0.0.1:$2" >"$tmp/$1.out" 2>"$tmp/$1.log" &
   eval "pid_$1=$!"
   n=0
   while [ $n -lt 100 ] && ! grep -qs listening "$tmp/$1.out" && kill -0 "$!" 2>/dev/null; do
@@ -176,10 +176,10 @@ last_upstream_is() { # tag-prefix port: every such request was answered by that 
   [ -n "$(upstreams "$1")" ] &&
     ! upstreams "$1" | sed 's/.*127\.0\.0\.1:\([0-9]*\) .*/\1/' | grep -vqx "$2"
 }
-reap() { # name: waits (at most 40 s: past --drain-timeout) for that daemon's exit; its status
+reap() { # name: waits (at most 100 s: past --drain-timeout) for that daemon's exit; its status
   eval "p=\$pid_$1"
   n=0
-  while [ $n -lt 400 ] && kill -0 "$p" 2>/dev/null; do sleep 0.1; n=$((n + 1)); done
+  while [ $n -lt 1000 ] && kill -0 "$p" 2>/dev/null; do sleep 0.1; n=$((n + 1)); done
   kill -9 "$p" 2>/dev/null # a daemon that did not exit fails the check
   wait "$p"
   r=$?
@@ -223,7 +223,7 @@ check "least_conn: 4 short requests during a long one all went to the idle insta
   last_upstream_is short "$idle"
 
 # b. SIGTERM drains A mid-run
-batch drain 8 1000
+batch drain 8 400
 n=0 # until all 8 are running: 4 on each instance
 while [ $n -lt 50 ]; do
   x=$(in_flight "$port_a")
@@ -246,7 +246,7 @@ reap a
 rc=$?
 echo "b: A exited $rc $(($(now_ms) - t0)) ms after its SIGTERM"
 await
-check "the 8 requests in flight when A got SIGTERM were answered in full" all_whole drain 8 1000
+check "the 8 requests in flight when A got SIGTERM were answered in full" all_whole drain 8 400
 check "the 8 requests sent during A's drain were answered in full" all_whole after 8 24
 check "... all of them by B" last_upstream_is after "$port_b"
 upstreams after | grep "^127.0.0.1:$port_a, " | sed 's/.* \([0-9]*\), [0-9]*$/\1/' >"$tmp/fromA"
