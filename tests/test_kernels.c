@@ -124,48 +124,61 @@ Test(kernels, swiglu_matches_libm_wherever_an_element_sits)
     }
 }
 
+/* mn_matmul_q8 on orig (repacked here) against its scalar twin, bit for bit, for T = 1..13 and
+ * every tile shape, and against the float product within the activations' rounding. */
+static void check_q8_weight(const mn_weight *orig, const char *what)
+{
+    mn_weight packed;
+    uint8_t *bytes = malloc((size_t)orig->rows * orig->row_bytes);
+    mn_q8_pack(orig, bytes, &packed);
+    const mn_weight *w = &packed;
+    size_t ld = mn_q8_groups(w->cols);
+    for (int T = 1; T <= 13; T++) { /* every tile shape and remainder: 1, 2, 4, 4+2+1, ... */
+        float *x = malloc((size_t)T * w->cols * sizeof(float));
+        mn_q8 *xq = malloc((size_t)T * ld * sizeof(mn_q8));
+        float *y = calloc((size_t)T * w->rows, sizeof(float)), *r = calloc((size_t)T * w->rows, sizeof(float));
+        for (size_t i = 0; i < (size_t)T * w->cols; i++)
+            x[i] = sinf((float)i * 0.37f) * 2.0f;
+        for (int t = 0; t < T; t++)
+            mn_quantize_q8(x + (size_t)t * w->cols, w->cols, xq + (size_t)t * ld);
+        mn_matmul_q8(w, xq, ld, y, w->rows, T, 1, w->rows - 2);
+        mn_matmul_q8_ref(w, xq, ld, r, w->rows, T, 1, w->rows - 2);
+        cr_assert(memcmp(y, r, (size_t)T * w->rows * sizeof(float)) == 0, "%s T=%d differs", what, T);
+        /* and it differs from the float product by no more than the activations' rounding allows:
+         * each x is off by at most d_b / 2, so |y - y_float| <= sum_b d_b / 2 * sum_{k in b} |w_k| */
+        mn_matmul_ref(orig, x, w->cols, r, w->rows, T, 1, w->rows - 2);
+        float *wrow = malloc(w->cols * sizeof(float));
+        for (uint32_t o = 1; o < w->rows - 2; o++) {
+            mn_dequant_row(orig->type, orig->data + (size_t)o * orig->row_bytes, wrow, w->cols);
+            for (int t = 0; t < T; t++) {
+                double bound = 0, mass = 0;
+                for (size_t bk = 0; bk < w->cols / 32; bk++)
+                    for (int k = 0; k < 32; k++) {
+                        bound += xq[(size_t)t * ld + bk / 8].d[bk % 8] / 2 * fabs(wrow[bk * 32 + k]);
+                        mass += fabs(wrow[bk * 32 + k] * x[(size_t)t * w->cols + bk * 32 + k]);
+                    }
+                float diff = fabsf(y[(size_t)t * w->rows + o] - r[(size_t)t * w->rows + o]);
+                cr_assert(diff <= bound + 1e-5 * mass, "%s o=%u t=%d: |%g| exceeds the rounding bound %g", what, o, t,
+                          diff, bound);
+            }
+        }
+        free(wrow);
+        free(x);
+        free(xq);
+        free(y);
+        free(r);
+    }
+    free(bytes);
+}
+
 static void check_matmul_q8(const char *gguf)
 {
     mn_model *m = load_model(gguf);
     const mn_weight *ws[] = {&m->layers[0].wq, &m->layers[0].w_down, &m->output};
     for (size_t wi = 0; wi < 3; wi++) {
-        const mn_weight *w = ws[wi];
-        size_t ld = w->cols / 32;
-        for (int T = 1; T <= 13; T++) { /* every tile shape and remainder: 1, 4, 6, 6+4, 6+6+1 */
-            float *x = malloc((size_t)T * w->cols * sizeof(float));
-            mn_q8 *xq = malloc((size_t)T * ld * sizeof(mn_q8));
-            float *y = calloc((size_t)T * w->rows, sizeof(float)), *r = calloc((size_t)T * w->rows, sizeof(float));
-            for (size_t i = 0; i < (size_t)T * w->cols; i++)
-                x[i] = sinf((float)i * 0.37f) * 2.0f;
-            for (int t = 0; t < T; t++)
-                mn_quantize_q8(x + (size_t)t * w->cols, w->cols, xq + (size_t)t * ld);
-            mn_matmul_q8(w, xq, ld, y, w->rows, T, 1, w->rows - 2);
-            mn_matmul_q8_ref(w, xq, ld, r, w->rows, T, 1, w->rows - 2);
-            cr_assert(memcmp(y, r, (size_t)T * w->rows * sizeof(float)) == 0, "%s weight %zu T=%d differs", gguf, wi, T);
-            /* and it differs from the float product by no more than the activations' rounding allows:
-             * each x is off by at most d_b / 2, so |y - y_float| <= sum_b d_b / 2 * sum_{k in b} |w_k| */
-            mn_matmul_ref(w, x, w->cols, r, w->rows, T, 1, w->rows - 2);
-            float *wrow = malloc(w->cols * sizeof(float));
-            for (uint32_t o = 1; o < w->rows - 2; o++) {
-                mn_dequant_row(w->type, w->data + (size_t)o * w->row_bytes, wrow, w->cols);
-                for (int t = 0; t < T; t++) {
-                    double bound = 0, mass = 0;
-                    for (size_t bk = 0; bk < ld; bk++)
-                        for (int k = 0; k < 32; k++) {
-                            bound += xq[(size_t)t * ld + bk].d / 2 * fabs(wrow[bk * 32 + k]);
-                            mass += fabs(wrow[bk * 32 + k] * x[(size_t)t * w->cols + bk * 32 + k]);
-                        }
-                    float diff = fabsf(y[(size_t)t * w->rows + o] - r[(size_t)t * w->rows + o]);
-                    cr_assert(diff <= bound + 1e-5 * mass, "%s o=%u t=%d: |%g| exceeds the rounding bound %g", gguf, o,
-                              t, diff, bound);
-                }
-            }
-            free(wrow);
-            free(x);
-            free(xq);
-            free(y);
-            free(r);
-        }
+        char what[64];
+        snprintf(what, sizeof what, "%s weight %zu", gguf, wi);
+        check_q8_weight(ws[wi], what);
     }
     mn_model_free(m);
 }
@@ -173,6 +186,38 @@ static void check_matmul_q8(const char *gguf)
 Test(kernels, matmul_int_activations_q8_0) { check_matmul_q8("q8_0.gguf"); }
 Test(kernels, matmul_int_activations_q4_0) { check_matmul_q8("q4_0.gguf"); }
 Test(kernels, matmul_int_activations_q4_1) { check_matmul_q8("q4_1.gguf"); }
+
+/* The fixtures' rows are 2 and 4 blocks, a part of one group of 8: rows of random blocks with
+ * whole groups (8, 16 blocks), whole groups and a part (9, 18 = SmolLM2's 576 columns) too. */
+Test(kernels, matmul_int_activations_whole_and_partial_groups)
+{
+    static const uint32_t types[] = {MN_Q8_0, MN_Q4_0, MN_Q4_1};
+    static const uint32_t blocks[] = {8, 9, 16, 18};
+    uint64_t seed = 88172645463325252ull;
+    for (size_t ti = 0; ti < 3; ti++)
+        for (size_t bi = 0; bi < 4; bi++) {
+            const mn_dtype_info *info = mn_dtype_get(types[ti]);
+            mn_weight w = {.type = types[ti], .rows = 11, .cols = blocks[bi] * 32};
+            w.row_bytes = mn_dtype_row_bytes(info, w.cols);
+            uint8_t *data = malloc(w.rows * w.row_bytes);
+            for (size_t i = 0; i < w.rows * w.row_bytes; i++) {
+                seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+                data[i] = (uint8_t)seed;
+            }
+            size_t bb = w.row_bytes / blocks[bi];
+            for (size_t b = 0; b < w.rows * blocks[bi]; b++) { /* finite scales: d in [1/64, 1/32), m < 0 */
+                uint16_t d = (uint16_t)(0x2000 | (data[b * bb] & 0x3ff)), m = (uint16_t)(0xa000 | (data[b * bb + 2] & 0x3ff));
+                memcpy(data + b * bb, &d, 2);
+                if (types[ti] == MN_Q4_1)
+                    memcpy(data + b * bb + 2, &m, 2);
+            }
+            w.data = data;
+            char what[64];
+            snprintf(what, sizeof what, "%s, %u blocks a row", info->name, blocks[bi]);
+            check_q8_weight(&w, what);
+            free(data);
+        }
+}
 
 Test(kernels, half_float_conversions)
 {

@@ -17,6 +17,11 @@
 #include "runtime/pool.h"
 #include "util/alloc.h"
 
+/* A layer's projections as the kernels take them. */
+typedef struct cpu_layer {
+    mn_weight wq, wk, wv, wo, w_gate, w_up, w_down;
+} cpu_layer;
+
 typedef struct cpu_state {
     mn_pool *pool;   /* cfg.pool, or its own */
     bool own_pool;
@@ -33,8 +38,13 @@ typedef struct cpu_state {
     float *scores;   /* [n_threads][heads per KV head][n_ctx] attention scratch */
     const float **rows; /* [n_threads][n_ctx] K or V rows of the positions being attended */
     float *inv_freq; /* [rope_dim/2] */
-    mn_q8 *xq;       /* [cfg.max_tokens][widest input / 32] 16-bit copy of a region's input (quantized weights) */
-    size_t xq_ld;    /* blocks per row of xq */
+    /* the model's projections; the quantized ones repacked for mn_matmul_q8 into `packed` (owned),
+     * the others the model's own */
+    cpu_layer *w;    /* [n_layers] */
+    mn_weight output;
+    uint8_t *packed;
+    mn_q8 *xq;       /* [cfg.max_tokens][xq_ld] 16-bit copy of a region's input (quantized weights) */
+    size_t xq_ld;    /* groups per row of xq: the widest input's */
     /* per token of the current pass */
     uint32_t *tok_seq; /* sequence index */
     uint32_t *tok_pos; /* absolute position */
@@ -93,7 +103,7 @@ static void project(const cpu_state *st, const mn_weight *w, const float *x, flo
 static void region_qkv(void *arg, int ith, int nth)
 {
     pass *p = arg;
-    const mn_layer *L = &p->m->layers[p->layer];
+    const cpu_layer *L = &p->st->w[p->layer];
     const mn_weight *w[3] = {&L->wq, &L->wk, &L->wv};
     float *dst[3] = {p->st->q, p->st->k, p->st->v};
     uint32_t total = L->wq.rows + L->wk.rows + L->wv.rows;
@@ -199,7 +209,7 @@ static void project_residual(const cpu_state *st, const mn_weight *w, const floa
 static void region_wo(void *arg, int ith, int nth)
 {
     pass *p = arg;
-    const mn_layer *L = &p->m->layers[p->layer];
+    const cpu_layer *L = &p->st->w[p->layer];
     unsigned b, e;
     mn_pool_split(ith, nth, L->wo.rows, 4, &b, &e);
     project_residual(p->st, &L->wo, p->st->att, p->st->x, p->st->xb, p->T, b, e);
@@ -208,7 +218,7 @@ static void region_wo(void *arg, int ith, int nth)
 static void region_gate_up(void *arg, int ith, int nth)
 {
     pass *p = arg;
-    const mn_layer *L = &p->m->layers[p->layer];
+    const cpu_layer *L = &p->st->w[p->layer];
     uint32_t ff = L->w_gate.rows;
     unsigned b, e;
     mn_pool_split(ith, nth, ff, 4, &b, &e);
@@ -223,7 +233,7 @@ static void region_gate_up(void *arg, int ith, int nth)
 static void region_down(void *arg, int ith, int nth)
 {
     pass *p = arg;
-    const mn_layer *L = &p->m->layers[p->layer];
+    const cpu_layer *L = &p->st->w[p->layer];
     unsigned b, e;
     mn_pool_split(ith, nth, L->w_down.rows, 4, &b, &e);
     project_residual(p->st, &L->w_down, p->st->gate, p->st->x, p->st->xb, p->T, b, e);
@@ -232,7 +242,7 @@ static void region_down(void *arg, int ith, int nth)
 static void region_logits(void *arg, int ith, int nth)
 {
     pass *p = arg;
-    const mn_weight *w = &p->m->output;
+    const mn_weight *w = &p->st->output;
     unsigned b, e;
     mn_pool_split(ith, nth, w->rows, 8, &b, &e);
     project(p->st, w, p->st->xb, p->logits, p->n_out, b, e);
@@ -305,6 +315,8 @@ static void cpu_free(mn_backend *be)
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             mn_free(bufs[i]);
         mn_free(st->xq);
+        mn_free(st->w);
+        mn_free(st->packed);
         mn_free(st->rows);
         mn_free(st->tok_seq);
         mn_free(st->tok_pos);
@@ -320,6 +332,48 @@ static const mn_backend_ops cpu_ops = {
     .forward = cpu_forward,
     .free = cpu_free,
 };
+
+/* dst = src as the kernels take it; a quantized one is repacked at *at, which advances. */
+static void take_weight(const mn_weight *src, mn_weight *dst, uint8_t **at)
+{
+    *dst = *src;
+    if (!mn_weight_uses_q8(src))
+        return;
+    mn_q8_pack(src, *at, dst);
+    *at += (size_t)src->rows * src->row_bytes;
+}
+
+/* The model's projections into st->w and st->output, quantized ones repacked (weights read once at
+ * start-up; the GGUF mapping's pages stay clean and reclaimable). */
+static mn_status take_weights(cpu_state *st, const mn_model *m, mn_err *err)
+{
+    const mn_hparams *hp = &m->hp;
+    size_t bytes = mn_weight_uses_q8(&m->output) ? (size_t)m->output.rows * m->output.row_bytes : 0;
+    for (uint32_t l = 0; l < hp->n_layers; l++) {
+        const mn_layer *L = &m->layers[l];
+        const mn_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+            bytes += mn_weight_uses_q8(ws[i]) ? (size_t)ws[i]->rows * ws[i]->row_bytes : 0;
+    }
+    st->w = mn_calloc(hp->n_layers, sizeof *st->w);
+    st->packed = bytes ? mn_aligned_calloc(64, bytes) : NULL;
+    if (!st->w || (bytes && !st->packed))
+        return mn_fail(err, MN_NOMEM, "cpu: cannot allocate %zu bytes for the repacked weights", bytes);
+    uint8_t *at = st->packed;
+    for (uint32_t l = 0; l < hp->n_layers; l++) {
+        const mn_layer *L = &m->layers[l];
+        cpu_layer *W = &st->w[l];
+        take_weight(&L->wq, &W->wq, &at);
+        take_weight(&L->wk, &W->wk, &at);
+        take_weight(&L->wv, &W->wv, &at);
+        take_weight(&L->wo, &W->wo, &at);
+        take_weight(&L->w_gate, &W->w_gate, &at);
+        take_weight(&L->w_up, &W->w_up, &at);
+        take_weight(&L->w_down, &W->w_down, &at);
+    }
+    take_weight(&m->output, &st->output, &at);
+    return MN_OK;
+}
 
 static float *fbuf(size_t rows, size_t cols, int *ok)
 {
@@ -375,12 +429,14 @@ mn_status mn_cpu_backend_new(const mn_model *m, const mn_backend_config *cfg, mn
     st->out_rows = mn_calloc(T, sizeof(uint32_t));
     uint32_t widest = hp->dim > hp->n_ff ? hp->dim : hp->n_ff;
     widest = widest > qdim ? widest : qdim;
-    st->xq_ld = widest / 32 + 1;
+    st->xq_ld = mn_q8_groups(widest);
     st->xq = mn_aligned_calloc(64, (size_t)T * st->xq_ld * sizeof(mn_q8));
     if (!ok || !st->xq || !st->rows || !st->tok_seq || !st->tok_pos || !st->out_rows) {
         s = mn_fail(err, MN_NOMEM, "cpu: cannot allocate activations for %u tokens", T);
         goto fail;
     }
+    if ((s = take_weights(st, m, err)))
+        goto fail;
     for (uint32_t j = 0; j < hp->rope_dim / 2; j++)
         st->inv_freq[j] = (float)pow((double)hp->rope_base, -2.0 * j / (double)hp->rope_dim);
     *out = be;

@@ -493,11 +493,18 @@ void mn_axpy(float *y, float a, const float *x, int n)
 }
 
 /* ---- 16-bit activation path ---------------------------------------------------------------------
- * Reduction order of one output (kept by the SIMD tiles and spelled out by mn_matmul_q8_ref):
- *   for block b: p[l] = integer sum of w*q over elements 2l, 2l+1, 16+2l, 17+2l (l = 0..7), exact
- *                in int32 (and in float: |p| < 2^24)
- *                acc[l] = fma(dw * dx, (float)p[l], acc[l]);   Q4_1 also: m_acc = fma(m, s_x, m_acc)
- *   y = hsum(acc) + m_acc
+ * Packed weights (mn_q8_pack): a row of nb blocks is [d: nb f16][m: nb f16, Q4_1 only][quants: nb
+ * blocks of 32 int8 (Q8_0) or 16 nibble bytes (Q4_0, Q4_1)], as many bytes as GGUF's row. So a
+ * tile reads the scales of 8 blocks with one load and converts them together, instead of fishing
+ * two f16 out of every 20-byte block. Activations (mn_quantize_q8): groups of 8 blocks whose d and
+ * s sit side by side.
+ *
+ * Reduction order of one output (the SIMD tiles keep it; mn_matmul_q8_ref spells it out):
+ *   for group g, for block j < n_g of it (b = 8g + j):
+ *       p[l] = w[2l]q[2l] + w[2l+1]q[2l+1] + w[16+2l]q[16+2l] + w[17+2l]q[17+2l]   (l < 8; exact)
+ *       acc[l] = fma(dw_b * dx_b, (float)p[l], acc[l])
+ *   Q4_1, then: acc[j] = fma(m_b, s_b, acc[j]) for j < 8 (both 0 past the row's last block)
+ *   y = hsum(acc)
  * Weight integers: Q8_0 qs, Q4_0 nibble - 8, Q4_1 nibble (its min m enters through
  * s_x = dx * sum(qx)). */
 
@@ -506,24 +513,32 @@ int mn_weight_uses_q8(const mn_weight *W)
     return W->type == MN_Q8_0 || W->type == MN_Q4_0 || W->type == MN_Q4_1;
 }
 
+size_t mn_q8_groups(size_t n) { return (n / 32 + 7) / 8; }
+
 void mn_quantize_q8(const float *x, size_t n, mn_q8 *out)
 {
-    for (size_t b = 0; b < n / 32; b++) {
+    size_t nb = n / 32;
+    for (size_t b = 0; b < nb; b++) {
         const float *v = x + b * 32;
         float amax = 0.0f;
-        for (int j = 0; j < 32; j++)
-            amax = fmaxf(amax, fabsf(v[j]));
+        for (int j = 0; j < 32; j++) {
+            float a = v[j] < 0.0f ? -v[j] : v[j];
+            amax = a > amax ? a : amax;
+        }
         float d = amax / 32767.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
         int sum = 0;
+        mn_q8 *g = &out[b / 8];
         for (int j = 0; j < 32; j++) {
             int q = (int)lrintf(v[j] * id);
             q = q > 32767 ? 32767 : q < -32767 ? -32767 : q;
-            out[b].qs[j] = (int16_t)q;
+            g->qs[b % 8][j] = (int16_t)q;
             sum += q;
         }
-        out[b].d = d;
-        out[b].s = d * (float)sum;
+        g->d[b % 8] = d;
+        g->s[b % 8] = d * (float)sum;
     }
+    for (size_t j = nb % 8; nb % 8 && j < 8; j++) /* the last group's missing blocks count 0 */
+        out[nb / 8].d[j] = out[nb / 8].s[j] = 0.0f;
 }
 
 static inline uint16_t rd_u16(const uint8_t *p)
@@ -533,25 +548,43 @@ static inline uint16_t rd_u16(const uint8_t *p)
     return v;
 }
 
-/* The 32 weight integers of a block as int16: lo = elements 0..15, hi = elements 16..31. */
-ALWAYS_INLINE void load_wq(uint32_t type, const uint8_t *blk, __m256i *lo, __m256i *hi)
+ALWAYS_INLINE size_t q_quant_bytes(uint32_t type) { return type == MN_Q8_0 ? 32 : 16; }
+ALWAYS_INLINE size_t q_block_bytes(uint32_t type) { return q_quant_bytes(type) + (type == MN_Q4_1 ? 4 : 2); }
+
+void mn_q8_pack(const mn_weight *W, uint8_t *dst, mn_weight *out)
+{
+    const size_t nb = W->cols / 32, qb = q_quant_bytes(W->type), bb = q_block_bytes(W->type);
+    const int q41 = W->type == MN_Q4_1;
+    for (uint32_t o = 0; o < W->rows; o++) {
+        const uint8_t *src = W->data + (size_t)o * W->row_bytes;
+        uint8_t *d = dst + (size_t)o * W->row_bytes, *m = d + 2 * nb, *q = d + 2 * nb * (1 + q41);
+        for (size_t b = 0; b < nb; b++) {
+            const uint8_t *blk = src + b * bb;
+            memcpy(d + 2 * b, blk, 2);
+            if (q41)
+                memcpy(m + 2 * b, blk + 2, 2);
+            memcpy(q + b * qb, blk + bb - qb, qb);
+        }
+    }
+    *out = *W;
+    out->data = dst;
+}
+
+/* The 32 weight integers of a block's quants as int16: lo = elements 0..15, hi = elements 16..31. */
+ALWAYS_INLINE void load_wq(uint32_t type, const uint8_t *qs, __m256i *lo, __m256i *hi)
 {
     if (type == MN_Q8_0) {
-        *lo = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 2)));
-        *hi = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 18)));
+        *lo = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)qs));
+        *hi = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(qs + 16)));
         return;
     }
-    __m128i raw = _mm_loadu_si128((const __m128i *)(blk + (type == MN_Q4_1 ? 4 : 2)));
-    __m128i m = _mm_set1_epi8(15);
-    __m128i l = _mm_and_si128(raw, m), h = _mm_and_si128(_mm_srli_epi16(raw, 4), m);
+    /* byte k holds element k in its low nibble and element 16 + k in its high one */
+    __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)qs));
+    *lo = _mm256_and_si256(w, _mm256_set1_epi16(15));
+    *hi = _mm256_srli_epi16(w, 4);
     if (type == MN_Q4_0) {
-        l = _mm_sub_epi8(l, _mm_set1_epi8(8));
-        h = _mm_sub_epi8(h, _mm_set1_epi8(8));
-        *lo = _mm256_cvtepi8_epi16(l);
-        *hi = _mm256_cvtepi8_epi16(h);
-    } else {
-        *lo = _mm256_cvtepu8_epi16(l);
-        *hi = _mm256_cvtepu8_epi16(h);
+        *lo = _mm256_sub_epi16(*lo, _mm256_set1_epi16(8));
+        *hi = _mm256_sub_epi16(*hi, _mm256_set1_epi16(8));
     }
 }
 
@@ -564,88 +597,103 @@ ALWAYS_INLINE __m256i dot_lanes(__m256i wlo, __m256i whi, const int16_t *x)
 }
 
 /* Software prefetch of the weight stream, which the hardware prefetchers follow poorly when a tile
- * reads several rows at once. A single-row (decode) tile prefetches the same block of the rows one
+ * reads several rows at once. A single-row (decode) tile prefetches the same place in the rows one
  * tile further down (they are what it reads next; a SmolLM2 row is only 360 bytes); wider tiles
- * prefetch 384 bytes ahead in their own rows. Measured in A/B runs on SmolLM2 decode: 109-119
- * tok/s without prefetch, 123-137 with 384 bytes ahead, 143-147 one tile ahead. */
+ * prefetch 384 bytes ahead in their own rows. Measured in A/B runs on SmolLM2 decode (before the
+ * packed layout): 109-119 tok/s without prefetch, 123-137 with 384 bytes ahead, 143-147 one tile
+ * ahead. */
 #define PREFETCH_BYTES 384
-
-ALWAYS_INLINE uint32_t q_block_bytes(uint32_t type) { return type == MN_Q8_0 ? 34 : type == MN_Q4_1 ? 20 : 18; }
 
 ALWAYS_INLINE void tile_q8(uint32_t type, const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, size_t ldy,
                            int t0, uint32_t o0, const int RT, const int OT)
 {
-    const int nb = (int)(W->cols / 32);
-    const uint32_t bb = q_block_bytes(type);
-    const uint8_t *rows[8];
-    __m256 acc[6][8];
-    float macc[6][8];
-#pragma GCC unroll 8
-    for (int o = 0; o < OT; o++)
-        rows[o] = W->data + (size_t)(o0 + o) * W->row_bytes;
-#pragma GCC unroll 6
+    const int nb = (int)(W->cols / 32), ng = (nb + 7) / 8, q41 = type == MN_Q4_1;
+    const size_t qb = q_quant_bytes(type), ahead = RT == 1 ? (size_t)OT * W->row_bytes : PREFETCH_BYTES;
+    const uint8_t *dp[4], *mp[4], *qp[4];
+    __m256 acc[4][4];
+#pragma GCC unroll 4
+    for (int o = 0; o < OT; o++) {
+        dp[o] = W->data + (size_t)(o0 + o) * W->row_bytes;
+        mp[o] = dp[o] + 2 * (size_t)nb;
+        qp[o] = dp[o] + 2 * (size_t)nb * (1 + q41);
+    }
+#pragma GCC unroll 4
     for (int t = 0; t < RT; t++)
-#pragma GCC unroll 8
-        for (int o = 0; o < OT; o++) {
+#pragma GCC unroll 4
+        for (int o = 0; o < OT; o++)
             acc[t][o] = _mm256_setzero_ps();
-            macc[t][o] = 0.0f;
-        }
-    for (int b = 0; b < nb; b++) {
-#pragma GCC unroll 8
+    for (int g = 0; g < ng; g++) {
+        const int n = nb - 8 * g < 8 ? nb - 8 * g : 8;
+        /* the group's scales dw_b * dx_b, computed 8 at a time, broadcast block by block from here */
+        float sc[4][4][8] __attribute__((aligned(32)));
+#pragma GCC unroll 4
         for (int o = 0; o < OT; o++) {
-            const uint8_t *blk = rows[o] + (size_t)b * bb;
-            _mm_prefetch((const char *)blk + (RT == 1 ? (size_t)OT * W->row_bytes : PREFETCH_BYTES), _MM_HINT_T0);
-            __m256i wlo, whi;
-            load_wq(type, blk, &wlo, &whi);
-            float dw = _cvtsh_ss(rd_u16(blk));
-#pragma GCC unroll 6
-            for (int t = 0; t < RT; t++) {
-                const mn_q8 *xb = xq + (size_t)(t0 + t) * ldxq + b;
-                __m256i p = dot_lanes(wlo, whi, xb->qs);
-                acc[t][o] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xb->d), _mm256_cvtepi32_ps(p), acc[t][o]);
-                if (type == MN_Q4_1)
-                    macc[t][o] = fmaf(_cvtsh_ss(rd_u16(blk + 2)), xb->s, macc[t][o]);
+            _mm_prefetch((const char *)(dp[o] + 16 * g) + ahead, _MM_HINT_T0);
+            __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dp[o] + 16 * g)));
+#pragma GCC unroll 4
+            for (int t = 0; t < RT; t++)
+                _mm256_store_ps(sc[t][o], _mm256_mul_ps(dw, _mm256_loadu_ps(xq[(size_t)(t0 + t) * ldxq + g].d)));
+        }
+        for (int j = 0; j < n; j++) {
+            const size_t b = (size_t)(8 * g + j);
+#pragma GCC unroll 4
+            for (int o = 0; o < OT; o++) {
+                _mm_prefetch((const char *)(qp[o] + b * qb) + ahead, _MM_HINT_T0);
+                __m256i wlo, whi;
+                load_wq(type, qp[o] + b * qb, &wlo, &whi);
+#pragma GCC unroll 4
+                for (int t = 0; t < RT; t++) {
+                    const int16_t *x = xq[(size_t)(t0 + t) * ldxq + g].qs[j];
+                    acc[t][o] = _mm256_fmadd_ps(_mm256_broadcast_ss(&sc[t][o][j]),
+                                                _mm256_cvtepi32_ps(dot_lanes(wlo, whi, x)), acc[t][o]);
+                }
+            }
+        }
+        if (q41) {
+            __m256 keep = _mm256_castsi256_ps(
+                _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+#pragma GCC unroll 4
+            for (int o = 0; o < OT; o++) {
+                __m256 m = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mp[o] + 16 * g)));
+                m = _mm256_and_ps(m, keep); /* past the row's end: other bytes of the row */
+#pragma GCC unroll 4
+                for (int t = 0; t < RT; t++)
+                    acc[t][o] = _mm256_fmadd_ps(m, _mm256_loadu_ps(xq[(size_t)(t0 + t) * ldxq + g].s), acc[t][o]);
             }
         }
     }
-#pragma GCC unroll 6
+#pragma GCC unroll 4
     for (int t = 0; t < RT; t++)
-#pragma GCC unroll 8
+#pragma GCC unroll 4
         for (int o = 0; o < OT; o++)
-            y[(size_t)(t0 + t) * ldy + o0 + o] = hsum(acc[t][o]) + macc[t][o];
+            y[(size_t)(t0 + t) * ldy + o0 + o] = hsum(acc[t][o]);
 }
 
 /* Cover the [T x (ob, oe)] block with integer-path tiles: outputs outer (a weight tile is read once
  * from memory and reused for every row), rows inner; 1 x 4 tiles for a single row (decode), else
- * 6 x 2, then 4 x 2 and 1 x 2 for the remaining rows. TILE(t, o, RT, OT) computes one tile. */
-#define FOR_EACH_TILE(T, ob, oe, TILE)                                                             \
-    do {                                                                                           \
-        uint32_t o_ = (ob);                                                                        \
-        if ((T) == 1) {                                                                            \
-            for (; o_ + 4 <= (oe); o_ += 4)                                                        \
-                TILE(0, o_, 1, 4);                                                                 \
-        } else {                                                                                   \
-            for (; o_ + 2 <= (oe); o_ += 2) {                                                      \
-                int t_ = 0;                                                                        \
-                for (; t_ + 6 <= (T); t_ += 6)                                                     \
-                    TILE(t_, o_, 6, 2);                                                            \
-                for (; t_ + 4 <= (T); t_ += 4)                                                     \
-                    TILE(t_, o_, 4, 2);                                                            \
-                for (; t_ < (T); t_++)                                                             \
-                    TILE(t_, o_, 1, 2);                                                            \
-            }                                                                                      \
-        }                                                                                          \
-        for (; o_ < (oe); o_++)                                                                    \
-            for (int t_ = 0; t_ < (T); t_++)                                                       \
-                TILE(t_, o_, 1, 1);                                                                \
-    } while (0)
-
+ * 4 x 2, then 2 x 2 and 1 x 2 for the remaining rows (4 x 2 keeps its 8 accumulators, a row's
+ * weights and the scales in the 16 registers). */
 ALWAYS_INLINE void matmul_q8_typed(uint32_t type, const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y,
                                    size_t ldy, int T, uint32_t ob, uint32_t oe)
 {
-#define INT_TILE(t, o, RT, OT) tile_q8(type, W, xq, ldxq, y, ldy, t, o, RT, OT)
-    FOR_EACH_TILE(T, ob, oe, INT_TILE);
-#undef INT_TILE
+    uint32_t o = ob;
+    if (T == 1) {
+        for (; o + 4 <= oe; o += 4)
+            tile_q8(type, W, xq, ldxq, y, ldy, 0, o, 1, 4);
+    } else {
+        for (; o + 2 <= oe; o += 2) {
+            int t = 0;
+            for (; t + 4 <= T; t += 4)
+                tile_q8(type, W, xq, ldxq, y, ldy, t, o, 4, 2);
+            for (; t + 2 <= T; t += 2)
+                tile_q8(type, W, xq, ldxq, y, ldy, t, o, 2, 2);
+            for (; t < T; t++)
+                tile_q8(type, W, xq, ldxq, y, ldy, t, o, 1, 2);
+        }
+    }
+    for (; o < oe; o++)
+        for (int t = 0; t < T; t++)
+            tile_q8(type, W, xq, ldxq, y, ldy, t, o, 1, 1);
 }
 
 #define DEFINE_MATMUL_Q8(name, type)                                                                 \
@@ -672,33 +720,35 @@ void mn_matmul_q8(const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, si
 void mn_matmul_q8_ref(const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, size_t ldy, int T,
                       uint32_t o_begin, uint32_t o_end)
 {
-    const uint32_t bb = W->type == MN_Q8_0 ? 34 : W->type == MN_Q4_1 ? 20 : 18;
+    const size_t nb = W->cols / 32, qb = q_quant_bytes(W->type);
+    const int q41 = W->type == MN_Q4_1;
     for (uint32_t o = o_begin; o < o_end; o++)
         for (int t = 0; t < T; t++) {
-            float acc[8] = {0}, macc = 0.0f;
-            for (uint32_t b = 0; b < W->cols / 32; b++) {
-                const uint8_t *blk = W->data + (size_t)o * W->row_bytes + (size_t)b * bb;
-                const mn_q8 *xb = xq + (size_t)t * ldxq + b;
-                int w[32];
-                for (int k = 0; k < 32; k++) {
-                    if (W->type == MN_Q8_0)
-                        w[k] = (int8_t)blk[2 + k];
-                    else {
-                        const uint8_t *qs = blk + (W->type == MN_Q4_1 ? 4 : 2);
-                        int nib = k < 16 ? (qs[k] & 15) : (qs[k - 16] >> 4);
-                        w[k] = W->type == MN_Q4_0 ? nib - 8 : nib;
+            const uint8_t *d = W->data + (size_t)o * W->row_bytes, *m = d + 2 * nb, *qs = d + 2 * nb * (1 + q41);
+            float acc[8] = {0};
+            for (size_t g = 0; g < (nb + 7) / 8; g++) {
+                const mn_q8 *xg = xq + (size_t)t * ldxq + g;
+                for (size_t j = 0; j < 8 && 8 * g + j < nb; j++) {
+                    size_t b = 8 * g + j;
+                    int w[32];
+                    for (int k = 0; k < 32; k++) {
+                        if (W->type == MN_Q8_0)
+                            w[k] = (int8_t)qs[b * qb + k];
+                        else {
+                            int nib = k < 16 ? (qs[b * qb + k] & 15) : (qs[b * qb + k - 16] >> 4);
+                            w[k] = W->type == MN_Q4_0 ? nib - 8 : nib;
+                        }
+                    }
+                    float s = mn_f16_to_f32(rd_u16(d + 2 * b)) * xg->d[j];
+                    for (int l = 0; l < 8; l++) {
+                        int p = w[2 * l] * xg->qs[j][2 * l] + w[2 * l + 1] * xg->qs[j][2 * l + 1] +
+                                w[16 + 2 * l] * xg->qs[j][16 + 2 * l] + w[17 + 2 * l] * xg->qs[j][17 + 2 * l];
+                        acc[l] = fmaf(s, (float)p, acc[l]);
                     }
                 }
-                float s = mn_f16_to_f32(rd_u16(blk)) * xb->d;
-                for (int l = 0; l < 8; l++) {
-                    int p = w[2 * l] * xb->qs[2 * l] + w[2 * l + 1] * xb->qs[2 * l + 1] +
-                            w[16 + 2 * l] * xb->qs[16 + 2 * l] + w[17 + 2 * l] * xb->qs[17 + 2 * l];
-                    acc[l] = fmaf(s, (float)p, acc[l]);
-                }
-                if (W->type == MN_Q4_1)
-                    macc = fmaf(mn_f16_to_f32(rd_u16(blk + 2)), xb->s, macc);
+                for (size_t j = 0; q41 && j < 8; j++)
+                    acc[j] = fmaf(8 * g + j < nb ? mn_f16_to_f32(rd_u16(m + 2 * (8 * g + j))) : 0.0f, xg->s[j], acc[j]);
             }
-            float sum = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
-            y[(size_t)t * ldy + o] = sum + macc;
+            y[(size_t)t * ldy + o] = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
         }
 }

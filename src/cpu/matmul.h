@@ -32,18 +32,27 @@ void mn_matmul_ref(const mn_weight *W, const float *x, size_t ldx, float *y, siz
  * horizontal sum, so batch invariance holds as above. The rounding of activations (at most
  * max|x| / 65534 per element) is the only difference from the float product. 8-bit activations,
  * as llama.cpp uses, are faster but moved SmolLM2's top-1 token at 3.5% of positions against the
- * float reference; 16-bit ones keep it within the 1% near-tie bar (tests/test_smollm2.c). */
+ * float reference; 16-bit ones keep it within the 1% near-tie bar (tests/test_smollm2.c).
+ *
+ * The weights are first repacked (mn_q8_pack: a row's scales together, then its quants) and the
+ * activations come in groups of 8 blocks, so that a tile handles 8 blocks' scales as one vector;
+ * matmul.c gives the layouts and the reduction order. */
 typedef struct mn_q8 {
-    float d;          /* scale: x ~ d * qs */
-    float s;          /* d * sum(qs): the Q4_1 min term */
-    int16_t qs[32];
-} mn_q8;
+    float d[8];           /* block j's scale: x ~ d[j] * qs[j] */
+    float s[8];           /* d[j] * sum(qs[j]): the Q4_1 min term; past a row's last block d = s = 0 */
+    int16_t qs[8][32];
+} mn_q8;                  /* 8 blocks of 32 activations */
 
 /* Whether W's products take 16-bit activations (mn_matmul_q8) or float ones (mn_matmul). */
 int mn_weight_uses_q8(const mn_weight *W);
-/* Quantize n floats (n a multiple of 32) into n/32 blocks. */
+/* Groups (mn_q8) that hold a row of n activations. */
+size_t mn_q8_groups(size_t n);
+/* Quantize n floats (n a multiple of 32) into mn_q8_groups(n) groups. */
 void mn_quantize_q8(const float *x, size_t n, mn_q8 *out);
-/* y[t][o] for quantized W and activations xq (row t starts at xq + t * ldxq blocks). */
+/* Repack W (mn_weight_uses_q8) for mn_matmul_q8 into dst, W->rows * W->row_bytes bytes the caller
+ * owns; *out describes it (W with data = dst). */
+void mn_q8_pack(const mn_weight *W, uint8_t *dst, mn_weight *out);
+/* y[t][o] for packed W and activations xq (row t starts at xq + t * ldxq groups). */
 void mn_matmul_q8(const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, size_t ldy, int T, uint32_t o_begin,
                   uint32_t o_end);
 /* Its scalar twin, the same order of operations in plain loops. */
