@@ -16,6 +16,7 @@
 #include "model/chat.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
+#include "gbuf.h"
 #include "testutil.h"
 #include "util/alloc.h"
 
@@ -461,34 +462,6 @@ Test(chat_file, bundled_target_has_no_template)
 }
 
 /* ---- a tiny in-memory vocabulary ---------------------------------------------------------------- */
-
-typedef struct gbuf {
-    unsigned char *p;
-    size_t n;
-} gbuf;
-
-static void put(gbuf *b, const void *x, size_t n)
-{
-    b->p = realloc(b->p, b->n + n);
-    cr_assert(b->p);
-    memcpy(b->p + b->n, x, n);
-    b->n += n;
-}
-
-static void put_u32(gbuf *b, uint32_t v) { put(b, &v, 4); } /* GGUF and the test hosts are little-endian */
-static void put_u64(gbuf *b, uint64_t v) { put(b, &v, 8); }
-
-static void put_str(gbuf *b, const char *s, size_t n)
-{
-    put_u64(b, n);
-    put(b, s, n);
-}
-
-static void put_key(gbuf *b, const char *key, gguf_vtype type)
-{
-    put_str(b, key, strlen(key));
-    put_u32(b, type);
-}
 
 /* Controls of the tiny vocabulary: three nested ones (longest must win), one elsewhere, one whose
  * first byte is not ASCII, one empty (never matches). */

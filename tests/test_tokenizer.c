@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "model/tokenizer.h"
+#include "gbuf.h"
 #include "testutil.h"
 
 /* Encode every text of texts.jsonl with the model at `path` and compare with the reference. */
@@ -135,34 +136,6 @@ Test(tokenizer, special_ids_and_control_tokens)
 }
 
 /* ---- pre-tokenizer names ----------------------------------------------------------------------- */
-
-typedef struct gbuf {
-    unsigned char *p;
-    size_t n;
-} gbuf;
-
-static void put(gbuf *b, const void *x, size_t n)
-{
-    b->p = realloc(b->p, b->n + n);
-    cr_assert(b->p);
-    memcpy(b->p + b->n, x, n);
-    b->n += n;
-}
-
-static void put_u32(gbuf *b, uint32_t v) { put(b, &v, 4); } /* GGUF and the test hosts are little-endian */
-
-static void put_str(gbuf *b, const char *s, size_t n)
-{
-    uint64_t len = n;
-    put(b, &len, 8);
-    put(b, s, n);
-}
-
-static void put_key(gbuf *b, const char *key, gguf_vtype type)
-{
-    put_str(b, key, strlen(key));
-    put_u32(b, type);
-}
 
 static void put_array_head(gbuf *b, const char *key, uint64_t n)
 {
