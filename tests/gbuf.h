@@ -37,4 +37,20 @@ static inline void put_key(gbuf *b, const char *key, gguf_vtype type)
     put_u32(b, type);
 }
 
+/* The 256 byte tokens of a GPT-2 byte-level vocabulary, in byte order, each as the code point
+ * GPT-2's map gives it (printable bytes themselves, the others 256, 257, ... in order). */
+static inline void put_byte_tokens(gbuf *b)
+{
+    for (int byte = 0, extra = 0; byte < 256; byte++) {
+        int printable = (byte >= 33 && byte <= 126) || (byte >= 161 && byte <= 172) || byte >= 174;
+        int cp = printable ? byte : 256 + extra++;
+        char u[2] = {(char)cp, 0};
+        if (cp >= 128) { /* two-byte UTF-8: every code point of the map is below 0x800 */
+            u[0] = (char)(0xc0 | cp >> 6);
+            u[1] = (char)(0x80 | (cp & 0x3f));
+        }
+        put_str(b, u, cp >= 128 ? 2 : 1);
+    }
+}
+
 #endif

@@ -485,16 +485,7 @@ static gguf_file *tiny_gguf(gbuf *b, const char *tmpl, bool template_u32)
     put_key(b, "tokenizer.ggml.tokens", GGUF_ARRAY);
     put_u32(b, GGUF_STRING);
     put_u64(b, TINY_N_VOCAB);
-    for (int byte = 0, extra = 0; byte < 256; byte++) {
-        bool printable = (byte >= 33 && byte <= 126) || (byte >= 161 && byte <= 172) || byte >= 174;
-        int cp = printable ? byte : 256 + extra++;
-        char u[2] = {(char)cp, 0};
-        if (cp >= 128) { /* two-byte UTF-8: every code point of the map is below 0x800 */
-            u[0] = (char)(0xc0 | cp >> 6);
-            u[1] = (char)(0x80 | (cp & 0x3f));
-        }
-        put_str(b, u, cp >= 128 ? 2 : 1);
-    }
+    put_byte_tokens(b);
     for (int i = 0; i < TINY_N_CTRL; i++)
         put_str(b, TINY_CTRL[i], strlen(TINY_CTRL[i]));
     put_str(b, "<|", 2);

@@ -159,16 +159,7 @@ static mn_status tiny_tokenizer(const char *pre, mn_tokenizer **out, mn_err *err
     put_key(&b, "tokenizer.ggml.pre", GGUF_STRING);
     put_str(&b, pre, strlen(pre));
     put_array_head(&b, "tokenizer.ggml.tokens", 257);
-    for (int byte = 0, extra = 0; byte < 256; byte++) {
-        bool printable = (byte >= 33 && byte <= 126) || (byte >= 161 && byte <= 172) || byte >= 174;
-        int cp = printable ? byte : 256 + extra++;
-        char u[2] = {(char)cp, 0};
-        if (cp >= 128) { /* two-byte UTF-8: every code point of the map is below 0x800 */
-            u[0] = (char)(0xc0 | cp >> 6);
-            u[1] = (char)(0x80 | (cp & 0x3f));
-        }
-        put_str(&b, u, cp >= 128 ? 2 : 1);
-    }
+    put_byte_tokens(&b);
     put_str(&b, "12", 2);
     put_array_head(&b, "tokenizer.ggml.merges", 1);
     put_str(&b, "1 2", 3);
