@@ -75,7 +75,7 @@ for log in build/tests/*.log build-asan/tests/*.log build-tsan/tests/*.log; do
   failed=$((failed + f))
   echo "$log: $line"
   if [ "$f" != 0 ]; then # say which test failed and why: CI shows only this output
-    grep -a -E '\[(----|FAIL)\]|^FAIL|CRASH|Timed out|ERROR: |WARNING: ThreadSanitizer' "$log" |
+    grep -a -E '\[(----|FAIL)\]|^FAIL|: FAIL |violation|kept /|without its summary|did not start|CRASH|Timed out|ERROR: |WARNING: ThreadSanitizer' "$log" |
       head -n 40 | sed 's/^/    /'
   fi
 done
