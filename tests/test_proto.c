@@ -16,7 +16,7 @@
 
 static mn_status parse(const char *line, mn_line *l, mn_proto_error *err)
 {
-    return mn_proto_parse(line, strlen(line), 4096, l, err);
+    return mn_proto_parse(line, strlen(line), 4096, MN_CHAT_CHATML, l, err);
 }
 
 Test(proto, full_request)
@@ -50,6 +50,36 @@ Test(proto, defaults)
     cr_assert_eq(l.req.top_p, 1);
     cr_assert(!l.req.stream);
     cr_assert_eq(l.req.n_stop, 0);
+    mn_line_free(&l);
+}
+
+/* "messages" is rendered in the served model's chat format, whose control tokens the prompt then
+ * names (the HTTP chat API's rendering, on the JSON-lines socket). */
+Test(proto, messages_render_in_the_chat_format)
+{
+    mn_line l;
+    mn_proto_error err;
+    cr_assert_eq(parse("{\"id\":\"c\",\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},"
+                       "{\"role\":\"user\",\"content\":\"What is honey?\"}],\"max_tokens\":9}",
+                       &l, &err),
+                 MN_OK, "%s", err.message);
+    cr_assert_str_eq(l.req.prompt, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is honey?"
+                                   "<|im_end|>\n<|im_start|>assistant\n");
+    cr_assert_eq(l.req.prompt_len, strlen(l.req.prompt));
+    cr_assert(l.req.parse_special);
+    cr_assert_str_eq(l.req.end_of_turn, "<|im_end|>");
+    cr_assert_eq(l.req.max_tokens, 9);
+    mn_line_free(&l);
+    /* a plain prompt is never parsed for control tokens */
+    cr_assert_eq(parse("{\"id\":\"p\",\"prompt\":\"<|im_start|>user\"}", &l, &err), MN_OK);
+    cr_assert(!l.req.parse_special);
+    cr_assert_null(l.req.end_of_turn);
+    mn_line_free(&l);
+    /* a model without a template: the plain format, and no end-of-turn text of its own */
+    const char *line = "{\"id\":\"q\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}";
+    cr_assert_eq(mn_proto_parse(line, strlen(line), 4096, MN_CHAT_PLAIN, &l, &err), MN_OK);
+    cr_assert_str_eq(l.req.prompt, "User: Hi\nAssistant:");
+    cr_assert_null(l.req.end_of_turn);
     mn_line_free(&l);
 }
 
@@ -98,6 +128,18 @@ Test(proto, errors_name_the_field)
          MN_E_INVALID_REQUEST, "stop"},
         {"{\"id\":\"a\",\"prompt\":\"x\",\"max_token\":5}", MN_E_INVALID_REQUEST, "max_token"},
         {"{\"id\":\"a\",\"id\":\"b\",\"prompt\":\"x\"}", MN_E_INVALID_JSON, "duplicate"},
+        {"{\"id\":\"a\",\"prompt\":\"x\",\"messages\":[{\"role\":\"user\",\"content\":\"y\"}]}",
+         MN_E_INVALID_REQUEST, "not both"},
+        {"{\"id\":\"a\",\"messages\":[]}", MN_E_INVALID_REQUEST, "messages"},
+        {"{\"id\":\"a\",\"messages\":{\"role\":\"user\"}}", MN_E_INVALID_REQUEST, "messages"},
+        {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\"}]}", MN_E_INVALID_REQUEST, "messages[0]"},
+        {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"y\"},{\"role\":1,\"content\":\"y\"}]}",
+         MN_E_INVALID_REQUEST, "messages[1]"},
+        {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"y\",\"name\":\"z\"}]}",
+         MN_E_INVALID_REQUEST, "messages[0]"},
+        {"{\"id\":\"a\",\"messages\":[{\"role\":\"tool\",\"content\":\"y\"}]}", MN_E_INVALID_REQUEST, "tool"},
+        {"{\"id\":\"a\",\"messages\":[{\"role\":\"us\\u0000er\",\"content\":\"y\"}]}", MN_E_INVALID_REQUEST,
+         "role"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         mn_line l;
@@ -227,7 +269,7 @@ Test(proto, raw_nul_byte_is_refused)
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         mn_line l;
         mn_proto_error err;
-        cr_assert_eq(mn_proto_parse(cases[i].line, cases[i].len, 4096, &l, &err), MN_INVALID,
+        cr_assert_eq(mn_proto_parse(cases[i].line, cases[i].len, 4096, MN_CHAT_CHATML, &l, &err), MN_INVALID,
                      "case %zu: a raw NUL byte was skipped", i);
         cr_assert_eq(err.code, MN_E_INVALID_JSON);
         char needle[64];
@@ -628,7 +670,7 @@ static void fuzz_run(fuzz *f, uint64_t seed, double seconds)
         }
         mn_line l;
         mn_proto_error err;
-        mn_status st = mn_proto_parse(f->b, f->n, 4096, &l, &err);
+        mn_status st = mn_proto_parse(f->b, f->n, 4096, MN_CHAT_CHATML, &l, &err);
         cr_assert(st == MN_OK || st == MN_INVALID, "%s: status %d", fuzz_where(f), (int)st);
         if (st == MN_OK) {
             cr_assert(!memchr(f->b, 0, f->n), "%s: a line with a raw NUL was accepted", fuzz_where(f));

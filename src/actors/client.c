@@ -92,7 +92,7 @@ static void on_line(void *ctx, const char *line, size_t len)
     mn_client_actor *ca = cc->ca;
     mn_line l;
     mn_proto_error perr;
-    if (mn_proto_parse(line, len, ca->cfg.max_tokens_limit, &l, &perr) != MN_OK) {
+    if (mn_proto_parse(line, len, ca->cfg.max_tokens_limit, ca->cfg.chat, &l, &perr) != MN_OK) {
         send_error(cc, perr.id, perr.code, perr.message);
         return;
     }

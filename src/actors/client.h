@@ -20,11 +20,13 @@
 #define MN_CLIENT_ACTOR_H
 
 #include "actors/msg.h"
+#include "model/chat.h"
 #include "net/conn.h"
 
 typedef struct mn_client_actor_config {
     mn_net_config net;           /* listeners and per-connection limits */
     uint32_t max_tokens_limit;   /* largest max_tokens a request may ask for */
+    mn_chat_format chat;         /* the served model's chat format, for requests with "messages" */
     uint32_t n_drafters;         /* > 0: done lines carry "spec" */
     const char *const *drafter_names; /* borrowed: [n_drafters] */
     const mn_addr *addr;         /* borrowed */

@@ -251,6 +251,7 @@ static mn_status new_actors(mn_engine *e, uint32_t n_blocks, mn_err *err)
         .net = {.host = cfg->host, .port = cfg->port, .unix_path = cfg->unix_path, .socket_mode = cfg->socket_mode,
                 .max_line = cfg->max_line, .out_high = cfg->out_high},
         .max_tokens_limit = cfg->max_tokens_limit,
+        .chat = mn_chat_format_of(e->model->gguf),
         .addr = &e->addr,
         .on_drained = on_drained,
         .owner = e,

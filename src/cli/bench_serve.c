@@ -61,10 +61,14 @@ static void *client_main(void *arg)
         record *r = &b->records[k];
         r->client = ca->id;
         r->prompt = k % b->n_prompts;
-        json_t *o = json_pack("{s:s, s:s, s:i, s:f, s:b}", "id", "b", "prompt", b->prompts[r->prompt].text, "max_tokens",
-                              b->max_tokens, "temperature", b->temperature, "stream", 1);
-        char *line = json_dumps(o, JSON_COMPACT);
+        json_t *o = json_pack("{s:s, s:i, s:f, s:b}", "id", "b", "max_tokens", b->max_tokens, "temperature",
+                              b->temperature, "stream", 1);
+        char *line = o && mn_prompt_set(&b->prompts[r->prompt], o) == 0 ? json_dumps(o, JSON_COMPACT) : NULL;
         json_decref(o);
+        if (!line) {
+            fprintf(stderr, "minions-bench: client %d: out of memory\n", ca->id);
+            break;
+        }
         size_t n = strlen(line);
         line[n] = '\n';
         r->start = mn_now();

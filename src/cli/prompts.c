@@ -30,7 +30,8 @@ int mn_prompts_load(const char *path, size_t min_bytes, size_t max_bytes, mn_pro
             }
             set = grown;
             set[count].text = mn_strndup(p, bytes);
-            set[count++].tokens = (long)json_integer_value(json_object_get(o, "tokens"));
+            set[count].tokens = (long)json_integer_value(json_object_get(o, "tokens"));
+            set[count++].chat = json_is_true(json_object_get(o, "chat"));
         }
         json_decref(o);
     }
@@ -43,6 +44,13 @@ int mn_prompts_load(const char *path, size_t min_bytes, size_t max_bytes, mn_pro
     *out = set;
     *n = count;
     return 0;
+}
+
+int mn_prompt_set(const mn_prompt *p, json_t *o)
+{
+    if (!p->chat)
+        return json_object_set_new(o, "prompt", json_string(p->text));
+    return json_object_set_new(o, "messages", json_pack("[{s:s, s:s}]", "role", "user", "content", p->text));
 }
 
 void mn_prompts_free(mn_prompt *p, int n)

@@ -101,11 +101,50 @@ static mn_status num_field(json_t *obj, const char *key, double lo, double hi, b
     return MN_OK;
 }
 
-static mn_status parse_request(json_t *o, uint32_t limit, mn_req_params *p, mn_proto_error *err)
+/* messages: a non-empty list of {"role": string, "content": string} (mn_chat_render checks the roles). */
+static mn_status check_messages(json_t *messages, mn_proto_error *err)
 {
-    static const char *known[] = {"id",   "prompt", "max_tokens", "temperature", "top_p",
-                                  "seed", "stop",   "stream",     "speculate",   "spec",
-                                  "return_tokens"};
+    if (!json_is_array(messages) || json_array_size(messages) == 0)
+        return bad(err, MN_E_INVALID_REQUEST, "messages must be a non-empty list of {\"role\", \"content\"}");
+    if (json_array_size(messages) > MN_PROTO_MAX_MESSAGES)
+        return bad(err, MN_E_INVALID_REQUEST, "messages takes at most %d messages", MN_PROTO_MAX_MESSAGES);
+    size_t i;
+    json_t *m;
+    json_array_foreach(messages, i, m) {
+        json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
+        if (!json_is_object(m) || json_object_size(m) != 2 || !json_is_string(role) || !json_is_string(content))
+            return bad(err, MN_E_INVALID_REQUEST, "messages[%zu] must be {\"role\": string, \"content\": string}", i);
+        if (has_nul(role))
+            return bad(err, MN_E_INVALID_REQUEST, "messages[%zu].role must not contain \\u0000", i);
+    }
+    return MN_OK;
+}
+
+/* messages -> p->prompt in the model's chat format, whose control-token texts are those tokens. */
+static mn_status render(json_t *messages, mn_chat_format chat, mn_req_params *p, mn_proto_error *err)
+{
+    size_t n = json_array_size(messages);
+    mn_chat_msg m[MN_PROTO_MAX_MESSAGES];
+    for (size_t i = 0; i < n; i++) {
+        json_t *msg = json_array_get(messages, i), *content = json_object_get(msg, "content");
+        m[i] = (mn_chat_msg){.role = json_string_value(json_object_get(msg, "role")),
+                             .content = json_string_value(content),
+                             .content_len = json_string_length(content)};
+    }
+    mn_err e;
+    mn_status st = mn_chat_render(chat, m, n, &p->prompt, &p->prompt_len, &e);
+    if (st != MN_OK)
+        return bad(err, st == MN_NOMEM ? MN_E_INTERNAL : MN_E_INVALID_REQUEST, "%s", e.msg);
+    p->parse_special = true;
+    p->end_of_turn = mn_chat_end_of_turn(chat);
+    return MN_OK;
+}
+
+static mn_status parse_request(json_t *o, uint32_t limit, mn_chat_format chat, mn_req_params *p,
+                               mn_proto_error *err)
+{
+    static const char *known[] = {"id",   "prompt", "messages", "max_tokens", "temperature", "top_p",
+                                  "seed", "stop",   "stream",   "speculate",  "spec",        "return_tokens"};
     const char *key;
     json_t *v;
     json_object_foreach(o, key, v) {
@@ -116,11 +155,15 @@ static mn_status parse_request(json_t *o, uint32_t limit, mn_req_params *p, mn_p
             return bad(err, MN_E_INVALID_REQUEST, "unknown field '%.*s'",
                        (int)mn_utf8_complete_len(key, strnlen(key, 60)), key); /* 60 bytes, whole characters */
     }
-    json_t *prompt = json_object_get(o, "prompt");
-    if (!json_is_string(prompt))
+    json_t *prompt = json_object_get(o, "prompt"), *messages = json_object_get(o, "messages");
+    if (prompt && messages)
+        return bad(err, MN_E_INVALID_REQUEST, "a request has a prompt or messages, not both");
+    if (!messages && !json_is_string(prompt))
         return bad(err, MN_E_INVALID_REQUEST, "prompt must be a string");
-    if (json_string_length(prompt) == 0)
+    if (!messages && json_string_length(prompt) == 0)
         return bad(err, MN_E_INVALID_REQUEST, "prompt must not be empty");
+    if (messages && check_messages(messages, err) != MN_OK)
+        return MN_INVALID;
     double max_tokens = 64, temperature = 0, top_p = 1, seed = 0;
     if (num_field(o, "max_tokens", 1, limit, true, &max_tokens, err) ||
         num_field(o, "temperature", 0, 100, false, &temperature, err) ||
@@ -162,9 +205,16 @@ static mn_status parse_request(json_t *o, uint32_t limit, mn_req_params *p, mn_p
             return bad(err, MN_E_INVALID_REQUEST, "stop[%zu] must not contain \\u0000", i);
     }
     p->id = mn_strndup(json_string_value(json_object_get(o, "id")), json_string_length(json_object_get(o, "id")));
-    p->prompt_len = json_string_length(prompt);
-    if ((p->prompt = mn_malloc(p->prompt_len + 1)))
-        memcpy(p->prompt, json_string_value(prompt), p->prompt_len + 1);
+    if (messages) {
+        if (render(messages, chat, p, err) != MN_OK) {
+            mn_req_params_free(p);
+            return MN_INVALID;
+        }
+    } else {
+        p->prompt_len = json_string_length(prompt);
+        if ((p->prompt = mn_malloc(p->prompt_len + 1)))
+            memcpy(p->prompt, json_string_value(prompt), p->prompt_len + 1);
+    }
     p->max_tokens = (uint32_t)max_tokens;
     p->temperature = (float)temperature;
     p->top_p = (float)top_p;
@@ -186,7 +236,8 @@ static mn_status parse_request(json_t *o, uint32_t limit, mn_req_params *p, mn_p
     return MN_OK;
 }
 
-mn_status mn_proto_parse(const char *line, size_t len, uint32_t limit, mn_line *out, mn_proto_error *err)
+mn_status mn_proto_parse(const char *line, size_t len, uint32_t limit, mn_chat_format chat, mn_line *out,
+                         mn_proto_error *err)
 {
     memset(out, 0, sizeof *out);
     err->id[0] = 0;
@@ -232,7 +283,7 @@ mn_status mn_proto_parse(const char *line, size_t len, uint32_t limit, mn_line *
     }
     utf8_copy(err->id, sizeof err->id, json_string_value(id), json_string_length(id));
     out->kind = MN_LINE_REQUEST;
-    st = parse_request(o, limit, &out->req, err);
+    st = parse_request(o, limit, chat, &out->req, err);
 out:
     json_decref(o);
     return st;

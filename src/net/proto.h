@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "model/chat.h"
 #include "util/status.h"
 
 typedef enum mn_errcode {
@@ -31,6 +32,7 @@ const char *mn_errcode_name(mn_errcode code);
 #define MN_PROTO_MAX_STOP_LEN 64 /* bytes per stop string */
 #define MN_PROTO_MAX_ID_LEN 128  /* bytes per id */
 #define MN_PROTO_MAX_SPEC_LEN 16 /* the longest draft a request may allow (spec.max_len) */
+#define MN_PROTO_MAX_MESSAGES 64  /* messages of a chat request */
 #define MN_PROTO_MAX_TOP_LOGPROBS 5 /* alternatives per generated token (HTTP's top_logprobs) */
 
 typedef struct mn_req_params {
@@ -75,11 +77,14 @@ typedef struct mn_proto_error {
     char message[200];                 /* names the offending field */
 } mn_proto_error;                      /* id and message: valid UTF-8, cut between characters */
 
-/* Parse one line (without its '\n'). max_tokens_limit bounds max_tokens. On success *out is filled
+/* Parse one line (without its '\n'). max_tokens_limit bounds max_tokens. A request has a "prompt"
+ * (the text as it is) or "messages" (a chat: rendered here in format chat, the served model's,
+ * with parse_special and end_of_turn set, as the HTTP chat API does). On success *out is filled
  * and owned by the caller (free with mn_line_free); otherwise MN_INVALID and *err says why. A line
- * with a raw NUL byte is invalid_json; an escaped "\u0000" is kept in a prompt (see prompt_len)
- * and refused in an id, a cancel id or a stop string. */
-mn_status mn_proto_parse(const char *line, size_t len, uint32_t max_tokens_limit, mn_line *out, mn_proto_error *err);
+ * with a raw NUL byte is invalid_json; an escaped "\u0000" is kept in a prompt or a message's
+ * content (see prompt_len) and refused in an id, a role, a cancel id or a stop string. */
+mn_status mn_proto_parse(const char *line, size_t len, uint32_t max_tokens_limit, mn_chat_format chat, mn_line *out,
+                         mn_proto_error *err);
 void mn_line_free(mn_line *l);
 
 /* Reply lines, newly allocated (mn_free), '\n'-terminated; *len gets the length. NULL only on OOM:
