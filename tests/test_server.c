@@ -99,6 +99,29 @@ Test(server, stop_strings, .timeout = 120)
     free(want);
 }
 
+/* A request with chat messages is the prompt its model's template renders (the bundled models have
+ * none: the plain format), answered as that prompt is. */
+Test(server, chat_messages_render_the_template, .timeout = 120)
+{
+    char *want = generate("System text.\n\nUser: Who made the light?\nAssistant:", 24);
+    server s;
+    server_start(&s, NULL);
+    tconn c;
+    connect_to(s.tcp, &c);
+    send_line(&c, "{\"id\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"System text.\"},"
+                  "{\"role\":\"user\",\"content\":\"Who made the light?\"}],\"max_tokens\":24}");
+    json_t *o = await(&c, "m");
+    cr_assert_str_eq(json_string_value(json_object_get(o, "text")), want);
+    json_decref(o);
+    send_line(&c, "{\"id\":\"bad\",\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}");
+    o = await(&c, "bad");
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(o, "error"), "code")), "invalid_request");
+    json_decref(o);
+    tconn_close(&c);
+    server_stop(&s);
+    free(want);
+}
+
 Test(server, thirty_two_clients_four_requests_each, .timeout = 300)
 {
     char *prompts[6], *want[6];
