@@ -355,7 +355,7 @@ Test(server, paused_requests_are_preempted_and_recomputed, .timeout = 600)
     check_paused_preemption(NULL);
 }
 
-Test(server, admin_get_set_stats, .timeout = 120)
+Test(server, admin_get_set_stats, .timeout = 300)
 {
     server s;
     server_start(&s, NULL);
