@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench-spec.py: collective speculative decoding measured side by side in one run.
 
-One minionsd with every bundled draft and the n-gram drafter; the configurations are switched live
+One minionsd with every bundled draft and the n-gram drafter (or --target with its --drafts); the configurations are switched live
 over the admin socket, so all of them run on the same process, the same machine state, in
 alternating rounds (the order rotates every round). For each prompt set and for 1 and 16 clients
 it prints the median over rounds of: throughput (tok/s), normalized latency (ms per output token),
@@ -17,6 +17,9 @@ votes with spec.skip_below 0.25 (a model drafter far below a request's best sits
                         [--configs plain,ngram,...] [--clients 1,16]
     tools/bench-spec.py --switch        # weights over a kjv -> devil -> web stream (docs/spec-weights.png)
     tools/bench-spec.py --tuner [--drafters ngram]   # the length tuner against every fixed length
+    tools/bench-spec.py --target models/cache/SmolLM2-135M-Instruct.F16.gguf --kv-blocks 512 \
+        --drafts smollm2-draft,smollm2-draft-bible,smollm2-draft-chat,ngram \
+        --sets smollm2-kjv,smollm2-web,smollm2-devil,smollm2-chat     # another target and its drafts
 
 --tuner: two servers with the same drafters (--drafters: ngram, a draft's name, or vote = all four
 with the default weights), one in fixed mode swept over spec.length 1..8 and plain decoding, one
@@ -39,21 +42,25 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, "build")
+TARGET = os.path.join(ROOT, "models/target.gguf")
 DRAFTS = ["draft-kjv", "draft-web", "draft-devil", "ngram"]
+KV_BLOCKS = 0  # --kv-blocks for the server; 0: its default
 SKIP = 0.25  # spec.skip_below of the "+skip" configurations
-CONFIGS = ["plain"] + DRAFTS + ["vote-fixed", "vote-global", "vote-sequence", "vote-global+skip",
-                                "vote-sequence+skip"]
+VOTES = ["vote-fixed", "vote-global", "vote-sequence", "vote-global+skip", "vote-sequence+skip"]
+CONFIGS = ["plain"] + DRAFTS + VOTES
 
 
 class Server:
     def __init__(self, spec_length, threads, max_batch, extra=()):
         self.dir = tempfile.mkdtemp(prefix="minions-bench-spec-")
         self.admin_addr = f"ipc://{self.dir}/admin"
-        args = [os.path.join(BIN, "minionsd"), "--model", os.path.join(ROOT, "models/target.gguf"), "--port", "0",
+        args = [os.path.join(BIN, "minionsd"), "--model", TARGET, "--port", "0",
                 "--admin", self.admin_addr, "--threads", str(threads), "--max-batch", str(max_batch),
                 "--spec-length", str(spec_length)]
         for d in DRAFTS:
             args += ["--draft", d if d == "ngram" else os.path.join(ROOT, "models", d + ".gguf")]
+        if KV_BLOCKS:
+            args += ["--kv-blocks", str(KV_BLOCKS)]
         args += list(extra)
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
@@ -132,7 +139,7 @@ def evaluate(args):
 
 def report(args, results):
     med = lambda xs: statistics.median(xs)
-    lines = [f"minionsd, bundled target + {', '.join(DRAFTS)}; spec.length {args.spec_length}, {args.tokens} tokens "
+    lines = [f"minionsd, {os.path.basename(TARGET)} + {', '.join(DRAFTS)}; spec.length {args.spec_length}, {args.tokens} tokens "
              f"per request, greedy, {args.threads} threads; median of {args.rounds} alternating rounds "
              f"(`{' '.join(['tools/bench-spec.py'] + sys.argv[1:])}`)", ""]
     table = {}
@@ -296,6 +303,7 @@ set key below horizontal
 
 
 def main():
+    global TARGET, DRAFTS, CONFIGS, KV_BLOCKS
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--tokens", type=int, default=64)
@@ -310,7 +318,12 @@ def main():
     ap.add_argument("--clients", default="1,16", help="client counts: 1, 16 or both")
     ap.add_argument("--tuner", action="store_true", help="the length tuner against a sweep of fixed lengths")
     ap.add_argument("--drafters", default="ngram", help="--tuner: ngram, draft-kjv, ..., or vote (all four)")
+    ap.add_argument("--target", default=TARGET, help="the target model (default: the bundled one)")
+    ap.add_argument("--drafts", default=",".join(DRAFTS), help="drafters: names of models/*.gguf, or ngram")
+    ap.add_argument("--kv-blocks", type=int, default=0, help="the server's --kv-blocks (a long-context target)")
     args = ap.parse_args()
+    TARGET, DRAFTS, KV_BLOCKS = os.path.abspath(args.target), args.drafts.split(","), args.kv_blocks
+    CONFIGS = ["plain"] + DRAFTS + VOTES
     if args.switch:
         switch(args)
     elif args.tuner:

@@ -18,20 +18,9 @@ import numpy as np
 import gguf
 from gguf import GGMLQuantizationType as Q
 
+from gguf_copy import new_writer
+
 FILE_TYPE = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16}
-
-
-def field_value(field):
-    """A reader field's value, as GGUFWriter.add_key_value takes it."""
-    vtype = field.types[0]
-    if vtype == gguf.GGUFValueType.ARRAY:
-        sub = field.types[-1]
-        if sub == gguf.GGUFValueType.STRING:
-            return [bytes(field.parts[i]).decode("utf-8") for i in field.data], vtype, sub
-        return [field.parts[i].tolist()[0] for i in field.data], vtype, sub
-    if vtype == gguf.GGUFValueType.STRING:
-        return bytes(field.parts[field.data[0]]).decode("utf-8"), vtype, None
-    return field.parts[field.data[0]].tolist()[0], vtype, None
 
 
 def main():
@@ -41,15 +30,7 @@ def main():
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     reader = gguf.GGUFReader(args.src)
-    arch = reader.fields["general.architecture"]
-    writer = gguf.GGUFWriter(args.out, field_value(arch)[0])
-    for name, field in reader.fields.items():
-        if name.startswith("GGUF.") or name == "general.architecture":
-            continue  # the header's own fields; the architecture is written by GGUFWriter
-        value, vtype, sub = field_value(field)
-        if name == "general.file_type":
-            value = int(FILE_TYPE[args.type])
-        writer.add_key_value(name, value, vtype, sub_type=sub)
+    writer = new_writer(reader, args.out, {"general.file_type": int(FILE_TYPE[args.type])})
     target = np.float16 if args.type == "f16" else np.float32
     for t in reader.tensors:
         if t.tensor_type == Q.F32 and args.type == "f16":

@@ -77,22 +77,26 @@ class Llama(torch.nn.Module):
         return torch.stack((a * c - b * s, a * s + b * c), dim=-1).flatten(-2)
 
     def forward(self, idx):
-        B, T = idx.shape
         x = self.emb(idx)
         for L in self.layers:
-            h = self.rms(x, L.attn_norm)
-            q = self.rope(L.q(h).view(B, T, self.heads, self.hd))
-            k = self.rope(L.k(h).view(B, T, self.kv_heads, self.hd))
-            v = L.v(h).view(B, T, self.kv_heads, self.hd)
-            rep = self.heads // self.kv_heads
-            k, v = k.repeat_interleave(rep, dim=2), v.repeat_interleave(rep, dim=2)
-            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, H, T, hd]
-            att = (q @ k.transpose(-1, -2)) / math.sqrt(self.hd) + self.mask[:T, :T]
-            a = torch.softmax(att, dim=-1) @ v  # (torch 1.13 has no fused attention)
-            x = x + L.o(a.transpose(1, 2).reshape(B, T, -1))
-            h = self.rms(x, L.ffn_norm)
-            x = x + L.down(F.silu(L.gate(h)) * L.up(h))
+            x = self.block(L, x)
         return self.rms(x, self.out_norm) @ self.emb.weight.T  # tied output
+
+    def block(self, L, x):
+        """One transformer layer over x [B, T, dim]."""
+        B, T, _ = x.shape
+        h = self.rms(x, L.attn_norm)
+        q = self.rope(L.q(h).view(B, T, self.heads, self.hd))
+        k = self.rope(L.k(h).view(B, T, self.kv_heads, self.hd))
+        v = L.v(h).view(B, T, self.kv_heads, self.hd)
+        rep = self.heads // self.kv_heads
+        k, v = k.repeat_interleave(rep, dim=2), v.repeat_interleave(rep, dim=2)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, H, T, hd]
+        att = (q @ k.transpose(-1, -2)) / math.sqrt(self.hd) + self.mask[:T, :T]
+        a = torch.softmax(att, dim=-1) @ v  # (torch 1.13 has no fused attention)
+        x = x + L.o(a.transpose(1, 2).reshape(B, T, -1))
+        h = self.rms(x, L.ffn_norm)
+        return x + L.down(F.silu(L.gate(h)) * L.up(h))
 
     def n_params(self):
         return sum(p.numel() for p in self.parameters())
@@ -148,11 +152,16 @@ def batches(streams, mixture, batch, rng):
 
 def load_gguf(path, spec):
     """A Llama with the weights of a GGUF file this tool exported."""
-    from gguf import GGUFReader
     name, role, dim, layers, heads, kv, ff, _ = spec
-    m = Llama(dim, layers, heads, kv, ff)
-    t = {x.name: torch.from_numpy(np.array(x.data, dtype=np.float32).reshape([int(n) for n in reversed(x.shape.tolist())]))
-         for x in GGUFReader(path).tensors}
+    return load_weights(Llama(dim, layers, heads, kv, ff), path).eval()
+
+
+def load_weights(m, path):
+    """Fill the Llama m with the tensors of a GGUF file (F32, F16 or quantized: dequantized)."""
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+    t = {x.name: torch.from_numpy(dequantize(x.data, x.tensor_type).astype(np.float32).reshape(
+         [int(n) for n in reversed(x.shape.tolist())])) for x in GGUFReader(path).tensors}
     with torch.no_grad():
         m.emb.weight.copy_(t["token_embd.weight"])
         m.out_norm.copy_(t["output_norm.weight"])
@@ -163,7 +172,7 @@ def load_gguf(path, spec):
             for mod, g in ((L.q, "attn_q"), (L.k, "attn_k"), (L.v, "attn_v"), (L.o, "attn_output"),
                            (L.gate, "ffn_gate"), (L.up, "ffn_up"), (L.down, "ffn_down")):
                 mod.weight.copy_(t[p + g + ".weight"])
-    return m.eval()
+    return m
 
 
 def train(spec, streams, budget_tokens, budget_s, seed, log, teacher=None):
