@@ -36,13 +36,18 @@ rlim_t g_nofile;
 
 void server_start(server *s, const char *const *extra)
 {
+    server_start_model(s, model_path(), extra);
+}
+
+void server_start_model(server *s, const char *model, const char *const *extra)
+{
     snprintf(s->dir, sizeof s->dir, "/tmp/minions-test-XXXXXX");
     cr_assert(mkdtemp(s->dir));
     snprintf(s->unix_path, sizeof s->unix_path, "%s/sock", s->dir);
     snprintf(s->admin, sizeof s->admin, "ipc://%s/admin", s->dir);
     char bin[1024];
     snprintf(bin, sizeof bin, "%s/minionsd", env_or("MINIONS_BIN_DIR", "."));
-    const char *argv[32] = {bin, "--model", model_path(), "--port", "0", "--unix", s->unix_path,
+    const char *argv[32] = {bin, "--model", model, "--port", "0", "--unix", s->unix_path,
                             "--admin", s->admin, "--threads", "2"};
     int argc = 11;
     for (int i = 0; extra && extra[i]; i++)
@@ -226,10 +231,15 @@ json_t *await(tconn *c, const char *id)
 /* minions-generate's greedy continuation of prompt. */
 char *generate(const char *prompt, int n)
 {
+    return generate_model(model_path(), prompt, n);
+}
+
+char *generate_model(const char *model, const char *prompt, int n)
+{
     char bin[1024], ntok[16];
     snprintf(bin, sizeof bin, "%s/minions-generate", env_or("MINIONS_BIN_DIR", "."));
     snprintf(ntok, sizeof ntok, "%d", n);
-    const char *argv[] = {bin, "--model", model_path(), "--prompt", prompt, "-n", ntok, "-t", "1", NULL};
+    const char *argv[] = {bin, "--model", model, "--prompt", prompt, "-n", ntok, "-t", "1", NULL};
     int fds[2];
     cr_assert_eq(pipe(fds), 0);
     posix_spawn_file_actions_t fa;

@@ -30,6 +30,8 @@ typedef struct tconn {
 const char *env_or(const char *name, const char *dflt);
 const char *model_path(void);
 void server_start(server *s, const char *const *extra);
+/* The same with another target model (a path). */
+void server_start_model(server *s, const char *model, const char *const *extra);
 
 /* Wait for the daemon to exit; returns its exit status (-1: killed after timeout_s, or a signal). */
 int server_wait(server *s, int timeout_s);
@@ -55,8 +57,9 @@ json_t *next_for(tconn *t, const char *id);
  * (all of it when none were read before). */
 json_t *await(tconn *c, const char *id);
 
-/* minions-generate's greedy continuation of prompt. */
+/* minions-generate's greedy continuation of prompt (by the bundled target, or by model). */
 char *generate(const char *prompt, int n);
+char *generate_model(const char *model, const char *prompt, int n);
 
 /* The first prompts of each bundled prompt set. */
 int load_prompts(char **out, int per_set);

@@ -22,6 +22,7 @@
 #include "model/sampler.h"
 #include "runtime/registry.h"
 #include "serverutil.h"
+#include "testutil.h"
 
 static const char *model_file(const char *name)
 {
@@ -159,6 +160,87 @@ Test(speculate, thirty_two_clients_greedy_equals_generate, .timeout = 600, .disa
     server_stop(&s);
     for (int i = 0; i < n; i++)
         free(prompts[i]), free(want[i]);
+}
+
+/* The SmolLM2 family (#11): the target with its three distilled drafts and the n-gram drafter
+ * voting, on the fetched Q4_1 file and on its F16 conversion. Every greedy text is plain
+ * decoding's: minions-generate's for the text prompts, and the same request with "speculate":
+ * false for a chat (minions-generate takes no messages); and the drafts do get tokens accepted. */
+static void smollm2_lossless(const char *target)
+{
+    static const char *sets[] = {"kjv", "web", "devil", "chat"};
+    enum { PER_SET = 2, N = 4 * PER_SET, TOKENS = 24 };
+    char *prompt[N];
+    int chat[N];
+    for (int k = 0; k < 4; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "prompts/smollm2-%s.jsonl", sets[k]);
+        FILE *f = fopen(source_file(name), "r");
+        cr_assert(f, "%s", name);
+        char line[4096];
+        for (int i = 0; i < PER_SET; i++) {
+            cr_assert(fgets(line, sizeof line, f));
+            json_t *o = json_loads(line, 0, NULL);
+            prompt[k * PER_SET + i] = strdup(json_string_value(json_object_get(o, "prompt")));
+            chat[k * PER_SET + i] = json_is_true(json_object_get(o, "chat"));
+            json_decref(o);
+        }
+        fclose(f);
+    }
+    server s;
+    server_start_model(&s, target,
+                       (const char *[]){"--draft", model_file("smollm2-draft.gguf"), "--draft",
+                                        model_file("smollm2-draft-bible.gguf"), "--draft",
+                                        model_file("smollm2-draft-chat.gguf"), "--draft", "ngram", "--spec-length",
+                                        "4", "--max-batch", "16", "--kv-blocks", "512", NULL});
+    tconn c;
+    connect_to(s.tcp, &c);
+    for (int i = 0; i < 2 * N; i++) { /* i < N: speculating; then the same requests opting out */
+        char id[16];
+        snprintf(id, sizeof id, "%s%d", i < N ? "s" : "p", i % N);
+        json_t *o = json_pack("{s:s, s:i, s:b}", "id", id, "max_tokens", TOKENS, "speculate", i < N);
+        if (chat[i % N])
+            json_object_set_new(o, "messages", json_pack("[{s:s, s:s}]", "role", "user", "content", prompt[i % N]));
+        else
+            json_object_set_new(o, "prompt", json_string(prompt[i % N]));
+        char *line = json_dumps(o, JSON_COMPACT);
+        send_line(&c, line);
+        free(line);
+        json_decref(o);
+    }
+    json_int_t accepted = 0;
+    for (int i = 0; i < N; i++) {
+        char sid[16], pid[16];
+        snprintf(sid, sizeof sid, "s%d", i);
+        snprintf(pid, sizeof pid, "p%d", i);
+        json_t *sp = await(&c, sid), *pl = await(&c, pid);
+        const char *text = json_string_value(json_object_get(sp, "text"));
+        cr_assert(text, "%s: %s", prompt[i], json_dumps(sp, 0));
+        cr_assert_str_eq(text, json_string_value(json_object_get(pl, "text")), "%s: speculative and plain differ",
+                         prompt[i]);
+        if (!chat[i] && i % PER_SET == 0) {
+            char *want = generate_model(target, prompt[i], TOKENS);
+            cr_assert_str_eq(text, want, "%s: not minions-generate's text", prompt[i]);
+            free(want);
+        }
+        accepted += json_integer_value(json_object_get(json_object_get(sp, "spec"), "accepted"));
+        json_decref(sp);
+        json_decref(pl);
+        free(prompt[i]);
+    }
+    cr_assert_gt(accepted, N * TOKENS / 8, "the drafts had %lld tokens accepted", (long long)accepted);
+    wait_idle(&s);
+    tconn_close(&c);
+    server_stop(&s);
+}
+
+Test(speculate, smollm2_drafts_are_lossless_on_q4_1_and_f16, .timeout = 900, .disabled = SANITIZED)
+{
+    const char *q41 = smollm2_path();
+    if (!q41)
+        cr_skip_test("SmolLM2 was not fetched: skipped");
+    smollm2_lossless(q41);
+    smollm2_lossless(fixture("smollm2.f16.gguf"));
 }
 
 /* Paused requests give their target and draft KV back and are recomputed, drafts and all. Drafts
