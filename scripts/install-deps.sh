@@ -6,7 +6,9 @@
 #   - .venv: a virtual environment over Debian's Python with the PyPI `gguf` package, used by
 #     tools/ for the test fixtures and the independent reference implementations, and the HTTP
 #     clients the tests drive minionsd with (`openai`, `prometheus_client`).
-# Safe to run again: it installs only what is missing.
+# Safe to run again: it installs only what is missing. `--train` adds what tools/train needs:
+# Debian's python3-torch with libopenblas0-openmp (without it torch falls back to the reference
+# BLAS, ~20x slower).
 set -eu
 cd "$(dirname "$0")/.."
 
@@ -14,6 +16,7 @@ PKGS="build-essential autoconf automake libtool pkg-config ca-certificates unzip
       libevent-dev libjemalloc-dev libnanomsg-dev libjansson-dev libutf8proc-dev libcriterion-dev
       python3 python3-numpy python3-regex python3-venv python3-yaml curl nginx-light
       bible-kjv bible-kjv-text sword-text-web diatheke dict-devil"
+[ "${1:-}" = --train ] && PKGS="$PKGS python3-torch libopenblas0-openmp"
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
 

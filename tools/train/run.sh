@@ -6,10 +6,7 @@
 # libopenblas0-openmp (without it torch falls back to the reference BLAS, ~20x slower).
 set -eu
 cd "$(dirname "$0")/../.."
-sh scripts/install-deps.sh
-SUDO=""
-[ "$(id -u)" = 0 ] || SUDO=sudo
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3-torch libopenblas0-openmp >/dev/null
+sh scripts/install-deps.sh --train
 work=${WORK:-build/corpora}
 .venv/bin/python tools/train/corpora.py "$work"
 rm -f models/tokenizer.json models/manifest.json

@@ -10,10 +10,7 @@
 # Debian's python3-torch with libopenblas0-openmp.
 set -eu
 cd "$(dirname "$0")/../.."
-sh scripts/install-deps.sh
-SUDO=""
-[ "$(id -u)" = 0 ] || SUDO=sudo
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3-torch libopenblas0-openmp >/dev/null
+sh scripts/install-deps.sh --train
 tools/fetch-smollm2.sh
 teacher=models/cache/SmolLM2-135M-Instruct.Q4_1.gguf
 work=${WORK:-build/distill}
