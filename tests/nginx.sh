@@ -65,7 +65,9 @@ start() { # name port: a minionsd on 127.0.0.1:port (0: ephemeral); sets pid_<na
     --threads 1 --max-batch 8 --drain-timeout 90 --http "127.0.0.1:$2" >"$tmp/$1.out" 2>"$tmp/$1.log" &
   eval "pid_$1=$!"
   n=0
-  while [ $n -lt 100 ] && ! grep -qs listening "$tmp/$1.out" && kill -0 "$!" 2>/dev/null; do
+  # up to 60 s: an ASan daemon loading its model beside the other suites of a parallel make check
+  # took more than 10 (the restart below once failed so)
+  while [ $n -lt 600 ] && ! grep -qs listening "$tmp/$1.out" && kill -0 "$!" 2>/dev/null; do
     sleep 0.1
     n=$((n + 1))
   done
@@ -257,6 +259,7 @@ check "A exited 0 after its drain" test $rc -eq 0
 # c. A back on its port; SIGKILL to B mid-run: full answers or visible errors, none hanging
 start a "$port_a"
 check "A restarts on its port" test -n "$port_a"
+[ -n "$port_a" ] || tail -n 5 "$tmp/a.log"
 n=0
 while [ $n -lt 20 ] && ! [ "$(served "$port_a")" -gt 0 ] 2>/dev/null; do
   ask probe$n 4 false # nginx parked A for fail_timeout; a request tries it again when that ends
