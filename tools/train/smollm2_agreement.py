@@ -14,19 +14,17 @@ tokens; tokens per verification = (accepted + verifications) / verifications, wh
 yields. Prints the Markdown table of docs/models.md and writes it as JSON to --out.
 """
 import argparse
-import glob
 import json
 import os
 import sys
 
-import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from ref_tokenize import BPE  # noqa: E402
 from smollm2_data import post  # noqa: E402
-from smollm2_drafts import FAMILY, MAX_LEN, load_draft  # noqa: E402
+from smollm2_drafts import FAMILY, MAX_LEN, hidden, load_draft  # noqa: E402
 from smollm2_prompts import DOMAINS, encode_chat  # noqa: E402
 
 S_MAX = 8
@@ -48,11 +46,7 @@ def rollout(model, prefix, s):
     """The draft's s greedy tokens after prefix (only the last position's logits are computed)."""
     out = list(prefix)
     for _ in range(s):
-        x = torch.tensor(out[-MAX_LEN:])[None]
-        h = model.emb(x)
-        for L in model.layers:  # Llama.forward, but the head for the last position alone
-            h = model.block(L, h)
-        last = model.rms(h[0, -1], model.out_norm)
+        last = hidden(model, torch.tensor(out[-MAX_LEN:])[None])[0, -1]
         out.append(int((last @ model.emb.weight.T).argmax()))
     return out[len(prefix):]
 

@@ -11,23 +11,22 @@ on the teacher's tokens, and the output projection (most of the training time) i
 alone.
 
 Sizing. A draft's cost per token is dominated by its tied 49,152 x dim embedding, which is also the
-output projection: at dim 128 that is 6.3 M multiply-adds and 12.6 MB of F16 against ~14 M and
-6.6 MB for everything else at 4 layers, so layers are cheap and the width is what costs. The
+output projection: at dim 128 that is 6.3 M multiply-adds and 6.7 MB in Q8_0 against ~1 M and 2 MB
+(F16) for everything else at 4 layers, so layers are cheap and the width is what costs. The
 embedding starts from SmolLM2's own (dequantized) projected on its top `dim` principal directions,
 so the draft begins with the teacher's notion of which tokens are alike.
 
 The family: `smollm2-draft` (general, every domain) is trained first; each specialist starts from
 it and trains on its own mixture for a while more (cheaper than from scratch, and better than it on
 little data). Writes OUT/{name}.gguf with SmolLM2's tokenizer and metadata (every tokenizer key
-copied, so the vocabulary check at start-up passes), the embedding in F16 and the rest in F32, and
-adds each model's recipe, data, time and sha256 to OUT/manifest.json.
+copied, so the vocabulary check at start-up passes), the embedding in Q8_0, the matrices in F16 and
+the norms in F32, and adds each model's recipe, data, time and sha256 to OUT/manifest.json.
 """
 import argparse
 import hashlib
 import json
 import math
 import os
-import random
 import sys
 import time
 
@@ -148,7 +147,7 @@ def train(model, seqs, mixture, budget_s, lr, seed, log, name):
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        seen += int((w > 0).sum())
+        seen += int(keep.sum())
         ema = loss.item() if ema is None else 0.95 * ema + 0.05 * loss.item()
         if step % 50 == 0:
             log(f"{name} step {step} loss {ema:.3f} {seen / (time.time() - t0):.0f} tok/s")

@@ -6,10 +6,10 @@
 Writes prompts/smollm2-{kjv,web,devil,chat}.jsonl, 200 prompts each. The three text sets are
 windows of 16-56 of SmolLM2's tokens (devil: 8-24) cut at word boundaries from the held-out units
 (DIR/{name}.units.json, text the drafts never trained on); the chat set is instructions whose
-topics are held out from the drafts' training instructions. A chat line carries its prompt already
-rendered in SmolLM2's ChatML, as minionsd renders a chat request, and "chat": true (minions-bench
-then sends it as one user message). {"prompt": "...", "tokens": N} (N counted by the reference
-tokenizer, tools/ref_tokenize.py, as the engine counts them).
+topics are held out from the drafts' training instructions. {"prompt": "...", "tokens": N}, N
+counted by the reference tokenizer (tools/ref_tokenize.py) as the engine counts them; a chat line
+also has "chat": true: its prompt is the user's message, minions-bench sends it as "messages", and
+N counts the ChatML prompt minionsd renders from it.
 """
 import argparse
 import json
