@@ -12,6 +12,7 @@
 #include <math.h>
 #include <nanomsg/nn.h>
 #include <nanomsg/pubsub.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,8 +22,10 @@
 #include "model/model.h"
 #include "model/sampler.h"
 #include "runtime/registry.h"
+#include "cli/prompts.h"
 #include "serverutil.h"
 #include "testutil.h"
+#include "util/alloc.h"
 
 static const char *model_file(const char *name)
 {
@@ -170,22 +173,18 @@ static void smollm2_lossless(const char *target)
 {
     static const char *sets[] = {"kjv", "web", "devil", "chat"};
     enum { PER_SET = 2, N = 4 * PER_SET, TOKENS = 24 };
-    char *prompt[N];
-    int chat[N];
-    for (int k = 0; k < 4; k++) {
+    mn_prompt prompt[N];
+    for (int k = 0; k < 4; k++) { /* the first PER_SET prompts of each set, read as minions-bench reads them */
         char name[64];
         snprintf(name, sizeof name, "prompts/smollm2-%s.jsonl", sets[k]);
-        FILE *f = fopen(source_file(name), "r");
-        cr_assert(f, "%s", name);
-        char line[4096];
-        for (int i = 0; i < PER_SET; i++) {
-            cr_assert(fgets(line, sizeof line, f));
-            json_t *o = json_loads(line, 0, NULL);
-            prompt[k * PER_SET + i] = strdup(json_string_value(json_object_get(o, "prompt")));
-            chat[k * PER_SET + i] = json_is_true(json_object_get(o, "chat"));
-            json_decref(o);
-        }
-        fclose(f);
+        mn_prompt *set;
+        int n;
+        cr_assert_eq(mn_prompts_load(source_file(name), 0, SIZE_MAX, &set, &n), 0, "%s", name);
+        cr_assert_geq(n, PER_SET);
+        for (int i = 0; i < PER_SET; i++)
+            prompt[k * PER_SET + i] = (mn_prompt){mn_strndup(set[i].text, strlen(set[i].text)), set[i].tokens,
+                                                  set[i].chat};
+        mn_prompts_free(set, n);
     }
     server s;
     server_start_model(&s, target,
@@ -199,10 +198,7 @@ static void smollm2_lossless(const char *target)
         char id[16];
         snprintf(id, sizeof id, "%s%d", i < N ? "s" : "p", i % N);
         json_t *o = json_pack("{s:s, s:i, s:b}", "id", id, "max_tokens", TOKENS, "speculate", i < N);
-        if (chat[i % N])
-            json_object_set_new(o, "messages", json_pack("[{s:s, s:s}]", "role", "user", "content", prompt[i % N]));
-        else
-            json_object_set_new(o, "prompt", json_string(prompt[i % N]));
+        cr_assert_eq(mn_prompt_set(&prompt[i % N], o), 0); /* a chat prompt goes as "messages" */
         char *line = json_dumps(o, JSON_COMPACT);
         send_line(&c, line);
         free(line);
@@ -215,18 +211,18 @@ static void smollm2_lossless(const char *target)
         snprintf(pid, sizeof pid, "p%d", i);
         json_t *sp = await(&c, sid), *pl = await(&c, pid);
         const char *text = json_string_value(json_object_get(sp, "text"));
-        cr_assert(text, "%s: %s", prompt[i], json_dumps(sp, 0));
+        cr_assert(text, "%s: %s", prompt[i].text, json_dumps(sp, 0));
         cr_assert_str_eq(text, json_string_value(json_object_get(pl, "text")), "%s: speculative and plain differ",
-                         prompt[i]);
-        if (!chat[i] && i % PER_SET == 0) {
-            char *want = generate_model(target, prompt[i], TOKENS);
-            cr_assert_str_eq(text, want, "%s: not minions-generate's text", prompt[i]);
+                         prompt[i].text);
+        if (!prompt[i].chat && i % PER_SET == 0) {
+            char *want = generate_model(target, prompt[i].text, TOKENS);
+            cr_assert_str_eq(text, want, "%s: not minions-generate's text", prompt[i].text);
             free(want);
         }
         accepted += json_integer_value(json_object_get(json_object_get(sp, "spec"), "accepted"));
         json_decref(sp);
         json_decref(pl);
-        free(prompt[i]);
+        mn_free(prompt[i].text);
     }
     cr_assert_gt(accepted, N * TOKENS / 8, "the drafts had %lld tokens accepted", (long long)accepted);
     wait_idle(&s);
