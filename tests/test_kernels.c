@@ -17,8 +17,9 @@ static void check_matmul(const char *gguf, const char *tensor_kind)
     for (size_t wi = 0; wi < 3; wi++) {
         const mn_weight *w = ws[wi];
         /* every tile shape and remainder: T = 1 (1 x 4), 5 and 6 (T x 2), even (2 x 6), odd (1 x 6 +
-         * 2 x 6), past 8 (prefill); odd output ranges of every width mod 6 exercise the x 1 tiles */
-        for (int T = 1; T <= 17; T++) {
+         * 2 x 6), past 8, and 32 / 33 (prefill's panels); odd output ranges of every width mod 6
+         * exercise the x 1 tiles */
+        for (int T = 1; T <= 33; T = T == 17 ? 32 : T + 1) {
             float *x = malloc((size_t)T * w->cols * sizeof(float));
             float *y = calloc((size_t)T * w->rows, sizeof(float)), *r = calloc((size_t)T * w->rows, sizeof(float));
             for (size_t i = 0; i < (size_t)T * w->cols; i++)

@@ -165,6 +165,114 @@ ALWAYS_INLINE void prefetch_share(const mn_weight *W, uint32_t o, uint32_t OT, u
     *lines = le - lb;
 }
 
+/* Prefill (T >= PANEL_MIN_T): a block of PANEL_OT weight rows is converted to F32 once into a panel
+ * laid out chunk by chunk ([chunk][output][8 floats]), and every pair of activation rows streams
+ * past it. The panel takes the conversion (F16, quantized) out of the inner loop, where 6 conversions
+ * per 12 FMAs competed with the FMAs, and its one pointer with constant offsets replaces six row
+ * pointers that spilled to the stack. The values are load_chunk's, in the same order, so results
+ * are bit-identical to the tiles above. Rows longer than PANEL_MAX_COLS take those tiles. Same
+ * binary, alternating, 2 threads, 128-token prefill (minions-bench-decode --prompt-tokens 128):
+ * SmolLM2 F16 295-348 -> 348-378 tok/s, F32 251-288 -> 303-341, the bundled target 4,675-5,511 ->
+ * 5,589-6,361. Packing costs more than it saves at T = 16 (F32 decode of 16 sequences 180-290 ->
+ * 175-196), so panels start at 32 rows. */
+#define PANEL_OT 6
+#define PANEL_MIN_T 32
+#define PANEL_MAX_COLS 4096
+
+ALWAYS_INLINE void pack_panel(uint32_t type, const mn_weight *W, uint32_t o0, float *panel)
+{
+    const int n_chunks = (int)(W->cols / 8);
+    const uint8_t *rows[PANEL_OT];
+    for (int o = 0; o < PANEL_OT; o++)
+        rows[o] = W->data + (size_t)(o0 + o) * W->row_bytes;
+    for (int c = 0; c < n_chunks; c++)
+#pragma GCC unroll 8
+        for (int o = 0; o < PANEL_OT; o++)
+            _mm256_store_ps(panel + ((size_t)c * PANEL_OT + (size_t)o) * 8, load_chunk(type, rows[o], c));
+}
+
+/* RT (1 or 2) rows x the panel's PANEL_OT outputs; the tail columns as in tile(). */
+ALWAYS_INLINE void tile_panel(uint32_t type, const mn_weight *W, const float *panel, const float *x, size_t ldx,
+                              float *y, size_t ldy, int t0, uint32_t o0, const int RT)
+{
+    const int n_chunks = (int)(W->cols / 8), tail = (int)(W->cols % 8);
+    const float *xr[2] = {x + (size_t)t0 * ldx, x + (size_t)(t0 + RT - 1) * ldx};
+    __m256 acc[2][PANEL_OT];
+#pragma GCC unroll 8
+    for (int t = 0; t < RT; t++)
+#pragma GCC unroll 8
+        for (int o = 0; o < PANEL_OT; o++)
+            acc[t][o] = _mm256_setzero_ps();
+    const float *w = panel;
+    for (int c = 0; c < n_chunks; c++, w += PANEL_OT * 8) {
+        __m256 xv[2];
+#pragma GCC unroll 8
+        for (int t = 0; t < RT; t++)
+            xv[t] = _mm256_loadu_ps(xr[t] + c * 8);
+#pragma GCC unroll 8
+        for (int o = 0; o < PANEL_OT; o++) {
+            __m256 wv = _mm256_load_ps(w + o * 8);
+            IN_REGISTER(wv); /* one load for both rows */
+#pragma GCC unroll 8
+            for (int t = 0; t < RT; t++)
+                acc[t][o] = _mm256_fmadd_ps(wv, xv[t], acc[t][o]);
+        }
+    }
+    /* every sum first: no vector may live across scalar_w's call, or all twelve spill */
+    float s[2][PANEL_OT];
+#pragma GCC unroll 8
+    for (int t = 0; t < RT; t++)
+#pragma GCC unroll 8
+        for (int o = 0; o < PANEL_OT; o++)
+            s[t][o] = hsum(acc[t][o]);
+    for (int t = 0; t < RT; t++)
+        for (int o = 0; o < PANEL_OT; o++) {
+            const uint8_t *row = W->data + (size_t)(o0 + o) * W->row_bytes;
+            for (int k = n_chunks * 8; k < n_chunks * 8 + tail; k++)
+                s[t][o] = fmaf(scalar_w(type, row, k), xr[t][k], s[t][o]);
+            y[(size_t)(t0 + t) * ldy + o0 + o] = s[t][o];
+        }
+}
+
+/* One copy of each panel tile whatever the weight type, compiled on its own: inlined into
+ * matmul_f16, GCC spilled four of the twelve accumulators to the stack and prefill ran slower than
+ * without the panel. */
+static __attribute__((noinline)) void tile_panel_1(uint32_t type, const mn_weight *W, const float *panel,
+                                                   const float *x, size_t ldx, float *y, size_t ldy, uint32_t o0)
+{
+    tile_panel(type, W, panel, x, ldx, y, ldy, 0, o0, 1);
+}
+
+static __attribute__((noinline)) void tile_panel_2(uint32_t type, const mn_weight *W, const float *panel,
+                                                   const float *x, size_t ldx, float *y, size_t ldy, int t0,
+                                                   uint32_t o0)
+{
+    tile_panel(type, W, panel, x, ldx, y, ldy, t0, o0, 2);
+}
+
+/* The full PANEL_OT-output blocks of [ob, oe) through panels; returns the first output left. */
+ALWAYS_INLINE uint32_t matmul_panel(uint32_t type, const mn_weight *W, const float *x, size_t ldx, float *y,
+                                    size_t ldy, int T, uint32_t ob, uint32_t oe)
+{
+    float panel[PANEL_OT * PANEL_MAX_COLS] __attribute__((aligned(32)));
+    uint32_t o = ob;
+    for (; o + PANEL_OT <= oe; o += PANEL_OT) {
+        pack_panel(type, W, o, panel);
+        /* the next block's rows into L2 while this one computes: packing reads in bursts, which the
+         * hardware prefetchers do not follow */
+        if (o + 2 * PANEL_OT <= oe) {
+            const char *next = (const char *)W->data + (size_t)(o + PANEL_OT) * W->row_bytes;
+            for (size_t b = 0; b < PANEL_OT * W->row_bytes; b += 64)
+                _mm_prefetch(next + b, _MM_HINT_T1);
+        }
+        if (T & 1)
+            tile_panel_1(type, W, panel, x, ldx, y, ldy, o);
+        for (int t = T & 1; t < T; t += 2)
+            tile_panel_2(type, W, panel, x, ldx, y, ldy, t, o);
+    }
+    return o;
+}
+
 /* Tiles of the float path, chosen by T (the rows of the pass). A pass verifying k <= 8 drafted
  * tokens has T = 2..8, where 6 x 2 / 4 x 2 / 1 x 2 tiles left two to eight chains for most T, so the
  * 4-cycle FMA latency, not the two FMA pipes, set the pace (22-55 GFLOP/s of a core's ~94).
@@ -177,6 +285,7 @@ ALWAYS_INLINE void prefetch_share(const mn_weight *W, uint32_t o, uint32_t OT, u
  *   other T    2 x 6 (and one 1 x 6 when T is odd): 12 chains, the two activation chunks held and
  *              six weight chunks streamed; the six weight rows are read from memory by the first
  *              tile and from L1 by the others
+ *   T >= 32    the same 2 x 6 over a panel of the six rows converted to F32 once (above)
  * 4 x 3 needs all 16 ymm registers, the others at most 15. Whole model (dim 256), 2 threads, one
  * sequence: 3 x 3 took T = 3 from 1.5-1.7 to 1.3-1.4 decode steps and 4 x 3 took T = 7, 8 from
  * 2.5 to 2.1-2.3 (held-weight 4 x 2, 3 x 4 or 3 x 3 elsewhere lost to the shapes above).
@@ -236,6 +345,8 @@ ALWAYS_INLINE void matmul_typed(uint32_t type, const mn_weight *W, const float *
         }
     } else {
         const int G = (T + 1) / 2;
+        if (T >= PANEL_MIN_T && W->cols <= PANEL_MAX_COLS)
+            o = matmul_panel(type, W, x, ldx, y, ldy, T, o, oe);
         for (; o + 6 <= oe; o += 6) {
             int g = 0;
             if (T & 1)
