@@ -218,7 +218,8 @@ ALWAYS_INLINE void tile_panel(uint32_t type, const mn_weight *W, const float *pa
                 acc[t][o] = _mm256_fmadd_ps(wv, xv[t], acc[t][o]);
         }
     }
-    /* every sum first: no vector may live across scalar_w's call, or all twelve spill */
+    /* every sum first: with vectors live across scalar_w's call, GCC kept an accumulator on the
+     * stack inside the loop above */
     float s[2][PANEL_OT];
 #pragma GCC unroll 8
     for (int t = 0; t < RT; t++)
