@@ -290,8 +290,12 @@ ALWAYS_INLINE uint32_t matmul_panel(uint32_t type, const mn_weight *W, const flo
  * 4 x 3 needs all 16 ymm registers, the others at most 15. Whole model (dim 256), 2 threads, one
  * sequence: 3 x 3 took T = 3 from 1.5-1.7 to 1.3-1.4 decode steps and 4 x 3 took T = 7, 8 from
  * 2.5 to 2.1-2.3 (held-weight 4 x 2, 3 x 4 or 3 x 3 elsewhere lost to the shapes above).
- * L2-resident 256 x 256 F32, one core: T = 2..8 at 58-78 GFLOP/s (was 22-66). Outputs left past
- * the last full tile go through tiles of the same rows and fewer outputs. */
+ * L2-resident 256 x 256 F32, one core: T = 2..8 at 58-78 GFLOP/s (was 22-66). F16 weights take
+ * 2 x 6 for every T >= 2: held weights must be converted once per tile, and with the T = 3..8
+ * shapes above F16 ran at 26-29 GFLOP/s against 40-43 with 2 x 6 (minions-bench-matmul --type
+ * f16, 576 x 576, T = 5..8, one core); on SmolLM2 F16 a k = 8 verification went from 2.7-2.9 to
+ * 1.9-2.2 decode steps. Outputs left past the last full tile go through tiles of the same rows
+ * and fewer outputs. */
 ALWAYS_INLINE void matmul_typed(uint32_t type, const mn_weight *W, const float *x, size_t ldx, float *y,
                                 size_t ldy, int T, uint32_t ob, uint32_t oe)
 {
@@ -309,14 +313,14 @@ ALWAYS_INLINE void matmul_typed(uint32_t type, const mn_weight *W, const float *
             FLOAT_TILE(0, o, 0, 1, 1, 4);
         for (; o < oe; o++)
             FLOAT_TILE_NOPF(0, o, 1, 1);
-    } else if (T == 3) {
+    } else if (T == 3 && type != MN_F16) {
         for (; o + 3 <= oe; o += 3)
             FLOAT_TILE(0, o, 0, 1, 3, 3);
         if (oe - o == 2)
             FLOAT_TILE_NOPF(0, o, 3, 2);
         else if (oe - o == 1)
             FLOAT_TILE_NOPF(0, o, 3, 1);
-    } else if (T == 7 || T == 8) {
+    } else if ((T == 7 || T == 8) && type != MN_F16) {
         for (; o + 3 <= oe; o += 3) {
             FLOAT_TILE(0, o, 0, 2, 4, 3);
             if (T == 7)
@@ -331,7 +335,7 @@ ALWAYS_INLINE void matmul_typed(uint32_t type, const mn_weight *W, const float *
             else
                 FLOAT_TILE_NOPF(4, o, 4, 1);
         }
-    } else if (T == 5 || T == 6) {
+    } else if ((T == 5 || T == 6) && type != MN_F16) {
         for (; o + 2 <= oe; o += 2) {
             if (T == 5)
                 FLOAT_TILE(0, o, 0, 1, 5, 2);

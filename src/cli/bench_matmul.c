@@ -1,0 +1,118 @@
+/* bench_matmul.c - minions-bench-matmul: one matrix product's speed on one core, beside the core's
+ * FMA peak, so a kernel change can be judged in isolation from the model around it.
+ *
+ *   minions-bench-matmul [--type f32|f16] [--rows N] [--cols N] [--tokens T,...] [--repeat N]
+ *
+ * For each T: y = x W^T over all rows (mn_matmul, the CPU backend's float kernel, one thread),
+ * W rows x cols of the given type, x T rows; --repeat products after one warm-up, GFLOP/s =
+ * 2 rows cols T / time. The weights and activations are small enough to stay in L2 for the
+ * shapes of SmolLM2 (576 x 576, 1536 x 576, 576 x 1536), so this measures compute, not memory.
+ * First line: an FMA-only loop (ten independent 8-lane chains) on the same core, the peak the
+ * kernel is compared with. Values are arbitrary; results are not checked here (test_kernels does
+ * that bit for bit).
+ */
+#include <getopt.h>
+#include <immintrin.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/matmul.h"
+#include "model/dtype.h"
+#include "model/model.h"
+#include "model/quant.h"
+#include "util/clock.h"
+
+/* GFLOP/s of ten independent FMA chains (two pipes x four cycles of latency need eight). */
+static double fma_peak(void)
+{
+    __m256 a[10];
+    for (int i = 0; i < 10; i++)
+        a[i] = _mm256_set1_ps((float)i);
+    const __m256 m = _mm256_set1_ps(0.999f), c = _mm256_set1_ps(0.001f);
+    const long n = 100000000;
+    double t0 = mn_now();
+    for (long k = 0; k < n; k++) {
+#pragma GCC unroll 10
+        for (int i = 0; i < 10; i++)
+            a[i] = _mm256_fmadd_ps(a[i], m, c);
+    }
+    double t = mn_now() - t0;
+    volatile float sink = 0.0f;
+    for (int i = 0; i < 10; i++)
+        sink += a[i][0];
+    (void)sink;
+    return (double)n * 10 * 16 / t * 1e-9;
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: minions-bench-matmul [--type f32|f16] [--rows N] [--cols N] [--tokens T,...] "
+                    "[--repeat N]\n");
+}
+
+int main(int argc, char **argv)
+{
+    const char *type_name = "f16", *tokens = "1,2,4,8,16,32,128";
+    long rows = 576, cols = 576, repeat = 20;
+    static const struct option opts[] = {{"type", required_argument, 0, 'y'},   {"rows", required_argument, 0, 'r'},
+                                         {"cols", required_argument, 0, 'c'},   {"tokens", required_argument, 0, 't'},
+                                         {"repeat", required_argument, 0, 'n'}, {0, 0, 0, 0}};
+    int ch;
+    while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (ch) {
+        case 'y': type_name = optarg; break;
+        case 'r': rows = strtol(optarg, NULL, 10); break;
+        case 'c': cols = strtol(optarg, NULL, 10); break;
+        case 't': tokens = optarg; break;
+        case 'n': repeat = strtol(optarg, NULL, 10); break;
+        default: usage(); return 2;
+        }
+    }
+    int f16 = strcmp(type_name, "f16") == 0;
+    if ((!f16 && strcmp(type_name, "f32") != 0) || rows < 1 || rows > 65536 || cols < 8 || cols > 65536 ||
+        repeat < 1) {
+        usage();
+        return 2;
+    }
+    size_t row_bytes = (size_t)cols * (f16 ? 2 : 4);
+    uint8_t *w = aligned_alloc(64, (size_t)rows * row_bytes + 64);
+    if (!w)
+        return 1;
+    for (size_t i = 0; i < (size_t)rows * (size_t)cols; i++) {
+        float v = (float)((i * 7) % 61) * 0.01f - 0.3f;
+        if (f16)
+            ((uint16_t *)w)[i] = mn_f32_to_f16(v);
+        else
+            ((float *)w)[i] = v;
+    }
+    mn_weight W = {.type = f16 ? MN_F16 : MN_F32, .rows = (uint32_t)rows, .cols = (uint32_t)cols,
+                   .row_bytes = row_bytes, .data = w};
+    printf("FMA peak (one core)                 %6.1f GFLOP/s\n", fma_peak());
+    for (const char *p = tokens; *p;) {
+        char *end;
+        long T = strtol(p, &end, 10);
+        if (end == p || T < 1 || T > 4096) {
+            usage();
+            return 2;
+        }
+        float *x = aligned_alloc(64, (size_t)T * (size_t)cols * sizeof(float) + 64);
+        float *y = aligned_alloc(64, (size_t)T * (size_t)rows * sizeof(float) + 64);
+        if (!x || !y)
+            return 1;
+        for (size_t i = 0; i < (size_t)T * (size_t)cols; i++)
+            x[i] = (float)(i % 37) * 0.1f - 1.8f;
+        mn_matmul(&W, x, (size_t)cols, y, (size_t)rows, (int)T, 0, (uint32_t)rows);
+        double t0 = mn_now();
+        for (long r = 0; r < repeat; r++)
+            mn_matmul(&W, x, (size_t)cols, y, (size_t)rows, (int)T, 0, (uint32_t)rows);
+        double t = mn_now() - t0;
+        printf("%s %5ld x %5ld  T %4ld            %6.1f GFLOP/s\n", type_name, rows, cols, T,
+               2.0 * (double)rows * (double)cols * (double)T * (double)repeat / t * 1e-9);
+        free(x);
+        free(y);
+        p = *end == ',' ? end + 1 : end;
+    }
+    free(w);
+    return 0;
+}
