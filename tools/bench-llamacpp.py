@@ -3,7 +3,9 @@
 
 For each model and each round, in alternating order, 2 threads: prefill of --prompt-tokens tokens
 and decode of --gen-tokens tokens of one sequence, with llama-bench (its pp and tg tests) and
-minions-bench-decode (its prefill and batch-1 decode lines). Prints the medians and the ratios.
+minions-bench-decode (its prefill and batch-1 decode lines); and decode of --batch sequences at
+once (each after a --batch-prompt-tokens prompt), with llama-batched-bench (its S_TG) and
+minions-bench-decode's batch line. Prints the medians and the ratios.
 
     tools/bench-llamacpp.py --llama /tmp/llama/build/bin [--rounds 3] [MODEL.gguf ...]
 
@@ -30,13 +32,32 @@ def llama(args, model):
     return pp, tg
 
 
+def llama_batched(args, model):
+    """Decode tok/s of --batch sequences at once (llama-batched-bench's S_TG column)."""
+    ctx = args.batch * (args.batch_prompt_tokens + args.gen_tokens)
+    out = subprocess.run([os.path.join(args.llama, "llama-batched-bench"), "-m", model, "-c", str(ctx), "-b", "2048",
+                          "-ub", "512", "-npp", str(args.batch_prompt_tokens), "-ntg", str(args.gen_tokens), "-npl",
+                          str(args.batch), "-t", str(args.threads)], capture_output=True, text=True, check=True).stdout
+    row = next(line for line in out.splitlines() if re.match(rf"\|\s+{args.batch_prompt_tokens}\s+\|", line))
+    return float(row.split("|")[8])
+
+
+def llama_all(args, model):
+    return llama(args, model) + (llama_batched(args, model),)
+
+
 def minions(args, model):
     out = subprocess.run([os.path.join(ROOT, "build", "minions-bench-decode"), "--model", model, "--threads",
                           str(args.threads), "--prompt-tokens", str(args.prompt_tokens), "--gen-tokens",
                           str(args.gen_tokens), "--batches", "1"], capture_output=True, text=True, check=True).stdout
     pp = float(re.search(r"prefill\s+\d+ tokens\s+([\d.]+) tok/s", out).group(1))
     tg = float(re.search(r"decode\s+batch\s+1 x\s+\d+ tokens\s+([\d.]+) tok/s", out).group(1))
-    return pp, tg
+    out = subprocess.run([os.path.join(ROOT, "build", "minions-bench-decode"), "--model", model, "--threads",
+                          str(args.threads), "--prompt-tokens", str(args.batch_prompt_tokens), "--gen-tokens",
+                          str(args.gen_tokens), "--batches", str(args.batch)],
+                         capture_output=True, text=True, check=True).stdout
+    tgb = float(re.search(rf"decode\s+batch\s+{args.batch} x\s+\d+ tokens\s+([\d.]+) tok/s", out).group(1))
+    return pp, tg, tgb
 
 
 def main():
@@ -47,6 +68,8 @@ def main():
     ap.add_argument("--prompt-tokens", type=int, default=128)
     ap.add_argument("--gen-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=16, help="sequences of the batched decode")
+    ap.add_argument("--batch-prompt-tokens", type=int, default=32, help="each batched sequence's prompt")
     args = ap.parse_args()
     models = args.models or [os.path.join(ROOT, "models/target.gguf")]
     smol = os.path.join(ROOT, "models/cache/SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -55,14 +78,15 @@ def main():
     res = {}
     for r in range(args.rounds):
         for m in models:
-            order = [("llama.cpp", llama), ("minions", minions)]
+            order = [("llama.cpp", llama_all), ("minions", minions)]
             for name, fn in order if r % 2 == 0 else reversed(order):
                 res.setdefault((m, name), []).append(fn(args, m))
     print(f"{args.threads} threads, prefill {args.prompt_tokens} tokens, decode {args.gen_tokens} tokens of one "
-          f"sequence; median of {args.rounds} alternating rounds\n")
+          f"sequence and of {args.batch} (after {args.batch_prompt_tokens}-token prompts); median of {args.rounds} "
+          f"alternating rounds\n")
     print("| model | measure | minions tok/s | llama.cpp tok/s | ratio |\n|---|---|---:|---:|---:|")
     for m in models:
-        for k, what in ((0, f"prefill {args.prompt_tokens}"), (1, "decode")):
+        for k, what in ((0, f"prefill {args.prompt_tokens}"), (1, "decode"), (2, f"decode, {args.batch} sequences")):
             a = statistics.median(x[k] for x in res[(m, "minions")])
             b = statistics.median(x[k] for x in res[(m, "llama.cpp")])
             print(f"| {os.path.basename(m)} | {what} | {a:.0f} | {b:.0f} | {a / b:.2f}x |")
