@@ -255,12 +255,12 @@ static __attribute__((noinline)) void tile_panel_2(uint32_t type, const mn_weigh
 ALWAYS_INLINE uint32_t matmul_panel(uint32_t type, const mn_weight *W, const float *x, size_t ldx, float *y,
                                     size_t ldy, int T, uint32_t ob, uint32_t oe)
 {
-    float panel[PANEL_OT * PANEL_MAX_COLS] __attribute__((aligned(32)));
+    float panel[PANEL_OT * PANEL_MAX_COLS] __attribute__((aligned(32))); /* 96 KB of the thread's stack */
     uint32_t o = ob;
     for (; o + PANEL_OT <= oe; o += PANEL_OT) {
         pack_panel(type, W, o, panel);
-        /* the next block's rows into L2 while this one computes: packing reads in bursts, which the
-         * hardware prefetchers do not follow */
+        /* the next block's rows toward L2 while this one computes (packing reads them in bursts;
+         * not measured apart from the panels) */
         if (o + 2 * PANEL_OT <= oe) {
             const char *next = (const char *)W->data + (size_t)(o + PANEL_OT) * W->row_bytes;
             for (size_t b = 0; b < PANEL_OT * W->row_bytes; b += 64)
