@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "actors/admin.h"
 #include "actors/client.h"
@@ -158,8 +159,14 @@ static uint32_t kv_blocks(const mn_engine_config *cfg, const mn_model *m, uint32
     uint32_t n = cfg->kv_blocks;
     if (!n && cfg->kv_mib)
         n = (uint32_t)(((size_t)cfg->kv_mib << 20) / block_bytes);
-    else if (!n)
-        n = cfg->max_batch * ((m->hp.n_ctx + block_size - 1) / block_size);
+    else if (!n) {
+        /* max-batch full contexts, but at most a quarter of the machine's memory: SmolLM2's 8,192
+         * positions x 16 sequences would be 6 GB */
+        size_t want = (size_t)cfg->max_batch * ((m->hp.n_ctx + block_size - 1) / block_size);
+        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        size_t cap = pages > 0 && page > 0 ? (size_t)pages * (size_t)page / 4 / block_bytes : want;
+        n = (uint32_t)(want < cap ? want : cap > 0 ? cap : 1);
+    }
     if (!n)
         mn_fail(err, MN_INVALID, "a KV budget of %u MiB holds no block (%zu bytes each)", cfg->kv_mib, block_bytes);
     return n;

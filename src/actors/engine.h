@@ -48,7 +48,8 @@ typedef struct mn_engine_config {
     unsigned socket_mode;      /* permissions of the Unix and ipc socket files (default 0600) */
     int n_threads;             /* compute threads; 0: all cores */
     uint32_t max_batch;        /* most running sequences (live: batch.max_sequences) */
-    uint32_t kv_blocks;        /* KV blocks of 16 tokens; 0: from kv_mib, or max_batch full contexts */
+    uint32_t kv_blocks;        /* KV blocks of 16 tokens; 0: from kv_mib, or max_batch full contexts
+                                * capped at a quarter of physical memory */
     uint32_t kv_mib;           /* KV budget in MiB when kv_blocks is 0 (0: max_batch full contexts) */
     uint32_t max_queue;        /* most requests waiting for admission before `busy` */
     uint32_t max_line;         /* longest request line in bytes */

@@ -12,7 +12,8 @@
 void *mn_malloc(size_t n);
 void *mn_calloc(size_t count, size_t size);
 void *mn_realloc(void *p, size_t n);
-/* Memory aligned to `align` (a power of two >= sizeof(void *)), zero-filled; free with mn_free. */
+/* Memory aligned to `align` (a power of two >= sizeof(void *)), zero-filled; free with mn_free.
+ * With jemalloc, pages fresh from the system are not touched here (they are zero already). */
 void *mn_aligned_calloc(size_t align, size_t n);
 void mn_free(void *p);
 /* A NUL-terminated copy of the first n bytes of s. */
