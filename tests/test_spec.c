@@ -825,12 +825,19 @@ Test(accept_stats, bonus_token_follows_the_last_row, .timeout = 10)
 /* ---------------------------------------------------------------------------------------------- */
 /* n-gram drafter */
 
-static uint32_t propose(const int32_t *t, uint32_t n, uint32_t min_n, uint32_t max_n, uint32_t s,
-                        int32_t *out)
+/* With short_s = s: every match proposes s tokens (how many a short match proposes is tested apart). */
+static uint32_t propose_short(const int32_t *t, uint32_t n, uint32_t min_n, uint32_t max_n, uint32_t s,
+                              uint32_t short_s, int32_t *out)
 {
     for (uint32_t i = 0; i < 16; i++)
         out[i] = -7; /* untouched marker */
-    return mn_ngram_propose(t, n, min_n, max_n, s, out);
+    return mn_ngram_propose(t, n, min_n, max_n, s, short_s, out);
+}
+
+static uint32_t propose(const int32_t *t, uint32_t n, uint32_t min_n, uint32_t max_n, uint32_t s,
+                        int32_t *out)
+{
+    return propose_short(t, n, min_n, max_n, s, s, out);
 }
 
 static void assert_tokens(const int32_t *got, const int32_t *want, uint32_t n)
@@ -906,6 +913,26 @@ Test(ngram, respects_s)
     cr_assert_eq(out[0], -7);
 }
 
+Test(ngram, a_match_shorter_than_max_n_proposes_at_most_short_s)
+{
+    /* suffix 1 2 3: a 3-token match (= max_n) proposes s; with max_n = 4 it is short */
+    const int32_t t[] = {1, 2, 3, 4, 5, 6, 7, 1, 2, 3};
+    int32_t out[16];
+    cr_assert_eq(propose_short(t, LEN(t), 2, 3, 5, 2, out), 5);
+    assert_tokens(out, (const int32_t[]){4, 5, 6, 7, 1}, 5);
+    cr_assert_eq(propose_short(t, LEN(t), 2, 4, 5, 2, out), 2);
+    assert_tokens(out, (const int32_t[]){4, 5}, 2);
+    cr_assert_eq(out[2], -7, "wrote past short_s");
+    /* short_s >= s: every match proposes s; short_s = 0: a short match proposes nothing */
+    cr_assert_eq(propose_short(t, LEN(t), 2, 4, 5, 9, out), 5);
+    cr_assert_eq(propose_short(t, LEN(t), 2, 4, 5, 0, out), 0);
+    cr_assert_eq(out[0], -7);
+    /* a short match running into the end still continues itself, within short_s */
+    const int32_t alt[] = {8, 1, 2, 1, 2};
+    cr_assert_eq(propose_short(alt, LEN(alt), 2, 4, 6, 3, out), 3);
+    assert_tokens(out, (const int32_t[]){1, 2, 1}, 3);
+}
+
 Test(ngram, bad_parameters_propose_nothing)
 {
     const int32_t t[] = {1, 2, 1, 2};
@@ -926,10 +953,10 @@ Test(ngram, long_sequences_stay_linear, .timeout = 2)
     for (uint32_t i = 0; i < N; i++)
         t[i] = (int32_t)i;
     int32_t out[16];
-    cr_assert_eq(mn_ngram_propose(t, N, 2, 4, 4, out), 0);
+    cr_assert_eq(mn_ngram_propose(t, N, 2, 4, 4, 4, out), 0);
     t[N - 2] = 10;
     t[N - 1] = 11;
-    cr_assert_eq(mn_ngram_propose(t, N, 2, 4, 4, out), 4);
+    cr_assert_eq(mn_ngram_propose(t, N, 2, 4, 4, 4, out), 4);
     assert_tokens(out, (const int32_t[]){12, 13, 14, 15}, 4);
 }
 

@@ -97,6 +97,10 @@ Test(speculate, each_drafter_and_the_vote_equal_plain_greedy, .timeout = 600)
         enable_only(&s, only);
         if (cfg == 5)
             admin_ok(&s, "{\"cmd\":\"set\",\"key\":\"spec.skip_below\",\"value\":0.5}");
+        if (cfg == 3) { /* the n-gram drafter alone: one-token matches too, each proposing 3 */
+            admin_ok(&s, "{\"cmd\":\"set\",\"key\":\"drafter.ngram.min_n\",\"value\":1}");
+            admin_ok(&s, "{\"cmd\":\"set\",\"key\":\"drafter.ngram.short_len\",\"value\":3}");
+        }
         char cmd[96];
         snprintf(cmd, sizeof cmd, "{\"cmd\":\"set\",\"key\":\"spec.length\",\"value\":%d}", lengths[cfg]);
         admin_ok(&s, cmd);
@@ -539,6 +543,8 @@ Test(speculate, admin_keys_stats_and_events, .timeout = 300)
     cr_assert_eq(json_integer_value(json_object_get(cfg, "spec.length")), 4);
     cr_assert_str_eq(json_string_value(json_object_get(cfg, "spec.weights")), "global");
     cr_assert(json_is_true(json_object_get(cfg, "drafter.draft-kjv.enabled")));
+    cr_assert_eq(json_integer_value(json_object_get(cfg, "drafter.ngram.short_len")), 2);
+    cr_assert_eq(json_integer_value(json_object_get(cfg, "drafter.ngram.min_n")), 2);
     json_decref(r);
     static const char *const bad[] = {
         "{\"cmd\":\"set\",\"key\":\"spec.length\",\"value\":17}",
@@ -548,6 +554,11 @@ Test(speculate, admin_keys_stats_and_events, .timeout = 300)
         "{\"cmd\":\"set\",\"key\":\"spec.punish_factor\",\"value\":2}",
         "{\"cmd\":\"set\",\"key\":\"spec.reward_threshold\",\"value\":0.1}", /* below punish_threshold */
         "{\"cmd\":\"set\",\"key\":\"drafter.nobody.enabled\",\"value\":true}",
+        "{\"cmd\":\"set\",\"key\":\"drafter.ngram.short_len\",\"value\":17}",
+        "{\"cmd\":\"set\",\"key\":\"drafter.ngram.short_len\",\"value\":\"2\"}",
+        "{\"cmd\":\"set\",\"key\":\"drafter.ngram.min_n\",\"value\":0}",
+        "{\"cmd\":\"set\",\"key\":\"drafter.ngram.min_n\",\"value\":5}",
+        "{\"cmd\":\"set\",\"key\":\"drafter.draft-kjv.short_len\",\"value\":2}",
     };
     admin_refuses(&s, bad, sizeof bad / sizeof *bad);
     admin_ok(&s, "{\"cmd\":\"set\",\"key\":\"spec.reward_factor\",\"value\":1.5}");

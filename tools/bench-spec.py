@@ -9,7 +9,10 @@ mean accepted draft length per verification, and, from the server's own counters
 draft and verify cost (ms of compute per generated token); plus each configuration's speedup over
 plain decoding (ratio of medians).
 
-Configurations: plain (spec.enabled false); each draft alone; ngram alone; the vote of all four
+Configurations: plain (spec.enabled false); each draft alone; ngram alone; ngram-flat (ngram with
+drafter.ngram.short_len 16: every match proposes spec.length tokens, as before short matches were
+capped), ngram-min1 (ngram with drafter.ngram.min_n 1: one-token matches propose too; these two
+only with --configs); the vote of all four
 with weights fixed at 1, learning global weights, learning per-sequence weights; and the learning
 votes with spec.skip_below 0.25 (a model drafter far below a request's best sits its rounds out).
 
@@ -46,6 +49,8 @@ TARGET = os.path.join(ROOT, "models/target.gguf")
 DRAFTS = ["draft-kjv", "draft-web", "draft-devil", "ngram"]
 KV_BLOCKS = 0  # --kv-blocks for the server; 0: its default
 SKIP = 0.25  # spec.skip_below of the "+skip" configurations
+NGRAM_SHORT = 2  # drafter.ngram.short_len: minionsd's default
+NGRAM_MIN_N = 2  # drafter.ngram.min_n: minionsd's default
 VOTES = ["vote-fixed", "vote-global", "vote-sequence", "vote-global+skip", "vote-sequence+skip"]
 CONFIGS = ["plain"] + DRAFTS + VOTES
 
@@ -83,8 +88,11 @@ class Server:
     def configure(self, config):
         self.set("spec.enabled", config != "plain")
         for d in DRAFTS:
-            on = config.startswith("vote") or config == d
+            on = config.startswith("vote") or config == d or (d == "ngram" and config.startswith("ngram"))
             self.set(f"drafter.{d}.enabled", on)
+        if "ngram" in DRAFTS:
+            self.set("drafter.ngram.short_len", 16 if config == "ngram-flat" else NGRAM_SHORT)
+            self.set("drafter.ngram.min_n", 1 if config == "ngram-min1" else NGRAM_MIN_N)
         mode = "fixed" if "fixed" in config else "global" if "global" in config else "sequence"
         self.set("spec.weights", mode)
         self.set("spec.skip_below", SKIP if config.endswith("+skip") else 0)
@@ -314,7 +322,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--switch", action="store_true", help="the weights-over-time run instead")
     ap.add_argument("--switch-requests", type=int, default=20, help="requests per domain in --switch")
-    ap.add_argument("--configs", default="", help="a subset of " + ",".join(CONFIGS) + " (plain is needed)")
+    ap.add_argument("--configs", default="", help="a subset of " + ",".join(CONFIGS) + ", or ngram-flat, ngram-min1 (plain is needed)")
     ap.add_argument("--clients", default="1,16", help="client counts: 1, 16 or both")
     ap.add_argument("--tuner", action="store_true", help="the length tuner against a sweep of fixed lengths")
     ap.add_argument("--drafters", default="ngram", help="--tuner: ngram, draft-kjv, ..., or vote (all four)")

@@ -13,6 +13,7 @@
 #include "actors/voter.h"
 #include "net/adminsock.h"
 #include "net/proto.h"
+#include "spec/ngram.h"
 #include "util/alloc.h"
 #include "util/log.h"
 
@@ -28,6 +29,8 @@ struct mn_admin {
     mn_tuner_mode tuner_mode;
     mn_tuner_params tuner;
     bool drafter_enabled[MN_ADDR_MAX_DRAFTERS];
+    int ngram;                           /* the n-gram drafter's index; -1: none */
+    uint32_t ngram_short, ngram_min_n;   /* drafter.ngram.short_len, min_n */
     mn_stats_query query;                /* the stats being gathered */
 };
 
@@ -84,6 +87,11 @@ static json_t *config_json(mn_admin *a)
         char key[96];
         snprintf(key, sizeof key, "drafter.%s.enabled", a->cfg.drafter_names[i]);
         json_object_set_new(o, key, json_boolean(a->drafter_enabled[i]));
+    }
+    if (a->ngram >= 0)
+    {
+        json_object_set_new(o, "drafter.ngram.short_len", json_integer(a->ngram_short));
+        json_object_set_new(o, "drafter.ngram.min_n", json_integer(a->ngram_min_n));
     }
     return o;
 }
@@ -277,6 +285,25 @@ static json_t *set_spec_key(mn_admin *a, const char *key, json_t *value)
         send_voter(a);
         return NULL;
     }
+    if (a->ngram >= 0 && !strcmp(key, "drafter.ngram.short_len")) {
+        json_int_t n = json_integer_value(value);
+        if (!json_is_integer(value) || n < 0 || n > MN_SPEC_MAX_LEN)
+            return fail("%s must be an integer in [0, 16]", key);
+        a->ngram_short = (uint32_t)n;
+        send_setting(ab->drafters[a->ngram], MN_SET_NGRAM_SHORT, a->ngram_short);
+        return NULL;
+    }
+    if (a->ngram >= 0 && !strcmp(key, "drafter.ngram.min_n")) {
+        json_int_t n = json_integer_value(value);
+        if (!json_is_integer(value) || n < 1 || n > MN_NGRAM_MAX_N_DEFAULT) {
+            char msg[120];
+            snprintf(msg, sizeof msg, "%s must be an integer in [1, %d]", key, MN_NGRAM_MAX_N_DEFAULT);
+            return fail("%s", msg);
+        }
+        a->ngram_min_n = (uint32_t)n;
+        send_setting(ab->drafters[a->ngram], MN_SET_NGRAM_MIN_N, a->ngram_min_n);
+        return NULL;
+    }
     for (uint32_t i = 0; i < a->cfg.n_drafters; i++) {
         char name[96];
         snprintf(name, sizeof name, "drafter.%s.enabled", a->cfg.drafter_names[i]);
@@ -400,8 +427,14 @@ mn_status mn_admin_new(struct event_base *base, const mn_admin_config *cfg, mn_a
     a->skip_below = cfg->skip_below;
     a->tuner_mode = cfg->tuner_mode;
     a->tuner = cfg->tuner;
-    for (uint32_t i = 0; i < cfg->n_drafters; i++)
+    a->ngram = -1;
+    a->ngram_short = MN_NGRAM_SHORT_DEFAULT;
+    a->ngram_min_n = MN_NGRAM_MIN_N_DEFAULT;
+    for (uint32_t i = 0; i < cfg->n_drafters; i++) {
         a->drafter_enabled[i] = true;
+        if (!strcmp(cfg->drafter_names[i], "ngram"))
+            a->ngram = (int)i;
+    }
     mn_status s = mn_adminsock_new(base, cfg->addr, cfg->socket_mode, on_command, a, &a->sock, err);
     if (s != MN_OK) {
         mn_free(a);

@@ -29,6 +29,8 @@ typedef struct draft_job {
 struct mn_drafter {
     mn_drafter_config cfg;
     draft_job job;
+    uint32_t ngram_short; /* the n-gram drafter: drafter.ngram.short_len */
+    uint32_t ngram_min_n; /* and drafter.ngram.min_n */
 };
 
 mn_status mn_drafter_check_vocab(const mn_model *target, const mn_model *draft, mn_err *err)
@@ -165,8 +167,8 @@ static void propose_ngram(mn_drafter *d, mn_round_part *part)
         mn_req_draft *x = &r->spec.d[d->cfg.index];
         x->prop_at = (uint32_t)r->toks.n;
         x->prop_len = r->spec.ask >> d->cfg.index & 1
-                          ? mn_ngram_propose(r->toks.ids, (uint32_t)r->toks.n, MN_NGRAM_MIN_N_DEFAULT,
-                                             MN_NGRAM_MAX_N_DEFAULT, r->spec.cap, x->prop)
+                          ? mn_ngram_propose(r->toks.ids, (uint32_t)r->toks.n, d->ngram_min_n,
+                                             MN_NGRAM_MAX_N_DEFAULT, r->spec.cap, d->ngram_short, x->prop)
                           : 0;
     }
     part->seconds = mn_now() - t0;
@@ -184,6 +186,8 @@ mn_status mn_drafter_new(const mn_drafter_config *cfg, mn_drafter **out, mn_err 
     if (!d)
         return mn_fail(err, MN_NOMEM, "drafter: out of memory");
     d->cfg = *cfg;
+    d->ngram_short = MN_NGRAM_SHORT_DEFAULT;
+    d->ngram_min_n = MN_NGRAM_MIN_N_DEFAULT;
     if (cfg->be) {
         uint32_t n = cfg->max_batch;
         draft_job *j = &d->job;
@@ -241,6 +245,15 @@ void mn_drafter_handle(void *drafter, mn_msg *m)
             mn_log(MN_LOG_ERROR, "drafter %u: draft pass failed: %s", d->cfg.index, d->job.err.msg);
         proposed(d, d->job.part);
         break;
+    case MN_MSG_SET: {
+        mn_setting *s = (mn_setting *)m;
+        if (s->key == MN_SET_NGRAM_SHORT)
+            d->ngram_short = s->value;
+        else if (s->key == MN_SET_NGRAM_MIN_N)
+            d->ngram_min_n = s->value;
+        mn_free(s);
+        break;
+    }
     default:
         mn_log(MN_LOG_ERROR, "drafter: unexpected message %u", m->type);
     }

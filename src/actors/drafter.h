@@ -13,8 +13,8 @@
  * the round; the proposal is greedy and deterministic, so the voted draft is a function of the
  * requests' tokens (what the sampling rule in spec/accept.h needs to be lossless).
  *
- * Messages in: DRAFT (mn_round_part), DRAFT_DONE (its job). Out: PROPOSED (the part) to the voter,
- * its job to the worker.
+ * Messages in: DRAFT (mn_round_part), DRAFT_DONE (its job), SET (the n-gram drafter:
+ * drafter.ngram.short_len, min_n). Out: PROPOSED (the part) to the voter, its job to the worker.
  * Thread: the engine's loop; the job runs on the worker.
  */
 #ifndef MN_DRAFTER_H

@@ -35,7 +35,7 @@ typedef enum mn_msg_type {
     MN_MSG_KICK,      /* anyone -> kvmem/verifier: look again (cancel, pause, resume, preempt) */
     MN_MSG_STATS,     /* admin or http -> any actor: fill in your part (mn_stats_part) */
     MN_MSG_STATS_BACK,/* any actor -> the asker: the part is filled in (mn_stats_part) */
-    MN_MSG_SET,       /* admin -> kvmem/verifier/voter/tuner, tuner -> verifier: a live setting (mn_setting) */
+    MN_MSG_SET,       /* admin -> kvmem/verifier/voter/tuner/n-gram drafter, tuner -> verifier: a live setting (mn_setting) */
     MN_MSG_DRAIN,     /* engine -> client: stop taking requests (mn_drain) */
     MN_MSG_DRAFT,     /* verifier -> voter (mn_round), voter -> drafter (mn_round_part): propose */
     MN_MSG_PROPOSED,  /* drafter -> voter: its proposals are in the requests (mn_round_part) */
@@ -225,6 +225,8 @@ typedef enum mn_setting_key {
     MN_SET_TUNER,       /* tuner: tuner.mode (value) and its parameters (tuner) */
     MN_SET_VOTER,       /* voter: the weight rule (params), weights mode (value), skip_below (fvalue) */
     MN_SET_DRAFTER,     /* voter: drafter.<index>.enabled (index, value 0/1) */
+    MN_SET_NGRAM_SHORT, /* the n-gram drafter: drafter.ngram.short_len (value 0..16) */
+    MN_SET_NGRAM_MIN_N, /* the n-gram drafter: drafter.ngram.min_n (value 1..MN_NGRAM_MAX_N_DEFAULT) */
 } mn_setting_key;
 
 /* Which weights a sequence's vote reads (spec.weights). */

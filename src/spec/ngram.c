@@ -11,7 +11,7 @@ mn_status mn_ngram_check(uint32_t min_n, uint32_t max_n, mn_err *err)
 }
 
 uint32_t mn_ngram_propose(const int32_t *t, uint32_t n, uint32_t min_n, uint32_t max_n, uint32_t s,
-                          int32_t *out)
+                          uint32_t short_s, int32_t *out)
 {
     if (n < 2 || s == 0 || min_n < 1 || min_n > max_n)
         return 0;
@@ -30,6 +30,8 @@ uint32_t mn_ngram_propose(const int32_t *t, uint32_t n, uint32_t min_n, uint32_t
     }
     if (best_len == 0)
         return 0;
+    if (best_len < max_n && short_s < s)
+        s = short_s;
     for (uint32_t j = 0; j < s; j++) {
         uint32_t at = best_e + j;
         out[j] = at < n ? t[at] : out[at - n]; /* past the end: the repeat continues itself */
