@@ -933,6 +933,84 @@ Test(ngram, a_match_shorter_than_max_n_proposes_at_most_short_s)
     assert_tokens(out, (const int32_t[]){1, 2, 1}, 3);
 }
 
+/* The shared cache: what an earlier sequence did after the same tokens. */
+static uint32_t cache_propose(const mn_ngram_cache *c, const int32_t *t, uint32_t n, uint32_t s, uint32_t short_s,
+                              int32_t *out)
+{
+    for (uint32_t i = 0; i < 16; i++)
+        out[i] = -7;
+    return mn_ngram_cache_propose(c, t, n, 2, s, short_s, out);
+}
+
+Test(ngram_cache, proposes_what_an_earlier_sequence_did)
+{
+    mn_ngram_cache c;
+    cr_assert_eq(mn_ngram_cache_init(&c, 64, 4, NULL), MN_OK);
+    const int32_t a[] = {10, 11, 12, 13, 14, 15, 16};
+    mn_ngram_cache_add(&c, a, LEN(a));
+    int32_t out[16];
+    /* a 4-gram match proposes s, up to the end of that sequence (no run into the next one) */
+    const int32_t q[] = {99, 10, 11, 12, 13};
+    cr_assert_eq(cache_propose(&c, q, LEN(q), 8, 2, out), 3);
+    assert_tokens(out, (const int32_t[]){14, 15, 16}, 3);
+    cr_assert_eq(out[3], -7);
+    cr_assert_eq(cache_propose(&c, q, LEN(q), 2, 2, out), 2);
+    /* a 2-gram match is short: short_s */
+    const int32_t r[] = {98, 97, 13, 14};
+    cr_assert_eq(cache_propose(&c, r, LEN(r), 8, 2, out), 2);
+    assert_tokens(out, (const int32_t[]){15, 16}, 2);
+    /* nothing known; too short a suffix; s = 0 */
+    const int32_t u[] = {1, 2, 3};
+    cr_assert_eq(cache_propose(&c, u, LEN(u), 8, 2, out), 0);
+    cr_assert_eq(cache_propose(&c, (const int32_t[]){13}, 1, 8, 2, out), 0);
+    cr_assert_eq(cache_propose(&c, q, LEN(q), 0, 2, out), 0);
+    cr_assert_eq(out[0], -7);
+    /* the latest occurrence wins */
+    const int32_t b[] = {12, 13, 50, 51};
+    mn_ngram_cache_add(&c, b, LEN(b));
+    const int32_t w[] = {7, 12, 13};
+    cr_assert_eq(cache_propose(&c, w, LEN(w), 8, 8, out), 2);
+    assert_tokens(out, (const int32_t[]){50, 51}, 2);
+    mn_ngram_cache_free(&c);
+    mn_ngram_cache_free(&c); /* twice is harmless */
+    cr_assert_eq(cache_propose(&c, w, LEN(w), 8, 8, out), 0);
+}
+
+Test(ngram_cache, overwritten_text_proposes_nothing_and_wraps_cleanly)
+{
+    mn_ngram_cache c;
+    cr_assert_eq(mn_ngram_cache_init(&c, 64, 4, NULL), MN_OK);
+    int32_t first[40], filler[60], out[16];
+    for (int i = 0; i < 40; i++)
+        first[i] = 1000 + i;
+    mn_ngram_cache_add(&c, first, 40);
+    const int32_t q[] = {1010, 1011, 1012, 1013};
+    cr_assert_eq(cache_propose(&c, q, 4, 4, 4, out), 4);
+    assert_tokens(out, (const int32_t[]){1014, 1015, 1016, 1017}, 4);
+    /* 60 more tokens wrap the 64-token ring over the first sequence's start: its table entries
+     * remain but point at other text now, and must not propose it */
+    for (int i = 0; i < 60; i++)
+        filler[i] = 2000 + i;
+    mn_ngram_cache_add(&c, filler, 60);
+    cr_assert_eq(cache_propose(&c, q, 4, 4, 4, out), 0);
+    /* the new sequence is whole and found across the ring's end */
+    const int32_t f[] = {2054, 2055, 2056, 2057};
+    cr_assert_eq(cache_propose(&c, f, 4, 8, 8, out), 2);
+    assert_tokens(out, (const int32_t[]){2058, 2059}, 2);
+    /* a sequence longer than the ring keeps its end */
+    int32_t big[200];
+    for (int i = 0; i < 200; i++)
+        big[i] = 5000 + i;
+    mn_ngram_cache_add(&c, big, 200);
+    const int32_t g[] = {5190, 5191, 5192, 5193};
+    cr_assert_eq(cache_propose(&c, g, 4, 3, 3, out), 3);
+    assert_tokens(out, (const int32_t[]){5194, 5195, 5196}, 3);
+    cr_assert_eq(c.added, 40u + 60u + 63u);
+    mn_ngram_cache_free(&c);
+    cr_assert_eq(mn_ngram_cache_init(&c, 63, 4, NULL), MN_INVALID);
+    cr_assert_eq(mn_ngram_cache_init(&c, 64, 1, NULL), MN_INVALID);
+}
+
 Test(ngram, bad_parameters_propose_nothing)
 {
     const int32_t t[] = {1, 2, 1, 2};

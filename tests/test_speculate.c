@@ -503,6 +503,8 @@ Test(speculate, bad_drafts_are_refused_at_start_up, .timeout = 120)
     refused((const char *[]){"--spec-weights", "loud", NULL}, "bad option value");
     refused((const char *[]){"--draft", "ngram", "--tuner", "sometimes", NULL}, "fixed or adaptive");
     refused((const char *[]){"--draft", "ngram", "--tuner", "adaptive,s_max=17", NULL}, "s_max");
+    refused((const char *[]){"--draft", "ngram", "--ngram-cache", "10", NULL}, "bad option value");
+    refused((const char *[]){"--draft", "ngram", "--ngram-cache", "-1", NULL}, "bad option value");
     /* another vocabulary: a test fixture model with 512 tokens */
     snprintf(other, sizeof other, "%s/gqa_f32.gguf", env_or("MINIONS_TEST_DATA", "tests/data"));
     refused((const char *[]){"--draft", other, NULL}, "vocabulary");
@@ -545,6 +547,7 @@ Test(speculate, admin_keys_stats_and_events, .timeout = 300)
     cr_assert(json_is_true(json_object_get(cfg, "drafter.draft-kjv.enabled")));
     cr_assert_eq(json_integer_value(json_object_get(cfg, "drafter.ngram.short_len")), 2);
     cr_assert_eq(json_integer_value(json_object_get(cfg, "drafter.ngram.min_n")), 2);
+    cr_assert(json_is_true(json_object_get(cfg, "drafter.ngram.shared")));
     json_decref(r);
     static const char *const bad[] = {
         "{\"cmd\":\"set\",\"key\":\"spec.length\",\"value\":17}",
@@ -559,6 +562,7 @@ Test(speculate, admin_keys_stats_and_events, .timeout = 300)
         "{\"cmd\":\"set\",\"key\":\"drafter.ngram.min_n\",\"value\":0}",
         "{\"cmd\":\"set\",\"key\":\"drafter.ngram.min_n\",\"value\":5}",
         "{\"cmd\":\"set\",\"key\":\"drafter.draft-kjv.short_len\",\"value\":2}",
+        "{\"cmd\":\"set\",\"key\":\"drafter.ngram.shared\",\"value\":1}",
     };
     admin_refuses(&s, bad, sizeof bad / sizeof *bad);
     admin_ok(&s, "{\"cmd\":\"set\",\"key\":\"spec.reward_factor\",\"value\":1.5}");
@@ -580,6 +584,31 @@ Test(speculate, admin_keys_stats_and_events, .timeout = 300)
     json_decref(o);
     send_request(&c, "long", "And God said", 60, 0, 0);
     json_decref(await(&c, "long"));
+
+    /* The n-gram drafter's shared cache: a prompt served before, asked again with the cache off
+     * and then on, gives the same text, and with the cache its earlier continuation is proposed
+     * and kept (the n-gram drafter alone: the model draft would be voted too). */
+    admin_ok(&s, "{\"cmd\":\"set\",\"key\":\"drafter.draft-kjv.enabled\",\"value\":false}");
+    static const char cached_prompt[] = "Blessed are the meek, for they shall";
+    json_int_t kept[2];
+    char *texts[2];
+    send_request(&c, "cache-warm", cached_prompt, 40, 0, 0);
+    json_decref(await(&c, "cache-warm"));
+    for (int on = 0; on < 2; on++) {
+        admin_ok(&s, on ? "{\"cmd\":\"set\",\"key\":\"drafter.ngram.shared\",\"value\":true}"
+                        : "{\"cmd\":\"set\",\"key\":\"drafter.ngram.shared\",\"value\":false}");
+        send_request(&c, on ? "cache-on" : "cache-off", cached_prompt, 40, 0, 0);
+        o = await(&c, on ? "cache-on" : "cache-off");
+        kept[on] = json_integer_value(json_object_get(json_object_get(o, "spec"), "accepted"));
+        texts[on] = strdup(json_string_value(json_object_get(o, "text")));
+        json_decref(o);
+    }
+    cr_assert_str_eq(texts[1], texts[0], "the shared cache changed the text");
+    cr_assert_geq(kept[1], kept[0] + 5, "the cache was not used: %lld accepted with it, %lld without",
+                 (long long)kept[1], (long long)kept[0]);
+    free(texts[0]);
+    free(texts[1]);
+    admin_ok(&s, "{\"cmd\":\"set\",\"key\":\"drafter.draft-kjv.enabled\",\"value\":true}");
     wait_idle(&s);
 
     r = admin(&s, "{\"cmd\":\"stats\"}");

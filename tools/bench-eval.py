@@ -124,7 +124,8 @@ class Minions:
     """A minionsd (bench-spec's Server) with a fixed drafter configuration per system."""
 
     def __init__(self, args, extra=()):
-        self.srv = spec.Server(4, args.threads, 16, extra=list(extra))
+        # no shared n-gram cache: the rounds repeat their prompts, whose text it would hold
+        self.srv = spec.Server(4, args.threads, 16, extra=list(extra) + ["--ngram-cache", "0"])
 
     def configure(self, drafters, length):
         """drafters: None (plain), a drafter's name, or 'vote' (all four, sequence weights + skip)."""

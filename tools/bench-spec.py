@@ -9,10 +9,18 @@ mean accepted draft length per verification, and, from the server's own counters
 draft and verify cost (ms of compute per generated token); plus each configuration's speedup over
 plain decoding (ratio of medians).
 
+With the n-gram drafter, its shared cache (finished requests' text) must not hold the prompts it
+is measured on, and must be the same for every configuration. So each round of a set first serves
+--warm requests (not measured) with drafter.ngram.learn on, then freezes the cache (learn off), and
+every configuration of that round is served the same fresh prompts; every round takes prompts no
+earlier round used (a warning when the set runs out and prompts repeat). The cache thus grows by
+--warm requests per round, as a server's would from its earlier traffic.
+
 Configurations: plain (spec.enabled false); each draft alone; ngram alone; ngram-flat (ngram with
 drafter.ngram.short_len 16: every match proposes spec.length tokens, as before short matches were
-capped), ngram-min1 (ngram with drafter.ngram.min_n 1: one-token matches propose too; these two
-only with --configs); the vote of all four
+capped), ngram-min1 (ngram with drafter.ngram.min_n 1: one-token matches propose too),
+ngram-own (ngram with drafter.ngram.shared false: its own tokens only, not the shared cache of
+finished requests; these three only with --configs); the vote of all four
 with weights fixed at 1, learning global weights, learning per-sequence weights; and the learning
 votes with spec.skip_below 0.25 (a model drafter far below a request's best sits its rounds out).
 
@@ -93,6 +101,7 @@ class Server:
         if "ngram" in DRAFTS:
             self.set("drafter.ngram.short_len", 16 if config == "ngram-flat" else NGRAM_SHORT)
             self.set("drafter.ngram.min_n", 1 if config == "ngram-min1" else NGRAM_MIN_N)
+            self.set("drafter.ngram.shared", config != "ngram-own")
         mode = "fixed" if "fixed" in config else "global" if "global" in config else "sequence"
         self.set("spec.weights", mode)
         self.set("spec.skip_below", SKIP if config.endswith("+skip") else 0)
@@ -102,10 +111,11 @@ class Server:
         self.proc.wait()
 
 
-def run_bench(server, prompts, clients, requests, tokens):
+def run_bench(server, prompts, clients, requests, tokens, first=0):
     before = server.stats()
     out = subprocess.run([os.path.join(BIN, "minions-bench"), "--addr", server.addr, "--clients", str(clients),
-                          "--prompts", prompts, "--requests", str(requests), "--max-tokens", str(tokens)],
+                          "--prompts", prompts, "--requests", str(requests), "--max-tokens", str(tokens),
+                          "--first", str(first)],
                          capture_output=True, text=True, check=True).stdout
     summary = json.loads(out.strip().splitlines()[-1])
     after = server.stats()
@@ -129,19 +139,34 @@ def evaluate(args):
     CONFIGS = args.configs.split(",") if args.configs else CONFIGS
     server = Server(args.spec_length, args.threads, 16)
     results = {}  # (set, clients, config) -> list of summaries
+    cursor = {}  # set -> the next prompt no run has used
+    ngram = "ngram" in DRAFTS
     try:
         for r in range(args.rounds):
             for s in args.sets.split(","):
                 prompts = os.path.join(ROOT, "prompts", s + ".jsonl")
+                if ngram:  # the shared cache learns from warm-up requests only, then is frozen
+                    server.configure("ngram")
+                    server.set("drafter.ngram.learn", True)
+                    run_bench(server, prompts, 1, args.warm, args.tokens, cursor.get(s, 0))
+                    cursor[s] = cursor.get(s, 0) + args.warm
+                    server.set("drafter.ngram.learn", False)
+                first = cursor.get(s, 0)
+                cursor[s] = first + max(requests for _, requests in client_runs(args))
                 order = CONFIGS[r % len(CONFIGS):] + CONFIGS[:r % len(CONFIGS)]
                 for config in order:
                     server.configure(config)
                     for clients, requests in client_runs(args):
-                        summ = run_bench(server, prompts, clients, requests, args.tokens)
+                        summ = run_bench(server, prompts, clients, requests, args.tokens, first)
                         results.setdefault((s, clients, config), []).append(summ)
                 print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
     finally:
         server.stop()
+    for s, used in cursor.items():
+        n = sum(1 for _ in open(os.path.join(ROOT, "prompts", s + ".jsonl")))
+        if used > n:
+            print(f"warning: {used} prompts of {s} wanted, it has {n}: prompts repeated, and the "
+                  "n-gram drafter's shared cache may have held their earlier text", file=sys.stderr)
     return results
 
 
@@ -186,7 +211,8 @@ def report(args, results):
 
 def switch(args):
     """One client, global weights learning, over kjv then devil then web prompts: weights per request."""
-    server = Server(args.spec_length, args.threads, 16)
+    # no shared n-gram cache: these runs repeat their prompts, whose text it would hold
+    server = Server(args.spec_length, args.threads, 16, extra=["--ngram-cache", "0"])
     out = os.path.join(BIN, "bench-spec")
     os.makedirs(out, exist_ok=True)
     data = os.path.join(out, "weights.dat")
@@ -225,8 +251,9 @@ plot """ + ", ".join(f"'{data}' using 1:{i + 2} with linespoints title '{d}'" fo
 
 
 def tuner_eval(args):
-    fixed = Server(args.spec_length, args.threads, 16)
-    adaptive = Server(args.spec_length, args.threads, 16, extra=["--tuner", "adaptive"])
+    # no shared n-gram cache: the rounds repeat their prompts, whose text it would hold
+    fixed = Server(args.spec_length, args.threads, 16, extra=["--ngram-cache", "0"])
+    adaptive = Server(args.spec_length, args.threads, 16, extra=["--tuner", "adaptive", "--ngram-cache", "0"])
     configs = ["plain"] + [f"s{k}" for k in range(1, 9)] + ["adaptive"]
     results, classes = {}, {}
     try:
@@ -317,12 +344,13 @@ def main():
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--requests1", type=int, default=6, help="requests of the 1-client runs")
     ap.add_argument("--requests16", type=int, default=32, help="requests of the 16-client runs")
+    ap.add_argument("--warm", type=int, default=8, help="requests per round and set that fill the shared cache")
     ap.add_argument("--sets", default="kjv,web,devil,mixed")
     ap.add_argument("--spec-length", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--switch", action="store_true", help="the weights-over-time run instead")
     ap.add_argument("--switch-requests", type=int, default=20, help="requests per domain in --switch")
-    ap.add_argument("--configs", default="", help="a subset of " + ",".join(CONFIGS) + ", or ngram-flat, ngram-min1 (plain is needed)")
+    ap.add_argument("--configs", default="", help="a subset of " + ",".join(CONFIGS) + ", or ngram-flat, ngram-min1, ngram-own (plain is needed)")
     ap.add_argument("--clients", default="1,16", help="client counts: 1, 16 or both")
     ap.add_argument("--tuner", action="store_true", help="the length tuner against a sweep of fixed lengths")
     ap.add_argument("--drafters", default="ngram", help="--tuner: ngram, draft-kjv, ..., or vote (all four)")

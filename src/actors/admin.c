@@ -31,6 +31,7 @@ struct mn_admin {
     bool drafter_enabled[MN_ADDR_MAX_DRAFTERS];
     int ngram;                           /* the n-gram drafter's index; -1: none */
     uint32_t ngram_short, ngram_min_n;   /* drafter.ngram.short_len, min_n */
+    bool ngram_shared, ngram_learn;      /* drafter.ngram.shared, learn */
     mn_stats_query query;                /* the stats being gathered */
 };
 
@@ -92,6 +93,8 @@ static json_t *config_json(mn_admin *a)
     {
         json_object_set_new(o, "drafter.ngram.short_len", json_integer(a->ngram_short));
         json_object_set_new(o, "drafter.ngram.min_n", json_integer(a->ngram_min_n));
+        json_object_set_new(o, "drafter.ngram.shared", json_boolean(a->ngram_shared));
+        json_object_set_new(o, "drafter.ngram.learn", json_boolean(a->ngram_learn));
     }
     return o;
 }
@@ -293,6 +296,16 @@ static json_t *set_spec_key(mn_admin *a, const char *key, json_t *value)
         send_setting(ab->drafters[a->ngram], MN_SET_NGRAM_SHORT, a->ngram_short);
         return NULL;
     }
+    if (a->ngram >= 0 && (!strcmp(key, "drafter.ngram.shared") || !strcmp(key, "drafter.ngram.learn"))) {
+        bool learn = key[14] == 'l';
+        if (!json_is_boolean(value))
+            return fail("%s must be true or false", key);
+        if (json_is_true(value) && !a->cfg.ngram_cache)
+            return fail("%s: minionsd runs with --ngram-cache 0 (no cache)", key);
+        *(learn ? &a->ngram_learn : &a->ngram_shared) = json_is_true(value);
+        send_setting(ab->drafters[a->ngram], learn ? MN_SET_NGRAM_LEARN : MN_SET_NGRAM_SHARED, json_is_true(value));
+        return NULL;
+    }
     if (a->ngram >= 0 && !strcmp(key, "drafter.ngram.min_n")) {
         json_int_t n = json_integer_value(value);
         if (!json_is_integer(value) || n < 1 || n > MN_NGRAM_MAX_N_DEFAULT) {
@@ -430,6 +443,7 @@ mn_status mn_admin_new(struct event_base *base, const mn_admin_config *cfg, mn_a
     a->ngram = -1;
     a->ngram_short = MN_NGRAM_SHORT_DEFAULT;
     a->ngram_min_n = MN_NGRAM_MIN_N_DEFAULT;
+    a->ngram_shared = a->ngram_learn = cfg->ngram_cache;
     for (uint32_t i = 0; i < cfg->n_drafters; i++) {
         a->drafter_enabled[i] = true;
         if (!strcmp(cfg->drafter_names[i], "ngram"))

@@ -31,6 +31,9 @@ struct mn_drafter {
     draft_job job;
     uint32_t ngram_short; /* the n-gram drafter: drafter.ngram.short_len */
     uint32_t ngram_min_n; /* and drafter.ngram.min_n */
+    bool ngram_shared;    /* and drafter.ngram.shared: look up the cache */
+    bool ngram_learn;     /* and drafter.ngram.learn: add finished requests to it */
+    mn_ngram_cache cache; /* the n-gram drafter's: finished requests' tokens */
 };
 
 mn_status mn_drafter_check_vocab(const mn_model *target, const mn_model *draft, mn_err *err)
@@ -157,7 +160,8 @@ static void draft_run(mn_job *job)
     j->part->seconds = mn_now() - t0;
 }
 
-/* The n-gram drafter needs no model: propose on the loop thread. */
+/* The n-gram drafter needs no model: propose on the loop thread, from the request's own tokens,
+ * else from what finished requests did after the same tokens (the cache). */
 static void propose_ngram(mn_drafter *d, mn_round_part *part)
 {
     double t0 = mn_now();
@@ -165,11 +169,15 @@ static void propose_ngram(mn_drafter *d, mn_round_part *part)
     for (uint32_t k = 0; k < round->n; k++) {
         mn_req *r = round->reqs[k];
         mn_req_draft *x = &r->spec.d[d->cfg.index];
-        x->prop_at = (uint32_t)r->toks.n;
-        x->prop_len = r->spec.ask >> d->cfg.index & 1
-                          ? mn_ngram_propose(r->toks.ids, (uint32_t)r->toks.n, d->ngram_min_n,
-                                             MN_NGRAM_MAX_N_DEFAULT, r->spec.cap, d->ngram_short, x->prop)
-                          : 0;
+        const int32_t *t = r->toks.ids;
+        uint32_t n = (uint32_t)r->toks.n, m = 0;
+        if (r->spec.ask >> d->cfg.index & 1) {
+            m = mn_ngram_propose(t, n, d->ngram_min_n, MN_NGRAM_MAX_N_DEFAULT, r->spec.cap, d->ngram_short, x->prop);
+            if (!m && d->ngram_shared)
+                m = mn_ngram_cache_propose(&d->cache, t, n, d->ngram_min_n, r->spec.cap, d->ngram_short, x->prop);
+        }
+        x->prop_at = n;
+        x->prop_len = m;
     }
     part->seconds = mn_now() - t0;
 }
@@ -188,6 +196,15 @@ mn_status mn_drafter_new(const mn_drafter_config *cfg, mn_drafter **out, mn_err 
     d->cfg = *cfg;
     d->ngram_short = MN_NGRAM_SHORT_DEFAULT;
     d->ngram_min_n = MN_NGRAM_MIN_N_DEFAULT;
+    d->ngram_shared = cfg->ngram_cache > 0;
+    d->ngram_learn = true;
+    if (!cfg->be && cfg->ngram_cache) {
+        mn_status st = mn_ngram_cache_init(&d->cache, cfg->ngram_cache, MN_NGRAM_MAX_N_DEFAULT, err);
+        if (st != MN_OK) {
+            mn_free(d);
+            return st;
+        }
+    }
     if (cfg->be) {
         uint32_t n = cfg->max_batch;
         draft_job *j = &d->job;
@@ -218,6 +235,7 @@ void mn_drafter_free(mn_drafter *d)
     mn_free(d->job.seqs);
     mn_free(d->job.who);
     mn_free(d->job.logits);
+    mn_ngram_cache_free(&d->cache);
     mn_free(d);
 }
 
@@ -245,12 +263,23 @@ void mn_drafter_handle(void *drafter, mn_msg *m)
             mn_log(MN_LOG_ERROR, "drafter %u: draft pass failed: %s", d->cfg.index, d->job.err.msg);
         proposed(d, d->job.part);
         break;
+    case MN_MSG_RELEASE: { /* the n-gram drafter, on a request's way from the voter to kvmem */
+        mn_req *r = (mn_req *)m;
+        if (d->ngram_learn && r->state == MN_REQ_FINISHED && !r->failed)
+            mn_ngram_cache_add(&d->cache, r->toks.ids, (uint32_t)r->toks.n);
+        mn_mailbox_post(d->cfg.addr->kvmem, m);
+        break;
+    }
     case MN_MSG_SET: {
         mn_setting *s = (mn_setting *)m;
         if (s->key == MN_SET_NGRAM_SHORT)
             d->ngram_short = s->value;
         else if (s->key == MN_SET_NGRAM_MIN_N)
             d->ngram_min_n = s->value;
+        else if (s->key == MN_SET_NGRAM_SHARED)
+            d->ngram_shared = s->value != 0;
+        else if (s->key == MN_SET_NGRAM_LEARN)
+            d->ngram_learn = s->value != 0;
         mn_free(s);
         break;
     }

@@ -7,14 +7,17 @@
  * and the target's own token, whoever proposed them), in unpadded passes of up to the backend's
  * max_tokens; then it drafts spec.cap tokens greedily, one pass per position for the whole batch.
  * The n-gram drafter (--draft ngram, no model) proposes on the loop thread at once: the
- * continuation of the latest earlier occurrence of the request's last tokens (spec/ngram.h).
+ * continuation of the latest earlier occurrence of the request's last tokens (spec/ngram.h), or,
+ * when its own tokens have none, what a finished request did after them (its shared cache, which it
+ * fills as released requests pass through it on their way from the voter to kvmem).
  *
  * A drafter writes only its own slot spec.d[index] of the round's requests, and only while it holds
  * the round; the proposal is greedy and deterministic, so the voted draft is a function of the
  * requests' tokens (what the sampling rule in spec/accept.h needs to be lossless).
  *
- * Messages in: DRAFT (mn_round_part), DRAFT_DONE (its job), SET (the n-gram drafter:
- * drafter.ngram.short_len, min_n). Out: PROPOSED (the part) to the voter, its job to the worker.
+ * Messages in: DRAFT (mn_round_part), DRAFT_DONE (its job); the n-gram drafter also RELEASE (mn_req)
+ * and SET (drafter.ngram.short_len, min_n, shared, learn). Out: PROPOSED (the part) to the voter, its job
+ * to the worker; RELEASE on to kvmem.
  * Thread: the engine's loop; the job runs on the worker.
  */
 #ifndef MN_DRAFTER_H
@@ -31,6 +34,7 @@ typedef struct mn_drafter_config {
     mn_worker *worker;           /* borrowed: the compute worker (model drafters) */
     mn_mailbox *self;            /* its own mailbox: job completions come back to it */
     uint32_t max_batch;          /* most requests in a round */
+    uint32_t ngram_cache;        /* the n-gram drafter: tokens of its shared cache (0: none) */
     const mn_addr *addr;         /* borrowed */
 } mn_drafter_config;
 

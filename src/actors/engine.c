@@ -23,6 +23,7 @@
 #include "net/adminsock.h"
 #include "runtime/pool.h"
 #include "runtime/registry.h"
+#include "spec/ngram.h"
 #include "runtime/worker.h"
 #include "util/alloc.h"
 #include "util/log.h"
@@ -84,6 +85,7 @@ mn_engine_config mn_engine_defaults(void)
         .weights_mode = MN_WEIGHTS_SEQUENCE,
         .weights = mn_weights_defaults(),
         .skip_below = 0.25f, /* docs/speculation.md: on every prompt set the learning vote ran faster with it */
+        .ngram_cache = MN_NGRAM_CACHE_TOKENS_DEFAULT,
         .tuner_mode = MN_TUNER_FIXED,
         .tuner = mn_tuner_defaults(),
         .draft_threads = -1,
@@ -229,16 +231,21 @@ static mn_status new_spec_actors(mn_engine *e, mn_err *err)
     for (uint32_t i = 0; i < e->n_drafts; i++) {
         mn_drafter_config dc = {.index = i, .be = e->drafts[i].be,
                                 .worker = e->draft_worker ? e->draft_worker : e->worker,
-                                .self = e->addr.drafters[i], .max_batch = cfg->max_batch, .addr = &e->addr};
+                                .self = e->addr.drafters[i], .max_batch = cfg->max_batch, .addr = &e->addr,
+                                .ngram_cache = cfg->ngram_cache};
         if ((s = mn_drafter_new(&dc, &e->drafts[i].actor, err)) != MN_OK)
             return s;
         mn_mailbox_set_actor(e->addr.drafters[i], e->drafts[i].actor);
     }
     mn_voter_config vc = {.n_drafters = e->n_drafts, .names = e->draft_names, .params = cfg->weights,
                           .mode = (mn_weights_mode)cfg->weights_mode, .skip_below = cfg->skip_below,
-                          .on_event = e->events ? on_event : NULL, .owner = e, .addr = &e->addr};
-    for (uint32_t i = 0; i < e->n_drafts; i++)
+                          .on_event = e->events ? on_event : NULL, .owner = e, .addr = &e->addr,
+                          .release_to = e->addr.kvmem};
+    for (uint32_t i = 0; i < e->n_drafts; i++) {
         vc.costly |= e->drafts[i].model ? 1u << i : 0;
+        if (!e->drafts[i].model)
+            vc.release_to = e->addr.drafters[i];
+    }
     if ((s = mn_voter_new(&vc, &e->voter, err)) != MN_OK)
         return s;
     mn_mailbox_set_actor(e->addr.voter, e->voter);
@@ -286,7 +293,7 @@ static mn_status new_actors(mn_engine *e, uint32_t n_blocks, mn_err *err)
                               .spec_length = cfg->spec_length, .pipeline = cfg->pipeline,
                               .weights_mode = (mn_weights_mode)cfg->weights_mode,
                               .weights = cfg->weights, .skip_below = cfg->skip_below,
-                              .tuner_mode = cfg->tuner_mode, .tuner = cfg->tuner,
+                              .ngram_cache = cfg->ngram_cache > 0, .tuner_mode = cfg->tuner_mode, .tuner = cfg->tuner,
                               .addr_book = &e->addr, .on_drain = drain, .owner = e};
         if ((s = mn_admin_new(e->base, &ac, &e->admin, err)) != MN_OK)
             return s;

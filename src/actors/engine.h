@@ -63,6 +63,7 @@ typedef struct mn_engine_config {
     int weights_mode;          /* mn_weights_mode (live: spec.weights) */
     mn_weights_params weights; /* the vote's weight rule (live: spec.reward_threshold, ...) */
     float skip_below;          /* live: spec.skip_below (voter.h) */
+    uint32_t ngram_cache;      /* tokens of the n-gram drafter's shared cache (spec/ngram.h); 0: none */
     const char *events_addr;   /* --events: nanomsg PUB address, or NULL */
     int tuner_mode;            /* mn_tuner_mode (live: tuner.mode) */
     mn_tuner_params tuner;     /* the length tuner's rule (live: tuner.s_min, ...) */

@@ -28,7 +28,8 @@ typedef enum mn_msg_type {
     MN_MSG_ADMIT = 1, /* client -> intake: a parsed request (mn_req) */
     MN_MSG_ENQUEUE,   /* intake -> kvmem: tokenized, wants KV and a batch slot (mn_req) */
     MN_MSG_START,     /* kvmem -> verifier: admitted with KV for its whole length (mn_req) */
-    MN_MSG_RELEASE,   /* verifier -> kvmem: finished, or given back for preemption (mn_req) */
+    MN_MSG_RELEASE,   /* verifier -> kvmem (with drafters through the voter, then the n-gram drafter if any):
+                       * finished, or given back for preemption (mn_req) */
     MN_MSG_DONE,      /* intake/kvmem -> client: ended; write its final line and free it (mn_req) */
     MN_MSG_FLUSH,     /* verifier -> client: stream the new text (mn_req.flush) */
     MN_MSG_STEP_DONE, /* worker -> verifier: a step job completed */
@@ -227,6 +228,8 @@ typedef enum mn_setting_key {
     MN_SET_DRAFTER,     /* voter: drafter.<index>.enabled (index, value 0/1) */
     MN_SET_NGRAM_SHORT, /* the n-gram drafter: drafter.ngram.short_len (value 0..16) */
     MN_SET_NGRAM_MIN_N, /* the n-gram drafter: drafter.ngram.min_n (value 1..MN_NGRAM_MAX_N_DEFAULT) */
+    MN_SET_NGRAM_SHARED,/* the n-gram drafter: drafter.ngram.shared (value 0/1) */
+    MN_SET_NGRAM_LEARN, /* the n-gram drafter: drafter.ngram.learn (value 0/1) */
 } mn_setting_key;
 
 /* Which weights a sequence's vote reads (spec.weights). */

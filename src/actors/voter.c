@@ -271,7 +271,7 @@ void mn_voter_handle(void *voter, mn_msg *m)
         judge(v, (mn_req *)m);
         if (((mn_req *)m)->state == MN_REQ_FINISHED)
             publish_summary(v, (mn_req *)m);
-        mn_mailbox_post(v->cfg.addr->kvmem, m);
+        mn_mailbox_post(v->cfg.release_to, m);
         break;
     case MN_MSG_SET:
         set(v, (mn_setting *)m);

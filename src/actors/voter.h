@@ -18,7 +18,7 @@
  * publishes it on the --events socket) and to the debug log.
  *
  * Messages in: DRAFT (mn_round), PROPOSED (mn_round_part), RELEASE (mn_req), SET, STATS. Out: DRAFT
- * parts to the drafters, VOTED to the verifier, RELEASE to kvmem.
+ * parts to the drafters, VOTED to the verifier, RELEASE to release_to.
  * Thread: the engine's loop.
  */
 #ifndef MN_VOTER_H
@@ -39,6 +39,8 @@ typedef struct mn_voter_config {
     mn_voter_event_fn on_event;  /* an event as a JSON object (no newline); may be NULL */
     void *owner;
     const mn_addr *addr;         /* borrowed */
+    mn_mailbox *release_to;      /* borrowed: where a released request goes on: the n-gram drafter (it
+                                  * learns from finished ones, then passes them to kvmem) or kvmem */
 } mn_voter_config;
 
 typedef struct mn_voter mn_voter;

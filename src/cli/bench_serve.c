@@ -2,7 +2,8 @@
  * (or a Unix socket) and report throughput, mean normalized latency (request latency / output
  * tokens), time to first token p50/p99; --out writes one JSON record per request.
  * Each client is a thread with one connection and one request in flight at a time; clients take the
- * next prompt from a shared counter until --requests are done. The last stdout line is a JSON
+ * next prompt from a shared counter until --requests are done, starting at prompt --first (wrapping
+ * at the set's end; a benchmark that must not repeat prompts gives each run its own slice). The last stdout line is a JSON
  * summary for scripts. */
 #include <errno.h>
 #include <getopt.h>
@@ -35,6 +36,7 @@ typedef struct bench {
     mn_prompt *prompts;
     int n_prompts;
     int n_requests;
+    int first;           /* --first: the prompt the first request takes */
     int max_tokens;
     double temperature;
     atomic_int next;
@@ -60,7 +62,7 @@ static void *client_main(void *arg)
     for (int k; (k = atomic_fetch_add(&b->next, 1)) < b->n_requests;) {
         record *r = &b->records[k];
         r->client = ca->id;
-        r->prompt = k % b->n_prompts;
+        r->prompt = (b->first + k) % b->n_prompts;
         json_t *o = json_pack("{s:s, s:i, s:f, s:b}", "id", "b", "max_tokens", b->max_tokens, "temperature",
                               b->temperature, "stream", 1);
         char *line = o && mn_prompt_set(&b->prompts[r->prompt], o) == 0 ? json_dumps(o, JSON_COMPACT) : NULL;
@@ -124,10 +126,11 @@ int main(int argc, char **argv)
         {"addr", required_argument, 0, 'a'},     {"clients", required_argument, 0, 'c'},
         {"prompts", required_argument, 0, 'p'},  {"requests", required_argument, 0, 'r'},
         {"max-tokens", required_argument, 0, 'n'}, {"temperature", required_argument, 0, 'T'},
-        {"out", required_argument, 0, 'o'},      {"help", no_argument, 0, 'h'},
+        {"out", required_argument, 0, 'o'},      {"first", required_argument, 0, 'f'},
+        {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
-    for (int c; (c = getopt_long(argc, argv, "a:c:p:r:n:o:h", opts, NULL)) != -1;) {
+    for (int c; (c = getopt_long(argc, argv, "a:c:p:r:n:o:f:h", opts, NULL)) != -1;) {
         switch (c) {
         case 'a': b.addr = optarg; break;
         case 'c': clients = atoi(optarg); break;
@@ -136,16 +139,18 @@ int main(int argc, char **argv)
         case 'n': b.max_tokens = atoi(optarg); break;
         case 'T': b.temperature = atof(optarg); break;
         case 'o': out = optarg; break;
+        case 'f': b.first = atoi(optarg); break;
         case 'h':
         default:
             fprintf(c == 'h' ? stdout : stderr,
                     "usage: minions-bench [--addr HOST:PORT|PATH] [--clients N] [--prompts FILE.jsonl]\n"
-                    "                     [--requests N] [--max-tokens N] [--temperature T] [--out FILE.jsonl]\n");
+                    "                     [--requests N] [--first K] [--max-tokens N] [--temperature T]\n"
+                    "                     [--out FILE.jsonl]\n");
             return c == 'h' ? 0 : 2;
         }
     }
-    if (clients < 1 || clients > 1024 || b.max_tokens < 1) {
-        fprintf(stderr, "minions-bench: bad --clients or --max-tokens\n");
+    if (clients < 1 || clients > 1024 || b.max_tokens < 1 || b.first < 0) {
+        fprintf(stderr, "minions-bench: bad --clients, --max-tokens or --first\n");
         return 2;
     }
     if (mn_prompts_load(prompts, 0, SIZE_MAX, &b.prompts, &b.n_prompts) < 0) {

@@ -51,6 +51,9 @@ static void usage(FILE *f)
             "      --spec-weights W   sequence|global|fixed: whose weights the vote reads (default sequence)\n"
             "      --spec-skip-below F a model drafter whose weight is under F x a request's best drafter's\n"
             "                         skips its rounds but every 8th; 0 = all draft always (default 0.25)\n"
+            "      --ngram-cache N    tokens of finished requests the n-gram drafter keeps to propose from\n"
+            "                         when a request's own tokens give no match; 0 = none (default 262144:\n"
+            "                         5 MiB; live off/on: drafter.ngram.shared)\n"
             "      --tuner MODE[,K=V] fixed|adaptive: adaptive chooses the length per batch size from\n"
             "                         measured cost per token, starting at --spec-length (default fixed);\n"
             "                         keys s_min, s_max, decision_threshold, s_reward, s_punish,\n"
@@ -133,7 +136,8 @@ int main(int argc, char **argv)
         {"pipeline", no_argument, 0, 'P'},        {"draft-threads", required_argument, 0, 'd'},
         {"http", required_argument, 0, 'w'},      {"api-key", required_argument, 0, 'A'},
         {"api-key-file", required_argument, 0, 'F'}, {"http-timeout", required_argument, 0, 'O'},
-        {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
+        {"ngram-cache", required_argument, 0, 'N'}, {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
     };
     for (int c; (c = getopt_long(argc, argv, "m:t:h", opts, NULL)) != -1;) {
         int ok = 1;
@@ -166,6 +170,9 @@ int main(int argc, char **argv)
         case 'e': cfg.events_addr = optarg; break;
         case 'P': cfg.pipeline = true; break;
         case 'd': ok = parse_int(optarg, 0, 255, &v), cfg.draft_threads = (int)v; break;
+        case 'N':
+            ok = parse_int(optarg, 0, 1L << 28, &v) && (v == 0 || v >= 64), cfg.ngram_cache = (uint32_t)v;
+            break;
         case 'w': ok = parse_http(optarg, http_host, sizeof http_host, &cfg); break;
         case 'A': ok = *optarg != 0, cfg.api_key = optarg; break;
         case 'F':

@@ -54,4 +54,44 @@ mn_status mn_ngram_check(uint32_t min_n, uint32_t max_n, mn_err *err);
 uint32_t mn_ngram_propose(const int32_t *t, uint32_t n, uint32_t min_n, uint32_t max_n, uint32_t s,
                           uint32_t short_s, int32_t *out);
 
+/* The shared cache: what earlier sequences did after the same tokens.
+ *
+ * A sequence with no match in its own tokens often continues as another one did: requests of one
+ * domain share names, phrases and formulas, and a model repeats its own habits across requests. The
+ * cache holds the tokens of finished sequences in a ring of cap tokens (each followed by
+ * MN_NGRAM_SEP, so that no continuation runs from one sequence into the next), and a hash table
+ * from every k-gram of them (k = 2..max_n) to the ring position of the token that followed it, the
+ * latest occurrence winning. A lookup tries the longest suffix first and proposes what followed it,
+ * up to the separator, within s (a max_n match) or short_s (a shorter one), like the own-token
+ * lookup. Entries are not removed when the ring overwrites their text: a lookup compares the k
+ * tokens before the position it finds with the suffix, so a stale or colliding entry proposes
+ * nothing. Any proposal is only a guess for the target to verify, so whatever the cache holds, the
+ * output is unchanged; only the acceptance is.
+ *
+ * Memory: cap tokens of ring and a table of the next power of two >= 4 cap entries, 4 bytes each
+ * (the default 2^18 tokens: 1 MiB + 4 MiB), allocated once. Cost: adding n tokens O(n * max_n);
+ * a lookup O(max_n^2 + s). Thread: not shared between threads; the owner's (the n-gram drafter's,
+ * on the loop). */
+#define MN_NGRAM_SEP (-1)
+#define MN_NGRAM_CACHE_TOKENS_DEFAULT (1u << 18)
+
+typedef struct mn_ngram_cache {
+    int32_t *ring;   /* [cap] tokens and separators */
+    uint32_t *table; /* [mask + 1]: 1 + the ring index of the token after a k-gram; 0: empty */
+    uint32_t cap, head, mask, max_n;
+    uint64_t added;  /* tokens ever added (separators not counted) */
+} mn_ngram_cache;
+
+/* An empty cache of cap_tokens (>= 64) for k-grams up to max_n (2..8). MN_NOMEM or MN_INVALID. */
+mn_status mn_ngram_cache_init(mn_ngram_cache *c, uint32_t cap_tokens, uint32_t max_n, mn_err *err);
+/* Frees what init allocated; c may be zeroed or already freed. */
+void mn_ngram_cache_free(mn_ngram_cache *c);
+/* Append a finished sequence t[0..n) (only its last cap - 1 tokens when longer), overwriting the
+ * oldest, and index its k-grams. Tokens must be >= 0. */
+void mn_ngram_cache_add(mn_ngram_cache *c, const int32_t *t, uint32_t n);
+/* Propose what followed the longest suffix of t[0..n) (>= min_n tokens) in the cache into out and
+ * return how many (0: none); as mn_ngram_propose for s and short_s. */
+uint32_t mn_ngram_cache_propose(const mn_ngram_cache *c, const int32_t *t, uint32_t n, uint32_t min_n, uint32_t s,
+                                uint32_t short_s, int32_t *out);
+
 #endif
