@@ -8,7 +8,7 @@
 #     clients the tests drive minionsd with (`openai`, `prometheus_client`).
 # Safe to run again: it installs only what is missing. `--train` adds what tools/train needs:
 # Debian's python3-torch with libopenblas0-openmp (without it torch falls back to the reference
-# BLAS, ~20x slower).
+# BLAS, ~20x slower). `--bench` adds gnuplot-nox, which the benchmark tools draw docs/*.png with.
 set -eu
 cd "$(dirname "$0")/.."
 
@@ -16,7 +16,13 @@ PKGS="build-essential autoconf automake libtool pkg-config ca-certificates unzip
       libevent-dev libjemalloc-dev libnanomsg-dev libjansson-dev libutf8proc-dev libcriterion-dev
       python3 python3-numpy python3-regex python3-venv python3-yaml curl nginx-light
       bible-kjv bible-kjv-text sword-text-web diatheke dict-devil"
-[ "${1:-}" = --train ] && PKGS="$PKGS python3-torch libopenblas0-openmp"
+for arg in "$@"; do
+  case "$arg" in
+    --train) PKGS="$PKGS python3-torch libopenblas0-openmp" ;;
+    --bench) PKGS="$PKGS gnuplot-nox" ;;
+    *) echo "install-deps: unknown option $arg (--train, --bench)" >&2; exit 2 ;;
+  esac
+done
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
 

@@ -32,6 +32,7 @@ here from its source, see docs/speculation.md; nothing is downloaded).
 import argparse
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -326,7 +327,7 @@ set yrange [0:*]
 set grid ytics
 plot for [i=2:{len(series) + 1}] '{data}' using i:xtic(1) title columnheader(i), 1 with lines dt 2 lc 'gray' notitle
 """
-    subprocess.run(["gnuplot"], input=script, text=True, check=True)
+    spec.gnuplot(script)
 
 
 def plot(args, sets, counts, sweep, table, out):
@@ -357,8 +358,9 @@ set key outside right
 set grid
 plot for [i=2:{len(SWEEP_SYSTEMS) + 1}] '{data}' using 1:i with linespoints title columnheader(i)
 """
-        subprocess.run(["gnuplot"], input=script, text=True, check=True)
-    print("plots: docs/eval-latency.png docs/eval-throughput.png docs/eval-ablation.png docs/eval-clients.png")
+        spec.gnuplot(script)
+    if shutil.which("gnuplot"):
+        print("plots: docs/eval-latency.png docs/eval-throughput.png docs/eval-ablation.png docs/eval-clients.png")
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ build/bench-spec/results.md (and .json).
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -109,6 +110,15 @@ class Server:
     def stop(self):
         self.proc.terminate()
         self.proc.wait()
+
+
+def gnuplot(script):
+    """Draw with gnuplot, or say how to get it: the tables are printed either way."""
+    if not shutil.which("gnuplot"):
+        print("no gnuplot, no plot (sh scripts/install-deps.sh --bench installs it)", file=sys.stderr)
+        return False
+    subprocess.run(["gnuplot"], input=script, text=True, check=True)
+    return True
 
 
 def run_bench(server, prompts, clients, requests, tokens, first=0):
@@ -246,8 +256,7 @@ set key outside right
 set arrow from {k + 0.5}, graph 0 to {k + 0.5}, graph 1 nohead dt 2
 set arrow from {2 * k + 0.5}, graph 0 to {2 * k + 0.5}, graph 1 nohead dt 2
 plot """ + ", ".join(f"'{data}' using 1:{i + 2} with linespoints title '{d}'" for i, d in enumerate(DRAFTS)) + "\n"
-    subprocess.run(["gnuplot"], input=plot, text=True, check=True)
-    print(f"weights per request: {data}; plot: {png}")
+    print(f"weights per request: {data}" + (f"; plot: {png}" if gnuplot(plot) else ""))
 
 
 def tuner_eval(args):
@@ -333,8 +342,8 @@ set xtics ('plain' 0, '1' 1, '2' 2, '3' 3, '4' 4, '5' 5, '6' 6, '7' 7, '8' 8, 'A
 set xrange [-0.5:9.5]
 set key below horizontal
 """ + "\n".join(panels) + "\nunset multiplot\n"
-    subprocess.run(["gnuplot"], input=plot, text=True, check=True)
-    print(f"plot: {png}")
+    if gnuplot(plot):
+        print(f"plot: {png}")
 
 
 def main():
