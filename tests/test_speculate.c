@@ -741,6 +741,23 @@ Test(speculate, adaptive_length_is_lossless_and_visible, .timeout = 600, .disabl
         cr_assert_eq(json_integer_value(json_object_get(k, "s")), 3, "batch %s runs at spec.length", cls);
     json_decref(r);
 
+    /* length 0 is plain decoding, with no round: its steps are measured too (a tuner that moved to
+     * 0 saw no step there again, and stayed for good) */
+    admin_ok(&s, "{\"cmd\":\"set\",\"key\":\"tuner.s_max\",\"value\":0}");
+    admin_ok(&s, "{\"cmd\":\"set\",\"key\":\"tuner.mode\",\"value\":\"adaptive\"}");
+    send_request(&c, "zero", prompts[1], TOKENS, 0, 0);
+    done = await(&c, "zero");
+    cr_assert_str_eq(json_string_value(json_object_get(done, "text")), want[1]);
+    json_decref(done);
+    r = admin(&s, "{\"cmd\":\"stats\"}");
+    one = json_object_get(json_object_get(json_object_get(json_object_get(json_object_get(r, "stats"), "spec"),
+                                                          "tuner"), "batch"), "1");
+    cr_assert_eq(json_integer_value(json_object_get(one, "s")), 0);
+    json_t *zero = json_object_get(json_object_get(one, "curve"), "0");
+    cr_assert(zero && json_integer_value(json_object_get(zero, "steps")) > 0, "no step measured at 0: %s",
+              json_dumps(one, 0));
+    json_decref(r);
+
     nn_close(sub);
     tconn_close(&c);
     server_stop(&s);

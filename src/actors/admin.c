@@ -89,8 +89,7 @@ static json_t *config_json(mn_admin *a)
         snprintf(key, sizeof key, "drafter.%s.enabled", a->cfg.drafter_names[i]);
         json_object_set_new(o, key, json_boolean(a->drafter_enabled[i]));
     }
-    if (a->ngram >= 0)
-    {
+    if (a->ngram >= 0) {
         json_object_set_new(o, "drafter.ngram.short_len", json_integer(a->ngram_short));
         json_object_set_new(o, "drafter.ngram.min_n", json_integer(a->ngram_min_n));
         json_object_set_new(o, "drafter.ngram.shared", json_boolean(a->ngram_shared));
@@ -297,7 +296,7 @@ static json_t *set_spec_key(mn_admin *a, const char *key, json_t *value)
         return NULL;
     }
     if (a->ngram >= 0 && (!strcmp(key, "drafter.ngram.shared") || !strcmp(key, "drafter.ngram.learn"))) {
-        bool learn = key[14] == 'l';
+        bool learn = !strcmp(key, "drafter.ngram.learn");
         if (!json_is_boolean(value))
             return fail("%s must be true or false", key);
         if (json_is_true(value) && !a->cfg.ngram_cache)

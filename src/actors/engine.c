@@ -23,8 +23,8 @@
 #include "net/adminsock.h"
 #include "runtime/pool.h"
 #include "runtime/registry.h"
-#include "spec/ngram.h"
 #include "runtime/worker.h"
+#include "spec/ngram.h"
 #include "util/alloc.h"
 #include "util/log.h"
 

@@ -336,6 +336,7 @@ static bool start_step(mn_verifier *v)
 {
     step_job *st = &v->step;
     uint32_t bound, budget = v->cfg.be->cfg.max_tokens, n = 0, drafted = 0, s = round_length(v, &bound);
+    bool decoding_only = true; /* every sequence brings its one next token: no prompt chunk */
     for (uint32_t i = 0; i < v->n_running && budget > 0 && n < v->cfg.max_batch; i++) {
         mn_req *r = v->running[i];
         if (r->state == MN_REQ_PAUSED || r->phase == MN_PHASE_DRAFTING || r->phase == MN_PHASE_VERIFYING ||
@@ -347,6 +348,7 @@ static bool start_step(mn_verifier *v)
         if (r->phase != MN_PHASE_DRAFTED)
             r->spec.n_draft = 0;
         drafted += r->phase == MN_PHASE_DRAFTED;
+        decoding_only &= n_new == 1 && r->kv.len + 1 == r->toks.n;
         r->phase = MN_PHASE_VERIFYING;
         st->reqs[n] = r;
         st->seqs[n] = (mn_batch_seq){.kv = &r->kv, .tokens = r->toks.ids + r->kv.len, .n_tokens = n_new};
@@ -365,10 +367,13 @@ static bool start_step(mn_verifier *v)
         st->seqs[k] = (mn_batch_seq){.kv = &r->kv, .tokens = r->spec.vtoks, .n_tokens = 1 + r->spec.n_draft,
                                      .want_all_logits = true};
     }
-    /* the length shaped the step when every sequence in it was drafted at it */
-    v->step_measured = v->cfg.addr->tuner && drafted == n;
-    v->step_s = v->round_s;
-    v->step_draft_seconds = v->round_seconds;
+    /* the length shaped the step when every sequence in it was drafted at it, or, at length 0 (plain
+     * decoding, no round), when every one was decoding: without the latter a tuner that tried 0
+     * would never see another step at 0, and stay there */
+    bool plain = !drafted && s == 0 && decoding_only;
+    v->step_measured = v->cfg.addr->tuner && (drafted == n || plain);
+    v->step_s = plain ? 0 : v->round_s;
+    v->step_draft_seconds = plain ? 0 : v->round_seconds;
     v->stepping = true;
     mn_status rc = mn_worker_submit(v->cfg.worker, &st->job);
     if (rc == MN_OK)
