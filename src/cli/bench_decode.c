@@ -16,7 +16,9 @@
  * wanted) in one pass, which is then rolled back (mn_kv_truncate), so every pass sees the same
  * context. --rounds rounds alternate the order of k (1..8, then 8..1) and of B, so drift on a
  * shared machine hits every k alike; the median time per (B, k) is printed with its cost in decode
- * steps, time(B, k) / time(B, 1), and the spread (quartiles) of that time.
+ * steps, time(B, k) / time(B, 1), and the spread (quartiles) of that time; and in plain steps:
+ * before each B's passes of a round, two one-token passes back to back, the second timed, which is
+ * what plain decoding runs (a one-token pass that follows a longer one measured slower).
  * Tokens are fixed pseudo-random ids, so the figures do not depend on a tokenizer or a text.
  */
 #include <getopt.h>
@@ -157,6 +159,32 @@ static double quantile(double *v, int n, double q)
     return v[(int)(q * (n - 1) + 0.5)];
 }
 
+/* One pass of k new tokens (all logits) for B sequences after their ctx_tokens, rolled back after;
+ * its time into *dt. Returns 0 or 1 (error, printed). */
+static int timed_pass(mn_backend *be, mn_kv_seq *kv, mn_batch_seq *seqs, const int32_t *toks, float *logits, int B,
+                      int k, uint32_t ctx_tokens, double *dt)
+{
+    mn_err err = {{0}};
+    for (int s = 0; s < B; s++) {
+        if (mn_kv_reserve(be->kv, &kv[s], ctx_tokens + (uint32_t)k) != MN_OK) {
+            fprintf(stderr, "minions-bench-decode: the KV pool is too small\n");
+            return 1;
+        }
+        seqs[s] = (mn_batch_seq){.kv = &kv[s], .tokens = toks + (size_t)s * VERIFY_MAX_K, .n_tokens = (uint32_t)k,
+                                 .want_all_logits = true};
+    }
+    mn_batch batch = {seqs, (uint32_t)B};
+    double t0 = mn_now();
+    if (mn_backend_forward(be, &batch, logits, &err) != MN_OK) {
+        fprintf(stderr, "minions-bench-decode: %s\n", err.msg);
+        return 1;
+    }
+    *dt = mn_now() - t0;
+    for (int s = 0; s < B; s++)
+        mn_kv_truncate(be->kv, &kv[s], ctx_tokens);
+    return 0;
+}
+
 /* --verify-curve: see the file comment. kv[0..max_b) hold a ctx_tokens prompt each; every pass is
  * rolled back to that length. logits holds max_b * VERIFY_MAX_K rows. Returns 0 or 1 (error). */
 static int verify_curve(mn_backend *be, mn_kv_seq *kv, mn_batch_seq *seqs, float *logits, const char *batches,
@@ -175,50 +203,49 @@ static int verify_curve(mn_backend *be, mn_kv_seq *kv, mn_batch_seq *seqs, float
         p = end + (*end == ',');
     }
     int32_t *toks = mn_malloc((size_t)max_b * VERIFY_MAX_K * sizeof(int32_t));
-    double *times = mn_malloc((size_t)n_b * VERIFY_MAX_K * (size_t)rounds * sizeof(double));
+    /* [n_b][VERIFY_MAX_K][rounds], then [n_b][rounds] of plain steps */
+    double *times = mn_malloc((size_t)n_b * (VERIFY_MAX_K + 1) * (size_t)rounds * sizeof(double));
     if (!toks || !times) {
         mn_free(toks);
         mn_free(times);
         fprintf(stderr, "minions-bench-decode: out of memory\n");
         return 1;
     }
+    double *plain = times + (size_t)n_b * VERIFY_MAX_K * (size_t)rounds;
     random_tokens(toks, (uint32_t)max_b * VERIFY_MAX_K, V, 7);
-    mn_err err = {{0}};
     for (int r = -WARMUP; r < rounds; r++) {
         for (int bi0 = 0; bi0 < n_b; bi0++) {
             int bi = (r & 1) ? n_b - 1 - bi0 : bi0, B = bs[bi];
+            double dt;
+            /* a plain decoding step: a one-token pass right after another one, as decoding runs
+             * them (the curve's k = 1 follows passes of other lengths, which leave it slower) */
+            for (int rep = 0; rep < 2; rep++)
+                if (timed_pass(be, kv, seqs, toks, logits, B, 1, ctx_tokens, &dt))
+                    return 1;
+            if (r >= 0)
+                plain[(size_t)bi * (size_t)rounds + (size_t)r] = dt;
             for (int k0 = 0; k0 < VERIFY_MAX_K; k0++) {
                 int k = (r & 1) ? VERIFY_MAX_K - k0 : k0 + 1;
-                for (int s = 0; s < B; s++) {
-                    if (mn_kv_reserve(be->kv, &kv[s], ctx_tokens + (uint32_t)k) != MN_OK) {
-                        fprintf(stderr, "minions-bench-decode: the KV pool is too small\n");
-                        return 1;
-                    }
-                    seqs[s] = (mn_batch_seq){.kv = &kv[s], .tokens = toks + (size_t)s * VERIFY_MAX_K,
-                                             .n_tokens = (uint32_t)k, .want_all_logits = true};
-                }
-                mn_batch batch = {seqs, (uint32_t)B};
-                double t0 = mn_now();
-                if (mn_backend_forward(be, &batch, logits, &err) != MN_OK) {
-                    fprintf(stderr, "minions-bench-decode: %s\n", err.msg);
+                if (timed_pass(be, kv, seqs, toks, logits, B, k, ctx_tokens, &dt))
                     return 1;
-                }
-                double dt = mn_now() - t0;
                 if (r >= 0)
                     times[((size_t)bi * VERIFY_MAX_K + (size_t)(k - 1)) * (size_t)rounds + (size_t)r] = dt;
-                for (int s = 0; s < B; s++)
-                    mn_kv_truncate(be->kv, &kv[s], ctx_tokens);
             }
         }
     }
-    printf("verify curve after %u context tokens, %d rounds (median; q1..q3 of the time)\n", ctx_tokens, rounds);
+    printf("verify curve after %u context tokens, %d rounds (median; q1..q3 of the time); cost in decode steps\n"
+           "(the curve's own k = 1) and in plain steps (a one-token pass right after another)\n",
+           ctx_tokens, rounds);
     for (int bi = 0; bi < n_b; bi++) {
         double *t1 = times + (size_t)bi * VERIFY_MAX_K * (size_t)rounds, base = quantile(t1, rounds, 0.5);
+        double step = quantile(plain + (size_t)bi * (size_t)rounds, rounds, 0.5);
+        printf("plain     seqs %2d      %8.1f us\n", bs[bi], step * 1e6);
         for (int k = 1; k <= VERIFY_MAX_K; k++) {
             double *t = t1 + (size_t)(k - 1) * (size_t)rounds;
             double med = quantile(t, rounds, 0.5), q1 = quantile(t, rounds, 0.25), q3 = quantile(t, rounds, 0.75);
-            printf("verify    seqs %2d k %d  %8.1f us  (%6.1f..%6.1f)  cost %5.2f decode steps  %8.1f tok/s\n", bs[bi],
-                   k, med * 1e6, q1 * 1e6, q3 * 1e6, med / base, (double)bs[bi] * k / med);
+            printf("verify    seqs %2d k %d  %8.1f us  (%6.1f..%6.1f)  cost %5.2f decode steps (%5.2f plain)  %8.1f "
+                   "tok/s\n",
+                   bs[bi], k, med * 1e6, q1 * 1e6, q3 * 1e6, med / base, med / step, (double)bs[bi] * k / med);
         }
     }
     fflush(stdout);
