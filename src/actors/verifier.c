@@ -348,11 +348,11 @@ static bool start_step(mn_verifier *v)
         if (r->phase != MN_PHASE_DRAFTED)
             r->spec.n_draft = 0;
         drafted += r->phase == MN_PHASE_DRAFTED;
-        decoding_only &= n_new == 1 && r->kv.len + 1 == r->toks.n;
         r->phase = MN_PHASE_VERIFYING;
         st->reqs[n] = r;
         st->seqs[n] = (mn_batch_seq){.kv = &r->kv, .tokens = r->toks.ids + r->kv.len, .n_tokens = n_new};
-        st->sample[n++] = r->kv.len + n_new == r->toks.n;
+        st->sample[n] = r->kv.len + n_new == r->toks.n;
+        decoding_only &= n_new == 1 && st->sample[n++];
     }
     st->n = n;
     if (!n)

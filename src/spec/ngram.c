@@ -12,6 +12,12 @@ mn_status mn_ngram_check(uint32_t min_n, uint32_t max_n, mn_err *err)
     return MN_OK;
 }
 
+/* How many tokens a match of len tokens proposes: s for a full max_n match, else at most short_s. */
+static uint32_t proposal_len(uint32_t len, uint32_t max_n, uint32_t s, uint32_t short_s)
+{
+    return len >= max_n || short_s >= s ? s : short_s;
+}
+
 uint32_t mn_ngram_propose(const int32_t *t, uint32_t n, uint32_t min_n, uint32_t max_n, uint32_t s,
                           uint32_t short_s, int32_t *out)
 {
@@ -32,8 +38,7 @@ uint32_t mn_ngram_propose(const int32_t *t, uint32_t n, uint32_t min_n, uint32_t
     }
     if (best_len == 0)
         return 0;
-    if (best_len < max_n && short_s < s)
-        s = short_s;
+    s = proposal_len(best_len, max_n, s, short_s);
     for (uint32_t j = 0; j < s; j++) {
         uint32_t at = best_e + j;
         out[j] = at < n ? t[at] : out[at - n]; /* past the end: the repeat continues itself */
@@ -121,7 +126,7 @@ uint32_t mn_ngram_cache_propose(const mn_ngram_cache *c, const int32_t *t, uint3
             i++;
         if (i < k)
             continue; /* overwritten, or another k-gram in the same slot */
-        uint32_t m = k >= c->max_n || short_s >= s ? s : short_s, got = 0;
+        uint32_t m = proposal_len(k, c->max_n, s, short_s), got = 0;
         /* stop at the separator, and at head: past it lies the oldest text, not a continuation */
         for (uint32_t at = p; got < m && at != c->head && c->ring[at] != MN_NGRAM_SEP; at = (at + 1) % c->cap)
             out[got++] = c->ring[at];
