@@ -9,6 +9,7 @@ py=$src/.venv/bin/python
 tmp=$(mktemp -d)
 pid=
 trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
+trap 'exit 143' INT TERM # make check's timeout: the EXIT trap still ends the daemon
 passed=0
 failed=0
 check() { # description, then a command whose success means pass

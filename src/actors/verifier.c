@@ -352,7 +352,8 @@ static bool start_step(mn_verifier *v)
         st->reqs[n] = r;
         st->seqs[n] = (mn_batch_seq){.kv = &r->kv, .tokens = r->toks.ids + r->kv.len, .n_tokens = n_new};
         st->sample[n] = r->kv.len + n_new == r->toks.n;
-        decoding_only &= n_new == 1 && st->sample[n++];
+        decoding_only &= n_new == 1 && st->sample[n];
+        n++;
     }
     st->n = n;
     if (!n)
