@@ -9,6 +9,9 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#define MN_GPU_KERNELS /* the forward pass's kernels, compiled for the device here (not launched yet) */
+#include "gpu/kernels.cuh"
+
 #define CUDA_TRY(expr)                                                                              \
     do {                                                                                            \
         cudaError_t e_ = (expr);                                                                    \

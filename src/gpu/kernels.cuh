@@ -1,0 +1,247 @@
+/* kernels.cuh - the CUDA forward pass's kernels, written once for the device and the host.
+ *
+ * Each kernel is a body for one grid index (one token, one (token, head), one output element),
+ * marked __host__ __device__, plus a thin __global__ wrapper that maps blockIdx/threadIdx onto
+ * that index. The device runs the wrappers; the twin backend (gpu/twin.h) runs the same bodies in
+ * host loops over the same grid, so every index, layout and formula here is checked against the
+ * CPU backend on machines without a GPU (tests/test_gpu.c). What the twin cannot check is what
+ * only a device has: launches, streams, graphs, cuBLAS and timing.
+ *
+ * The pass is laid out as the CPU backend lays it out: tokens of all sequences one after another
+ * (no padding), token t belonging to sequence tok[t].seq at position tok[t].pos; activations are
+ * [T][width] floats. KV: per layer, K and V are [n_blocks][block_size][kv_dim] floats, and
+ * sequence s's position p lives in block tables[table_off[s] + p / block_size], slot
+ * p % block_size (mem/kv.h's layout, with the block tables of the batch flattened into one array).
+ *
+ * These first kernels favour being obviously right over being fast (one thread per output, serial
+ * reductions); the projections are meant for cuBLAS on the device, and matvec here is the
+ * reference and fallback for the weight types cuBLAS has no GEMM for (Q8_0, Q4_0, Q4_1).
+ */
+#ifndef MN_GPU_KERNELS_CUH
+#define MN_GPU_KERNELS_CUH
+
+#include <cuda_fp16.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "model/dtype.h"
+
+#define MN_HD static __host__ __device__ inline
+
+/* A token of the pass: its sequence (index in the batch) and its position in that sequence. */
+typedef struct mn_gpu_tok {
+    uint32_t seq;
+    uint32_t pos;
+} mn_gpu_tok;
+
+/* What a layer's attention reads: the pass's tokens, the flattened block tables and the cache. */
+typedef struct mn_gpu_attn {
+    const mn_gpu_tok *tok;      /* [T] */
+    const uint32_t *tables;     /* block ids of every sequence of the batch, one table after another */
+    const uint32_t *table_off;  /* [n_seqs]: where sequence s's table starts in tables */
+    float *k, *v;               /* this layer's cache: [n_blocks][block_size][kv_dim] */
+    uint32_t block_size, kv_dim, head_dim, n_heads, n_kv_heads, rope_dim;
+    float rope_base;
+} mn_gpu_attn;
+
+/* ---- weights in their stored type ------------------------------------------------------------ */
+
+MN_HD float mn_g_f16(const uint8_t *p)
+{
+    __half_raw r;
+    r.x = (unsigned short)(p[0] | (p[1] << 8));
+    return __half2float(__half(r));
+}
+
+/* Element k of a weight row of the given type (quant.c's block layouts: a 32-element block is a
+ * scale (and Q4_1's min) followed by its quants; Q4 keeps elements j and j + 16 in one byte, low
+ * nibble first). */
+MN_HD float mn_g_weight(uint32_t type, const uint8_t *row, uint32_t k)
+{
+    switch (type) {
+    case MN_F32: {
+        float f;
+        memcpy(&f, row + 4 * (size_t)k, 4);
+        return f;
+    }
+    case MN_F16: return mn_g_f16(row + 2 * (size_t)k);
+    case MN_Q8_0: {
+        const uint8_t *b = row + (k / 32) * 34;
+        return mn_g_f16(b) * (float)(int8_t)b[2 + k % 32];
+    }
+    case MN_Q4_0:
+    case MN_Q4_1: {
+        uint32_t q41 = type == MN_Q4_1, j = k % 32;
+        const uint8_t *b = row + (k / 32) * (q41 ? 20 : 18), *qs = b + (q41 ? 4 : 2);
+        int q = j < 16 ? qs[j] & 15 : qs[j - 16] >> 4;
+        return q41 ? mn_g_f16(b) * (float)q + mn_g_f16(b + 2) : mn_g_f16(b) * (float)(q - 8);
+    }
+    default: return 0.0f;
+    }
+}
+
+/* ---- bodies ----------------------------------------------------------------------------------- */
+
+/* x[t] = the embedding row of tokens[t]. */
+MN_HD void mn_g_embed(uint32_t type, const uint8_t *table, size_t row_bytes, const int32_t *tokens, float *x,
+                      uint32_t dim, uint32_t t)
+{
+    const uint8_t *row = table + (size_t)tokens[t] * row_bytes;
+    for (uint32_t i = 0; i < dim; i++)
+        x[(size_t)t * dim + i] = mn_g_weight(type, row, i);
+}
+
+/* out[t] = x[src(t)] / rms(x[src(t)]) * w, where src(t) = rows ? rows[t] : t (the logits take only
+ * the rows that return logits). */
+MN_HD void mn_g_rmsnorm(const float *x, const uint32_t *rows, const float *w, float *out, uint32_t n, float eps,
+                        uint32_t t)
+{
+    const float *r = x + (size_t)(rows ? rows[t] : t) * n;
+    float ss = 0.0f;
+    for (uint32_t i = 0; i < n; i++)
+        ss += r[i] * r[i];
+    float scale = 1.0f / sqrtf(ss / (float)n + eps);
+    for (uint32_t i = 0; i < n; i++)
+        out[(size_t)t * n + i] = r[i] * scale * w[i];
+}
+
+/* y[t][o] = sum_k W[o][k] x[t][k] (+ y[t][o] when accumulate: the residual add). */
+MN_HD void mn_g_matvec(uint32_t type, const uint8_t *W, size_t row_bytes, uint32_t cols, uint32_t rows,
+                       const float *x, float *y, int accumulate, uint32_t t, uint32_t o)
+{
+    const uint8_t *row = W + (size_t)o * row_bytes;
+    const float *xr = x + (size_t)t * cols;
+    float s = 0.0f;
+    for (uint32_t k = 0; k < cols; k++)
+        s += mn_g_weight(type, row, k) * xr[k];
+    float *dst = y + (size_t)t * rows + o;
+    *dst = accumulate ? *dst + s : s;
+}
+
+/* Rotate pair j of a head in place for position pos (adjacent pairs, as the CPU backend: the
+ * angle is pos * base^(-2j/rope_dim), with that power rounded to float first). */
+MN_HD void mn_g_rope_pair(float *head, uint32_t pos, uint32_t j, uint32_t rope_dim, float base)
+{
+    float inv_freq = (float)pow((double)base, -2.0 * (double)j / (double)rope_dim);
+    double angle = (double)pos * (double)inv_freq;
+    float c = (float)cos(angle), s = (float)sin(angle), a = head[2 * j], b = head[2 * j + 1];
+    head[2 * j] = a * c - b * s;
+    head[2 * j + 1] = a * s + b * c;
+}
+
+/* Where position pos of sequence seq lives in one layer's K (or V) cache. */
+MN_HD size_t mn_g_slot(const mn_gpu_attn *a, uint32_t seq, uint32_t pos)
+{
+    uint32_t block = a->tables[a->table_off[seq] + pos / a->block_size];
+    return ((size_t)block * a->block_size + pos % a->block_size) * a->kv_dim;
+}
+
+/* Query head h of token t rotated in place; for h < n_kv_heads also KV head h's key, then that
+ * key and value written into the cache at the token's position. */
+MN_HD void mn_g_rope_store(const mn_gpu_attn *a, float *q, const float *k, const float *v, uint32_t t, uint32_t h)
+{
+    uint32_t hd = a->head_dim, pos = a->tok[t].pos;
+    float *qh = q + (size_t)t * a->n_heads * hd + (size_t)h * hd;
+    for (uint32_t j = 0; j < a->rope_dim / 2; j++)
+        mn_g_rope_pair(qh, pos, j, a->rope_dim, a->rope_base);
+    if (h >= a->n_kv_heads)
+        return;
+    size_t at = mn_g_slot(a, a->tok[t].seq, pos) + (size_t)h * hd;
+    const float *kh = k + (size_t)t * a->kv_dim + (size_t)h * hd, *vh = v + (size_t)t * a->kv_dim + (size_t)h * hd;
+    for (uint32_t i = 0; i < hd; i++) {
+        a->k[at + i] = kh[i];
+        a->v[at + i] = vh[i];
+    }
+    for (uint32_t j = 0; j < a->rope_dim / 2; j++)
+        mn_g_rope_pair(a->k + at, pos, j, a->rope_dim, a->rope_base);
+}
+
+/* out[t][head h] = softmax(q . K / sqrt(hd)) V over the token's positions 0..pos (causal), read
+ * through its sequence's block table; query head h reads KV head h / (n_heads / n_kv_heads). One
+ * pass with a running maximum (online softmax), so no score buffer. MN_G_MAX_HEAD_DIM bounds hd. */
+#define MN_G_MAX_HEAD_DIM 256
+MN_HD void mn_g_attention(const mn_gpu_attn *a, const float *q, float *out, uint32_t t, uint32_t h)
+{
+    uint32_t hd = a->head_dim, g = h / (a->n_heads / a->n_kv_heads), seq = a->tok[t].seq, n = a->tok[t].pos + 1;
+    const float *qh = q + (size_t)t * a->n_heads * hd + (size_t)h * hd;
+    float acc[MN_G_MAX_HEAD_DIM], m = -INFINITY, sum = 0.0f, scale = 1.0f / sqrtf((float)hd);
+    for (uint32_t i = 0; i < hd; i++)
+        acc[i] = 0.0f;
+    for (uint32_t p = 0; p < n; p++) {
+        size_t at = mn_g_slot(a, seq, p) + (size_t)g * hd;
+        float s = 0.0f;
+        for (uint32_t i = 0; i < hd; i++)
+            s += qh[i] * a->k[at + i];
+        s *= scale;
+        float m_new = s > m ? s : m, old = expf(m - m_new), w = expf(s - m_new);
+        sum = sum * old + w;
+        for (uint32_t i = 0; i < hd; i++)
+            acc[i] = acc[i] * old + w * a->v[at + i];
+        m = m_new;
+    }
+    float *o = out + (size_t)t * a->n_heads * hd + (size_t)h * hd;
+    for (uint32_t i = 0; i < hd; i++)
+        o[i] = acc[i] / sum;
+}
+
+/* gate[i] = silu(gate[i]) * up[i], element i of the flattened [T][n_ff] rows. */
+MN_HD void mn_g_swiglu(float *gate, const float *up, size_t i)
+{
+    float g = gate[i];
+    gate[i] = g / (1.0f + expf(-g)) * up[i];
+}
+
+/* ---- device wrappers: one thread per grid index ----------------------------------------------- *
+ * Compiled by the one file that launches them (cuda_backend.cu defines MN_GPU_KERNELS); the twin
+ * includes only the bodies. */
+#ifdef MN_GPU_KERNELS
+__global__ void mn_k_embed(uint32_t type, const uint8_t *table, size_t row_bytes, const int32_t *tokens,
+                                  float *x, uint32_t dim, uint32_t T)
+{
+    uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < T)
+        mn_g_embed(type, table, row_bytes, tokens, x, dim, t);
+}
+
+__global__ void mn_k_rmsnorm(const float *x, const uint32_t *rows, const float *w, float *out, uint32_t n,
+                                    float eps, uint32_t T)
+{
+    uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < T)
+        mn_g_rmsnorm(x, rows, w, out, n, eps, t);
+}
+
+/* grid: x over outputs, y over tokens */
+__global__ void mn_k_matvec(uint32_t type, const uint8_t *W, size_t row_bytes, uint32_t cols, uint32_t rows,
+                                   const float *x, float *y, int accumulate, uint32_t T)
+{
+    uint32_t o = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
+    if (o < rows && t < T)
+        mn_g_matvec(type, W, row_bytes, cols, rows, x, y, accumulate, t, o);
+}
+
+/* grid: x over tokens x query heads */
+__global__ void mn_k_rope_store(mn_gpu_attn a, float *q, const float *k, const float *v, uint32_t T)
+{
+    uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < T * a.n_heads)
+        mn_g_rope_store(&a, q, k, v, i / a.n_heads, i % a.n_heads);
+}
+
+__global__ void mn_k_attention(mn_gpu_attn a, const float *q, float *out, uint32_t T)
+{
+    uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < T * a.n_heads)
+        mn_g_attention(&a, q, out, i / a.n_heads, i % a.n_heads);
+}
+
+__global__ void mn_k_swiglu(float *gate, const float *up, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        mn_g_swiglu(gate, up, i);
+}
+#endif
+
+#endif

@@ -1,0 +1,83 @@
+/* pass.h - the CUDA forward pass written once, run by the device or by its host twin.
+ *
+ * mn_gpu_layout lays an unpadded batch out as the kernels read it (a token table, the rows that
+ * return logits, the sequences' block tables flattened into one array); mn_gpu_pass is the order
+ * of the steps of one pass over it. Each step goes through an executor (mn_gpu_exec): the CUDA
+ * backend's launches the kernels of gpu/kernels.cuh on its stream, the twin's runs their bodies in
+ * host loops (gpu/twin.h). So the pass the tests check on the host is the pass the device runs.
+ *
+ * Pointers in mn_gpu_model, mn_gpu_bufs and the mn_gpu_attn given to mn_gpu_pass are the
+ * executor's (device memory for the CUDA backend); mn_gpu_layout writes host arrays.
+ * No allocation; any thread; errors are the executor's to keep (the pass itself cannot fail).
+ */
+#ifndef MN_GPU_PASS_H
+#define MN_GPU_PASS_H
+
+#include "gpu/kernels.cuh"
+
+extern "C" {
+#include "runtime/backend.h"
+}
+
+/* A projection as the kernels take it: the stored type, the shape, the rows. */
+typedef struct mn_gpu_weight {
+    uint32_t type, rows, cols;
+    size_t row_bytes;
+    const uint8_t *data;
+} mn_gpu_weight;
+
+typedef struct mn_gpu_layer {
+    const float *attn_norm, *ffn_norm;
+    mn_gpu_weight wq, wk, wv, wo, w_gate, w_up, w_down;
+    float *k, *v; /* the layer's KV cache: [n_blocks][block_size][kv_dim] */
+} mn_gpu_layer;
+
+typedef struct mn_gpu_model {
+    mn_hparams hp;
+    mn_gpu_weight embd, output;
+    const float *output_norm;
+    const mn_gpu_layer *layers; /* [n_layers], a host array whose pointers are the executor's */
+} mn_gpu_model;
+
+/* Activations, [max_tokens][width] each. */
+typedef struct mn_gpu_bufs {
+    float *x, *xb, *q, *k, *v, *att, *gate, *up;
+} mn_gpu_bufs;
+
+/* One step each; ctx is the executor's own. */
+typedef struct mn_gpu_exec {
+    void (*embed)(void *ctx, const mn_gpu_weight *table, const int32_t *tokens, float *x, uint32_t dim, uint32_t T);
+    void (*rmsnorm)(void *ctx, const float *x, const uint32_t *rows, const float *w, float *out, uint32_t n,
+                    float eps, uint32_t T);
+    void (*matvec)(void *ctx, const mn_gpu_weight *w, const float *x, float *y, int accumulate, uint32_t T);
+    void (*rope_store)(void *ctx, const mn_gpu_attn *a, float *q, const float *k, const float *v, uint32_t T);
+    void (*attention)(void *ctx, const mn_gpu_attn *a, const float *q, float *out, uint32_t T);
+    void (*swiglu)(void *ctx, float *gate, const float *up, size_t n);
+} mn_gpu_exec;
+
+/* The batch's layout (host arrays of at least T, T, n_seqs and the sum of the sequences' blocks). */
+typedef struct mn_gpu_host_layout {
+    mn_gpu_tok *tok;
+    int32_t *tokens;
+    uint32_t *out_rows;
+    uint32_t *table_off;
+    uint32_t *tables;
+    uint32_t T, n_out, n_tables;
+} mn_gpu_host_layout;
+
+/* Blocks the batch's tables hold in all (how large `tables` must be). */
+size_t mn_gpu_table_size(const mn_batch *batch);
+/* Fill l from the batch: token t of the pass is token i of sequence s at position kv->len + i. */
+void mn_gpu_layout(const mn_batch *batch, mn_gpu_host_layout *l);
+
+/* One forward pass over T tokens: a (tok, tables, table_off in the executor's memory; the rest is
+ * filled here per layer) and tokens and out_rows in the executor's memory; n_out logits rows of
+ * n_vocab floats land in logits (the executor's memory). */
+void mn_gpu_pass(const mn_gpu_exec *ex, void *ctx, const mn_gpu_model *m, const mn_gpu_bufs *b, mn_gpu_attn a,
+                 const int32_t *tokens, uint32_t T, const uint32_t *out_rows, uint32_t n_out, float *logits);
+
+/* The model's weights as mn_gpu_weights pointing at the host mapping (the twin's view; the CUDA
+ * backend copies them to the device and points there). */
+mn_gpu_weight mn_gpu_weight_of(const mn_weight *w);
+
+#endif

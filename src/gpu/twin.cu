@@ -1,0 +1,171 @@
+/* twin.cu - the CUDA pass (gpu/pass.h) with an executor that walks every kernel's grid in host
+ * loops over host buffers (see twin.h). The weights stay where the model maps them; the KV cache
+ * is the backend's host pool, read through the same flattened block tables the device reads. */
+#include "gpu/twin.h"
+
+#include <string.h>
+
+#include "gpu/pass.h"
+
+extern "C" {
+#include "util/alloc.h"
+}
+
+typedef struct twin {
+    float *x, *xb, *q, *k, *v, *att, *gate, *up; /* [max_tokens][width] as on the device */
+    mn_gpu_tok *tok;                             /* [max_tokens] */
+    uint32_t *out_rows;                          /* [max_tokens] */
+    int32_t *tokens;                             /* [max_tokens] */
+    uint32_t *table_off;                         /* [max_tokens]: a pass has at most that many sequences */
+    uint32_t *tables;                            /* [cap_tables] */
+    size_t cap_tables;
+    mn_gpu_model model;                          /* the weights where they are mapped */
+    mn_gpu_layer *layers;
+} twin;
+
+static void twin_free(mn_backend *be)
+{
+    twin *tw = (twin *)be->impl;
+    if (tw) {
+        float *bufs[] = {tw->x, tw->xb, tw->q, tw->k, tw->v, tw->att, tw->gate, tw->up};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+            mn_free(bufs[i]);
+        mn_free(tw->tok);
+        mn_free(tw->out_rows);
+        mn_free(tw->tokens);
+        mn_free(tw->table_off);
+        mn_free(tw->tables);
+        mn_free(tw->layers);
+        mn_free(tw);
+    }
+    mn_kv_pool_free(be->kv);
+    mn_free(be);
+}
+
+/* The executor: every kernel's grid walked in host loops. */
+static void x_embed(void *, const mn_gpu_weight *w, const int32_t *tokens, float *x, uint32_t dim, uint32_t T)
+{
+    for (uint32_t t = 0; t < T; t++)
+        mn_g_embed(w->type, w->data, w->row_bytes, tokens, x, dim, t);
+}
+
+static void x_rmsnorm(void *, const float *x, const uint32_t *rows, const float *w, float *out, uint32_t n, float eps,
+                      uint32_t T)
+{
+    for (uint32_t t = 0; t < T; t++)
+        mn_g_rmsnorm(x, rows, w, out, n, eps, t);
+}
+
+static void x_matvec(void *, const mn_gpu_weight *w, const float *x, float *y, int accumulate, uint32_t T)
+{
+    for (uint32_t t = 0; t < T; t++)
+        for (uint32_t o = 0; o < w->rows; o++)
+            mn_g_matvec(w->type, w->data, w->row_bytes, w->cols, w->rows, x, y, accumulate, t, o);
+}
+
+static void x_rope_store(void *, const mn_gpu_attn *a, float *q, const float *k, const float *v, uint32_t T)
+{
+    for (uint32_t i = 0; i < T * a->n_heads; i++)
+        mn_g_rope_store(a, q, k, v, i / a->n_heads, i % a->n_heads);
+}
+
+static void x_attention(void *, const mn_gpu_attn *a, const float *q, float *out, uint32_t T)
+{
+    for (uint32_t i = 0; i < T * a->n_heads; i++)
+        mn_g_attention(a, q, out, i / a->n_heads, i % a->n_heads);
+}
+
+static void x_swiglu(void *, float *gate, const float *up, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        mn_g_swiglu(gate, up, i);
+}
+
+static const mn_gpu_exec host_exec = {x_embed, x_rmsnorm, x_matvec, x_rope_store, x_attention, x_swiglu};
+
+static mn_status twin_forward(mn_backend *be, const mn_batch *batch, float *logits, mn_err *err)
+{
+    twin *tw = (twin *)be->impl;
+    const mn_hparams *hp = &be->model->hp;
+    size_t n_tables = mn_gpu_table_size(batch);
+    if (n_tables > tw->cap_tables) {
+        uint32_t *grown = (uint32_t *)mn_calloc(n_tables, sizeof *grown);
+        if (!grown)
+            return mn_fail(err, MN_NOMEM, "cuda twin: cannot grow the block tables to %zu", n_tables);
+        mn_free(tw->tables);
+        tw->tables = grown;
+        tw->cap_tables = n_tables;
+    }
+    mn_gpu_host_layout l = {tw->tok, tw->tokens, tw->out_rows, tw->table_off, tw->tables, 0, 0, 0};
+    mn_gpu_layout(batch, &l);
+    mn_gpu_attn a = {tw->tok, tw->tables, tw->table_off, NULL, NULL, be->kv->block_size, be->kv->kv_dim,
+                     hp->head_dim, hp->n_heads, hp->n_kv_heads, hp->rope_dim, hp->rope_base};
+    mn_gpu_bufs b = {tw->x, tw->xb, tw->q, tw->k, tw->v, tw->att, tw->gate, tw->up};
+    mn_gpu_pass(&host_exec, NULL, &tw->model, &b, a, tw->tokens, l.T, tw->out_rows, l.n_out, logits);
+    for (uint32_t s = 0; s < batch->n_seqs; s++)
+        batch->seqs[s].kv->len += batch->seqs[s].n_tokens;
+    return MN_OK;
+}
+
+static const mn_backend_ops twin_ops = {"cuda-twin", twin_forward, twin_free};
+
+static float *fbuf(size_t rows, size_t cols, int *ok)
+{
+    float *p = (float *)mn_calloc(rows * cols, sizeof(float));
+    if (!p)
+        *ok = 0;
+    return p;
+}
+
+extern "C" mn_status mn_gpu_twin_new(const mn_model *m, const mn_backend_config *cfg, mn_backend **out, mn_err *err)
+{
+    const mn_hparams *hp = &m->hp;
+    if (cfg->max_tokens == 0 || cfg->max_tokens > 65536)
+        return mn_fail(err, MN_INVALID, "cuda twin: max_tokens %u is out of range 1..65536", cfg->max_tokens);
+    if (hp->head_dim > MN_G_MAX_HEAD_DIM)
+        return mn_fail(err, MN_INVALID, "cuda twin: head dimension %u is over %d", hp->head_dim, MN_G_MAX_HEAD_DIM);
+    mn_backend *be = (mn_backend *)mn_calloc(1, sizeof *be);
+    twin *tw = (twin *)mn_calloc(1, sizeof *tw);
+    if (!be || !tw) {
+        mn_free(be);
+        mn_free(tw);
+        return mn_fail(err, MN_NOMEM, "cuda twin: out of memory");
+    }
+    be->ops = &twin_ops;
+    be->model = m;
+    be->cfg = *cfg;
+    be->impl = tw;
+    uint32_t T = cfg->max_tokens, qdim = hp->n_heads * hp->head_dim, kvdim = hp->n_kv_heads * hp->head_dim;
+    mn_status s = mn_kv_pool_new(hp->n_layers, kvdim, cfg->kv_block_size, cfg->kv_blocks, &be->kv, err);
+    if (s != MN_OK) {
+        twin_free(be);
+        return s;
+    }
+    int ok = 1;
+    tw->x = fbuf(T, hp->dim, &ok);
+    tw->xb = fbuf(T, hp->dim, &ok);
+    tw->q = fbuf(T, qdim, &ok);
+    tw->k = fbuf(T, kvdim, &ok);
+    tw->v = fbuf(T, kvdim, &ok);
+    tw->att = fbuf(T, qdim, &ok);
+    tw->gate = fbuf(T, hp->n_ff, &ok);
+    tw->up = fbuf(T, hp->n_ff, &ok);
+    tw->tok = (mn_gpu_tok *)mn_calloc(T, sizeof *tw->tok);
+    tw->out_rows = (uint32_t *)mn_calloc(T, sizeof(uint32_t));
+    tw->tokens = (int32_t *)mn_calloc(T, sizeof(int32_t));
+    tw->table_off = (uint32_t *)mn_calloc(T, sizeof(uint32_t));
+    tw->layers = (mn_gpu_layer *)mn_calloc(hp->n_layers, sizeof *tw->layers);
+    if (!ok || !tw->tok || !tw->out_rows || !tw->tokens || !tw->table_off || !tw->layers) {
+        twin_free(be);
+        return mn_fail(err, MN_NOMEM, "cuda twin: cannot allocate activations for %u tokens", T);
+    }
+    for (uint32_t l = 0; l < hp->n_layers; l++) {
+        const mn_layer *L = &m->layers[l];
+        tw->layers[l] = {L->attn_norm, L->ffn_norm, mn_gpu_weight_of(&L->wq), mn_gpu_weight_of(&L->wk),
+                         mn_gpu_weight_of(&L->wv), mn_gpu_weight_of(&L->wo), mn_gpu_weight_of(&L->w_gate),
+                         mn_gpu_weight_of(&L->w_up), mn_gpu_weight_of(&L->w_down), be->kv->k[l], be->kv->v[l]};
+    }
+    tw->model = {*hp, mn_gpu_weight_of(&m->token_embd), mn_gpu_weight_of(&m->output), m->output_norm, tw->layers};
+    *out = be;
+    return MN_OK;
+}

@@ -1,0 +1,30 @@
+/* twin.h - the CUDA backend's kernels run on the host: a backend for testing without a GPU.
+ *
+ * mn_gpu_twin_new builds a backend (runtime/backend.h's contract) whose forward pass launches
+ * nothing: it runs every kernel body of gpu/kernels.cuh in host loops over the grid the device
+ * would use, in the order the device pass runs them, on host buffers shaped as the device ones.
+ * So the CUDA pass's indexing, layouts (unpadded tokens, paged KV through flattened block
+ * tables, rollback by truncation) and formulas are tested against the CPU backend here
+ * (tests/test_gpu.c); launches, streams, graphs and cuBLAS are not (they need a device).
+ *
+ * It is slow (one serial loop per output) and not batch-invariant bit for bit beyond what its
+ * serial sums give; it is never selected by mn_backend_new. Weights: every type the engine reads.
+ * Errors: MN_NOMEM, MN_INVALID (max_tokens out of range, head_dim over MN_G_MAX_HEAD_DIM).
+ * Thread: as any backend, one driving thread.
+ */
+#ifndef MN_GPU_TWIN_H
+#define MN_GPU_TWIN_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "runtime/backend.h"
+
+mn_status mn_gpu_twin_new(const mn_model *m, const mn_backend_config *cfg, mn_backend **out, mn_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
