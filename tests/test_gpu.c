@@ -1,9 +1,10 @@
-/* test_gpu.c - the CUDA backend's kernels, run on the host by the twin backend (gpu/twin.h),
- * against the CPU backend: the same unpadded batches (sequences of different lengths and
+/* test_gpu.c - the CUDA backend's kernels, run on the host by the twin backend (gpu/twin.h), and
+ * on a device by the CUDA backend where one exists (gpu_device, skipped elsewhere), against the
+ * CPU backend: the same unpadded batches (sequences of different lengths and
  * positions sharing a pass, some returning every row's logits), a rollback of rejected tokens
  * across block boundaries, and every weight type. Each logits row must match the CPU's within
  * 1e-3 of its largest magnitude (issue #13's bar for the device), and the greedy token must be the
- * same wherever the CPU's top-2 margin is wider than that. No GPU is needed or used. */
+ * same wherever the CPU's top-2 margin is wider than that. The twin needs no GPU. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,15 +20,40 @@ typedef struct side {
     float *logits;
 } side;
 
-static mn_backend *twin_backend(const mn_model *m)
+static mn_backend_config config(const mn_model *m)
 {
     mn_backend_config cfg = mn_backend_defaults(m, 0);
     cfg.max_tokens = MAX_T;
     cfg.kv_block_size = BLOCK;
     cfg.kv_blocks = BLOCKS;
+    return cfg;
+}
+
+static mn_backend *twin_backend(const mn_model *m)
+{
+    mn_backend_config cfg = config(m);
     mn_backend *b = NULL;
     mn_err err = {{0}};
     cr_assert_eq(mn_gpu_twin_new(m, &cfg, &b, &err), MN_OK, "twin: %s", err.msg);
+    return b;
+}
+
+/* The CUDA backend itself where a device runs it; NULL (the test is skipped) where none exists. */
+static mn_backend *device_backend(const mn_model *m)
+{
+    mn_backend_config cfg = config(m);
+    cfg.kind = MN_BACKEND_CUDA;
+    mn_backend *b = NULL;
+    mn_err err = {{0}};
+    mn_status s = mn_backend_new(m, &cfg, &b, &err);
+    if (s != MN_OK) {
+        cr_assert_eq(s, MN_UNSUPPORTED, "%s", err.msg);
+        cr_assert(strstr(err.msg, "no CUDA device") || strstr(err.msg, "cudaGetDeviceCount") ||
+                      strstr(err.msg, "built without CUDA"),
+                  "a device exists but the CUDA backend failed: %s", err.msg);
+        cr_assert_null(b);
+        return NULL;
+    }
     return b;
 }
 
@@ -84,13 +110,18 @@ static void both(side *cpu, side *tw, const int32_t *const *toks, const uint32_t
     }
 }
 
-static void check_model(const char *path)
+static void check_model(const char *path, mn_backend *(*other)(const mn_model *))
 {
     mn_model *m = NULL;
     mn_err err = {{0}};
     cr_assert_eq(mn_model_load(path, &m, &err), MN_OK, "loading %s: %s", path, err.msg);
     uint32_t V = m->hp.n_vocab;
-    side cpu = {.be = cpu_backend(m, 2, MAX_T, BLOCKS)}, tw = {.be = twin_backend(m)};
+    side cpu = {.be = cpu_backend(m, 2, MAX_T, BLOCKS)}, tw = {.be = other(m)};
+    if (!tw.be) {
+        mn_backend_free(cpu.be);
+        mn_model_free(m);
+        cr_skip_test("no CUDA device here: the twin tests stand in for it");
+    }
     cpu.logits = malloc((size_t)MAX_T * V * sizeof(float));
     tw.logits = malloc((size_t)MAX_T * V * sizeof(float));
     int32_t buf[N_SEQ][MAX_T];
@@ -134,14 +165,20 @@ static void check_model(const char *path)
     mn_model_free(m);
 }
 
-Test(gpu_twin, matches_cpu_gqa_tied_f32) { check_model(fixture("gqa_f32.gguf")); }
-Test(gpu_twin, matches_cpu_untied_f32) { check_model(fixture("untied_f32.gguf")); }
-Test(gpu_twin, matches_cpu_f16) { check_model(fixture("f16.gguf")); }
-Test(gpu_twin, matches_cpu_q8_0) { check_model(fixture("q8_0.gguf")); }
-Test(gpu_twin, matches_cpu_q4_0) { check_model(fixture("q4_0.gguf")); }
-Test(gpu_twin, matches_cpu_q4_1) { check_model(fixture("q4_1.gguf")); }
+Test(gpu_twin, matches_cpu_gqa_tied_f32) { check_model(fixture("gqa_f32.gguf"), twin_backend); }
+Test(gpu_twin, matches_cpu_untied_f32) { check_model(fixture("untied_f32.gguf"), twin_backend); }
+Test(gpu_twin, matches_cpu_f16) { check_model(fixture("f16.gguf"), twin_backend); }
+Test(gpu_twin, matches_cpu_q8_0) { check_model(fixture("q8_0.gguf"), twin_backend); }
+Test(gpu_twin, matches_cpu_q4_0) { check_model(fixture("q4_0.gguf"), twin_backend); }
+Test(gpu_twin, matches_cpu_q4_1) { check_model(fixture("q4_1.gguf"), twin_backend); }
 
-Test(gpu_twin, matches_cpu_bundled_target) { check_model(source_file("models/target.gguf")); }
+Test(gpu_twin, matches_cpu_bundled_target) { check_model(source_file("models/target.gguf"), twin_backend); }
+
+/* The same checks on the device (skipped without one): what a GPU session runs first. */
+Test(gpu_device, matches_cpu_gqa_tied_f32) { check_model(fixture("gqa_f32.gguf"), device_backend); }
+Test(gpu_device, matches_cpu_f16) { check_model(fixture("f16.gguf"), device_backend); }
+Test(gpu_device, matches_cpu_q4_1) { check_model(fixture("q4_1.gguf"), device_backend); }
+Test(gpu_device, matches_cpu_bundled_target) { check_model(source_file("models/target.gguf"), device_backend); }
 
 Test(gpu_twin, refuses_a_bad_configuration)
 {

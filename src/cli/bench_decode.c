@@ -265,10 +265,17 @@ int main(int argc, char **argv)
         {"gen-tokens", required_argument, 0, 'g'},   {"batches", required_argument, 0, 'b'},
         {"repeat", required_argument, 0, 'r'},       {"help", no_argument, 0, 'h'},
         {"verify-curve", no_argument, 0, 'v'},       {"rounds", required_argument, 0, 'n'},
-        {0, 0, 0, 0},
+        {"backend", required_argument, 0, 'B'},      {0, 0, 0, 0},
     };
+    int kind = MN_BACKEND_AUTO;
     for (int c; (c = getopt_long(argc, argv, "m:t:p:c:g:b:r:hvn:", opts, NULL)) != -1;) {
         switch (c) {
+        case 'B':
+            if ((kind = mn_backend_parse_kind(optarg)) < 0) {
+                fprintf(stderr, "minions-bench-decode: --backend is auto, cpu or cuda\n");
+                return 2;
+            }
+            break;
         case 'm': model_path = optarg; break;
         case 't': threads = atoi(optarg); break;
         case 'p': prompt_tokens = atoi(optarg); break;
@@ -281,7 +288,7 @@ int main(int argc, char **argv)
         default:
             fprintf(stderr, "usage: minions-bench-decode --model FILE [--threads N] [--prompt-tokens N]\n"
                             "       [--ctx-tokens N] [--gen-tokens N] [--batches 1,4,16] [--repeat N]\n"
-                            "       [--verify-curve [--rounds N]]\n");
+                            "       [--verify-curve [--rounds N]] [--backend auto|cpu|cuda]\n");
             return c == 'h' ? 0 : 2;
         }
     }
@@ -306,6 +313,7 @@ int main(int argc, char **argv)
     mn_backend_config cfg = mn_backend_defaults(m, total + 16 * (uint32_t)max_b);
     if (threads > 0)
         cfg.n_threads = threads;
+    cfg.kind = (mn_backend_kind)kind;
     mn_backend *be;
     if (mn_backend_new(m, &cfg, &be, &err) != MN_OK) {
         fprintf(stderr, "minions-bench-decode: %s\n", err.msg);

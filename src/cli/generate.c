@@ -29,6 +29,7 @@ static void usage(FILE *f)
             "      --top-p P           nucleus mass in (0, 1] (default 1)\n"
             "      --seed N            sampling seed (default 0)\n"
             "  -t, --threads N         compute threads (default: all cores)\n"
+            "      --backend B         auto|cpu|cuda (default auto: the CPU until CUDA has run on a device)\n"
             "      --log-level L       error|warn|info|debug (default warn)\n");
 }
 
@@ -74,8 +75,9 @@ int main(int argc, char **argv)
         {"temperature", required_argument, 0, 'T'}, {"top-p", required_argument, 0, 'P'},
         {"seed", required_argument, 0, 'S'},        {"threads", required_argument, 0, 't'},
         {"log-level", required_argument, 0, 'L'},   {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
+        {"backend", required_argument, 0, 'B'},     {0, 0, 0, 0},
     };
+    int kind = MN_BACKEND_AUTO;
     for (int c; (c = getopt_long(argc, argv, "m:p:n:t:h", opts, NULL)) != -1;) {
         int ok = 1;
         switch (c) {
@@ -87,6 +89,7 @@ int main(int argc, char **argv)
         case 'P': ok = parse_num(optarg, 1e-6, 1, &top_p); break;
         case 'S': ok = parse_num(optarg, 0, 1.8e19, &seed); break;
         case 't': ok = parse_num(optarg, 1, 256, &threads); break;
+        case 'B': ok = (kind = mn_backend_parse_kind(optarg)) >= 0; break;
         case 'L': {
             int lvl = mn_log_parse_level(optarg);
             ok = lvl >= 0;
@@ -147,6 +150,7 @@ int main(int argc, char **argv)
     mn_backend_config cfg = mn_backend_defaults(m, (uint32_t)want);
     if (threads > 0)
         cfg.n_threads = (int)threads;
+    cfg.kind = (mn_backend_kind)kind;
     mn_sampler_params sp = {(float)temperature, (float)top_p, (uint64_t)seed};
     if (mn_backend_new(m, &cfg, &be, &err) != MN_OK || mn_sampler_new(m->hp.n_vocab, &sp, &smp) != MN_OK ||
         !(logits = mn_malloc((size_t)m->hp.n_vocab * sizeof(float)))) {

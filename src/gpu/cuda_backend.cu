@@ -1,16 +1,34 @@
-/* cuda_backend.cu - CUDA device probe behind the backend interface.
+/* cuda_backend.cu - the CUDA backend: gpu/pass.h's pass with an executor that launches the kernels
+ * of gpu/kernels.cuh on one stream.
  *
- * The probe proves the toolchain end to end on a real device: our own kernel (compiled for sm_80 and
- * sm_90) runs and cuBLAS initialises. Every CUDA and cuBLAS call goes through CUDA_TRY, which turns a
- * failure into an mn_status with the expression, file and line in the message.
+ * State on the device: every projection in its stored type and the norms (uploaded once), the KV
+ * cache ([n_blocks][block_size][kv_dim] floats per layer and K/V, block ids shared with the host
+ * pool that owns the tables), activations for max_tokens tokens, the pass's layout (token table,
+ * flattened block tables, logits rows) and its logits. A forward pass lays the batch out on the
+ * host, copies the layout up, launches the pass, copies the logits down and waits for the stream:
+ * it blocks its calling thread (the compute worker, never the loop).
+ *
+ * Not yet run on a GPU (issue #13): the kernels' logic and the pass are tested on the host through
+ * the twin backend (gpu/twin.h, tests/test_gpu.c); this file's launches, copies and error paths
+ * are compiled, not run. Hence mn_backend_new selects it only when asked by name (--backend cuda);
+ * `auto` stays on the CPU until a device has run the suite. Still to come: cuBLAS GEMMs where they
+ * are faster and keep batch invariance, CUDA graphs, completion through cudaLaunchHostFunc,
+ * separate streams for drafts, the sampler on the device.
+ *
+ * Every CUDA call goes through CUDA_TRY, which turns a failure into an mn_status with the
+ * expression, file and line in the message.
  */
 #include "gpu/cuda_backend.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#define MN_GPU_KERNELS /* the forward pass's kernels, compiled for the device here (not launched yet) */
-#include "gpu/kernels.cuh"
+#define MN_GPU_KERNELS /* the device wrappers of kernels.cuh are compiled here */
+#include "gpu/pass.h"
+
+extern "C" {
+#include "util/alloc.h"
+}
 
 #define CUDA_TRY(expr)                                                                              \
     do {                                                                                            \
@@ -28,6 +46,7 @@ __global__ static void probe_kernel(int *out, int n)
         out[i] = i * 2 + 1;
 }
 
+/* A device exists, runs our code and cuBLAS initialises. */
 static mn_status probe(mn_err *err)
 {
     int n_dev = 0;
@@ -52,14 +71,275 @@ static mn_status probe(mn_err *err)
     return MN_OK;
 }
 
+enum { MAX_ALLOCS = 1024 }; /* device allocations of one backend: 9 per layer and a few more */
+
+typedef struct cuda_state {
+    cudaStream_t stream;
+    void *allocs[MAX_ALLOCS]; /* everything cudaMalloc'd, freed together */
+    int n_allocs;
+    mn_gpu_model model;       /* device pointers */
+    mn_gpu_layer *layers;     /* host array of device pointers */
+    mn_gpu_bufs bufs;
+    mn_gpu_tok *d_tok;
+    int32_t *d_tokens;
+    uint32_t *d_out_rows, *d_table_off, *d_tables;
+    size_t cap_tables;        /* of d_tables and h.tables */
+    float *d_logits;          /* [max_tokens][n_vocab] */
+    mn_gpu_host_layout h;     /* host side of the layout */
+} cuda_state;
+
+static mn_status dalloc(cuda_state *st, size_t bytes, void **out, mn_err *err)
+{
+    if (st->n_allocs == MAX_ALLOCS)
+        return mn_fail(err, MN_NOMEM, "cuda: more than %d device allocations", MAX_ALLOCS);
+    CUDA_TRY(cudaMalloc(out, bytes ? bytes : 1));
+    st->allocs[st->n_allocs++] = *out;
+    return MN_OK;
+}
+
+/* A copy of n host bytes on the device. */
+static mn_status upload(cuda_state *st, const void *src, size_t n, const void **out, mn_err *err)
+{
+    void *d = NULL;
+    mn_status s = dalloc(st, n, &d, err);
+    if (s != MN_OK)
+        return s;
+    CUDA_TRY(cudaMemcpy(d, src, n, cudaMemcpyHostToDevice));
+    *out = d;
+    return MN_OK;
+}
+
+static mn_status upload_weight(cuda_state *st, const mn_weight *w, mn_gpu_weight *out, mn_err *err)
+{
+    *out = mn_gpu_weight_of(w);
+    const void *d = NULL;
+    mn_status s = upload(st, w->data, (size_t)w->rows * w->row_bytes, &d, err);
+    out->data = (const uint8_t *)d;
+    return s;
+}
+
+static mn_status upload_floats(cuda_state *st, const float *src, size_t n, const float **out, mn_err *err)
+{
+    const void *d = NULL;
+    mn_status s = upload(st, src, n * sizeof(float), &d, err);
+    *out = (const float *)d;
+    return s;
+}
+
+/* ---- the executor: launches on st->stream ---------------------------------------------------- */
+enum { THREADS = 128 };
+
+static unsigned blocks_for(size_t n) { return (unsigned)((n + THREADS - 1) / THREADS); }
+
+static void k_embed(void *ctx, const mn_gpu_weight *w, const int32_t *tokens, float *x, uint32_t dim, uint32_t T)
+{
+    cuda_state *st = (cuda_state *)ctx;
+    mn_k_embed<<<blocks_for(T), THREADS, 0, st->stream>>>(w->type, w->data, w->row_bytes, tokens, x, dim, T);
+}
+
+static void k_rmsnorm(void *ctx, const float *x, const uint32_t *rows, const float *w, float *out, uint32_t n,
+                      float eps, uint32_t T)
+{
+    cuda_state *st = (cuda_state *)ctx;
+    mn_k_rmsnorm<<<blocks_for(T), THREADS, 0, st->stream>>>(x, rows, w, out, n, eps, T);
+}
+
+static void k_matvec(void *ctx, const mn_gpu_weight *w, const float *x, float *y, int accumulate, uint32_t T)
+{
+    cuda_state *st = (cuda_state *)ctx;
+    dim3 grid(blocks_for(w->rows), T);
+    mn_k_matvec<<<grid, THREADS, 0, st->stream>>>(w->type, w->data, w->row_bytes, w->cols, w->rows, x, y,
+                                                  accumulate, T);
+}
+
+static void k_rope_store(void *ctx, const mn_gpu_attn *a, float *q, const float *k, const float *v, uint32_t T)
+{
+    cuda_state *st = (cuda_state *)ctx;
+    mn_k_rope_store<<<blocks_for((size_t)T * a->n_heads), THREADS, 0, st->stream>>>(*a, q, k, v, T);
+}
+
+static void k_attention(void *ctx, const mn_gpu_attn *a, const float *q, float *out, uint32_t T)
+{
+    cuda_state *st = (cuda_state *)ctx;
+    mn_k_attention<<<blocks_for((size_t)T * a->n_heads), THREADS, 0, st->stream>>>(*a, q, out, T);
+}
+
+static void k_swiglu(void *ctx, float *gate, const float *up, size_t n)
+{
+    cuda_state *st = (cuda_state *)ctx;
+    mn_k_swiglu<<<blocks_for(n), THREADS, 0, st->stream>>>(gate, up, n);
+}
+
+static const mn_gpu_exec device_exec = {k_embed, k_rmsnorm, k_matvec, k_rope_store, k_attention, k_swiglu};
+
+/* ---- the backend ------------------------------------------------------------------------------ */
+
+static void cuda_free(mn_backend *be)
+{
+    cuda_state *st = (cuda_state *)be->impl;
+    if (st) {
+        for (int i = 0; i < st->n_allocs; i++)
+            cudaFree(st->allocs[i]);
+        if (st->stream)
+            cudaStreamDestroy(st->stream);
+        mn_free(st->layers);
+        mn_free(st->h.tok);
+        mn_free(st->h.tokens);
+        mn_free(st->h.out_rows);
+        mn_free(st->h.table_off);
+        mn_free(st->h.tables);
+        mn_free(st);
+    }
+    mn_kv_pool_free(be->kv);
+    mn_free(be);
+}
+
+/* Room for n block ids in the layout's tables, host and device (the old device buffer stays in
+ * allocs until the backend is freed: tables grow a few times at most). */
+static mn_status grow_tables(cuda_state *st, size_t n, mn_err *err)
+{
+    if (n <= st->cap_tables)
+        return MN_OK;
+    size_t cap = n > 2 * st->cap_tables ? n : 2 * st->cap_tables;
+    uint32_t *h = (uint32_t *)mn_calloc(cap, sizeof *h);
+    void *d = NULL;
+    if (!h)
+        return mn_fail(err, MN_NOMEM, "cuda: cannot grow the block tables to %zu", cap);
+    mn_status s = dalloc(st, cap * sizeof(uint32_t), &d, err);
+    if (s != MN_OK) {
+        mn_free(h);
+        return s;
+    }
+    mn_free(st->h.tables);
+    st->h.tables = h;
+    st->d_tables = (uint32_t *)d;
+    st->cap_tables = cap;
+    return MN_OK;
+}
+
+static mn_status cuda_forward(mn_backend *be, const mn_batch *batch, float *logits, mn_err *err)
+{
+    cuda_state *st = (cuda_state *)be->impl;
+    const mn_hparams *hp = &be->model->hp;
+    mn_status s = grow_tables(st, mn_gpu_table_size(batch), err);
+    if (s != MN_OK)
+        return s;
+    mn_gpu_layout(batch, &st->h);
+    uint32_t T = st->h.T, n_out = st->h.n_out;
+    cudaStream_t q = st->stream;
+    CUDA_TRY(cudaMemcpyAsync(st->d_tok, st->h.tok, T * sizeof *st->d_tok, cudaMemcpyHostToDevice, q));
+    CUDA_TRY(cudaMemcpyAsync(st->d_tokens, st->h.tokens, T * sizeof(int32_t), cudaMemcpyHostToDevice, q));
+    CUDA_TRY(cudaMemcpyAsync(st->d_out_rows, st->h.out_rows, n_out * sizeof(uint32_t), cudaMemcpyHostToDevice, q));
+    CUDA_TRY(cudaMemcpyAsync(st->d_table_off, st->h.table_off, batch->n_seqs * sizeof(uint32_t),
+                             cudaMemcpyHostToDevice, q));
+    CUDA_TRY(cudaMemcpyAsync(st->d_tables, st->h.tables, st->h.n_tables * sizeof(uint32_t), cudaMemcpyHostToDevice,
+                             q));
+    mn_gpu_attn a = {st->d_tok, st->d_tables, st->d_table_off, NULL, NULL, be->kv->block_size, be->kv->kv_dim,
+                     hp->head_dim, hp->n_heads, hp->n_kv_heads, hp->rope_dim, hp->rope_base};
+    mn_gpu_pass(&device_exec, st, &st->model, &st->bufs, a, st->d_tokens, T, st->d_out_rows, n_out, st->d_logits);
+    CUDA_TRY(cudaGetLastError());
+    CUDA_TRY(cudaMemcpyAsync(logits, st->d_logits, (size_t)n_out * hp->n_vocab * sizeof(float),
+                             cudaMemcpyDeviceToHost, q));
+    CUDA_TRY(cudaStreamSynchronize(q));
+    for (uint32_t i = 0; i < batch->n_seqs; i++)
+        batch->seqs[i].kv->len += batch->seqs[i].n_tokens;
+    return MN_OK;
+}
+
+static const mn_backend_ops cuda_ops = {"cuda", cuda_forward, cuda_free};
+
+/* Weights, KV, activations and the layout on the device. */
+static mn_status setup(mn_backend *be, cuda_state *st, mn_err *err)
+{
+    const mn_model *m = be->model;
+    const mn_hparams *hp = &m->hp;
+    const mn_backend_config *cfg = &be->cfg;
+    uint32_t T = cfg->max_tokens, qdim = hp->n_heads * hp->head_dim, kvdim = hp->n_kv_heads * hp->head_dim;
+    mn_status s;
+    CUDA_TRY(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking));
+    if ((s = mn_kv_pool_new(hp->n_layers, kvdim, cfg->kv_block_size, cfg->kv_blocks, &be->kv, err)))
+        return s;
+    st->layers = (mn_gpu_layer *)mn_calloc(hp->n_layers, sizeof *st->layers);
+    st->h.tok = (mn_gpu_tok *)mn_calloc(T, sizeof *st->h.tok);
+    st->h.tokens = (int32_t *)mn_calloc(T, sizeof(int32_t));
+    st->h.out_rows = (uint32_t *)mn_calloc(T, sizeof(uint32_t));
+    st->h.table_off = (uint32_t *)mn_calloc(T, sizeof(uint32_t));
+    if (!st->layers || !st->h.tok || !st->h.tokens || !st->h.out_rows || !st->h.table_off)
+        return mn_fail(err, MN_NOMEM, "cuda: out of host memory");
+    size_t cache = (size_t)cfg->kv_blocks * cfg->kv_block_size * kvdim * sizeof(float);
+    for (uint32_t l = 0; l < hp->n_layers; l++) {
+        const mn_layer *L = &m->layers[l];
+        mn_gpu_layer *D = &st->layers[l];
+        void *k = NULL, *v = NULL;
+        if ((s = upload_floats(st, L->attn_norm, hp->dim, &D->attn_norm, err)) ||
+            (s = upload_floats(st, L->ffn_norm, hp->dim, &D->ffn_norm, err)) ||
+            (s = upload_weight(st, &L->wq, &D->wq, err)) || (s = upload_weight(st, &L->wk, &D->wk, err)) ||
+            (s = upload_weight(st, &L->wv, &D->wv, err)) || (s = upload_weight(st, &L->wo, &D->wo, err)) ||
+            (s = upload_weight(st, &L->w_gate, &D->w_gate, err)) || (s = upload_weight(st, &L->w_up, &D->w_up, err)) ||
+            (s = upload_weight(st, &L->w_down, &D->w_down, err)) || (s = dalloc(st, cache, &k, err)) ||
+            (s = dalloc(st, cache, &v, err)))
+            return s;
+        D->k = (float *)k;
+        D->v = (float *)v;
+    }
+    st->model.hp = *hp;
+    st->model.layers = st->layers;
+    if ((s = upload_weight(st, &m->token_embd, &st->model.embd, err)) ||
+        (s = upload_weight(st, &m->output, &st->model.output, err)) ||
+        (s = upload_floats(st, m->output_norm, hp->dim, &st->model.output_norm, err)))
+        return s;
+    struct {
+        float **p;
+        size_t width;
+    } bufs[] = {{&st->bufs.x, hp->dim},  {&st->bufs.xb, hp->dim}, {&st->bufs.q, qdim},      {&st->bufs.k, kvdim},
+                {&st->bufs.v, kvdim},    {&st->bufs.att, qdim},   {&st->bufs.gate, hp->n_ff}, {&st->bufs.up, hp->n_ff},
+                {&st->d_logits, hp->n_vocab}};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        void *d = NULL;
+        if ((s = dalloc(st, (size_t)T * bufs[i].width * sizeof(float), &d, err)))
+            return s;
+        *bufs[i].p = (float *)d;
+    }
+    void *tok = NULL, *tokens = NULL, *rows = NULL, *off = NULL;
+    if ((s = dalloc(st, T * sizeof(mn_gpu_tok), &tok, err)) || (s = dalloc(st, T * sizeof(int32_t), &tokens, err)) ||
+        (s = dalloc(st, T * sizeof(uint32_t), &rows, err)) || (s = dalloc(st, T * sizeof(uint32_t), &off, err)) ||
+        (s = grow_tables(st, 64, err)))
+        return s;
+    st->d_tok = (mn_gpu_tok *)tok;
+    st->d_tokens = (int32_t *)tokens;
+    st->d_out_rows = (uint32_t *)rows;
+    st->d_table_off = (uint32_t *)off;
+    return MN_OK;
+}
+
 extern "C" mn_status mn_cuda_backend_new(const mn_model *m, const mn_backend_config *cfg, mn_backend **out,
                                          mn_err *err)
 {
-    (void)m;
-    (void)cfg;
-    (void)out;
     mn_status s = probe(err);
     if (s != MN_OK)
         return s;
-    return mn_fail(err, MN_UNSUPPORTED, "a CUDA device works, but the CUDA forward pass is not implemented yet");
+    if (cfg->kind != MN_BACKEND_CUDA)
+        return mn_fail(err, MN_UNSUPPORTED, "the CUDA backend has not yet run on a device: only --backend cuda "
+                                            "selects it");
+    if (cfg->max_tokens == 0 || cfg->max_tokens > 65535) /* a grid's y dimension holds the tokens */
+        return mn_fail(err, MN_INVALID, "cuda: max_tokens %u is out of range 1..65535", cfg->max_tokens);
+    if (m->hp.head_dim > MN_G_MAX_HEAD_DIM)
+        return mn_fail(err, MN_UNSUPPORTED, "cuda: head dimension %u is over %d", m->hp.head_dim, MN_G_MAX_HEAD_DIM);
+    mn_backend *be = (mn_backend *)mn_calloc(1, sizeof *be);
+    cuda_state *st = (cuda_state *)mn_calloc(1, sizeof *st);
+    if (!be || !st) {
+        mn_free(be);
+        mn_free(st);
+        return mn_fail(err, MN_NOMEM, "cuda: out of memory");
+    }
+    be->ops = &cuda_ops;
+    be->model = m;
+    be->cfg = *cfg;
+    be->impl = st;
+    if ((s = setup(be, st, err)) != MN_OK) {
+        cuda_free(be);
+        return s;
+    }
+    *out = be;
+    return MN_OK;
 }

@@ -1,9 +1,12 @@
 /* cuda_backend.h - the CUDA backend's entry point (see runtime/backend.h for the contract).
  *
- * Today it probes: it finds a device, runs a self-test kernel built for sm_80/sm_90 and creates a
- * cuBLAS handle, then reports MN_UNSUPPORTED because the CUDA forward pass is not written yet, so
- * mn_backend_new falls back to the CPU. Without a device (or built with --disable-cuda) it reports
- * why. Called from the thread that creates backends.
+ * It probes first: a device must exist, run a self-test kernel built for sm_80/sm_90 and create a
+ * cuBLAS handle; else MN_UNSUPPORTED says why (and a build with --disable-cuda says so). It then
+ * builds the backend only when cfg->kind is MN_BACKEND_CUDA: the pass has not yet run on a GPU,
+ * so `auto` gets MN_UNSUPPORTED and mn_backend_new takes the CPU. MN_INVALID for max_tokens over
+ * 65535, MN_NOMEM / MN_UNSUPPORTED with the failing CUDA call when device memory runs out.
+ * The backend's forward pass blocks its calling thread until the device is done.
+ * Called from the thread that creates backends.
  */
 #ifndef MN_CUDA_BACKEND_H
 #define MN_CUDA_BACKEND_H

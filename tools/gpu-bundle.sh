@@ -1,0 +1,65 @@
+#!/bin/sh
+# gpu-bundle.sh: pack what a lent GPU machine needs to check the CUDA backend in one short run
+# (issue #13). Such a machine gets a copy of the working tree but may lack this project's Debian
+# packages and reaches no registry, so the bundle carries the built programs, the shared
+# libraries they need beyond libc and CUDA's own, and the test fixtures:
+#   gpu-bundle/bin   tests/test_gpu, minions-generate, minions-bench-decode (from build/)
+#   gpu-bundle/lib   their non-system libraries (ldd), found first through LD_LIBRARY_PATH
+#   gpu-bundle/data  the fixtures test_gpu reads
+#   gpu-bundle/run.sh, what to run there: `sh gpu-bundle/run.sh` (results also under $OUT)
+# Run after `make -C build all tests/test_gpu`; the device tool then carries gpu-bundle.
+# run.sh, in this order, as far as the time allows: the device tests of test_gpu (the CUDA
+# backend's logits against the CPU's on three weight types and the bundled target); greedy text
+# of minions-generate on the CPU and on CUDA, compared; compute-sanitizer over the device tests;
+# decode speed on both backends (minions-bench-decode, the CPU's beside it in the same run).
+set -eu
+cd "$(dirname "$0")/.."
+out=gpu-bundle
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/lib" "$out/data"
+for b in build/tests/test_gpu build/minions-generate build/minions-bench-decode; do
+  [ -x "$b" ] || { echo "gpu-bundle: $b not built (make -C build all tests/test_gpu)" >&2; exit 2; }
+  cp "$b" "$out/bin/"
+done
+for f in gqa_f32.gguf untied_f32.gguf f16.gguf q8_0.gguf q4_0.gguf q4_1.gguf; do cp "build/tests/data/$f" "$out/data/"; done
+ldd "$out"/bin/* | awk '$3 ~ /^\// {print $3}' | sort -u | while read -r lib; do
+  case "$lib" in
+    /usr/local/cuda/*|*/libc.so.*|*/libm.so.*|*/libpthread.so.*|*/libdl.so.*|*/librt.so.*|*/ld-linux*) ;;
+    *) cp -L "$lib" "$out/lib/" ;;
+  esac
+done
+cat >"$out/run.sh" <<'EOF'
+#!/bin/sh
+# run.sh (made by tools/gpu-bundle.sh): the CUDA backend's checks on a GPU machine.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(dirname "$here")
+res=${OUT:-$here/results}
+mkdir -p "$res"
+export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export MINIONS_TEST_DATA="$here/data" MINIONS_SRCDIR="$root" CRITERION_JOBS=1
+step() { echo "== $*"; }
+step device; nvidia-smi -L 2>&1 | tee "$res/device.txt"
+step "test_gpu (device tests: CUDA logits against the CPU's)"
+"$here/bin/test_gpu" --verbose 2>&1 | tee "$res/test_gpu.txt" | grep -E 'gpu_device|Synthesis|FAIL|differs|failed'
+step "greedy text, cpu against cuda (48 tokens, 4 prompts)"
+for p in "And God said" "The devil is" "In the beginning" "A dictionary defines"; do
+  a=$("$here/bin/minions-generate" --model "$root/models/target.gguf" --prompt "$p" -n 48 --backend cpu 2>/dev/null)
+  b=$("$here/bin/minions-generate" --model "$root/models/target.gguf" --prompt "$p" -n 48 --backend cuda 2>"$res/cuda.err")
+  if [ "$a" = "$b" ]; then same=$((same + 1)); else printf 'differs: %s\ncpu:  %s\ncuda: %s\n' "$p" "$a" "$b"; cat "$res/cuda.err"; fi
+done >"$res/greedy.txt" 2>&1
+cat "$res/greedy.txt"; echo "greedy: $(( 4 - $(grep -c '^differs:' "$res/greedy.txt") )) of 4 identical"
+sanitizer=/usr/local/cuda/bin/compute-sanitizer
+if [ -x "$sanitizer" ]; then
+  step "compute-sanitizer over the device tests"
+  "$sanitizer" --error-exitcode 9 "$here/bin/test_gpu" --filter 'gpu_device/*' -j1 >"$res/sanitizer.txt" 2>&1
+  echo "compute-sanitizer exit $?"; tail -n 5 "$res/sanitizer.txt"
+fi
+step "decode speed: cpu, then cuda, same machine"
+for k in cpu cuda; do
+  "$here/bin/minions-bench-decode" --model "$root/models/target.gguf" --backend "$k" --batches 1,4,16 \
+    --prompt-tokens 64 --gen-tokens 32 2>&1 | tee "$res/bench-$k.txt" | tail -n 4
+done
+EOF
+chmod +x "$out/run.sh"
+du -sh "$out"
