@@ -281,6 +281,23 @@ Test(kv, accounting_returns_to_zero)
     mn_kv_pool_free(p);
 }
 
+Test(kv, a_pool_of_tables_only_has_no_storage_and_the_same_accounting)
+{
+    mn_kv_pool *p;
+    mn_err err = {{0}};
+    cr_assert_eq(mn_kv_pool_new_tables(2, 8, 16, 4, &p, &err), MN_OK);
+    cr_assert_null(p->k);
+    cr_assert_null(p->v);
+    mn_kv_seq a = {0};
+    cr_assert_eq(mn_kv_reserve(p, &a, 40), MN_OK);
+    cr_assert_eq(mn_kv_used(p), 3);
+    cr_assert_eq(mn_kv_reserve(p, &a, 80), MN_BUSY);
+    mn_kv_truncate(p, &a, 0);
+    cr_assert_eq(mn_kv_used(p), 0);
+    mn_kv_seq_release(p, &a);
+    mn_kv_pool_free(p);
+}
+
 Test(sampler, greedy_takes_first_max_and_sampling_is_seeded)
 {
     float logits[6] = {0.5f, 3.0f, 1.0f, 3.0f, -2.0f, 0.0f};

@@ -3,7 +3,7 @@
  *
  * State on the device: every projection in its stored type and the norms (uploaded once), the KV
  * cache ([n_blocks][block_size][kv_dim] floats per layer and K/V, block ids shared with the host
- * pool that owns the tables), activations for max_tokens tokens, the pass's layout (token table,
+ * pool, made without storage, that owns the tables), activations for max_tokens tokens, the pass's layout (token table,
  * flattened block tables, logits rows) and its logits. A forward pass lays the batch out on the
  * host, copies the layout up, launches the pass, copies the logits down and waits for the stream:
  * it blocks its calling thread (the compute worker, never the loop).
@@ -257,7 +257,7 @@ static mn_status setup(mn_backend *be, cuda_state *st, mn_err *err)
     uint32_t T = cfg->max_tokens, qdim = hp->n_heads * hp->head_dim, kvdim = hp->n_kv_heads * hp->head_dim;
     mn_status s;
     CUDA_TRY(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking));
-    if ((s = mn_kv_pool_new(hp->n_layers, kvdim, cfg->kv_block_size, cfg->kv_blocks, &be->kv, err)))
+    if ((s = mn_kv_pool_new_tables(hp->n_layers, kvdim, cfg->kv_block_size, cfg->kv_blocks, &be->kv, err)))
         return s;
     st->layers = (mn_gpu_layer *)mn_calloc(hp->n_layers, sizeof *st->layers);
     st->h.tok = (mn_gpu_tok *)mn_calloc(T, sizeof *st->h.tok);

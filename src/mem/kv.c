@@ -3,8 +3,8 @@
 
 #include "util/alloc.h"
 
-mn_status mn_kv_pool_new(uint32_t n_layers, uint32_t kv_dim, uint32_t block_size, uint32_t n_blocks,
-                         mn_kv_pool **out, mn_err *err)
+static mn_status pool_new(uint32_t n_layers, uint32_t kv_dim, uint32_t block_size, uint32_t n_blocks, int storage,
+                          mn_kv_pool **out, mn_err *err)
 {
     if (!n_layers || !kv_dim || !block_size || !n_blocks)
         return mn_fail(err, MN_INVALID, "kv: layers, kv_dim, block_size and n_blocks must be positive");
@@ -18,12 +18,16 @@ mn_status mn_kv_pool_new(uint32_t n_layers, uint32_t kv_dim, uint32_t block_size
     p->kv_dim = kv_dim;
     p->block_size = block_size;
     p->n_blocks = n_blocks;
-    p->k = mn_calloc(n_layers, sizeof *p->k);
-    p->v = mn_calloc(n_layers, sizeof *p->v);
     p->free_list = mn_malloc((size_t)n_blocks * sizeof *p->free_list);
-    if (!p->k || !p->v || !p->free_list)
+    if (!p->free_list)
         goto nomem;
-    for (uint32_t l = 0; l < n_layers; l++) {
+    if (storage) {
+        p->k = mn_calloc(n_layers, sizeof *p->k);
+        p->v = mn_calloc(n_layers, sizeof *p->v);
+        if (!p->k || !p->v)
+            goto nomem;
+    }
+    for (uint32_t l = 0; storage && l < n_layers; l++) {
         p->k[l] = mn_aligned_calloc(64, per_layer);
         p->v[l] = mn_aligned_calloc(64, per_layer);
         if (!p->k[l] || !p->v[l])
@@ -39,6 +43,18 @@ nomem:
     mn_kv_pool_free(p);
     return mn_fail(err, MN_NOMEM, "kv: cannot allocate %u blocks of %u tokens x %u layers", n_blocks,
                    block_size, n_layers);
+}
+
+mn_status mn_kv_pool_new(uint32_t n_layers, uint32_t kv_dim, uint32_t block_size, uint32_t n_blocks,
+                         mn_kv_pool **out, mn_err *err)
+{
+    return pool_new(n_layers, kv_dim, block_size, n_blocks, 1, out, err);
+}
+
+mn_status mn_kv_pool_new_tables(uint32_t n_layers, uint32_t kv_dim, uint32_t block_size, uint32_t n_blocks,
+                                mn_kv_pool **out, mn_err *err)
+{
+    return pool_new(n_layers, kv_dim, block_size, n_blocks, 0, out, err);
 }
 
 void mn_kv_pool_free(mn_kv_pool *p)

@@ -38,6 +38,11 @@ typedef struct mn_kv_seq {
 /* A pool of n_blocks blocks of block_size tokens. MN_NOMEM / MN_INVALID with a message. */
 mn_status mn_kv_pool_new(uint32_t n_layers, uint32_t kv_dim, uint32_t block_size, uint32_t n_blocks,
                          mn_kv_pool **out, mn_err *err);
+/* The same pool without storage (k and v are NULL; mn_kv_k / mn_kv_v must not be called): for an
+ * owner that keeps K/V elsewhere, as the CUDA backend does in device memory, and uses the pool for
+ * the block tables and the accounting only. */
+mn_status mn_kv_pool_new_tables(uint32_t n_layers, uint32_t kv_dim, uint32_t block_size, uint32_t n_blocks,
+                                mn_kv_pool **out, mn_err *err);
 void mn_kv_pool_free(mn_kv_pool *p);
 
 /* Make positions [0, n) addressable (n may exceed len: the caller will write them next).
