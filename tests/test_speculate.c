@@ -530,6 +530,18 @@ static int subscribe(const char *events, const char *topic)
 
 /* The spec keys: get shows them, set checks them, stats shows per-drafter figures; the events socket
  * publishes weight changes and one summary per finished request. */
+/* A figure of the n-gram drafter's shared cache from the admin's stats (spec.drafters.ngram.cache). */
+static json_int_t ngram_cache_stat(server *s, const char *key)
+{
+    json_t *r = admin(s, "{\"cmd\":\"stats\"}");
+    json_t *ng = json_object_get(json_object_get(json_object_get(json_object_get(r, "stats"), "spec"), "drafters"), "ngram");
+    json_t *v = json_object_get(json_object_get(ng, "cache"), key);
+    cr_assert(json_is_integer(v), "stats: no spec.drafters.ngram.cache.%s", key);
+    json_int_t n = json_integer_value(v);
+    json_decref(r);
+    return n;
+}
+
 Test(speculate, admin_keys_stats_and_events, .timeout = 300)
 {
     server s;
@@ -590,10 +602,13 @@ Test(speculate, admin_keys_stats_and_events, .timeout = 300)
      * and kept (the n-gram drafter alone: the model draft would be voted too). */
     admin_ok(&s, "{\"cmd\":\"set\",\"key\":\"drafter.draft-kjv.enabled\",\"value\":false}");
     static const char cached_prompt[] = "Blessed are the meek, for they shall";
-    json_int_t kept[2];
+    json_int_t kept[2], from_cache[3];
     char *texts[2];
     send_request(&c, "cache-warm", cached_prompt, 40, 0, 0);
     json_decref(await(&c, "cache-warm"));
+    from_cache[0] = ngram_cache_stat(&s, "proposals");
+    cr_assert_geq(ngram_cache_stat(&s, "tokens_added"), 40, "stats: the finished requests are in the cache");
+    cr_assert_eq(ngram_cache_stat(&s, "capacity"), 262144, "stats: the default --ngram-cache");
     for (int on = 0; on < 2; on++) {
         admin_ok(&s, on ? "{\"cmd\":\"set\",\"key\":\"drafter.ngram.shared\",\"value\":true}"
                         : "{\"cmd\":\"set\",\"key\":\"drafter.ngram.shared\",\"value\":false}");
@@ -602,7 +617,10 @@ Test(speculate, admin_keys_stats_and_events, .timeout = 300)
         kept[on] = json_integer_value(json_object_get(json_object_get(o, "spec"), "accepted"));
         texts[on] = strdup(json_string_value(json_object_get(o, "text")));
         json_decref(o);
+        from_cache[on + 1] = ngram_cache_stat(&s, "proposals");
     }
+    cr_assert_eq(from_cache[1], from_cache[0], "stats: proposals from the cache while it was off");
+    cr_assert_gt(from_cache[2], from_cache[1], "stats: no proposal counted from the cache while it was on");
     cr_assert_str_eq(texts[1], texts[0], "the shared cache changed the text");
     cr_assert_geq(kept[1], kept[0] + 5, "the cache was not used: %lld accepted with it, %lld without",
                  (long long)kept[1], (long long)kept[0]);

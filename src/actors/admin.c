@@ -139,12 +139,16 @@ static json_t *spec_stats_json(const mn_admin *a)
         json_array_append_new(hist, json_integer((json_int_t)s->verifier.accepted_hist[i]));
     for (uint32_t i = 0; i < a->cfg.n_drafters; i++) {
         const mn_drafter_stats *d = &s->voter.drafter[i];
-        json_object_set_new(drafters, a->cfg.drafter_names[i],
-                            json_pack("{s:b, s:f, s:f, s:I, s:I, s:I, s:f, s:I, s:f}", "enabled", d->enabled, "weight",
-                                      (double)d->weight, "acr", (double)d->acr, "rounds", (json_int_t)d->rounds,
-                                      "proposed", (json_int_t)d->proposed, "agreed", (json_int_t)d->agreed,
-                                      "acceptance_rate", d->proposed ? (double)d->agreed / d->proposed : 0.0,
-                                      "voted", (json_int_t)d->voted, "seconds", d->seconds));
+        json_t *o = json_pack("{s:b, s:f, s:f, s:I, s:I, s:I, s:f, s:I, s:f}", "enabled", d->enabled, "weight",
+                              (double)d->weight, "acr", (double)d->acr, "rounds", (json_int_t)d->rounds, "proposed",
+                              (json_int_t)d->proposed, "agreed", (json_int_t)d->agreed, "acceptance_rate",
+                              d->proposed ? (double)d->agreed / d->proposed : 0.0, "voted", (json_int_t)d->voted,
+                              "seconds", d->seconds);
+        if (d->cache_cap) /* the n-gram drafter's shared cache, once it has drafted */
+            json_object_set_new(o, "cache", json_pack("{s:I, s:I, s:I}", "capacity", (json_int_t)d->cache_cap,
+                                                      "tokens_added", (json_int_t)d->cache_added, "proposals",
+                                                      (json_int_t)d->cache_proposals));
+        json_object_set_new(drafters, a->cfg.drafter_names[i], o);
     }
     const uint64_t ver = s->verifier.verifications;
     const mn_pipeline_stats *p = &s->verifier.pipeline;

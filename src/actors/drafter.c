@@ -173,13 +173,17 @@ static void propose_ngram(mn_drafter *d, mn_round_part *part)
         uint32_t n = (uint32_t)r->toks.n, m = 0;
         if (r->spec.ask >> d->cfg.index & 1) {
             m = mn_ngram_propose(t, n, d->ngram_min_n, MN_NGRAM_MAX_N_DEFAULT, r->spec.cap, d->ngram_short, x->prop);
-            if (!m && d->ngram_shared)
+            if (!m && d->ngram_shared) {
                 m = mn_ngram_cache_propose(&d->cache, t, n, d->ngram_min_n, r->spec.cap, d->ngram_short, x->prop);
+                part->from_cache += m > 0;
+            }
         }
         x->prop_at = n;
         x->prop_len = m;
     }
     part->seconds = mn_now() - t0;
+    part->cache_cap = d->cache.cap;
+    part->cache_added = d->cache.added;
 }
 
 static void proposed(mn_drafter *d, mn_round_part *part)

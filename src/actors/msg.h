@@ -59,6 +59,9 @@ typedef struct mn_round {
         struct mn_round *round;
         uint32_t drafter;
         double seconds;            /* drafter: time its proposals took */
+        uint32_t from_cache;       /* n-gram drafter: proposals it took from its shared cache */
+        uint32_t cache_cap;        /* and that cache's size in tokens (0: none), */
+        uint64_t cache_added;      /* and the tokens it ever took in */
     } part[MN_ADDR_MAX_DRAFTERS];
 } mn_round;
 typedef struct mn_round_part mn_round_part;
@@ -119,6 +122,9 @@ typedef struct mn_drafter_stats {
     uint64_t proposed, agreed;     /* judged tokens it proposed; of them, on the kept path */
     uint64_t voted;                /* votes it won */
     double seconds;                /* time spent proposing */
+    uint64_t cache_proposals;      /* n-gram drafter: proposals from its shared cache */
+    uint32_t cache_cap;            /* that cache's size in tokens (0: none) */
+    uint64_t cache_added;          /* tokens finished requests added to it */
 } mn_drafter_stats;
 
 /* The verifier's pipeline (verifier.h). */

@@ -222,7 +222,11 @@ static void round_in(mn_voter *v, mn_round *round)
 static void part_in(mn_voter *v, mn_round_part *part)
 {
     mn_round *round = part->round;
-    v->st[part->drafter].seconds += part->seconds;
+    mn_drafter_stats *st = &v->st[part->drafter];
+    st->seconds += part->seconds;
+    st->cache_proposals += part->from_cache;
+    st->cache_cap = part->cache_cap;
+    st->cache_added = part->cache_added;
     if (!--round->pending)
         voted(v, round);
 }
