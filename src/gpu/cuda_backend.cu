@@ -147,7 +147,7 @@ static void k_rmsnorm(void *ctx, const float *x, const uint32_t *rows, const flo
 static void k_matvec(void *ctx, const mn_gpu_weight *w, const float *x, float *y, int accumulate, uint32_t T)
 {
     cuda_state *st = (cuda_state *)ctx;
-    dim3 grid(blocks_for(w->rows), T);
+    dim3 grid((unsigned)((w->rows + THREADS / MN_G_WARP - 1) / (THREADS / MN_G_WARP)), T); /* a warp per output */
     mn_k_matvec<<<grid, THREADS, 0, st->stream>>>(w->type, w->data, w->row_bytes, w->cols, w->rows, x, y,
                                                   accumulate, T);
 }

@@ -13,9 +13,10 @@
  * sequence s's position p lives in block tables[table_off[s] + p / block_size], slot
  * p % block_size (mem/kv.h's layout, with the block tables of the batch flattened into one array).
  *
- * These first kernels favour being obviously right over being fast (one thread per output, serial
- * reductions); the projections are meant for cuBLAS on the device, and matvec here is the
- * reference and fallback for the weight types cuBLAS has no GEMM for (Q8_0, Q4_0, Q4_1).
+ * These first kernels favour being obviously right over being fast: one thread per token or per
+ * (token, head) with serial loops, except the projections, a warp per output (matvec). cuBLAS
+ * GEMMs for F16/F32 may replace matvec where measured faster and still batch-invariant; matvec
+ * stays for the weight types cuBLAS has no GEMM for (Q8_0, Q4_0, Q4_1).
  */
 #ifndef MN_GPU_KERNELS_CUH
 #define MN_GPU_KERNELS_CUH
@@ -106,15 +107,38 @@ MN_HD void mn_g_rmsnorm(const float *x, const uint32_t *rows, const float *w, fl
         out[(size_t)t * n + i] = r[i] * scale * w[i];
 }
 
-/* y[t][o] = sum_k W[o][k] x[t][k] (+ y[t][o] when accumulate: the residual add). */
-MN_HD void mn_g_matvec(uint32_t type, const uint8_t *W, size_t row_bytes, uint32_t cols, uint32_t rows,
-                       const float *x, float *y, int accumulate, uint32_t t, uint32_t o)
+/* y[t][o] = sum_k W[o][k] x[t][k] (+ y[t][o] when accumulate: the residual add), one warp of
+ * MN_G_WARP lanes per output: lane l sums columns l, l + 32, l + 64, ... in order (neighbouring lanes
+ * read neighbouring weights), then the 32 partial sums meet in a fixed butterfly (lane l adds lane
+ * l ^ 16, then l ^ 8, ..., l ^ 1), as __shfl_xor_sync does it on the device and mn_g_butterfly does
+ * it on the host. An output's sum depends on nothing but its row and its input: batch-invariant. */
+#define MN_G_WARP 32
+
+MN_HD float mn_g_matvec_lane(uint32_t type, const uint8_t *row, const float *xr, uint32_t cols, uint32_t lane)
 {
-    const uint8_t *row = W + (size_t)o * row_bytes;
-    const float *xr = x + (size_t)t * cols;
     float s = 0.0f;
-    for (uint32_t k = 0; k < cols; k++)
+    for (uint32_t k = lane; k < cols; k += MN_G_WARP)
         s += mn_g_weight(type, row, k) * xr[k];
+    return s;
+}
+
+/* The butterfly of the 32 lanes' partial sums, on the host (p is overwritten; every lane ends with
+ * the total, as on the device). */
+MN_HD float mn_g_butterfly(float *p)
+{
+    for (uint32_t off = MN_G_WARP / 2; off > 0; off /= 2) {
+        float q[MN_G_WARP];
+        for (uint32_t l = 0; l < MN_G_WARP; l++)
+            q[l] = p[l] + p[l ^ off];
+        for (uint32_t l = 0; l < MN_G_WARP; l++)
+            p[l] = q[l];
+    }
+    return p[0];
+}
+
+/* Store an output: y[t][o] = s, or y[t][o] += s. */
+MN_HD void mn_g_store(float *y, uint32_t rows, int accumulate, uint32_t t, uint32_t o, float s)
+{
     float *dst = y + (size_t)t * rows + o;
     *dst = accumulate ? *dst + s : s;
 }
@@ -212,13 +236,19 @@ __global__ void mn_k_rmsnorm(const float *x, const uint32_t *rows, const float *
         mn_g_rmsnorm(x, rows, w, out, n, eps, t);
 }
 
-/* grid: x over outputs, y over tokens */
+/* grid: x over groups of outputs (a warp each, blockDim.x / 32 per block), y over tokens */
 __global__ void mn_k_matvec(uint32_t type, const uint8_t *W, size_t row_bytes, uint32_t cols, uint32_t rows,
-                                   const float *x, float *y, int accumulate, uint32_t T)
+                            const float *x, float *y, int accumulate, uint32_t T)
 {
-    uint32_t o = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
-    if (o < rows && t < T)
-        mn_g_matvec(type, W, row_bytes, cols, rows, x, y, accumulate, t, o);
+    uint32_t lane = threadIdx.x % MN_G_WARP, t = blockIdx.y;
+    uint32_t o = blockIdx.x * (blockDim.x / MN_G_WARP) + threadIdx.x / MN_G_WARP;
+    if (o >= rows || t >= T)
+        return; /* a whole warp leaves together: o is the same for its 32 lanes */
+    float s = mn_g_matvec_lane(type, W + (size_t)o * row_bytes, x + (size_t)t * cols, cols, lane);
+    for (uint32_t off = MN_G_WARP / 2; off > 0; off /= 2)
+        s += __shfl_xor_sync(0xffffffffu, s, off);
+    if (lane == 0)
+        mn_g_store(y, rows, accumulate, t, o, s);
 }
 
 /* grid: x over tokens x query heads */

@@ -59,8 +59,13 @@ static void x_rmsnorm(void *, const float *x, const uint32_t *rows, const float 
 static void x_matvec(void *, const mn_gpu_weight *w, const float *x, float *y, int accumulate, uint32_t T)
 {
     for (uint32_t t = 0; t < T; t++)
-        for (uint32_t o = 0; o < w->rows; o++)
-            mn_g_matvec(w->type, w->data, w->row_bytes, w->cols, w->rows, x, y, accumulate, t, o);
+        for (uint32_t o = 0; o < w->rows; o++) {
+            float p[MN_G_WARP];
+            for (uint32_t lane = 0; lane < MN_G_WARP; lane++)
+                p[lane] = mn_g_matvec_lane(w->type, w->data + (size_t)o * w->row_bytes, x + (size_t)t * w->cols,
+                                           w->cols, lane);
+            mn_g_store(y, w->rows, accumulate, t, o, mn_g_butterfly(p));
+        }
 }
 
 static void x_rope_store(void *, const mn_gpu_attn *a, float *q, const float *k, const float *v, uint32_t T)
