@@ -3,21 +3,22 @@
 # (issue #13). Such a machine gets a copy of the working tree but may lack this project's Debian
 # packages and reaches no registry, so the bundle carries the built programs, the shared
 # libraries they need beyond libc and CUDA's own, and the test fixtures:
-#   gpu-bundle/bin   tests/test_gpu, minions-generate, minions-bench-decode (from build/)
+#   gpu-bundle/bin   tests/test_gpu, minions-generate, minions-bench-decode, minionsd, minions-cli
 #   gpu-bundle/lib   their non-system libraries (ldd), found first through LD_LIBRARY_PATH
 #   gpu-bundle/data  the fixtures test_gpu reads
 #   gpu-bundle/run.sh, what to run there: `sh gpu-bundle/run.sh` (results also under $OUT)
 # Run after `make -C build all tests/test_gpu`; the device tool then carries gpu-bundle.
 # run.sh, in this order, as far as the time allows: the device tests of test_gpu (the CUDA
-# backend's logits against the CPU's on three weight types and the bundled target); greedy text
-# of minions-generate on the CPU and on CUDA, compared; compute-sanitizer over the device tests;
-# decode speed on both backends (minions-bench-decode, the CPU's beside it in the same run).
+# backend's logits against the CPU's on every weight type and the bundled target); greedy text
+# of minions-generate on the CPU and on CUDA, compared; minionsd on CUDA speculating (the n-gram
+# drafter and draft-kjv voting) against minions-generate's greedy text on CUDA; compute-sanitizer
+# over the device tests; decode speed on both backends (the CPU's beside it in the same run).
 set -eu
 cd "$(dirname "$0")/.."
 out=gpu-bundle
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/data"
-for b in build/tests/test_gpu build/minions-generate build/minions-bench-decode; do
+for b in build/tests/test_gpu build/minions-generate build/minions-bench-decode build/minionsd build/minions-cli; do
   [ -x "$b" ] || { echo "gpu-bundle: $b not built (make -C build all tests/test_gpu)" >&2; exit 2; }
   cp "$b" "$out/bin/"
 done
@@ -49,6 +50,27 @@ for p in "And God said" "The devil is" "In the beginning" "A dictionary defines"
   if [ "$a" = "$b" ]; then same=$((same + 1)); else printf 'differs: %s\ncpu:  %s\ncuda: %s\n' "$p" "$a" "$b"; cat "$res/cuda.err"; fi
 done >"$res/greedy.txt" 2>&1
 cat "$res/greedy.txt"; echo "greedy: $(( 4 - $(grep -c '^differs:' "$res/greedy.txt") )) of 4 identical"
+step "speculative greedy on cuda (minionsd, ngram + draft-kjv) against plain greedy on cuda"
+"$here/bin/minionsd" --model "$root/models/target.gguf" --backend cuda --draft ngram \
+  --draft "$root/models/draft-kjv.gguf" --port 0 --admin none >"$res/minionsd.out" 2>"$res/minionsd.err" &
+pid=$!
+addr=
+for _ in $(seq 100); do
+  addr=$(sed -n 's/^minionsd: listening tcp \([0-9.]*:[0-9]*\).*/\1/p' "$res/minionsd.out")
+  [ -n "$addr" ] && break
+  kill -0 "$pid" 2>/dev/null || break
+  sleep 0.2
+done
+if [ -n "$addr" ]; then
+  for p in "And God said" "The devil is" "In the beginning" "A dictionary defines"; do
+    a=$("$here/bin/minions-generate" --model "$root/models/target.gguf" --prompt "$p" -n 48 --backend cuda 2>/dev/null)
+    b=$("$here/bin/minions-cli" -a "$addr" -n 48 --no-stream "$p" 2>>"$res/cli.err")
+    if [ "$a" = "$b" ]; then echo "same: $p"; else printf 'differs: %s\nplain: %s\nspec:  %s\n' "$p" "$a" "$b"; fi
+  done | tee "$res/spec.txt"
+  kill -TERM "$pid"; wait "$pid"; echo "minionsd exit $?"
+else
+  echo "minionsd did not start:"; cat "$res/minionsd.err"; kill "$pid" 2>/dev/null
+fi
 sanitizer=/usr/local/cuda/bin/compute-sanitizer
 if [ -x "$sanitizer" ]; then
   step "compute-sanitizer over the device tests"
