@@ -161,7 +161,7 @@ static void k_rope_store(void *ctx, const mn_gpu_attn *a, float *q, const float 
 static void k_attention(void *ctx, const mn_gpu_attn *a, const float *q, float *out, uint32_t T)
 {
     cuda_state *st = (cuda_state *)ctx;
-    mn_k_attention<<<blocks_for((size_t)T * a->n_heads), THREADS, 0, st->stream>>>(*a, q, out, T);
+    mn_k_attention<<<blocks_for((size_t)T * a->n_heads * MN_G_WARP), THREADS, 0, st->stream>>>(*a, q, out, T);
 }
 
 static void k_swiglu(void *ctx, float *gate, const float *up, size_t n)

@@ -14,7 +14,8 @@
  * p % block_size (mem/kv.h's layout, with the block tables of the batch flattened into one array).
  *
  * These first kernels favour being obviously right over being fast: one thread per token or per
- * (token, head) with serial loops, except the projections, a warp per output (matvec). cuBLAS
+ * element with serial loops, except the projections (a warp per output) and attention (a warp
+ * per (token, head)), whose lanes the twin replays one by one. cuBLAS
  * GEMMs for F16/F32 may replace matvec where measured faster and still batch-invariant; matvec
  * stays for the weight types cuBLAS has no GEMM for (Q8_0, Q4_0, Q4_1).
  */
@@ -182,31 +183,57 @@ MN_HD void mn_g_rope_store(const mn_gpu_attn *a, float *q, const float *k, const
 }
 
 /* out[t][head h] = softmax(q . K / sqrt(hd)) V over the token's positions 0..pos (causal), read
- * through its sequence's block table; query head h reads KV head h / (n_heads / n_kv_heads). One
- * pass with a running maximum (online softmax), so no score buffer. MN_G_MAX_HEAD_DIM bounds hd. */
+ * through its sequence's block table; query head h reads KV head h / (n_heads / n_kv_heads). A warp
+ * per (token, head): lane l holds head dimensions l, l + 32, ... (MN_G_LANE_DIMS of them at most).
+ * Per position the lanes' partial dot products meet in the butterfly (every lane gets the score),
+ * then one step of an online softmax (a running maximum, so no score buffer) rescales each lane's
+ * share of the output. The bodies below are one lane's work; the device runs them in a warp, the
+ * twin lane by lane. */
 #define MN_G_MAX_HEAD_DIM 256
-MN_HD void mn_g_attention(const mn_gpu_attn *a, const float *q, float *out, uint32_t t, uint32_t h)
+#define MN_G_LANE_DIMS (MN_G_MAX_HEAD_DIM / MN_G_WARP)
+
+/* The head's rows: the query's, and for position p the K (or V) row of its KV head. */
+MN_HD const float *mn_g_query(const mn_gpu_attn *a, const float *q, uint32_t t, uint32_t h)
 {
-    uint32_t hd = a->head_dim, g = h / (a->n_heads / a->n_kv_heads), seq = a->tok[t].seq, n = a->tok[t].pos + 1;
-    const float *qh = q + (size_t)t * a->n_heads * hd + (size_t)h * hd;
-    float acc[MN_G_MAX_HEAD_DIM], m = -INFINITY, sum = 0.0f, scale = 1.0f / sqrtf((float)hd);
-    for (uint32_t i = 0; i < hd; i++)
-        acc[i] = 0.0f;
-    for (uint32_t p = 0; p < n; p++) {
-        size_t at = mn_g_slot(a, seq, p) + (size_t)g * hd;
-        float s = 0.0f;
-        for (uint32_t i = 0; i < hd; i++)
-            s += qh[i] * a->k[at + i];
-        s *= scale;
-        float m_new = s > m ? s : m, old = expf(m - m_new), w = expf(s - m_new);
-        sum = sum * old + w;
-        for (uint32_t i = 0; i < hd; i++)
-            acc[i] = acc[i] * old + w * a->v[at + i];
-        m = m_new;
-    }
-    float *o = out + (size_t)t * a->n_heads * hd + (size_t)h * hd;
-    for (uint32_t i = 0; i < hd; i++)
-        o[i] = acc[i] / sum;
+    return q + (size_t)t * a->n_heads * a->head_dim + (size_t)h * a->head_dim;
+}
+
+MN_HD size_t mn_g_head_at(const mn_gpu_attn *a, uint32_t t, uint32_t h, uint32_t p)
+{
+    return mn_g_slot(a, a->tok[t].seq, p) + (size_t)(h / (a->n_heads / a->n_kv_heads)) * a->head_dim;
+}
+
+/* Lane's part of x . y over n elements. */
+MN_HD float mn_g_lane_dot(const float *x, const float *y, uint32_t n, uint32_t lane)
+{
+    float s = 0.0f;
+    for (uint32_t i = lane; i < n; i += MN_G_WARP)
+        s += x[i] * y[i];
+    return s;
+}
+
+/* The online softmax's step for score s: *m, *sum updated; returns the factor the output so far
+ * is scaled by, and *w the new position's weight. */
+MN_HD float mn_g_softmax_step(float s, float *m, float *sum, float *w)
+{
+    float m_new = s > *m ? s : *m, old = expf(*m - m_new);
+    *w = expf(s - m_new);
+    *sum = *sum * old + *w;
+    *m = m_new;
+    return old;
+}
+
+/* Lane's share of the output: acc = acc * old + w * v (its dimensions only), then out = acc / sum. */
+MN_HD void mn_g_lane_acc(float *acc, const float *v, uint32_t hd, uint32_t lane, float old, float w)
+{
+    for (uint32_t j = 0, i = lane; i < hd; j++, i += MN_G_WARP)
+        acc[j] = acc[j] * old + w * v[i];
+}
+
+MN_HD void mn_g_lane_out(float *o, const float *acc, uint32_t hd, uint32_t lane, float sum)
+{
+    for (uint32_t j = 0, i = lane; i < hd; j++, i += MN_G_WARP)
+        o[i] = acc[j] / sum;
 }
 
 /* gate[i] = silu(gate[i]) * up[i], element i of the flattened [T][n_ff] rows. */
@@ -259,11 +286,24 @@ __global__ void mn_k_rope_store(mn_gpu_attn a, float *q, const float *k, const f
         mn_g_rope_store(&a, q, k, v, i / a.n_heads, i % a.n_heads);
 }
 
+/* a warp per (token, query head) */
 __global__ void mn_k_attention(mn_gpu_attn a, const float *q, float *out, uint32_t T)
 {
-    uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < T * a.n_heads)
-        mn_g_attention(&a, q, out, i / a.n_heads, i % a.n_heads);
+    uint32_t lane = threadIdx.x % MN_G_WARP, pair = blockIdx.x * (blockDim.x / MN_G_WARP) + threadIdx.x / MN_G_WARP;
+    if (pair >= T * a.n_heads)
+        return; /* whole warps leave */
+    uint32_t t = pair / a.n_heads, h = pair % a.n_heads, hd = a.head_dim;
+    const float *qh = mn_g_query(&a, q, t, h);
+    float acc[MN_G_LANE_DIMS] = {0}, m = -INFINITY, sum = 0.0f, scale = 1.0f / sqrtf((float)hd), w;
+    for (uint32_t p = 0; p <= a.tok[t].pos; p++) {
+        size_t at = mn_g_head_at(&a, t, h, p);
+        float s = mn_g_lane_dot(qh, a.k + at, hd, lane);
+        for (uint32_t off = MN_G_WARP / 2; off > 0; off /= 2)
+            s += __shfl_xor_sync(0xffffffffu, s, off);
+        float old = mn_g_softmax_step(s * scale, &m, &sum, &w);
+        mn_g_lane_acc(acc, a.v + at, hd, lane, old, w);
+    }
+    mn_g_lane_out(out + (size_t)t * a.n_heads * hd + (size_t)h * hd, acc, hd, lane, sum);
 }
 
 __global__ void mn_k_swiglu(float *gate, const float *up, size_t n)

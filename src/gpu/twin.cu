@@ -76,8 +76,23 @@ static void x_rope_store(void *, const mn_gpu_attn *a, float *q, const float *k,
 
 static void x_attention(void *, const mn_gpu_attn *a, const float *q, float *out, uint32_t T)
 {
-    for (uint32_t i = 0; i < T * a->n_heads; i++)
-        mn_g_attention(a, q, out, i / a->n_heads, i % a->n_heads);
+    uint32_t hd = a->head_dim;
+    float scale = 1.0f / sqrtf((float)hd);
+    for (uint32_t i = 0; i < T * a->n_heads; i++) { /* a warp per (token, head), its lanes in turn */
+        uint32_t t = i / a->n_heads, h = i % a->n_heads;
+        const float *qh = mn_g_query(a, q, t, h);
+        float acc[MN_G_WARP][MN_G_LANE_DIMS] = {{0}}, m = -INFINITY, sum = 0.0f, w, part[MN_G_WARP];
+        for (uint32_t p = 0; p <= a->tok[t].pos; p++) {
+            size_t at = mn_g_head_at(a, t, h, p);
+            for (uint32_t lane = 0; lane < MN_G_WARP; lane++)
+                part[lane] = mn_g_lane_dot(qh, a->k + at, hd, lane);
+            float old = mn_g_softmax_step(mn_g_butterfly(part) * scale, &m, &sum, &w);
+            for (uint32_t lane = 0; lane < MN_G_WARP; lane++)
+                mn_g_lane_acc(acc[lane], a->v + at, hd, lane, old, w);
+        }
+        for (uint32_t lane = 0; lane < MN_G_WARP; lane++)
+            mn_g_lane_out(out + (size_t)t * a->n_heads * hd + (size_t)h * hd, acc[lane], hd, lane, sum);
+    }
 }
 
 static void x_swiglu(void *, float *gate, const float *up, size_t n)
