@@ -50,7 +50,7 @@ static void start_with_drafts(server *s, const char *spec_length)
 {
     server_start(s, (const char *[]){"--draft", model_file("draft-kjv.gguf"), "--draft", model_file("draft-web.gguf"),
                                      "--draft", model_file("draft-devil.gguf"), "--draft", "ngram", "--spec-length",
-                                     spec_length, NULL});
+                                     spec_length, "--draft-backend", "cpu", NULL});
 }
 
 static void admin_ok(server *s, const char *cmd)
@@ -487,6 +487,21 @@ static void refused(const char *const *args, const char *needle)
     cr_assert(strstr(out, needle), "minionsd's message for %s lacks '%s': %s", cmd, needle, out);
 }
 
+/* Whether the CUDA backend runs here (a device and a build with CUDA). */
+static bool cuda_runs(void)
+{
+    mn_model *m = NULL;
+    mn_err err = {{0}};
+    cr_assert_eq(mn_model_load(model_file("draft-kjv.gguf"), &m, &err), MN_OK, "%s", err.msg);
+    mn_backend_config cfg = mn_backend_defaults(m, 64);
+    cfg.kind = MN_BACKEND_CUDA;
+    mn_backend *b = NULL;
+    bool ok = mn_backend_new(m, &cfg, &b, &err) == MN_OK;
+    mn_backend_free(b);
+    mn_model_free(m);
+    return ok;
+}
+
 Test(speculate, bad_drafts_are_refused_at_start_up, .timeout = 120)
 {
     char dir[] = "/tmp/minions-draft-XXXXXX", bad[1100], other[1100];
@@ -505,6 +520,10 @@ Test(speculate, bad_drafts_are_refused_at_start_up, .timeout = 120)
     refused((const char *[]){"--draft", "ngram", "--tuner", "adaptive,s_max=17", NULL}, "s_max");
     refused((const char *[]){"--draft", "ngram", "--ngram-cache", "10", NULL}, "bad option value");
     refused((const char *[]){"--draft", "ngram", "--ngram-cache", "-1", NULL}, "bad option value");
+    refused((const char *[]){"--draft", "ngram", "--draft-backend", "gpu", NULL}, "bad option value");
+    if (!cuda_runs()) /* a draft asked onto CUDA where it cannot run: refused, naming the draft */
+        refused((const char *[]){"--draft", model_file("draft-kjv.gguf"), "--draft-backend", "cuda", NULL},
+                "draft-kjv.gguf");
     /* another vocabulary: a test fixture model with 512 tokens */
     snprintf(other, sizeof other, "%s/gqa_f32.gguf", env_or("MINIONS_TEST_DATA", "tests/data"));
     refused((const char *[]){"--draft", other, NULL}, "vocabulary");

@@ -71,6 +71,7 @@ mn_engine_config mn_engine_defaults(void)
 {
     return (mn_engine_config){
         .model_path = "models/target.gguf",
+        .draft_backend = -1,
         .host = "127.0.0.1",
         .port = 8090,
         .socket_mode = 0600,
@@ -360,13 +361,15 @@ static mn_status load_drafts(mn_engine *e, const mn_backend_config *target_bc, m
         if ((s = mn_drafter_check_vocab(e->model, d->model, err)) != MN_OK)
             return s;
         mn_backend_config bc = mn_backend_defaults(d->model, d->model->hp.n_ctx);
-        bc.kind = target_bc->kind;
+        bc.kind = e->cfg.draft_backend >= 0 ? (mn_backend_kind)e->cfg.draft_backend : target_bc->kind;
         bc.pool = e->draft_pool ? e->draft_pool : e->pool;
         bc.n_threads = mn_pool_size(bc.pool);
         bc.kv_block_size = target_bc->kv_block_size;
         bc.kv_blocks = target_bc->kv_blocks;
-        if ((s = mn_backend_new(d->model, &bc, &d->be, err)) != MN_OK)
-            return s;
+        if ((s = mn_backend_new(d->model, &bc, &d->be, err)) != MN_OK) {
+            mn_err why = *err;
+            return mn_fail(err, s, "--draft %s: %s", cfg->drafts[i], why.msg);
+        }
     }
     return MN_OK;
 }

@@ -37,6 +37,7 @@
 typedef struct mn_engine_config {
     const char *model_path;
     mn_backend_kind backend;   /* cpu, cuda or auto */
+    int draft_backend;         /* the model drafts' mn_backend_kind; -1: the target's */
     const char *host;          /* TCP listen address (default 127.0.0.1) */
     int port;                  /* 0: an ephemeral port; < 0: no TCP listener */
     const char *unix_path;     /* Unix socket path, or NULL */

@@ -20,7 +20,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: minionsd [options]\n"
             "  -m, --model PATH       GGUF llama model (default models/target.gguf)\n"
-            "      --backend B        auto|cpu|cuda (default auto: CUDA when a device can run it)\n"
+            "      --backend B        auto|cpu|cuda (default auto: the CPU until CUDA has run on a device)\n"
+            "      --draft-backend B  auto|cpu|cuda for the model drafts (default: the target's)\n"
             "      --host ADDR        TCP listen address (default 127.0.0.1)\n"
             "      --port N           TCP port; 0 = ephemeral, -1 = no TCP (default 8090)\n"
             "      --unix PATH        also listen on a Unix socket\n"
@@ -130,6 +131,7 @@ int main(int argc, char **argv)
         {"max-line", required_argument, 0, 'l'},  {"log-level", required_argument, 0, 'L'},
         {"output-buffer", required_argument, 0, 'o'}, {"drain-timeout", required_argument, 0, 'D'},
         {"backend", required_argument, 0, 'B'},   {"socket-mode", required_argument, 0, 'M'},
+        {"draft-backend", required_argument, 0, 'X'},
         {"draft", required_argument, 0, 'r'},     {"spec-length", required_argument, 0, 's'},
         {"spec-weights", required_argument, 0, 'W'}, {"events", required_argument, 0, 'e'},
         {"spec-skip-below", required_argument, 0, 'S'}, {"tuner", required_argument, 0, 'T'},
@@ -148,6 +150,7 @@ int main(int argc, char **argv)
         case 'u': cfg.unix_path = optarg; break;
         case 'a': cfg.admin_addr = strcmp(optarg, "none") ? optarg : NULL, admin_given = 1; break;
         case 'B': ok = (v = mn_backend_parse_kind(optarg)) >= 0, cfg.backend = (mn_backend_kind)v; break;
+        case 'X': ok = (cfg.draft_backend = mn_backend_parse_kind(optarg)) >= 0; break;
         case 'M': ok = mn_sockpath_parse_mode(optarg, &cfg.socket_mode, &err) == MN_OK; break;
         case 't': ok = parse_int(optarg, 1, 256, &v), cfg.n_threads = (int)v; break;
         case 'b': ok = parse_int(optarg, 1, 1024, &v), cfg.max_batch = (uint32_t)v; break;
