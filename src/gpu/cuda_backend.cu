@@ -11,9 +11,10 @@
  * Not yet run on a GPU (issue #13): the kernels' logic and the pass are tested on the host through
  * the twin backend (gpu/twin.h, tests/test_gpu.c); this file's launches, copies and error paths
  * are compiled, not run. Hence mn_backend_new selects it only when asked by name (--backend cuda);
- * `auto` stays on the CPU until a device has run the suite. Still to come: cuBLAS GEMMs where they
- * are faster and keep batch invariance, CUDA graphs, completion through cudaLaunchHostFunc,
- * separate streams for drafts, the sampler on the device.
+ * `auto` stays on the CPU until a device has run the suite. Each pass shape is captured once as a
+ * CUDA graph and replayed (below; MINIONS_CUDA_GRAPHS=0 turns it off, to compare). Still to come:
+ * cuBLAS GEMMs where they are faster and keep batch invariance, completion through
+ * cudaLaunchHostFunc, separate streams for drafts, the sampler on the device.
  *
  * Every CUDA call goes through CUDA_TRY, which turns a failure into an mn_status with the
  * expression, file and line in the message.
@@ -26,8 +27,12 @@
 #define MN_GPU_KERNELS /* the device wrappers of kernels.cuh are compiled here */
 #include "gpu/pass.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 extern "C" {
 #include "util/alloc.h"
+#include "util/log.h"
 }
 
 #define CUDA_TRY(expr)                                                                              \
@@ -72,6 +77,12 @@ static mn_status probe(mn_err *err)
 }
 
 enum { MAX_ALLOCS = 1024 }; /* device allocations of one backend: 9 per layer and a few more */
+/* CUDA graphs: a pass's launches depend on its shape only (T tokens, n_out logits rows): every
+ * pointer they take is fixed for the backend's life and the layout they read is copied into
+ * those buffers before each launch. So a pass is captured once per shape into a bounded cache and
+ * replayed; shapes past the bound run as plain launches. Growing the block-table buffer moves a
+ * pointer the graphs hold, so it empties the cache. */
+enum { MAX_GRAPHS = 64 };
 
 typedef struct cuda_state {
     cudaStream_t stream;
@@ -86,6 +97,13 @@ typedef struct cuda_state {
     size_t cap_tables;        /* of d_tables and h.tables */
     float *d_logits;          /* [max_tokens][n_vocab] */
     mn_gpu_host_layout h;     /* host side of the layout */
+    bool graphs;              /* replay captured passes (MINIONS_CUDA_GRAPHS=0: plain launches) */
+    struct {
+        uint32_t T, n_out;    /* the shape a graph was captured for */
+        cudaGraphExec_t exec;
+    } graph[MAX_GRAPHS];
+    int n_graphs;
+    uint64_t replays;
 } cuda_state;
 
 static mn_status dalloc(cuda_state *st, size_t bytes, void **out, mn_err *err)
@@ -174,10 +192,20 @@ static const mn_gpu_exec device_exec = {k_embed, k_rmsnorm, k_matvec, k_rope_sto
 
 /* ---- the backend ------------------------------------------------------------------------------ */
 
+static void drop_graphs(cuda_state *st)
+{
+    for (int i = 0; i < st->n_graphs; i++)
+        cudaGraphExecDestroy(st->graph[i].exec);
+    st->n_graphs = 0;
+}
+
 static void cuda_free(mn_backend *be)
 {
     cuda_state *st = (cuda_state *)be->impl;
     if (st) {
+        if (st->n_graphs || st->replays)
+            mn_log(MN_LOG_INFO, "cuda: %d pass graphs, %llu replays", st->n_graphs, (unsigned long long)st->replays);
+        drop_graphs(st);
         for (int i = 0; i < st->n_allocs; i++)
             cudaFree(st->allocs[i]);
         if (st->stream)
@@ -213,8 +241,42 @@ static mn_status grow_tables(cuda_state *st, size_t n, mn_err *err)
     mn_free(st->h.tables);
     st->h.tables = h;
     st->d_tables = (uint32_t *)d;
+    drop_graphs(st); /* they hold the old buffer */
     st->cap_tables = cap;
     return MN_OK;
+}
+
+/* The graph of a pass of T tokens and n_out logits rows: cached, else captured now (and cached
+ * while there is room). NULL where capture fails: graphs are then off for this backend (said once)
+ * and the pass runs as plain launches. */
+static cudaGraphExec_t graph_for(cuda_state *st, mn_gpu_attn a, uint32_t T, uint32_t n_out)
+{
+    for (int i = 0; i < st->n_graphs; i++)
+        if (st->graph[i].T == T && st->graph[i].n_out == n_out)
+            return st->graph[i].exec;
+    if (st->n_graphs == MAX_GRAPHS)
+        return NULL;
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    cudaError_t e = cudaStreamBeginCapture(st->stream, cudaStreamCaptureModeThreadLocal);
+    if (e == cudaSuccess) {
+        mn_gpu_pass(&device_exec, st, &st->model, &st->bufs, a, st->d_tokens, T, st->d_out_rows, n_out, st->d_logits);
+        e = cudaStreamEndCapture(st->stream, &graph);
+    }
+    if (e == cudaSuccess)
+        e = cudaGraphInstantiate(&exec, graph, 0);
+    if (graph)
+        cudaGraphDestroy(graph);
+    if (e != cudaSuccess) {
+        mn_log(MN_LOG_WARN, "cuda: graph capture failed (%s): plain launches from now on", cudaGetErrorString(e));
+        cudaGetLastError(); /* clear it */
+        st->graphs = false;
+        return NULL;
+    }
+    st->graph[st->n_graphs].T = T;
+    st->graph[st->n_graphs].n_out = n_out;
+    st->graph[st->n_graphs++].exec = exec;
+    return exec;
 }
 
 static mn_status cuda_forward(mn_backend *be, const mn_batch *batch, float *logits, mn_err *err)
@@ -236,7 +298,13 @@ static mn_status cuda_forward(mn_backend *be, const mn_batch *batch, float *logi
                              q));
     mn_gpu_attn a = {st->d_tok, st->d_tables, st->d_table_off, NULL, NULL, be->kv->block_size, be->kv->kv_dim,
                      hp->head_dim, hp->n_heads, hp->n_kv_heads, hp->rope_dim, hp->rope_base};
-    mn_gpu_pass(&device_exec, st, &st->model, &st->bufs, a, st->d_tokens, T, st->d_out_rows, n_out, st->d_logits);
+    cudaGraphExec_t g = st->graphs ? graph_for(st, a, T, n_out) : NULL;
+    if (g) {
+        CUDA_TRY(cudaGraphLaunch(g, q));
+        st->replays++;
+    } else {
+        mn_gpu_pass(&device_exec, st, &st->model, &st->bufs, a, st->d_tokens, T, st->d_out_rows, n_out, st->d_logits);
+    }
     CUDA_TRY(cudaGetLastError());
     CUDA_TRY(cudaMemcpyAsync(logits, st->d_logits, (size_t)n_out * hp->n_vocab * sizeof(float),
                              cudaMemcpyDeviceToHost, q));
@@ -305,6 +373,8 @@ static mn_status setup(mn_backend *be, cuda_state *st, mn_err *err)
         (s = dalloc(st, T * sizeof(uint32_t), &rows, err)) || (s = dalloc(st, T * sizeof(uint32_t), &off, err)) ||
         (s = grow_tables(st, 64, err)))
         return s;
+    const char *graphs = getenv("MINIONS_CUDA_GRAPHS");
+    st->graphs = !graphs || strcmp(graphs, "0") != 0;
     st->d_tok = (mn_gpu_tok *)tok;
     st->d_tokens = (int32_t *)tokens;
     st->d_out_rows = (uint32_t *)rows;
