@@ -14,10 +14,10 @@
  * p % block_size (mem/kv.h's layout, with the block tables of the batch flattened into one array).
  *
  * These first kernels favour being obviously right over being fast: one thread per token or per
- * element with serial loops, except the projections (a warp per output) and attention (a warp
- * per (token, head)), whose lanes the twin replays one by one. cuBLAS
- * GEMMs for F16/F32 may replace matvec where measured faster and still batch-invariant; matvec
- * stays for the weight types cuBLAS has no GEMM for (Q8_0, Q4_0, Q4_1).
+ * element with serial loops, except the projections (a warp per output) and attention (a warp per
+ * (token, head)), whose lanes the twin replays one by one. cuBLAS GEMMs for F16/F32 may replace
+ * matvec where measured faster and still batch-invariant; matvec stays for the weight types
+ * cuBLAS has no GEMM for (Q8_0, Q4_0, Q4_1).
  */
 #ifndef MN_GPU_KERNELS_CUH
 #define MN_GPU_KERNELS_CUH
