@@ -174,6 +174,20 @@ Test(gpu_twin, matches_cpu_q4_1) { check_model(fixture("q4_1.gguf"), twin_backen
 
 Test(gpu_twin, matches_cpu_bundled_target) { check_model(source_file("models/target.gguf"), twin_backend); }
 
+/* SmolLM2's shapes (head_dim 64: two dimensions per lane; 9 query heads on 3 KV heads; a 49,152
+ * vocabulary) on the fetched Q4_1 file, when it is there; normal build only (the twin's serial loops
+ * take ~10 s over 135M parameters, several times that under ASan). */
+Test(gpu_twin, matches_cpu_smollm2_q4_1)
+{
+#ifdef __SANITIZE_ADDRESS__
+    cr_skip_test("normal build only");
+#endif
+    const char *path = smollm2_path();
+    if (!path)
+        cr_skip_test("SmolLM2 not fetched (tools/fetch-smollm2.sh)");
+    check_model(path, twin_backend);
+}
+
 /* The same checks on the device (skipped without one): what a GPU session runs first. */
 Test(gpu_device, matches_cpu_gqa_tied_f32) { check_model(fixture("gqa_f32.gguf"), device_backend); }
 Test(gpu_device, matches_cpu_f16) { check_model(fixture("f16.gguf"), device_backend); }
