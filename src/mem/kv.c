@@ -26,12 +26,12 @@ static mn_status pool_new(uint32_t n_layers, uint32_t kv_dim, uint32_t block_siz
         p->v = mn_calloc(n_layers, sizeof *p->v);
         if (!p->k || !p->v)
             goto nomem;
-    }
-    for (uint32_t l = 0; storage && l < n_layers; l++) {
-        p->k[l] = mn_aligned_calloc(64, per_layer);
-        p->v[l] = mn_aligned_calloc(64, per_layer);
-        if (!p->k[l] || !p->v[l])
-            goto nomem;
+        for (uint32_t l = 0; l < n_layers; l++) {
+            p->k[l] = mn_aligned_calloc(64, per_layer);
+            p->v[l] = mn_aligned_calloc(64, per_layer);
+            if (!p->k[l] || !p->v[l])
+                goto nomem;
+        }
     }
     /* Lowest ids on top of the stack, so a fresh pool hands out blocks 0, 1, 2, ... */
     for (uint32_t i = 0; i < n_blocks; i++)
