@@ -298,8 +298,6 @@ static mn_status cpu_forward(mn_backend *be, const mn_batch *batch, float *logit
                 hp->rms_eps);
     prepare_input(st, &m->output, st->xb, n_out, hp->dim);
     mn_pool_run(st->pool, region_logits, &p);
-    for (uint32_t s = 0; s < batch->n_seqs; s++)
-        batch->seqs[s].kv->len += batch->seqs[s].n_tokens;
     (void)err; /* a validated batch cannot fail on the CPU */
     return MN_OK;
 }

@@ -94,7 +94,7 @@ typedef struct cuda_state {
     mn_gpu_tok *d_tok;
     int32_t *d_tokens;
     uint32_t *d_out_rows, *d_table_off, *d_tables;
-    size_t cap_tables;        /* of d_tables and h.tables */
+    size_t d_cap_tables;      /* block ids d_tables holds (h.cap_tables may be ahead after a failure) */
     float *d_logits;          /* [max_tokens][n_vocab] */
     mn_gpu_host_layout h;     /* host side of the layout */
     bool graphs;              /* replay captured passes (MINIONS_CUDA_GRAPHS=0: plain launches) */
@@ -211,38 +211,26 @@ static void cuda_free(mn_backend *be)
         if (st->stream)
             cudaStreamDestroy(st->stream);
         mn_free(st->layers);
-        mn_free(st->h.tok);
-        mn_free(st->h.tokens);
-        mn_free(st->h.out_rows);
-        mn_free(st->h.table_off);
-        mn_free(st->h.tables);
+        mn_gpu_layout_free(&st->h);
         mn_free(st);
     }
     mn_kv_pool_free(be->kv);
     mn_free(be);
 }
 
-/* Room for n block ids in the layout's tables, host and device (the old device buffer stays in
- * allocs until the backend is freed: tables grow a few times at most). */
-static mn_status grow_tables(cuda_state *st, size_t n, mn_err *err)
+/* Room for the batch's block tables in the layout, host and device (the old device buffer stays
+ * in allocs until the backend is freed: tables grow a few times at most). */
+static mn_status reserve_tables(cuda_state *st, const mn_batch *batch, mn_err *err)
 {
-    if (n <= st->cap_tables)
-        return MN_OK;
-    size_t cap = n > 2 * st->cap_tables ? n : 2 * st->cap_tables;
-    uint32_t *h = (uint32_t *)mn_calloc(cap, sizeof *h);
-    void *d = NULL;
-    if (!h)
-        return mn_fail(err, MN_NOMEM, "cuda: cannot grow the block tables to %zu", cap);
-    mn_status s = dalloc(st, cap * sizeof(uint32_t), &d, err);
-    if (s != MN_OK) {
-        mn_free(h);
+    mn_status s = mn_gpu_layout_reserve(&st->h, batch, err);
+    if (s != MN_OK || st->h.cap_tables <= st->d_cap_tables)
         return s;
-    }
-    mn_free(st->h.tables);
-    st->h.tables = h;
+    void *d = NULL;
+    if ((s = dalloc(st, st->h.cap_tables * sizeof(uint32_t), &d, err)) != MN_OK)
+        return s;
     st->d_tables = (uint32_t *)d;
+    st->d_cap_tables = st->h.cap_tables;
     drop_graphs(st); /* they hold the old buffer */
-    st->cap_tables = cap;
     return MN_OK;
 }
 
@@ -283,7 +271,7 @@ static mn_status cuda_forward(mn_backend *be, const mn_batch *batch, float *logi
 {
     cuda_state *st = (cuda_state *)be->impl;
     const mn_hparams *hp = &be->model->hp;
-    mn_status s = grow_tables(st, mn_gpu_table_size(batch), err);
+    mn_status s = reserve_tables(st, batch, err);
     if (s != MN_OK)
         return s;
     mn_gpu_layout(batch, &st->h);
@@ -309,8 +297,6 @@ static mn_status cuda_forward(mn_backend *be, const mn_batch *batch, float *logi
     CUDA_TRY(cudaMemcpyAsync(logits, st->d_logits, (size_t)n_out * hp->n_vocab * sizeof(float),
                              cudaMemcpyDeviceToHost, q));
     CUDA_TRY(cudaStreamSynchronize(q));
-    for (uint32_t i = 0; i < batch->n_seqs; i++)
-        batch->seqs[i].kv->len += batch->seqs[i].n_tokens;
     return MN_OK;
 }
 
@@ -327,12 +313,10 @@ static mn_status setup(mn_backend *be, cuda_state *st, mn_err *err)
     CUDA_TRY(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking));
     if ((s = mn_kv_pool_new_tables(hp->n_layers, kvdim, cfg->kv_block_size, cfg->kv_blocks, &be->kv, err)))
         return s;
+    if ((s = mn_gpu_layout_init(&st->h, T, err)))
+        return s;
     st->layers = (mn_gpu_layer *)mn_calloc(hp->n_layers, sizeof *st->layers);
-    st->h.tok = (mn_gpu_tok *)mn_calloc(T, sizeof *st->h.tok);
-    st->h.tokens = (int32_t *)mn_calloc(T, sizeof(int32_t));
-    st->h.out_rows = (uint32_t *)mn_calloc(T, sizeof(uint32_t));
-    st->h.table_off = (uint32_t *)mn_calloc(T, sizeof(uint32_t));
-    if (!st->layers || !st->h.tok || !st->h.tokens || !st->h.out_rows || !st->h.table_off)
+    if (!st->layers)
         return mn_fail(err, MN_NOMEM, "cuda: out of host memory");
     size_t cache = (size_t)cfg->kv_blocks * cfg->kv_block_size * kvdim * sizeof(float);
     for (uint32_t l = 0; l < hp->n_layers; l++) {
@@ -370,8 +354,7 @@ static mn_status setup(mn_backend *be, cuda_state *st, mn_err *err)
     }
     void *tok = NULL, *tokens = NULL, *rows = NULL, *off = NULL;
     if ((s = dalloc(st, T * sizeof(mn_gpu_tok), &tok, err)) || (s = dalloc(st, T * sizeof(int32_t), &tokens, err)) ||
-        (s = dalloc(st, T * sizeof(uint32_t), &rows, err)) || (s = dalloc(st, T * sizeof(uint32_t), &off, err)) ||
-        (s = grow_tables(st, 64, err)))
+        (s = dalloc(st, T * sizeof(uint32_t), &rows, err)) || (s = dalloc(st, T * sizeof(uint32_t), &off, err)))
         return s;
     const char *graphs = getenv("MINIONS_CUDA_GRAPHS");
     st->graphs = !graphs || strcmp(graphs, "0") != 0;
@@ -391,10 +374,8 @@ extern "C" mn_status mn_cuda_backend_new(const mn_model *m, const mn_backend_con
     if (cfg->kind != MN_BACKEND_CUDA)
         return mn_fail(err, MN_UNSUPPORTED, "the CUDA backend has not yet run on a device: only --backend cuda "
                                             "selects it");
-    if (cfg->max_tokens == 0 || cfg->max_tokens > 65535) /* a grid's y dimension holds the tokens */
-        return mn_fail(err, MN_INVALID, "cuda: max_tokens %u is out of range 1..65535", cfg->max_tokens);
-    if (m->hp.head_dim > MN_G_MAX_HEAD_DIM)
-        return mn_fail(err, MN_UNSUPPORTED, "cuda: head dimension %u is over %d", m->hp.head_dim, MN_G_MAX_HEAD_DIM);
+    if ((s = mn_gpu_check_config(m, cfg, "cuda", err)) != MN_OK)
+        return s;
     mn_backend *be = (mn_backend *)mn_calloc(1, sizeof *be);
     cuda_state *st = (cuda_state *)mn_calloc(1, sizeof *st);
     if (!be || !st) {

@@ -1,12 +1,59 @@
 /* pass.cu - the order of a CUDA forward pass's steps (see pass.h); host code only. */
 #include "gpu/pass.h"
 
-size_t mn_gpu_table_size(const mn_batch *batch)
+extern "C" {
+#include "util/alloc.h"
+}
+
+mn_status mn_gpu_check_config(const mn_model *m, const mn_backend_config *cfg, const char *who, mn_err *err)
+{
+    if (cfg->max_tokens == 0 || cfg->max_tokens > 65535)
+        return mn_fail(err, MN_INVALID, "%s: max_tokens %u is out of range 1..65535", who, cfg->max_tokens);
+    if (m->hp.head_dim > MN_G_MAX_HEAD_DIM)
+        return mn_fail(err, MN_UNSUPPORTED, "%s: head dimension %u is over %d", who, m->hp.head_dim,
+                       MN_G_MAX_HEAD_DIM);
+    return MN_OK;
+}
+
+mn_status mn_gpu_layout_init(mn_gpu_host_layout *l, uint32_t max_tokens, mn_err *err)
+{
+    *l = {};
+    l->tok = (mn_gpu_tok *)mn_calloc(max_tokens, sizeof *l->tok);
+    l->tokens = (int32_t *)mn_calloc(max_tokens, sizeof *l->tokens);
+    l->out_rows = (uint32_t *)mn_calloc(max_tokens, sizeof *l->out_rows);
+    l->table_off = (uint32_t *)mn_calloc(max_tokens, sizeof *l->table_off);
+    if (!l->tok || !l->tokens || !l->out_rows || !l->table_off) {
+        mn_gpu_layout_free(l);
+        return mn_fail(err, MN_NOMEM, "gpu: cannot allocate the layout of %u tokens", max_tokens);
+    }
+    return MN_OK;
+}
+
+void mn_gpu_layout_free(mn_gpu_host_layout *l)
+{
+    mn_free(l->tok);
+    mn_free(l->tokens);
+    mn_free(l->out_rows);
+    mn_free(l->table_off);
+    mn_free(l->tables);
+    *l = {};
+}
+
+mn_status mn_gpu_layout_reserve(mn_gpu_host_layout *l, const mn_batch *batch, mn_err *err)
 {
     size_t n = 0;
     for (uint32_t s = 0; s < batch->n_seqs; s++)
         n += batch->seqs[s].kv->n_blocks;
-    return n;
+    if (n <= l->cap_tables)
+        return MN_OK;
+    size_t cap = n > 2 * l->cap_tables ? n : 2 * l->cap_tables;
+    uint32_t *t = (uint32_t *)mn_calloc(cap, sizeof *t);
+    if (!t)
+        return mn_fail(err, MN_NOMEM, "gpu: cannot grow the block tables to %zu", cap);
+    mn_free(l->tables);
+    l->tables = t;
+    l->cap_tables = cap;
+    return MN_OK;
 }
 
 void mn_gpu_layout(const mn_batch *batch, mn_gpu_host_layout *l)

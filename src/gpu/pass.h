@@ -55,19 +55,31 @@ typedef struct mn_gpu_exec {
     void (*swiglu)(void *ctx, float *gate, const float *up, size_t n);
 } mn_gpu_exec;
 
-/* The batch's layout (host arrays of at least T, T, n_seqs and the sum of the sequences' blocks). */
+/* The batch's layout on the host: arrays of max_tokens entries (a pass has at most that many
+ * tokens, so at most that many sequences) and the block tables, grown on demand. */
 typedef struct mn_gpu_host_layout {
     mn_gpu_tok *tok;
     int32_t *tokens;
     uint32_t *out_rows;
     uint32_t *table_off;
-    uint32_t *tables;
+    uint32_t *tables;   /* [cap_tables] */
+    size_t cap_tables;
     uint32_t T, n_out, n_tables;
 } mn_gpu_host_layout;
 
-/* Blocks the batch's tables hold in all (how large `tables` must be). */
-size_t mn_gpu_table_size(const mn_batch *batch);
-/* Fill l from the batch: token t of the pass is token i of sequence s at position kv->len + i. */
+/* The limits the device pass and its twin share: max_tokens 1..65535 (a grid's y dimension
+ * counts tokens; MN_INVALID) and head_dim <= MN_G_MAX_HEAD_DIM (MN_UNSUPPORTED). who names the
+ * backend in the message. */
+mn_status mn_gpu_check_config(const mn_model *m, const mn_backend_config *cfg, const char *who, mn_err *err);
+/* Allocate l's arrays for max_tokens tokens (tables come with mn_gpu_layout_reserve); MN_NOMEM.
+ * mn_gpu_layout_free frees them (l may be partly allocated or zeroed). */
+mn_status mn_gpu_layout_init(mn_gpu_host_layout *l, uint32_t max_tokens, mn_err *err);
+void mn_gpu_layout_free(mn_gpu_host_layout *l);
+/* Room in l->tables for the batch's block tables (growing to at least twice the old capacity);
+ * MN_NOMEM, l unchanged. */
+mn_status mn_gpu_layout_reserve(mn_gpu_host_layout *l, const mn_batch *batch, mn_err *err);
+/* Fill l from the batch (after mn_gpu_layout_reserve): token t of the pass is token i of sequence
+ * s at position kv->len + i. */
 void mn_gpu_layout(const mn_batch *batch, mn_gpu_host_layout *l);
 
 /* One forward pass over T tokens: a (tok, tables, table_off in the executor's memory; the rest is

@@ -12,14 +12,9 @@ extern "C" {
 }
 
 typedef struct twin {
-    float *x, *xb, *q, *k, *v, *att, *gate, *up; /* [max_tokens][width] as on the device */
-    mn_gpu_tok *tok;                             /* [max_tokens] */
-    uint32_t *out_rows;                          /* [max_tokens] */
-    int32_t *tokens;                             /* [max_tokens] */
-    uint32_t *table_off;                         /* [max_tokens]: a pass has at most that many sequences */
-    uint32_t *tables;                            /* [cap_tables] */
-    size_t cap_tables;
-    mn_gpu_model model;                          /* the weights where they are mapped */
+    mn_gpu_bufs bufs;      /* [max_tokens][width] as on the device */
+    mn_gpu_host_layout h;  /* the pass's layout, read by the kernels where it is */
+    mn_gpu_model model;    /* the weights where they are mapped */
     mn_gpu_layer *layers;
 } twin;
 
@@ -27,14 +22,11 @@ static void twin_free(mn_backend *be)
 {
     twin *tw = (twin *)be->impl;
     if (tw) {
-        float *bufs[] = {tw->x, tw->xb, tw->q, tw->k, tw->v, tw->att, tw->gate, tw->up};
+        const mn_gpu_bufs *b = &tw->bufs;
+        float *bufs[] = {b->x, b->xb, b->q, b->k, b->v, b->att, b->gate, b->up};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             mn_free(bufs[i]);
-        mn_free(tw->tok);
-        mn_free(tw->out_rows);
-        mn_free(tw->tokens);
-        mn_free(tw->table_off);
-        mn_free(tw->tables);
+        mn_gpu_layout_free(&tw->h);
         mn_free(tw->layers);
         mn_free(tw);
     }
@@ -107,23 +99,14 @@ static mn_status twin_forward(mn_backend *be, const mn_batch *batch, float *logi
 {
     twin *tw = (twin *)be->impl;
     const mn_hparams *hp = &be->model->hp;
-    size_t n_tables = mn_gpu_table_size(batch);
-    if (n_tables > tw->cap_tables) {
-        uint32_t *grown = (uint32_t *)mn_calloc(n_tables, sizeof *grown);
-        if (!grown)
-            return mn_fail(err, MN_NOMEM, "cuda twin: cannot grow the block tables to %zu", n_tables);
-        mn_free(tw->tables);
-        tw->tables = grown;
-        tw->cap_tables = n_tables;
-    }
-    mn_gpu_host_layout l = {tw->tok, tw->tokens, tw->out_rows, tw->table_off, tw->tables, 0, 0, 0};
-    mn_gpu_layout(batch, &l);
-    mn_gpu_attn a = {tw->tok, tw->tables, tw->table_off, NULL, NULL, be->kv->block_size, be->kv->kv_dim,
+    mn_gpu_host_layout *l = &tw->h;
+    mn_status s = mn_gpu_layout_reserve(l, batch, err);
+    if (s != MN_OK)
+        return s;
+    mn_gpu_layout(batch, l);
+    mn_gpu_attn a = {l->tok, l->tables, l->table_off, NULL, NULL, be->kv->block_size, be->kv->kv_dim,
                      hp->head_dim, hp->n_heads, hp->n_kv_heads, hp->rope_dim, hp->rope_base};
-    mn_gpu_bufs b = {tw->x, tw->xb, tw->q, tw->k, tw->v, tw->att, tw->gate, tw->up};
-    mn_gpu_pass(&host_exec, NULL, &tw->model, &b, a, tw->tokens, l.T, tw->out_rows, l.n_out, logits);
-    for (uint32_t s = 0; s < batch->n_seqs; s++)
-        batch->seqs[s].kv->len += batch->seqs[s].n_tokens;
+    mn_gpu_pass(&host_exec, NULL, &tw->model, &tw->bufs, a, l->tokens, l->T, l->out_rows, l->n_out, logits);
     return MN_OK;
 }
 
@@ -140,10 +123,9 @@ static float *fbuf(size_t rows, size_t cols, int *ok)
 extern "C" mn_status mn_gpu_twin_new(const mn_model *m, const mn_backend_config *cfg, mn_backend **out, mn_err *err)
 {
     const mn_hparams *hp = &m->hp;
-    if (cfg->max_tokens == 0 || cfg->max_tokens > 65536)
-        return mn_fail(err, MN_INVALID, "cuda twin: max_tokens %u is out of range 1..65536", cfg->max_tokens);
-    if (hp->head_dim > MN_G_MAX_HEAD_DIM)
-        return mn_fail(err, MN_INVALID, "cuda twin: head dimension %u is over %d", hp->head_dim, MN_G_MAX_HEAD_DIM);
+    mn_status s = mn_gpu_check_config(m, cfg, "cuda twin", err);
+    if (s != MN_OK)
+        return s;
     mn_backend *be = (mn_backend *)mn_calloc(1, sizeof *be);
     twin *tw = (twin *)mn_calloc(1, sizeof *tw);
     if (!be || !tw) {
@@ -156,26 +138,23 @@ extern "C" mn_status mn_gpu_twin_new(const mn_model *m, const mn_backend_config 
     be->cfg = *cfg;
     be->impl = tw;
     uint32_t T = cfg->max_tokens, qdim = hp->n_heads * hp->head_dim, kvdim = hp->n_kv_heads * hp->head_dim;
-    mn_status s = mn_kv_pool_new(hp->n_layers, kvdim, cfg->kv_block_size, cfg->kv_blocks, &be->kv, err);
-    if (s != MN_OK) {
+    if ((s = mn_kv_pool_new(hp->n_layers, kvdim, cfg->kv_block_size, cfg->kv_blocks, &be->kv, err)) != MN_OK ||
+        (s = mn_gpu_layout_init(&tw->h, T, err)) != MN_OK) {
         twin_free(be);
         return s;
     }
     int ok = 1;
-    tw->x = fbuf(T, hp->dim, &ok);
-    tw->xb = fbuf(T, hp->dim, &ok);
-    tw->q = fbuf(T, qdim, &ok);
-    tw->k = fbuf(T, kvdim, &ok);
-    tw->v = fbuf(T, kvdim, &ok);
-    tw->att = fbuf(T, qdim, &ok);
-    tw->gate = fbuf(T, hp->n_ff, &ok);
-    tw->up = fbuf(T, hp->n_ff, &ok);
-    tw->tok = (mn_gpu_tok *)mn_calloc(T, sizeof *tw->tok);
-    tw->out_rows = (uint32_t *)mn_calloc(T, sizeof(uint32_t));
-    tw->tokens = (int32_t *)mn_calloc(T, sizeof(int32_t));
-    tw->table_off = (uint32_t *)mn_calloc(T, sizeof(uint32_t));
+    mn_gpu_bufs *b = &tw->bufs;
+    b->x = fbuf(T, hp->dim, &ok);
+    b->xb = fbuf(T, hp->dim, &ok);
+    b->q = fbuf(T, qdim, &ok);
+    b->k = fbuf(T, kvdim, &ok);
+    b->v = fbuf(T, kvdim, &ok);
+    b->att = fbuf(T, qdim, &ok);
+    b->gate = fbuf(T, hp->n_ff, &ok);
+    b->up = fbuf(T, hp->n_ff, &ok);
     tw->layers = (mn_gpu_layer *)mn_calloc(hp->n_layers, sizeof *tw->layers);
-    if (!ok || !tw->tok || !tw->out_rows || !tw->tokens || !tw->table_off || !tw->layers) {
+    if (!ok || !tw->layers) {
         twin_free(be);
         return mn_fail(err, MN_NOMEM, "cuda twin: cannot allocate activations for %u tokens", T);
     }

@@ -9,7 +9,8 @@
  *
  * It is slow (one serial loop per output) and not batch-invariant bit for bit beyond what its
  * serial sums give; it is never selected by mn_backend_new. Weights: every type the engine reads.
- * Errors: MN_NOMEM, MN_INVALID (max_tokens out of range, head_dim over MN_G_MAX_HEAD_DIM).
+ * Errors: MN_NOMEM, MN_INVALID (max_tokens out of 1..65535, as on the device), MN_UNSUPPORTED
+ * (head_dim over MN_G_MAX_HEAD_DIM): mn_gpu_check_config's limits.
  * Thread: as any backend, one driving thread.
  */
 #ifndef MN_GPU_TWIN_H

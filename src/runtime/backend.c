@@ -58,7 +58,11 @@ mn_status mn_backend_forward(mn_backend *b, const mn_batch *batch, float *logits
     if (total > b->cfg.max_tokens)
         return mn_fail(err, MN_INVALID, "forward: %llu tokens exceed the pass limit of %u",
                        (unsigned long long)total, b->cfg.max_tokens);
-    return b->ops->forward(b, batch, logits, err);
+    mn_status st = b->ops->forward(b, batch, logits, err);
+    if (st == MN_OK) /* the pass wrote K/V for the new positions: they are the sequence's now */
+        for (uint32_t i = 0; i < batch->n_seqs; i++)
+            batch->seqs[i].kv->len += batch->seqs[i].n_tokens;
+    return st;
 }
 
 mn_status mn_backend_prefill(mn_backend *b, mn_kv_seq *kv, const int32_t *tokens, uint32_t n, float *logits,

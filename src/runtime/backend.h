@@ -60,6 +60,7 @@ typedef struct mn_backend mn_backend;
 
 typedef struct mn_backend_ops {
     const char *name;
+    /* the pass over a validated batch; mn_backend_forward advances the lengths when it succeeds */
     mn_status (*forward)(mn_backend *b, const mn_batch *batch, float *logits, mn_err *err);
     void (*free)(mn_backend *b);
 } mn_backend_ops;
