@@ -35,6 +35,11 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
+# The output files exist before the daemon starts: its redirections happen in the background
+# child, and under load the loop below could read a file not yet created; sed's failure then ended
+# this script under set -e with status 2 and no message (ASan soak failures seen in CI and here).
+: >"$tmp/minionsd.out"
+: >"$tmp/minionsd.err"
 "$bin/minionsd" --model "$model" --port 0 --unix "$tmp/sock" --admin "ipc://$tmp/admin" --threads "$threads" \
   --max-batch "$max_batch" --kv-blocks "$kv_blocks" --output-buffer 4 --max-line "$max_line" \
   --drain-timeout 30 >"$tmp/minionsd.out" 2>"$tmp/minionsd.err" &
