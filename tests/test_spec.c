@@ -1046,6 +1046,8 @@ Test(ngram, long_sequences_stay_linear, .timeout = 2)
  * ones were, so a round yields (1 - a^(s+1)) / (1 - a) tokens on average. */
 typedef struct spec_model {
     double a, verify_slope, draft_cost;
+    bool drawn; /* each sequence's acceptance drawn (with the histograms the model rule reads), instead
+                 * of every step yielding the expectation */
 } spec_model;
 
 static double model_cost(const spec_model *m, uint32_t s)
@@ -1068,13 +1070,37 @@ static uint32_t lcg(uint32_t *st)
     return *st >> 8;
 }
 
-/* One step of `batch` sequences at the tuner's current s of that class: seconds per produced token
- * from the model, times (1 +- noise) uniform; the step yields 10 tokens. Returns whether it decided. */
+/* A step without histograms (what the slope rule reads). */
+static bool observe(mn_tuner *t, uint32_t batch, uint32_t s, double seconds, uint32_t tokens, bool adapt,
+                    mn_tuner_decision *d)
+{
+    mn_tuner_step st = {.batch = batch, .s = s, .seconds = seconds, .tokens = tokens};
+    return mn_tuner_observe(t, &st, adapt, d);
+}
+
+/* One step of `batch` sequences at the tuner's current s of that class, its time times (1 +- noise)
+ * uniform. Not drawn: seconds per produced token from the model, the step yields 10 tokens. Drawn:
+ * each sequence keeps each draft token with probability a while it kept the previous ones, and the
+ * step takes batch * (1 + (verify_slope + draft_cost) * s) seconds. Returns whether it decided. */
 static bool feed(mn_tuner *t, const spec_model *m, uint32_t batch, double noise, uint32_t *rng, mn_tuner_decision *d)
 {
     uint32_t s = t->c[mn_tuner_class_of(batch)].s;
     double jitter = 1 + noise * (2.0 * (lcg(rng) & 0xffff) / 0xffff - 1);
-    return mn_tuner_observe(t, batch, s, 10 * model_cost(m, s) * jitter, 10, true, d);
+    if (!m->drawn)
+        return observe(t, batch, s, 10 * model_cost(m, s) * jitter, 10, true, d);
+    mn_tuner_step st = {.batch = batch, .s = s};
+    st.seconds = batch * (1 + (m->verify_slope + m->draft_cost) * s) * jitter;
+    for (uint32_t i = 0; i < batch; i++) {
+        uint32_t a = 0;
+        while (a < s && (lcg(rng) & 0xffff) < m->a * 0x10000)
+            a++;
+        if (a == s && s > 0)
+            st.full[a]++;
+        else
+            st.ended[a]++;
+        st.tokens += 1 + a;
+    }
+    return mn_tuner_observe(t, &st, true, d);
 }
 
 /* Run n decisions; returns the mean cost over them relative to the best length's. */
@@ -1176,31 +1202,31 @@ Test(tuner, slope_rule_steps_and_bounds)
     cr_assert_eq(t.c[0].s, 2, "clamped to s_min");
     mn_tuner_decision d;
     /* one point: probe up by s_reward */
-    cr_assert(mn_tuner_observe(&t, 1, 2, 1.0, 1, true, &d));
+    cr_assert(observe(&t, 1, 2, 1.0, 1, true, &d));
     cr_assert_eq(d.to, 4);
     cr_assert_str_eq(d.why, "probe");
     /* 4 cheaper than 2: slope < 0, up again to 6 (no point there: a probe) */
-    cr_assert(mn_tuner_observe(&t, 1, 4, 0.8, 1, true, &d));
+    cr_assert(observe(&t, 1, 4, 0.8, 1, true, &d));
     cr_assert_eq(d.to, 6);
     /* at 6 no neighbor has a point (4 is out of reach): a probe, and s + 2 is past s_max, so down
      * by s_punish to 5 */
-    cr_assert(mn_tuner_observe(&t, 1, 6, 0.9, 1, true, &d));
+    cr_assert(observe(&t, 1, 6, 0.9, 1, true, &d));
     cr_assert_eq(d.from, 6);
     cr_assert_eq(d.to, 5);
     cr_assert_str_eq(d.why, "probe");
     /* 5 cheapest of 4, 5, 6: the line through them rises (0.8 -> 0.9), pointing at 4, which is
      * fresh and dearer: it rests */
-    cr_assert(mn_tuner_observe(&t, 1, 5, 0.7, 1, true, &d));
+    cr_assert(observe(&t, 1, 5, 0.7, 1, true, &d));
     cr_assert_eq(d.to, 5);
     cr_assert_str_eq(d.why, "rest");
     /* at s_max the probe goes down */
     mn_tuner_init(&t, &p, 7);
-    cr_assert(mn_tuner_observe(&t, 1, 7, 1.0, 1, true, &d));
+    cr_assert(observe(&t, 1, 7, 1.0, 1, true, &d));
     cr_assert_eq(d.to, 6);
     for (int i = 0; i < 200; i++) {
         uint32_t s = t.c[0].s;
         cr_assert(s >= 2 && s <= 7);
-        mn_tuner_observe(&t, 1, s, 1.0 + 0.1 * (i % 3), 1, true, &d);
+        observe(&t, 1, s, 1.0 + 0.1 * (i % 3), 1, true, &d);
     }
 }
 
@@ -1214,11 +1240,11 @@ Test(tuner, windows_classes_and_fixed_mode)
     mn_tuner t;
     mn_tuner_init(&t, &p, 4);
     mn_tuner_decision d;
-    cr_assert_not(mn_tuner_observe(&t, 1, 4, 1.0, 2, true, &d));
-    cr_assert_not(mn_tuner_observe(&t, 1, 3, 1.0, 2, true, &d)); /* another s: ignored */
-    cr_assert_not(mn_tuner_observe(&t, 16, 4, 1.0, 2, true, &d)); /* another class */
-    cr_assert_not(mn_tuner_observe(&t, 1, 4, 1.0, 2, true, &d));
-    cr_assert(mn_tuner_observe(&t, 1, 4, 1.0, 2, true, &d));
+    cr_assert_not(observe(&t, 1, 4, 1.0, 2, true, &d));
+    cr_assert_not(observe(&t, 1, 3, 1.0, 2, true, &d)); /* another s: ignored */
+    cr_assert_not(observe(&t, 16, 4, 1.0, 2, true, &d)); /* another class */
+    cr_assert_not(observe(&t, 1, 4, 1.0, 2, true, &d));
+    cr_assert(observe(&t, 1, 4, 1.0, 2, true, &d));
     cr_assert_eq(d.cls, 0);
     cr_assert_float_eq(d.cost, 0.5, 1e-12);
     cr_assert_float_eq(t.c[0].at[4].cost, 0.5, 1e-12);
@@ -1228,7 +1254,7 @@ Test(tuner, windows_classes_and_fixed_mode)
 
     mn_tuner_restart(&t, 12, false); /* fixed mode: spec.length as given, even past s_max */
     for (int i = 0; i < 30; i++)
-        cr_assert_not(mn_tuner_observe(&t, 1, 12, 2.0, 1, false, &d));
+        cr_assert_not(observe(&t, 1, 12, 2.0, 1, false, &d));
     cr_assert_eq(t.c[0].s, 12);
     cr_assert(t.c[0].at[12].known);
     cr_assert_float_eq(t.c[0].at[12].cost, 2.0, 1e-12);
@@ -1257,6 +1283,253 @@ Test(tuner, follows_a_curve_that_moves)
     cr_assert_lt(rel, 1.02, "%.3f x the optimum's cost after the change", rel);
 }
 
+/* ---- the model rule ---- */
+
+static mn_tuner_params model_params(void)
+{
+    mn_tuner_params p = mn_tuner_defaults();
+    p.rule = MN_TUNER_RULE_MODEL;
+    return p;
+}
+
+/* The counterfactual yield, by hand (batch 2: class 1): one sequence rejected after 2 of 6 drafted tokens and one that
+ * kept all 6, then one step at 2 (both kept 1). Lengths up to 6 are exact; 8 extrapolates the
+ * censored sequence with rho = kept / (kept + stopped); times come from the line through 2 and 6. */
+Test(tuner, model_yield_by_hand)
+{
+    mn_tuner_params p = model_params();
+    p.decision_threshold = 1000; /* no window closes: nothing decays */
+    mn_tuner t;
+    mn_tuner_init(&t, &p, 6);
+    mn_tuner_decision d;
+    mn_tuner_step a = {.batch = 2, .s = 6, .seconds = 2 * 1.6, .tokens = 3 + 7};
+    a.ended[2] = 1, a.full[6] = 1;
+    cr_assert_not(mn_tuner_observe(&t, &a, true, &d));
+    cr_assert(isnan(mn_tuner_model_cost(&t, 1, 4)), "one length ran: no line for the others");
+    mn_tuner_step b = {.batch = 2, .s = 2, .seconds = 2 * 1.2, .tokens = 2 + 2};
+    b.ended[1] = 2;
+    cr_assert_not(mn_tuner_observe(&t, &b, true, &d));
+    /* time per sequence: 1.2 at 2, 1.6 at 6: the line 1 + 0.1 x */
+    double yield4 = ((1 + 2) + (1 + 4) + 2 * (1 + 1)) / 4.0;
+    cr_assert_float_eq(mn_tuner_model_cost(&t, 1, 4), 1.4 / yield4, 1e-9);
+    double yield1 = (2 + 2 + 2 + 2) / 4.0;
+    cr_assert_float_eq(mn_tuner_model_cost(&t, 1, 1), 1.1 / yield1, 1e-9);
+    double rho = (2 + 6 + 1 + 1) / (2 + 6 + 1 + 1 + 3.0); /* kept / (kept + stopped) */
+    double yield8 = ((1 + 2) + (1 + 6 + rho + rho * rho) + 2 * (1 + 1)) / 4.0;
+    cr_assert_float_eq(mn_tuner_model_cost(&t, 1, 8), 1.8 / yield8, 1e-9);
+    cr_assert_float_eq(mn_tuner_model_cost(&t, 1, 0), 1.0, 1e-9, "0 never ran: the line's value over 1 token");
+    cr_assert(isnan(mn_tuner_model_cost(&t, 0, 4)), "another class (batch 1) knows nothing");
+}
+
+/* Drawn acceptance, from either end of the range: it reaches the cheapest length and then spends
+ * nearly every window there (a probe every probe_every windows excepted). */
+Test(tuner, model_finds_the_cheapest_length)
+{
+    spec_model m = {.a = 0.75, .verify_slope = 0.15, .draft_cost = 0.1, .drawn = true};
+    uint32_t best = model_best(&m, 0, 8);
+    cr_assert(best > 1 && best < 7, "the model's optimum %u should be inside the range", best);
+    for (uint32_t s0 = 0; s0 <= 8; s0 += 8) {
+        mn_tuner_params p = model_params();
+        mn_tuner t;
+        mn_tuner_init(&t, &p, s0);
+        uint32_t rng = 11;
+        int at_best;
+        run_decisions(&t, &m, 1, 0, 20, &rng, &at_best);
+        double rel = run_decisions(&t, &m, 1, 0, 400, &rng, &at_best);
+        cr_assert_geq(at_best, 330, "from %u: at the optimum %u in %d of 400 windows", s0, best, at_best);
+        cr_assert_lt(rel, 1.02, "from %u: %.3f x the optimum's cost", s0, rel);
+        cr_assert_leq(t.c[0].probes, 20 + 400 / p.probe_every + 2, "probes: %llu",
+                      (unsigned long long)t.c[0].probes);
+    }
+}
+
+/* With 15% noise on every step's time and drawn acceptance, 4 sequences a step, and after the
+ * drafts get much better (the best length rises by 3 or more), it follows. */
+Test(tuner, model_noise_and_a_change_of_text)
+{
+    spec_model weak = {.a = 0.5, .verify_slope = 0.15, .draft_cost = 0.05, .drawn = true};
+    spec_model strong = {.a = 0.95, .verify_slope = 0.15, .draft_cost = 0.05, .drawn = true};
+    mn_tuner_params p = model_params();
+    mn_tuner t;
+    mn_tuner_init(&t, &p, 4);
+    uint32_t rng = 5;
+    int at_best;
+    run_decisions(&t, &weak, 4, 0.15, 30, &rng, &at_best);
+    double rel = run_decisions(&t, &weak, 4, 0.15, 300, &rng, &at_best);
+    cr_assert_lt(rel, 1.05, "weak drafts: %.3f x the optimum's cost", rel);
+    run_decisions(&t, &strong, 4, 0.15, 30, &rng, &at_best);
+    rel = run_decisions(&t, &strong, 4, 0.15, 300, &rng, &at_best);
+    cr_assert_lt(rel, 1.05, "strong drafts: %.3f x the optimum's cost", rel);
+}
+
+/* Drafts that are never accepted: plain decoding. Drafts that always are: s_max. */
+Test(tuner, model_goes_to_the_ends)
+{
+    spec_model none = {.a = 0, .verify_slope = 0.2, .draft_cost = 0.1, .drawn = true};
+    spec_model all = {.a = 1, .verify_slope = 0.2, .draft_cost = 0.1, .drawn = true};
+    mn_tuner_params p = model_params();
+    mn_tuner t;
+    mn_tuner_init(&t, &p, 4);
+    uint32_t rng = 3;
+    int at_best;
+    run_decisions(&t, &none, 1, 0, 10, &rng, &at_best);
+    cr_assert_eq(t.c[0].home, 0);
+    run_decisions(&t, &none, 1, 0, 200, &rng, &at_best);
+    cr_assert_geq(at_best, 180);
+    run_decisions(&t, &all, 1, 0, 60, &rng, &at_best);
+    run_decisions(&t, &all, 1, 0, 200, &rng, &at_best);
+    cr_assert_geq(at_best, 180, "at s_max in %d of 200 windows", at_best);
+}
+
+/* The model fills in fixed mode too (stats show it), and a step at another length than the
+ * class's (in flight across a change) still teaches it. */
+Test(tuner, model_learns_in_fixed_mode_and_from_any_length)
+{
+    mn_tuner_params p = mn_tuner_defaults();
+    p.decision_threshold = 2;
+    mn_tuner t;
+    mn_tuner_init(&t, &p, 3);
+    mn_tuner_decision d;
+    mn_tuner_step a = {.batch = 1, .s = 3, .seconds = 1.0, .tokens = 2};
+    a.ended[1] = 1;
+    mn_tuner_step b = {.batch = 1, .s = 5, .seconds = 2.0, .tokens = 6};
+    b.full[5] = 1;
+    for (int i = 0; i < 4; i++) {
+        cr_assert_not(mn_tuner_observe(&t, &a, false, &d));
+        cr_assert_not(mn_tuner_observe(&t, &b, false, &d));
+    }
+    cr_assert_eq(t.c[0].s, 3);
+    cr_assert_eq(t.c[0].at[5].steps, 0, "the window counts only the class's length");
+    cr_assert(t.c[0].model.steps[5] > 0);
+    cr_assert(!isnan(mn_tuner_model_cost(&t, 0, 4)));
+}
+
+/* ---- the sequence rule ---- */
+
+Test(tuner, sequence_length_by_hand)
+{
+    mn_tuner_seq q = {0};
+    mn_tuner_advice a = {.s = 8, .theta = 0.3f, .rho = 0.5f};
+    cr_assert_eq(mn_tuner_seq_length(&q, &a, 8), 1, "the prior alone: 0.5 > 0.3 > 0.25");
+    a.theta = 0.2f;
+    cr_assert_eq(mn_tuner_seq_length(&q, &a, 8), 2, "0.25 > 0.2 > 0.125");
+    cr_assert_eq(mn_tuner_seq_length(&q, &a, 0), 0);
+    for (int i = 0; i < 6; i++) /* kept 4 of 4, six times: rho about 0.95 */
+        mn_tuner_seq_observe(&q, 4, false);
+    cr_assert_eq(mn_tuner_seq_length(&q, &a, 8), 8, "a sequence that keeps everything: its cap");
+    cr_assert_eq(mn_tuner_seq_length(&q, &a, 3), 3);
+    for (int i = 0; i < 12; i++) /* then rejected at once, twelve times */
+        mn_tuner_seq_observe(&q, 0, true);
+    cr_assert_eq(mn_tuner_seq_length(&q, &a, 8), 1, "it never goes below 1");
+    a.theta = NAN;
+    cr_assert_eq(mn_tuner_seq_length(&q, &a, 5), 5, "no figures: the cap");
+}
+
+/* theta = beta / c from a step time that grows by 0.1 s per drafted token and sequence. */
+Test(tuner, sequence_theta_from_steps)
+{
+    mn_tuner_params p = mn_tuner_defaults();
+    p.rule = MN_TUNER_RULE_SEQUENCE;
+    p.decision_threshold = 1000;
+    mn_tuner t;
+    mn_tuner_init(&t, &p, 8);
+    mn_tuner_decision d;
+    cr_assert(isnan(mn_tuner_advise(&t, 0).theta));
+    double seconds = 0, tokens = 0;
+    for (uint32_t k = 0; k < 6; k++) {
+        mn_tuner_step st = {.batch = 1, .s = 8, .drafted = 2 + k, .seconds = 1 + 0.1 * (2 + k), .tokens = 2};
+        st.ended[1] = 1;
+        seconds += st.seconds, tokens += 2;
+        mn_tuner_observe(&t, &st, true, &d);
+    }
+    mn_tuner_advice a = mn_tuner_advise(&t, 0);
+    cr_assert_float_eq(a.theta, 0.1 / (seconds / tokens), 1e-5);
+    cr_assert_float_eq(a.rho, 6.0 / 12.0, 1e-6, "kept 1 and stopped, six times");
+    cr_assert_eq(a.s, 8);
+    p.rule = MN_TUNER_RULE_MODEL;
+    mn_tuner_reparam(&t, &p);
+    cr_assert(isnan(mn_tuner_advise(&t, 0).theta), "other rules give no figures");
+}
+
+/* A batch of two sequences that copy (each draft token kept with probability 0.95) and two that do
+ * not (0.2), a step costing 1 per sequence plus 0.12 per drafted token: one length for all is a
+ * compromise, a length per sequence is not. The sequence rule, as the verifier runs it (each
+ * sequence's length from the advice and its own acceptance), beats the best fixed length. */
+typedef struct seq_sim {
+    mn_tuner_seq acc[4];
+    double seconds, tokens;
+} seq_sim;
+
+static void seq_steps(mn_tuner *t, seq_sim *sim, int steps, bool per_sequence, uint32_t *rng)
+{
+    static const double accept[4] = {0.95, 0.95, 0.2, 0.2};
+    for (int i = 0; i < steps; i++) {
+        mn_tuner_class *c = &t->c[mn_tuner_class_of(4)];
+        mn_tuner_advice a = per_sequence ? mn_tuner_advise(t, mn_tuner_class_of(4))
+                                         : (mn_tuner_advice){.s = c->s, .theta = NAN, .rho = NAN};
+        mn_tuner_step st = {.batch = 4, .s = c->s};
+        for (int k = 0; k < 4; k++) {
+            uint32_t cap = mn_tuner_seq_length(&sim->acc[k], &a, c->s), kept = 0;
+            while (kept < cap && (lcg(rng) & 0xffff) < accept[k] * 0x10000)
+                kept++;
+            mn_tuner_seq_observe(&sim->acc[k], kept, kept < cap);
+            if (cap && kept == cap)
+                st.full[kept]++;
+            else
+                st.ended[kept]++;
+            st.drafted += cap;
+            st.tokens += 1 + kept;
+        }
+        st.seconds = 4 + 0.12 * st.drafted;
+        sim->seconds += st.seconds, sim->tokens += st.tokens;
+        mn_tuner_decision d;
+        mn_tuner_observe(t, &st, per_sequence, &d);
+    }
+}
+
+Test(tuner, sequence_rule_beats_every_fixed_length_on_a_mixed_batch)
+{
+    double best_fixed = INFINITY;
+    uint32_t rng = 17;
+    for (uint32_t s = 0; s <= 8; s++) {
+        mn_tuner_params p = mn_tuner_defaults();
+        mn_tuner t;
+        mn_tuner_init(&t, &p, s);
+        seq_sim sim = {0};
+        seq_steps(&t, &sim, 3000, false, &rng);
+        double cost = sim.seconds / sim.tokens;
+        best_fixed = cost < best_fixed ? cost : best_fixed;
+    }
+    mn_tuner_params p = mn_tuner_defaults();
+    p.rule = MN_TUNER_RULE_SEQUENCE;
+    mn_tuner t;
+    mn_tuner_init(&t, &p, 4);
+    seq_sim warm = {0}, sim = {0};
+    seq_steps(&t, &warm, 300, true, &rng);
+    memcpy(sim.acc, warm.acc, sizeof sim.acc);
+    seq_steps(&t, &sim, 3000, true, &rng);
+    double cost = sim.seconds / sim.tokens;
+    cr_assert_lt(cost, 0.95 * best_fixed, "sequence rule %.4f against the best fixed length's %.4f", cost, best_fixed);
+}
+
+/* Drafts that are never kept: the sequence rule's class goes to plain decoding, and back to
+ * speculating once they are. */
+Test(tuner, sequence_rule_goes_plain_and_back)
+{
+    spec_model none = {.a = 0, .verify_slope = 0.2, .draft_cost = 0.1, .drawn = true};
+    spec_model all = {.a = 0.95, .verify_slope = 0.05, .draft_cost = 0, .drawn = true};
+    mn_tuner_params p = mn_tuner_defaults();
+    p.rule = MN_TUNER_RULE_SEQUENCE;
+    mn_tuner t;
+    mn_tuner_init(&t, &p, 4);
+    uint32_t rng = 9;
+    int at_best;
+    run_decisions(&t, &none, 1, 0, 40, &rng, &at_best);
+    cr_assert_eq(t.c[0].home, 0, "plain");
+    run_decisions(&t, &all, 1, 0, 60, &rng, &at_best);
+    cr_assert_eq(t.c[0].home, p.s_max, "speculating, the sequences choosing up to s_max");
+}
+
 Test(tuner, parameters_and_option)
 {
     mn_tuner_params p = mn_tuner_defaults();
@@ -1272,6 +1545,15 @@ Test(tuner, parameters_and_option)
     cr_assert_eq(mn_tuner_set_param(&p, "probe_every", NAN, "x", &err), MN_INVALID);
     cr_assert_eq(mn_tuner_set_param(&p, "cost", NAN, "verify", &err), MN_OK);
     cr_assert_eq(p.cost, MN_TUNER_COST_VERIFY);
+    cr_assert_eq(mn_tuner_set_param(&p, "rule", NAN, "model", &err), MN_OK);
+    cr_assert_eq(p.rule, MN_TUNER_RULE_MODEL);
+    cr_assert_eq(mn_tuner_set_param(&p, "rule", NAN, "sequence", &err), MN_OK);
+    cr_assert_eq(p.rule, MN_TUNER_RULE_SEQUENCE);
+    cr_assert_str_eq(mn_tuner_rule_name(p.rule), "sequence");
+    cr_assert_eq(mn_tuner_set_param(&p, "rule", NAN, "model", &err), MN_OK);
+    cr_assert_eq(mn_tuner_set_param(&p, "rule", NAN, "guess", &err), MN_INVALID);
+    cr_assert_eq(mn_tuner_set_param(&p, "rule", 1, NULL, &err), MN_INVALID);
+    cr_assert_eq(p.rule, MN_TUNER_RULE_MODEL, "unchanged on error");
     cr_assert_eq(mn_tuner_set_param(&p, "nope", 1, NULL, &err), MN_INVALID);
     cr_assert(strstr(err.msg, "nope"), "%s", err.msg);
 

@@ -753,16 +753,19 @@ Test(speculate, adaptive_length_is_lossless_and_visible, .timeout = 600, .disabl
         "{\"cmd\":\"set\",\"key\":\"tuner.margin\",\"value\":1}",
         "{\"cmd\":\"set\",\"key\":\"tuner.decision_threshold\",\"value\":\"often\"}",
         "{\"cmd\":\"set\",\"key\":\"tuner.cost\",\"value\":\"free\"}",
+        "{\"cmd\":\"set\",\"key\":\"tuner.rule\",\"value\":\"guess\"}",
         "{\"cmd\":\"set\",\"key\":\"tuner.nothing\",\"value\":1}",
     };
     admin_refuses(&s, bad, sizeof bad / sizeof *bad);
     admin_ok(&s, "{\"cmd\":\"set\",\"key\":\"tuner.cost\",\"value\":\"verify\"}");
+    admin_ok(&s, "{\"cmd\":\"set\",\"key\":\"tuner.rule\",\"value\":\"model\"}");
     admin_ok(&s, "{\"cmd\":\"set\",\"key\":\"tuner.mode\",\"value\":\"fixed\"}");
     admin_ok(&s, "{\"cmd\":\"set\",\"key\":\"spec.length\",\"value\":3}");
     r = admin(&s, "{\"cmd\":\"get\"}");
     json_t *cfg = json_object_get(r, "config");
     cr_assert_str_eq(json_string_value(json_object_get(cfg, "tuner.mode")), "fixed");
     cr_assert_str_eq(json_string_value(json_object_get(cfg, "tuner.cost")), "verify");
+    cr_assert_str_eq(json_string_value(json_object_get(cfg, "tuner.rule")), "model");
     cr_assert_eq(json_integer_value(json_object_get(cfg, "tuner.s_max")), 6);
     json_decref(r);
     send_request(&c, "fixed", prompts[0], TOKENS, 0, 0);
@@ -776,7 +779,28 @@ Test(speculate, adaptive_length_is_lossless_and_visible, .timeout = 600, .disabl
     json_t *k;
     json_object_foreach(json_object_get(tuner, "batch"), cls, k)
         cr_assert_eq(json_integer_value(json_object_get(k, "s")), 3, "batch %s runs at spec.length", cls);
+    /* the model rule's estimates fill in any mode: batch 1 ran at two lengths at least (a line) */
+    json_t *model = json_object_get(json_object_get(json_object_get(tuner, "batch"), "1"), "model");
+    cr_assert(json_is_real(json_object_get(model, "3")) && json_is_real(json_object_get(model, "5")),
+              "model estimates at 3 and 5: %s", json_dumps(model, 0));
     json_decref(r);
+
+    /* the sequence rule: every sequence drafts a length of its own; the texts stay plain decoding's */
+    admin_ok(&s, "{\"cmd\":\"set\",\"key\":\"tuner.rule\",\"value\":\"sequence\"}");
+    admin_ok(&s, "{\"cmd\":\"set\",\"key\":\"tuner.mode\",\"value\":\"adaptive\"}");
+    for (int i = 0; i < n; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "seq%d", i);
+        send_request(&c, id, prompts[i], TOKENS, 0, i % 2);
+    }
+    for (int i = 0; i < n; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "seq%d", i);
+        done = await(&c, id);
+        cr_assert_str_eq(json_string_value(json_object_get(done, "text")), want[i], "%s: %s", id, prompts[i]);
+        json_decref(done);
+    }
+    wait_idle(&s);
 
     /* length 0 is plain decoding, with no round: its steps are measured too (a tuner that moved to
      * 0 saw no step there again, and stayed for good) */

@@ -32,12 +32,13 @@ votes with spec.skip_below 0.25 (a model drafter far below a request's best sits
         --drafts smollm2-draft,smollm2-draft-bible,smollm2-draft-chat,ngram \
         --sets smollm2-kjv,smollm2-web,smollm2-devil,smollm2-chat     # another target and its drafts
 
---tuner: two servers with the same drafters (--drafters: ngram, a draft's name, or vote = all four
-with the default weights), one in fixed mode swept over spec.length 1..8 and plain decoding, one
-running --tuner adaptive for the whole run (it learns across rounds, as a long-running server
-would; it is never told the sweep's results); alternating rounds, one server busy at a time.
-Reports each set's and client count's throughput, the best fixed length, and adaptive / best
-fixed and adaptive / plain (the bar: within 5% of the best fixed, never below plain).
+--tuner: servers with the same drafters (--drafters: ngram, a draft's name, or vote = all four
+with the default weights), one in fixed mode swept over spec.length 1..8 and plain decoding, and
+one per tuner rule (--rules: slope, model, sequence) running --tuner adaptive for the whole run (each learns
+across rounds, as a long-running server would; none is told the sweep's results); alternating
+rounds, one server busy at a time. Reports each set's and client count's throughput, the best
+fixed length, and adaptive / best fixed and adaptive / plain per rule (the bar: within 5% of the
+best fixed, never below plain).
 
 Needs build/minionsd, build/minions-bench and build/minions-cli (make). Results also go to
 build/bench-spec/results.md (and .json).
@@ -262,11 +263,13 @@ plot """ + ", ".join(f"'{data}' using 1:{i + 2} with linespoints title '{d}'" fo
 def tuner_eval(args):
     # no shared n-gram cache: the rounds repeat their prompts, whose text it would hold
     fixed = Server(args.spec_length, args.threads, 16, extra=["--ngram-cache", "0"])
-    adaptive = Server(args.spec_length, args.threads, 16, extra=["--tuner", "adaptive", "--ngram-cache", "0"])
-    configs = ["plain"] + [f"s{k}" for k in range(1, 9)] + ["adaptive"]
+    rules = args.rules.split(",")
+    adaptive = {r: Server(args.spec_length, args.threads, 16,
+                          extra=["--tuner", f"adaptive,rule={r}", "--ngram-cache", "0"]) for r in rules}
+    configs = ["plain"] + [f"s{k}" for k in range(1, 9)] + rules
     results, classes = {}, {}
     try:
-        for srv in (fixed, adaptive):
+        for srv in [fixed] + list(adaptive.values()):
             for d in DRAFTS:
                 srv.set(f"drafter.{d}.enabled", args.drafters in ("vote", d))
         for r in range(args.rounds):
@@ -274,7 +277,7 @@ def tuner_eval(args):
                 prompts = os.path.join(ROOT, "prompts", s + ".jsonl")
                 order = configs[r % len(configs):] + configs[:r % len(configs)]
                 for config in order:
-                    srv = adaptive if config == "adaptive" else fixed
+                    srv = adaptive.get(config, fixed)
                     if srv is fixed:
                         fixed.set("spec.enabled", config != "plain")
                         if config != "plain":
@@ -283,29 +286,37 @@ def tuner_eval(args):
                         summ = run_bench(srv, prompts, clients, requests, args.tokens)
                         results.setdefault((s, clients, config), []).append(summ)
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
-        classes = adaptive.stats()["spec"]["tuner"]["batch"]
+        classes = {r: srv.stats()["spec"]["tuner"]["batch"] for r, srv in adaptive.items()}
     finally:
         fixed.stop()
-        adaptive.stop()
+        for srv in adaptive.values():
+            srv.stop()
     med = statistics.median
     lines = [f"minionsd, bundled target, drafters: {args.drafters}; {args.tokens} tokens per request, greedy, "
              f"{args.threads} threads; median tok/s of {args.rounds} alternating rounds "
              f"(`{' '.join(['tools/bench-spec.py'] + sys.argv[1:])}`)", "",
-             "| set | clients | plain | " + " | ".join(f"s={k}" for k in range(1, 9)) +
-             " | adaptive | best fixed | adaptive / best fixed | adaptive / plain |",
-             "|---|---:|" + "---:|" * 13]
+             "| set | clients | plain | " + " | ".join(f"s={k}" for k in range(1, 9)) + " | " +
+             " | ".join(f"adaptive {r}" for r in rules) + " | best fixed | " +
+             " | ".join(f"{r} / best fixed | {r} / plain" for r in rules) + " |",
+             "|---|---:|" + "---:|" * (10 + 3 * len(rules))]
     table = {}
     for s in args.sets.split(","):
         for clients in (1, 16):
             tps = {c: med([x["tok_per_s"] for x in results[(s, clients, c)]]) for c in configs}
-            best = max((c for c in configs if c.startswith("s")), key=lambda c: tps[c])
+            best = max((f"s{k}" for k in range(1, 9)), key=lambda c: tps[c])
             table[f"{s}/{clients}"] = dict(tps, best=best)
             lines.append(f"| {s} | {clients} | " + " | ".join(f"{tps[c]:.0f}" for c in configs) +
-                         f" | {best[1:]} | {tps['adaptive'] / tps[best]:.3f} | {tps['adaptive'] / tps['plain']:.2f}x |")
-    lines += ["", "The adaptive server's lengths and curves at the end (us per produced token by length):", ""]
-    for cls, k in classes.items():
-        curve = ", ".join(f"{x}: {v['us_per_token']:.0f}" for x, v in sorted(k["curve"].items(), key=lambda i: int(i[0])))
-        lines.append(f"- batch {cls}: s = {k['s']} after {k['decisions']} decisions ({k['moves']} moves); {curve}")
+                         f" | {best[1:]} | " + " | ".join(f"{tps[r] / tps[best]:.3f} | {tps[r] / tps['plain']:.2f}x"
+                                                          for r in rules) + " |")
+    for r in rules:
+        lines += ["", f"The adaptive server's ({r} rule) lengths at the end, with its measured points and the "
+                  "model's estimates (us per produced token by length):", ""]
+        for cls, k in classes[r].items():
+            by_len = lambda d: sorted(d.items(), key=lambda i: int(i[0]))
+            curve = ", ".join(f"{x}: {v['us_per_token']:.0f}" for x, v in by_len(k["curve"]))
+            model = ", ".join(f"{x}: {v:.0f}" for x, v in by_len(k["model"]))
+            lines.append(f"- batch {cls}: s = {k['s']} after {k['decisions']} decisions ({k['moves']} moves, "
+                         f"{k['probes']} probes); measured {curve}; model {model}")
     out = os.path.join(BIN, "bench-spec")
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, f"tuner-{args.drafters}.md"), "w") as f:
@@ -323,11 +334,13 @@ def plot_tuner(args, table, out):
     with open(data, "w") as f:
         for clients in (1, 16):
             f.write(f"# {clients} client(s): x " + " ".join(sets) + "\n")
-            for x, c in enumerate(["plain"] + [f"s{k}" for k in range(1, 9)] + ["adaptive"]):
+            for x, c in enumerate(["plain"] + [f"s{k}" for k in range(1, 9)] + args.rules.split(",")):
                 f.write(f"{x} " + " ".join(f"{table[f'{s}/{clients}'][c] / table[f'{s}/{clients}']['plain']:.4f}"
                                           for s in sets) + "\n")
             f.write("\n\n")
     png = os.path.join(ROOT, "docs", "spec-tuner.png")
+    rules = args.rules.split(",")
+    xtics_rules = "".join(f", '{r}' {9 + i}" for i, r in enumerate(rules))
     panels = []
     for i, clients in enumerate((1, 16)):
         curves = ", ".join(f"'{data}' index {i} using 1:{j + 2} with linespoints title '{s}'" for j, s in enumerate(sets))
@@ -336,10 +349,10 @@ def plot_tuner(args, table, out):
     plot = f"""set terminal pngcairo size 1000,420
 set output '{png}'
 set multiplot layout 1,2 title 'Fixed speculation length vs the adaptive tuner ({args.drafters} drafter, {args.rounds} alternating rounds)'
-set xlabel 'speculation length (0 = plain decoding; A = adaptive)'
+set xlabel 'speculation length (0 = plain decoding), then the adaptive tuner by rule'
 set ylabel 'throughput / plain decoding'
-set xtics ('plain' 0, '1' 1, '2' 2, '3' 3, '4' 4, '5' 5, '6' 6, '7' 7, '8' 8, 'A' 9)
-set xrange [-0.5:9.5]
+set xtics ('plain' 0, '1' 1, '2' 2, '3' 3, '4' 4, '5' 5, '6' 6, '7' 7, '8' 8{xtics_rules})
+set xrange [-0.5:{8.5 + len(rules)}]
 set key below horizontal
 """ + "\n".join(panels) + "\nunset multiplot\n"
     if gnuplot(plot):
@@ -363,6 +376,7 @@ def main():
     ap.add_argument("--clients", default="1,16", help="client counts: 1, 16 or both")
     ap.add_argument("--tuner", action="store_true", help="the length tuner against a sweep of fixed lengths")
     ap.add_argument("--drafters", default="ngram", help="--tuner: ngram, draft-kjv, ..., or vote (all four)")
+    ap.add_argument("--rules", default="slope,model,sequence", help="--tuner: the adaptive tuner's rules, each its own server")
     ap.add_argument("--target", default=TARGET, help="the target model (default: the bundled one)")
     ap.add_argument("--drafts", default=",".join(DRAFTS), help="drafters: names of models/*.gguf, or ngram")
     ap.add_argument("--kv-blocks", type=int, default=0, help="the server's --kv-blocks (a long-context target)")

@@ -84,6 +84,7 @@ static json_t *config_json(mn_admin *a)
     json_object_set_new(o, "tuner.probe_every", json_integer(t->probe_every));
     json_object_set_new(o, "tuner.margin", json_real(t->margin));
     json_object_set_new(o, "tuner.cost", json_string(mn_tuner_cost_name(t->cost)));
+    json_object_set_new(o, "tuner.rule", json_string(mn_tuner_rule_name(t->rule)));
     for (uint32_t i = 0; i < a->cfg.n_drafters; i++) {
         char key[96];
         snprintf(key, sizeof key, "drafter.%s.enabled", a->cfg.drafter_names[i]);
@@ -99,7 +100,8 @@ static json_t *config_json(mn_admin *a)
 }
 
 /* The tuner's figures: per batch class that has run, the length in effect and the measured curve
- * (microseconds per produced token by length, with its age in decisions). */
+ * (microseconds per produced token by length, with its age in decisions), and the model rule's
+ * estimate by length (kept in every mode and rule: `model`, where it has one). */
 static json_t *tuner_stats_json(const mn_admin *a)
 {
     const mn_stats *s = &a->query.stats;
@@ -122,9 +124,18 @@ static json_t *tuner_stats_json(const mn_admin *a)
             json_decref(curve);
             continue;
         }
+        json_t *model = json_object();
+        for (uint32_t x = 0; x <= MN_TUNER_MAX_LEN; x++) {
+            double cost = mn_tuner_model_cost(t, c, x);
+            char key[8];
+            snprintf(key, sizeof key, "%u", x);
+            if (!isnan(cost))
+                json_object_set_new(model, key, json_real(cost * 1e6));
+        }
         json_object_set_new(classes, mn_tuner_class_name(c),
-                            json_pack("{s:i, s:I, s:I, s:o}", "s", (int)s->verifier.spec_lengths[c], "decisions",
-                                      (json_int_t)k->decisions, "moves", (json_int_t)k->moves, "curve", curve));
+                            json_pack("{s:i, s:I, s:I, s:I, s:o, s:o}", "s", (int)s->verifier.spec_lengths[c],
+                                      "decisions", (json_int_t)k->decisions, "moves", (json_int_t)k->moves, "probes",
+                                      (json_int_t)k->probes, "curve", curve, "model", model));
     }
     return json_pack("{s:s, s:I, s:o}", "mode", mn_tuner_mode_name(s->tuner.mode), "measured",
                      (json_int_t)s->tuner.measured, "batch", classes);

@@ -71,9 +71,8 @@ typedef struct mn_round_part mn_round_part;
 typedef struct mn_measure {
     mn_msg msg;                    /* MN_MSG_MEASURED */
     bool queued;
-    uint32_t batch;                /* sequences verified */
-    uint32_t s;                    /* the speculation length the step was planned with */
-    uint32_t tokens;               /* tokens produced (accepted drafts + each sequence's own) */
+    mn_tuner_step step;            /* batch, s (the length the step was planned with), tokens and
+                                    * what each sequence kept; the tuner sets step.seconds */
     double draft_seconds;          /* from planning to the voted drafts (0 without a round) */
     double verify_seconds;         /* the target's pass and acceptance */
 } mn_measure;
@@ -227,8 +226,9 @@ typedef enum mn_setting_key {
     MN_SET_MAX_QUEUE,   /* queue.max: kvmem's pending queue bound */
     MN_SET_SPEC_ENABLED,/* verifier: spec.enabled (value 0/1) */
     MN_SET_PIPELINE,    /* verifier: pipeline.enabled (value 0/1) */
-    MN_SET_SPEC_LENGTH, /* tuner: spec.length (value 0..16); tuner -> verifier: the length of batch
-                         * class `index` (MN_TUNER_CLASSES: every class) */
+    MN_SET_SPEC_LENGTH, /* tuner: spec.length (value 0..16); tuner -> verifier: the advice (length,
+                         * and the sequence rule's figures) of batch class `index` (MN_TUNER_CLASSES:
+                         * every class) */
     MN_SET_TUNER,       /* tuner: tuner.mode (value) and its parameters (tuner) */
     MN_SET_VOTER,       /* voter: the weight rule (params), weights mode (value), skip_below (fvalue) */
     MN_SET_DRAFTER,     /* voter: drafter.<index>.enabled (index, value 0/1) */
@@ -254,6 +254,7 @@ typedef struct mn_setting {
     float fvalue;                /* MN_SET_VOTER: spec.skip_below */
     mn_weights_params params;    /* MN_SET_VOTER */
     mn_tuner_params tuner;       /* MN_SET_TUNER */
+    mn_tuner_advice advice;      /* MN_SET_SPEC_LENGTH, tuner -> verifier */
 } mn_setting;
 
 /* Start draining (the client actor owns the connections and the count of live requests). With

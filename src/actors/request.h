@@ -88,6 +88,7 @@ typedef struct mn_req_spec {
     bool on;                        /* drafters exist and the request did not say "speculate": false */
     uint32_t max_len;               /* the request's cap on a draft (spec.max_len) */
     uint32_t cap;                   /* verifier: tokens the drafters may propose this round */
+    mn_tuner_seq acc;               /* verifier: its own acceptance (the tuner's sequence rule) */
     mn_req_draft *d;                /* [n_drafters], intake allocates; NULL without drafters */
     mn_weights w;                   /* voter: the sequence's weights (n_drafters 0 until its first vote) */
     uint32_t ask;                   /* voter: bit i: drafter i drafts for it this round */

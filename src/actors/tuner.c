@@ -4,6 +4,7 @@
  * in fixed mode, give or take the SET messages on their way. */
 #include "actors/tuner.h"
 
+#include <math.h>
 #include <stdio.h>
 
 #include "util/alloc.h"
@@ -34,7 +35,8 @@ mn_status mn_tuner_actor_new(const mn_tuner_actor_config *cfg, mn_tuner_actor **
 
 void mn_tuner_actor_free(mn_tuner_actor *t) { mn_free(t); }
 
-/* Tell the verifier the length of class cls (MN_TUNER_CLASSES: of every class). */
+/* Tell the verifier the length of class cls (MN_TUNER_CLASSES: of every class), with the sequence
+ * rule's figures in adaptive mode (none in fixed mode: every sequence drafts the fixed length). */
 static void send_length(mn_tuner_actor *t, uint32_t cls, uint32_t s)
 {
     mn_setting *m = mn_malloc(sizeof *m);
@@ -42,7 +44,10 @@ static void send_length(mn_tuner_actor *t, uint32_t cls, uint32_t s)
         mn_log(MN_LOG_ERROR, "tuner: out of memory for a setting");
         return;
     }
-    *m = (mn_setting){.msg.type = MN_MSG_SET, .key = MN_SET_SPEC_LENGTH, .index = cls, .value = s};
+    mn_tuner_advice a = {.s = s, .theta = NAN, .rho = NAN};
+    if (cls < MN_TUNER_CLASSES && t->cfg.mode == MN_TUNER_ADAPTIVE)
+        a = mn_tuner_advise(&t->state, cls), a.s = s;
+    *m = (mn_setting){.msg.type = MN_MSG_SET, .key = MN_SET_SPEC_LENGTH, .index = cls, .advice = a};
     mn_mailbox_post(t->cfg.addr->verifier, &m->msg);
 }
 
@@ -71,14 +76,15 @@ static void publish(mn_tuner_actor *t, const mn_tuner_decision *d)
 
 static void measured(mn_tuner_actor *t, mn_measure *m)
 {
+    mn_tuner_step step = m->step;
+    step.seconds = m->verify_seconds + (t->state.p.cost == MN_TUNER_COST_ROUND ? m->draft_seconds : 0);
     m->queued = false;
     t->measured++;
-    double seconds = m->verify_seconds + (t->state.p.cost == MN_TUNER_COST_ROUND ? m->draft_seconds : 0);
     mn_tuner_decision d;
-    if (!mn_tuner_observe(&t->state, m->batch, m->s, seconds, m->tokens, t->cfg.mode == MN_TUNER_ADAPTIVE, &d))
+    if (!mn_tuner_observe(&t->state, &step, t->cfg.mode == MN_TUNER_ADAPTIVE, &d))
         return;
     publish(t, &d);
-    if (d.to != d.from)
+    if (d.to != d.from || t->state.p.rule == MN_TUNER_RULE_SEQUENCE) /* its figures move every window */
         send_length(t, d.cls, d.to);
 }
 

@@ -6,6 +6,7 @@
  * may be larger by the paused requests of clients not reading. */
 #include "actors/verifier.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "spec/accept.h"
@@ -34,7 +35,8 @@ struct mn_verifier {
     bool drafting;          /* the round is out */
     step_job step;
     mn_round round;         /* requests being drafted */
-    uint32_t lengths[MN_TUNER_CLASSES]; /* speculation length by batch class (the tuner's) */
+    mn_tuner_advice advice[MN_TUNER_CLASSES]; /* the tuner's, by batch class: the speculation length, and
+                                               * (sequence rule) what each sequence's own length takes */
     uint32_t round_s;       /* the length the last round was planned with */
     uint32_t step_s;        /* the length this step's drafts were made at */
     bool step_measured;     /* every sequence was drafted: the length shaped the step */
@@ -129,7 +131,7 @@ mn_status mn_verifier_new(const mn_verifier_config *cfg, mn_verifier **out, mn_e
         return mn_fail(err, MN_NOMEM, "verifier: out of memory for %u sequences", cap);
     }
     for (int i = 0; i < MN_TUNER_CLASSES; i++)
-        v->lengths[i] = cfg->spec_length;
+        v->advice[i] = (mn_tuner_advice){.s = cfg->spec_length, .theta = NAN, .rho = NAN};
     v->measure.msg.type = MN_MSG_MEASURED;
     v->step.be = cfg->be;
     v->step.job.run = step_run;
@@ -241,10 +243,10 @@ static bool may_draft(const mn_verifier *v, const mn_req *r)
     return v->cfg.addr->voter && v->cfg.spec_enabled && r->spec.on && decoding(r);
 }
 
-/* The length for the next round: the tuner's for the batch class of the sequences a step will
+/* The tuner's advice for the next round: that of the batch class of the sequences a step will
  * verify (with the pipeline, the pool's bound; without, every decoding sequence). *bound: the
  * pool's bound B, half the speculating sequences (at least 1, at most batch.max_sequences). */
-static uint32_t round_length(const mn_verifier *v, uint32_t *bound)
+static const mn_tuner_advice *round_advice(const mn_verifier *v, uint32_t *bound)
 {
     uint32_t dec = 0, spec = 0;
     for (uint32_t i = 0; i < v->n_running; i++) {
@@ -259,7 +261,7 @@ static uint32_t round_length(const mn_verifier *v, uint32_t *bound)
     uint32_t cap = v->cfg.max_batch, half = (spec + 1) / 2;
     *bound = half < 1 ? 1 : half < cap ? half : cap;
     uint32_t batch = v->cfg.pipeline ? *bound : dec < cap ? dec : cap;
-    return v->lengths[mn_tuner_class_of(batch ? batch : 1)];
+    return &v->advice[mn_tuner_class_of(batch ? batch : 1)];
 }
 
 /* Whether r waits for drafts before its next step: it decodes, may draft, and a round at the
@@ -277,7 +279,8 @@ static bool start_round(mn_verifier *v)
 {
     if (!v->cfg.addr->voter || !v->cfg.spec_enabled)
         return false;
-    uint32_t s = round_length(v, &v->pool_batch);
+    const mn_tuner_advice *advice = round_advice(v, &v->pool_batch);
+    uint32_t s = advice->s;
     if (!s)
         return false;
     uint32_t budget = v->cfg.be->cfg.max_tokens, n = 0, depth = 0, want = 0;
@@ -306,7 +309,7 @@ static bool start_round(mn_verifier *v)
     }
     for (uint32_t k = 0; k < want && v->round.n < room; k++) {
         mn_req *r = cand[k];
-        if ((r->spec.cap = draft_cap(v, r, s, budget))) {
+        if ((r->spec.cap = mn_tuner_seq_length(&r->spec.acc, advice, draft_cap(v, r, s, budget)))) {
             budget -= r->spec.cap;
             r->phase = MN_PHASE_DRAFTING;
             cand[v->round.n++] = r; /* k >= round.n: the list compacts in place */
@@ -335,7 +338,7 @@ static bool start_round(mn_verifier *v)
 static bool start_step(mn_verifier *v)
 {
     step_job *st = &v->step;
-    uint32_t bound, budget = v->cfg.be->cfg.max_tokens, n = 0, drafted = 0, s = round_length(v, &bound);
+    uint32_t bound, budget = v->cfg.be->cfg.max_tokens, n = 0, drafted = 0, s = round_advice(v, &bound)->s;
     bool decoding_only = true; /* every sequence brings its one next token: no prompt chunk */
     for (uint32_t i = 0; i < v->n_running && budget > 0 && n < v->cfg.max_batch; i++) {
         mn_req *r = v->running[i];
@@ -448,6 +451,7 @@ static bool take_token(mn_verifier *v, mn_req *r, uint32_t j)
 static void count_verification(mn_verifier *v, mn_req *r)
 {
     uint32_t acc = r->spec.n_kept - 1;
+    mn_tuner_seq_observe(&r->spec.acc, acc, !(acc == r->spec.n_draft && acc == r->spec.cap));
     r->spec.verifications++;
     r->spec.drafted += r->spec.n_draft;
     r->spec.accepted += acc;
@@ -465,14 +469,22 @@ static void report(mn_verifier *v)
     step_job *s = &v->step;
     if (!v->step_measured || s->st != MN_OK || v->measure.queued)
         return;
-    uint32_t tokens = 0;
-    for (uint32_t k = 0; k < s->n; k++)
-        tokens += s->reqs[k]->spec.n_kept;
     mn_measure *m = &v->measure;
+    mn_tuner_step *t = &m->step;
+    *t = (mn_tuner_step){.batch = s->n, .s = v->step_s};
+    for (uint32_t k = 0; k < s->n; k++) {
+        const mn_req *r = s->reqs[k];
+        uint32_t a = r->spec.n_kept - 1;
+        t->tokens += r->spec.n_kept;
+        t->drafted += r->spec.n_draft;
+        if (a > t->s) /* cannot happen: a draft is at most s long */
+            continue;
+        if (t->s && a == r->spec.n_draft && a == r->spec.cap) /* kept all it was allowed to draft */
+            t->full[a]++;
+        else
+            t->ended[a]++;
+    }
     m->queued = true;
-    m->batch = s->n;
-    m->s = v->step_s;
-    m->tokens = tokens;
     m->draft_seconds = v->step_draft_seconds;
     m->verify_seconds = s->seconds;
     mn_mailbox_post(v->cfg.addr->tuner, &m->msg);
@@ -525,7 +537,8 @@ static void stats(mn_verifier *v, mn_stats_part *q)
     q->stats->verifier.step_seconds = v->step_seconds;
     q->stats->verifier.tok_per_s = (double)sum / MN_STATS_SECONDS;
     q->stats->verifier.spec_enabled = v->cfg.spec_enabled && v->cfg.addr->voter;
-    memcpy(q->stats->verifier.spec_lengths, v->lengths, sizeof v->lengths);
+    for (uint32_t i = 0; i < MN_TUNER_CLASSES; i++)
+        q->stats->verifier.spec_lengths[i] = v->advice[i].s;
     q->stats->verifier.verifications = v->verifications;
     q->stats->verifier.drafted = v->drafted;
     q->stats->verifier.accepted = v->accepted;
@@ -570,9 +583,9 @@ void mn_verifier_handle(void *verifier, mn_msg *m)
             v->cfg.spec_enabled = s->value != 0;
         else if (s->key == MN_SET_PIPELINE)
             v->cfg.pipeline = s->value != 0;
-        else if (s->key == MN_SET_SPEC_LENGTH && s->value <= MN_SPEC_MAX_LEN)
+        else if (s->key == MN_SET_SPEC_LENGTH && s->advice.s <= MN_SPEC_MAX_LEN)
             for (uint32_t i = 0; i < MN_TUNER_CLASSES; i++)
-                v->lengths[i] = s->index == i || s->index >= MN_TUNER_CLASSES ? s->value : v->lengths[i];
+                v->advice[i] = s->index == i || s->index >= MN_TUNER_CLASSES ? s->advice : v->advice[i];
         mn_free(s);
         schedule(v);
         break;

@@ -21,6 +21,7 @@ mn_tuner_params mn_tuner_defaults(void)
         .probe_every = 16,
         .margin = 0.01f,
         .cost = MN_TUNER_COST_ROUND,
+        .rule = MN_TUNER_RULE_SLOPE,
     };
 }
 
@@ -40,6 +41,8 @@ mn_status mn_tuner_check(const mn_tuner_params *p, mn_err *err)
         return mn_fail(err, MN_INVALID, "tuner: margin %g is not in [0, 1)", (double)p->margin);
     if (p->cost != MN_TUNER_COST_ROUND && p->cost != MN_TUNER_COST_VERIFY)
         return mn_fail(err, MN_INVALID, "tuner: unknown cost %d", (int)p->cost);
+    if (p->rule != MN_TUNER_RULE_SLOPE && p->rule != MN_TUNER_RULE_MODEL && p->rule != MN_TUNER_RULE_SEQUENCE)
+        return mn_fail(err, MN_INVALID, "tuner: unknown rule %d", (int)p->rule);
     return MN_OK;
 }
 
@@ -51,6 +54,11 @@ mn_status mn_tuner_set_param(mn_tuner_params *p, const char *key, double value, 
         if (c < 0)
             return mn_fail(err, MN_INVALID, "tuner.cost must be round or verify");
         q.cost = (mn_tuner_cost)c;
+    } else if (!strcmp(key, "rule")) {
+        int r = text ? mn_tuner_rule_parse(text) : -1;
+        if (r < 0)
+            return mn_fail(err, MN_INVALID, "tuner.rule must be slope, model or sequence");
+        q.rule = (mn_tuner_rule)r;
     } else if (!strcmp(key, "margin")) {
         if (text || !isfinite(value))
             return mn_fail(err, MN_INVALID, "tuner.margin must be a number");
@@ -116,6 +124,22 @@ int mn_tuner_cost_parse(const char *name)
 
 const char *mn_tuner_cost_name(mn_tuner_cost c) { return c == MN_TUNER_COST_VERIFY ? "verify" : "round"; }
 
+static const char *const rule_names[] = {[MN_TUNER_RULE_SLOPE] = "slope", [MN_TUNER_RULE_MODEL] = "model",
+                                          [MN_TUNER_RULE_SEQUENCE] = "sequence"};
+
+int mn_tuner_rule_parse(const char *name)
+{
+    for (size_t i = 0; i < sizeof rule_names / sizeof *rule_names; i++)
+        if (!strcmp(name, rule_names[i]))
+            return (int)i;
+    return -1;
+}
+
+const char *mn_tuner_rule_name(mn_tuner_rule r)
+{
+    return (size_t)r < sizeof rule_names / sizeof *rule_names ? rule_names[r] : "?";
+}
+
 static uint32_t clamp_s(const mn_tuner_params *p, uint32_t s)
 {
     return s < p->s_min ? p->s_min : s > p->s_max ? p->s_max : s;
@@ -133,6 +157,7 @@ void mn_tuner_reparam(mn_tuner *t, const mn_tuner_params *p)
     t->p = *p;
     for (int i = 0; i < MN_TUNER_CLASSES; i++) {
         t->c[i].s = clamp_s(p, t->c[i].s);
+        t->c[i].home = clamp_s(p, t->c[i].home);
         restart_window(&t->c[i]);
     }
 }
@@ -140,7 +165,7 @@ void mn_tuner_reparam(mn_tuner *t, const mn_tuner_params *p)
 void mn_tuner_restart(mn_tuner *t, uint32_t s0, bool clamp)
 {
     for (int i = 0; i < MN_TUNER_CLASSES; i++) {
-        t->c[i].s = clamp ? clamp_s(&t->p, s0) : s0;
+        t->c[i].s = t->c[i].home = clamp ? clamp_s(&t->p, s0) : s0;
         restart_window(&t->c[i]);
     }
 }
@@ -236,21 +261,241 @@ static void decide(mn_tuner *t, mn_tuner_class *c, uint32_t cls, double cost, mn
     *d = (mn_tuner_decision){.cls = cls, .from = s, .to = target, .cost = cost, .slope = slope, .why = why};
 }
 
-bool mn_tuner_observe(mn_tuner *t, uint32_t batch, uint32_t s, double seconds, uint32_t tokens, bool adapt,
-                      mn_tuner_decision *d)
+/* ---- the model rule ---- */
+
+/* One step into the class's model: its time at its length, what each length would have kept, and
+ * its time against its drafted tokens. */
+static void model_add(mn_tuner_model *m, const mn_tuner_step *st)
 {
-    uint32_t cls = mn_tuner_class_of(batch ? batch : 1);
+    uint32_t s = st->s;
+    m->seconds[s] += st->seconds / st->batch;
+    m->steps[s] += 1;
+    if (s == 0) /* plain decoding: no draft, nothing learned about acceptance */
+        return;
+    double d = (double)st->drafted / st->batch, t = st->seconds / st->batch; /* per sequence */
+    m->n += 1, m->d += d, m->t += t, m->dd += d * d, m->dt += d * t, m->produced += (double)st->tokens / st->batch;
+    for (uint32_t a = 0; a <= s; a++) {
+        double ended = st->ended[a], full = st->full[a], n = ended + full;
+        if (n == 0)
+            continue;
+        m->seqs += n;
+        m->kept += n * a;
+        m->stopped += ended;
+        m->full[a] += full;
+        for (uint32_t x = 0; x <= MN_TUNER_MAX_LEN; x++)
+            m->yield[x] += n * (1 + (a < x ? a : x));
+    }
+}
+
+static void model_decay(mn_tuner_model *m)
+{
+    double *sums[] = {&m->seqs, &m->kept, &m->stopped, &m->n, &m->d, &m->t, &m->dd, &m->dt, &m->produced};
+    for (size_t i = 0; i < sizeof sums / sizeof *sums; i++)
+        *sums[i] *= MN_TUNER_MODEL_DECAY;
+    for (uint32_t x = 0; x <= MN_TUNER_MAX_LEN; x++) {
+        m->yield[x] *= MN_TUNER_MODEL_DECAY;
+        m->full[x] *= MN_TUNER_MODEL_DECAY;
+        m->seconds[x] *= MN_TUNER_MODEL_DECAY;
+        m->steps[x] *= MN_TUNER_MODEL_DECAY;
+    }
+}
+
+/* Tokens a sequence produces per step at length x: the exact part, plus, for the sequences censored
+ * at a shorter length s, the geometric continuation rho + rho^2 + ... + rho^(x - s). */
+static double model_yield(const mn_tuner_model *m, uint32_t x)
+{
+    if (x == 0)
+        return 1;
+    if (!(m->seqs > 0))
+        return NAN;
+    double rho = m->kept + m->stopped > 0 ? m->kept / (m->kept + m->stopped) : 0;
+    double y = m->yield[x];
+    for (uint32_t s = 0; s < x; s++) {
+        double extra = 0, r = 1;
+        for (uint32_t j = s; j < x; j++)
+            extra += r *= rho;
+        y += m->full[s] * extra;
+    }
+    return y / m->seqs;
+}
+
+/* Seconds per sequence and step at x: its own mean once it has a quarter of a window's steps (any
+ * step at 0, which the line below does not describe: no drafting round), else the weighted
+ * least-squares line through the lengths >= 1 that ran (NAN without two). For 0 the line's value
+ * overestimates (it carries the round's fixed cost), which errs toward speculating. */
+static double model_time(const mn_tuner *t, const mn_tuner_model *m, uint32_t x)
+{
+    double enough = t->p.decision_threshold / 4.0;
+    if (m->steps[x] >= enough || (x == 0 && m->steps[0] > 0))
+        return m->seconds[x] / m->steps[x];
+    double w = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+    int n = 0;
+    for (uint32_t k = 1; k <= MN_TUNER_MAX_LEN; k++) {
+        double wk = m->steps[k];
+        if (!(wk > 0))
+            continue;
+        double y = m->seconds[k] / wk;
+        w += wk, sx += wk * k, sy += wk * y, sxx += wk * k * k, sxy += wk * k * y;
+        n++;
+    }
+    double den = w * sxx - sx * sx;
+    if (n < 2 || !(den > 0))
+        return NAN;
+    double b = (w * sxy - sx * sy) / den, a = (sy - b * sx) / w;
+    double y = a + b * x;
+    return y > 0 ? y : NAN;
+}
+
+double mn_tuner_model_cost(const mn_tuner *t, uint32_t cls, uint32_t x)
+{
+    if (cls >= MN_TUNER_CLASSES || x > MN_TUNER_MAX_LEN)
+        return NAN;
+    const mn_tuner_model *m = &t->c[cls].model;
+    return model_time(t, m, x) / model_yield(m, x);
+}
+
+static bool known(const mn_tuner *t, uint32_t cls, uint32_t x)
+{
+    return !isnan(mn_tuner_model_cost(t, cls, x));
+}
+
+/* After record(): the cheapest length by the model becomes home when it beats home's estimate by the
+ * margin (or home has none). The class runs at home, except that every probe_every-th decision, and
+ * whenever neither neighbor of home has an estimate, it runs one window at a neighbor (above, then
+ * below; the other one at a bound) so that the times around home stay current. */
+static void decide_model(mn_tuner *t, mn_tuner_class *c, uint32_t cls, double cost, mn_tuner_decision *d)
+{
+    const mn_tuner_params *p = &t->p;
+    uint32_t from = c->s, best = c->home;
+    for (uint32_t x = p->s_min; x <= p->s_max; x++)
+        if (known(t, cls, x) && (!known(t, cls, best) ||
+                                 mn_tuner_model_cost(t, cls, x) < mn_tuner_model_cost(t, cls, best)))
+            best = x;
+    const char *why = "rest";
+    if (best != c->home && (!known(t, cls, c->home) ||
+                            mn_tuner_model_cost(t, cls, best) < mn_tuner_model_cost(t, cls, c->home) * (1 - p->margin)))
+        c->home = best, why = "model";
+    uint32_t to = c->home;
+    bool up_ok = to < p->s_max, down_ok = to > p->s_min;
+    bool blind = !(up_ok && known(t, cls, to + 1)) && !(down_ok && known(t, cls, to - 1));
+    c->decisions++;
+    if (from == c->home && (blind || c->decisions % p->probe_every == 0) && (up_ok || down_ok)) {
+        to = up_ok && (!down_ok || c->probes % 2 == 0) ? to + 1 : to - 1;
+        why = "probe";
+        c->probes++;
+    }
+    c->moves += to != from;
+    c->s = to;
+    double slope = 0; /* the model's local slope for the event: cost(to + 1) - cost(to) */
+    if (to < MN_TUNER_MAX_LEN && known(t, cls, to + 1) && known(t, cls, to))
+        slope = mn_tuner_model_cost(t, cls, to + 1) - mn_tuner_model_cost(t, cls, to);
+    *d = (mn_tuner_decision){.cls = cls, .from = from, .to = to, .cost = cost, .slope = slope, .why = why};
+}
+
+/* ---- the sequence rule ---- */
+
+static double class_rho(const mn_tuner_model *m)
+{
+    return m->kept + m->stopped > 0 ? m->kept / (m->kept + m->stopped) : NAN;
+}
+
+/* theta = beta / c: the slope of step seconds over drafted tokens, over seconds per produced token
+ * at speculating steps. NAN without two distinct draft totals. A slope at or below 0 (noise, or
+ * drafting that costs nothing measurable) is taken as the least theta, 0.01. */
+static double class_theta(const mn_tuner_model *m)
+{
+    double den = m->n * m->dd - m->d * m->d;
+    if (!(m->n >= 2) || !(den > 1e-9 * m->n * m->dd) || !(m->produced > 0) || !(m->t > 0))
+        return NAN;
+    double beta = (m->n * m->dt - m->d * m->t) / den, c = m->t / m->produced;
+    double theta = beta / c;
+    return theta < 0.01 ? 0.01 : theta > 1 ? 1 : theta;
+}
+
+mn_tuner_advice mn_tuner_advise(const mn_tuner *t, uint32_t cls)
+{
+    const mn_tuner_class *c = &t->c[cls < MN_TUNER_CLASSES ? cls : 0];
+    mn_tuner_advice a = {.s = c->s, .theta = NAN, .rho = NAN};
+    if (t->p.rule == MN_TUNER_RULE_SEQUENCE) {
+        a.theta = (float)class_theta(&c->model);
+        a.rho = (float)class_rho(&c->model);
+    }
+    return a;
+}
+
+void mn_tuner_seq_observe(mn_tuner_seq *q, uint32_t kept, bool stopped)
+{
+    q->kept = q->kept * MN_TUNER_SEQ_DECAY + kept;
+    q->stopped = q->stopped * MN_TUNER_SEQ_DECAY + stopped;
+}
+
+uint32_t mn_tuner_seq_length(const mn_tuner_seq *q, const mn_tuner_advice *a, uint32_t cap)
+{
+    if (!cap || isnan(a->theta) || isnan(a->rho))
+        return cap;
+    /* the class's rho as one draft's worth of prior: rho / (1 - rho) kept tokens and one stop */
+    double prior = a->rho < 0.95f ? a->rho : 0.95;
+    double rho = (q->kept + prior / (1 - prior)) / (q->kept + q->stopped + 1 / (1 - prior));
+    uint32_t j = 1;
+    for (double p = rho * rho; j < cap && p > a->theta; p *= rho)
+        j++;
+    return j;
+}
+
+/* After record(): the sequences choose their lengths, so the class's length is their bound s_max,
+ * or, when s_min is 0, plain decoding while plain steps cost less per token than speculating ones
+ * (the decayed mean over speculating steps against the time at 0, by the margin, in either
+ * direction); then every probe_every-th window, and while the other side has no figure, runs at
+ * the other side. */
+static void decide_sequence(mn_tuner *t, mn_tuner_class *c, uint32_t cls, double cost, mn_tuner_decision *d)
+{
+    const mn_tuner_params *p = &t->p;
+    const mn_tuner_model *m = &c->model;
+    uint32_t from = c->s, lo = p->s_min, hi = p->s_max;
+    double plain = lo == 0 ? model_time(t, m, 0) : NAN, spec = m->produced > 0 ? m->t / m->produced : NAN;
+    const char *why = "rest";
+    if (c->home != lo && c->home != hi)
+        c->home = hi, why = "model";
+    if (lo == 0 && c->home == hi && plain < spec * (1 - p->margin))
+        c->home = lo, why = "model";
+    else if (c->home == lo && (spec < plain * (1 - p->margin) || lo > 0))
+        c->home = hi, why = "model";
+    uint32_t to = c->home, other = to == lo ? hi : lo;
+    c->decisions++;
+    bool blind = isnan(other == 0 ? plain : spec);
+    if (from == c->home && lo == 0 && hi > 0 && (blind || c->decisions % p->probe_every == 0)) {
+        to = other;
+        why = "probe";
+        c->probes++;
+    }
+    c->moves += to != from;
+    c->s = to;
+    *d = (mn_tuner_decision){.cls = cls, .from = from, .to = to, .cost = cost, .slope = 0, .why = why};
+}
+
+bool mn_tuner_observe(mn_tuner *t, const mn_tuner_step *st, bool adapt, mn_tuner_decision *d)
+{
+    uint32_t cls = mn_tuner_class_of(st->batch ? st->batch : 1);
     mn_tuner_class *c = &t->c[cls];
-    if (s != c->s || s > MN_TUNER_MAX_LEN || !(seconds >= 0))
+    if (st->s > MN_TUNER_MAX_LEN || !(st->seconds >= 0) || !st->batch)
         return false;
-    c->win_seconds += seconds;
-    c->win_tokens += tokens;
-    c->at[s].steps++;
+    model_add(&c->model, st); /* any length's step tells the model something */
+    if (st->s != c->s)
+        return false;
+    c->win_seconds += st->seconds;
+    c->win_tokens += st->tokens;
+    c->at[st->s].steps++;
     if (++c->win_steps < t->p.decision_threshold)
         return false;
     double cost = record(t, c);
+    model_decay(&c->model);
     if (!adapt)
         return false;
-    decide(t, c, cls, cost, d);
+    if (t->p.rule == MN_TUNER_RULE_MODEL)
+        decide_model(t, c, cls, cost, d);
+    else if (t->p.rule == MN_TUNER_RULE_SEQUENCE)
+        decide_sequence(t, c, cls, cost, d);
+    else
+        decide(t, c, cls, cost, d);
     return true;
 }

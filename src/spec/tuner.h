@@ -33,9 +33,46 @@
  * A fresh point is averaged with each new window at its length (halving a resting length's noise).
  *
  * Defaults (mn_tuner_defaults): s_min 0, s_max 8, decision_threshold 32, s_reward = s_punish = 1,
- * probe_every 16, margin 0.01, cost round. At rest the two neighbors go stale at different times
- * and are re-measured one by one (s + 1, back, s - 1, back): 4 windows in about 20 away from the
- * best length, at neighbors that cost a few % more on a flat optimum (tests/test_spec.c models it).
+ * probe_every 16, margin 0.01, cost round, rule slope. At rest the two neighbors go stale at
+ * different times and are re-measured one by one (s + 1, back, s - 1, back): 4 windows in about 20
+ * away from the best length, at neighbors that cost a few % more on a flat optimum
+ * (tests/test_spec.c models it).
+ *
+ * The model rule (rule = model): what the slope rule compares are windows measured at different
+ * times, on different text: a repetitive stretch is cheap at any s, and the machine's speed moves,
+ * so the noise between two windows is larger than the difference between two lengths. But one
+ * verification tells more than the cost of its own s. A sequence that drafted s tokens and kept a of
+ * them would, at any length x, have kept min(a, x) (the first x tokens of a draft are the draft of
+ * length x: drafters and the vote propose prefix by prefix), unless it kept all s (then it is
+ * censored: a longer draft might have kept more). So every verification gives, on the same text and
+ * at the same moment, the yield of every length up to s, and of every length when it stopped short.
+ * The model keeps per class, decayed by MN_TUNER_MODEL_DECAY per window (a memory of about eight
+ * windows, so that it follows a change of text):
+ *   - the summed yield 1 + min(a, x) of every length x over the sequences verified;
+ *   - the censored sequences by s, whose yield past s is extrapolated with the continuation
+ *     probability rho = (draft tokens kept) / (kept + drafts stopped), the censored-geometric
+ *     estimate over all verifications;
+ *   - the time per sequence and step at each length that ran.
+ * The cost of x is its time over its yield; a length that has not run (or not for long) takes its
+ * time from a line fitted through the lengths >= 1 that have, weighted by their decayed steps.
+ * After every window the class moves to the cheapest length if it is cheaper than s by `margin`,
+ * and every probe_every-th window runs at a neighbor (above, then below) so that the times around
+ * s stay current. Acceptance needs no probes: it comes with every verification.
+ *
+ * The sequence rule (rule = sequence): one length for a whole class is a compromise between its
+ * sequences, and between the stretches of one sequence: a request that copies its prompt accepts
+ * 8 tokens in a row while its neighbor in the batch, or the same request a sentence later, accepts
+ * none. So each sequence gets its own draft length, from the marginal rule: one more draft token
+ * at position j pays when its chance of being kept times what a produced token costs exceeds what
+ * it costs to draft and verify it,
+ *     rho_i^j * c > beta   <=>   rho_i^j > theta = beta / c,
+ * where rho_i is the sequence's own continuation probability (its kept and stopped drafts, decayed
+ * by MN_TUNER_SEQ_DECAY per verification, with one draft's worth of the class's rho as a prior), c
+ * the class's seconds per produced token at speculating steps, and beta the seconds one more draft
+ * token adds to a step (the slope of a decayed least-squares line of step time over the step's
+ * drafted tokens, which the varying lengths themselves spread). Every speculating sequence drafts
+ * at least 1 token. The class's own length is then a bound, s_max, or 0 when the model above finds
+ * plain decoding cheapest (probing 1 every probe_every windows as the model rule does).
  *
  * Storage is inline and fixed; nothing allocates. Thread: one owner (the tuner actor).
  */
@@ -60,6 +97,12 @@ typedef enum mn_tuner_cost {
     MN_TUNER_COST_VERIFY, /* verification / produced tokens (the paper's) */
 } mn_tuner_cost;
 
+typedef enum mn_tuner_rule {
+    MN_TUNER_RULE_SLOPE,    /* the paper's slope over measured points per length */
+    MN_TUNER_RULE_MODEL,    /* time per length over counterfactual yield (above) */
+    MN_TUNER_RULE_SEQUENCE, /* a length per sequence from its own acceptance (below) */
+} mn_tuner_rule;
+
 typedef struct mn_tuner_params {
     uint32_t s_min, s_max;       /* 0 <= s_min <= s_max <= MN_TUNER_MAX_LEN */
     uint32_t decision_threshold; /* steps at the current s per decision, >= 1 */
@@ -67,12 +110,13 @@ typedef struct mn_tuner_params {
     uint32_t probe_every;        /* decisions a point stays fresh, >= 1 */
     float margin;                /* a fresh target must be cheaper by this share to move, [0, 1) */
     mn_tuner_cost cost;
+    mn_tuner_rule rule;
 } mn_tuner_params;
 
 mn_tuner_params mn_tuner_defaults(void);
 mn_status mn_tuner_check(const mn_tuner_params *p, mn_err *err);
 /* Set one parameter by its key name (s_min, s_max, decision_threshold, s_reward, s_punish,
- * probe_every, margin; cost takes its name as text) into *p, checked together with the others.
+ * probe_every, margin; cost and rule take their names as text) into *p, checked together with the others.
  * Exactly one of value / text is used. MN_INVALID with a message naming the key otherwise. */
 mn_status mn_tuner_set_param(mn_tuner_params *p, const char *key, double value, const char *text, mn_err *err);
 /* --tuner: "MODE[,KEY=VALUE...]" (MODE fixed or adaptive, keys as above) into *mode and *p, which
@@ -83,6 +127,9 @@ int mn_tuner_mode_parse(const char *name);
 const char *mn_tuner_mode_name(mn_tuner_mode m);
 int mn_tuner_cost_parse(const char *name);
 const char *mn_tuner_cost_name(mn_tuner_cost c);
+/* "slope" / "model" (-1 when neither). */
+int mn_tuner_rule_parse(const char *name);
+const char *mn_tuner_rule_name(mn_tuner_rule r);
 
 /* One length's point on a class's curve. */
 typedef struct mn_tuner_point {
@@ -92,13 +139,30 @@ typedef struct mn_tuner_point {
     uint64_t steps;    /* steps measured at this length, ever */
 } mn_tuner_point;
 
+#define MN_TUNER_MODEL_DECAY 0.875 /* the model's sums are multiplied by this after every window */
+#define MN_TUNER_SEQ_DECAY 0.75    /* a sequence's acceptance sums, by this per verification */
+
+/* The model rule's decayed sums (see above). */
+typedef struct mn_tuner_model {
+    double seqs;                              /* sequences verified at s >= 1 */
+    double yield[MN_TUNER_MAX_LEN + 1];       /* sum of 1 + min(a, x) by length x */
+    double full[MN_TUNER_MAX_LEN + 1];        /* sequences that kept a whole draft, by its length */
+    double kept, stopped;                     /* draft tokens kept; drafts that stopped short */
+    double seconds[MN_TUNER_MAX_LEN + 1];     /* seconds per sequence, summed over steps, by length */
+    double steps[MN_TUNER_MAX_LEN + 1];
+    /* speculating steps (sequence rule): step seconds T over drafted tokens D, produced tokens P */
+    double n, d, t, dd, dt, produced;
+} mn_tuner_model;
+
 typedef struct mn_tuner_class {
     uint32_t s;                       /* the current length */
     double win_seconds;               /* the window at s since the last decision */
     uint64_t win_tokens;
     uint32_t win_steps;
     mn_tuner_point at[MN_TUNER_MAX_LEN + 1];
-    uint64_t decisions, moves;
+    mn_tuner_model model;
+    uint32_t home;                    /* model rule: the length a probe returns to */
+    uint64_t decisions, moves, probes;
 } mn_tuner_class;
 
 typedef struct mn_tuner {
@@ -111,8 +175,48 @@ typedef struct mn_tuner_decision {
     uint32_t cls, from, to;
     double cost;       /* the point of `from` after this window: seconds per token */
     double slope;      /* of the fit, seconds per token per unit of s (0 with one point) */
-    const char *why;   /* "slope", "probe" (the target had no fresh point), "rest" (stays at a minimum) */
+    const char *why;   /* "slope", "probe" (the target had no fresh point; model rule: a neighbor's time),
+                        * "rest" (stays at a minimum), "model" (the model's cheapest length) */
 } mn_tuner_decision;
+
+/* One measured verification step. The histograms feed the model rule (a, the draft tokens a
+ * sequence kept, indexes them; their counts sum to batch when s >= 1): */
+typedef struct mn_tuner_step {
+    uint32_t batch, s;
+    double seconds;
+    uint32_t tokens;                     /* produced: accepted drafts + each sequence's own token */
+    uint32_t drafted;                    /* draft tokens verified */
+    uint16_t ended[MN_TUNER_MAX_LEN + 1]; /* sequences whose draft stopped after a tokens: the next was
+                                          * rejected, or the draft ended there shorter than s */
+    uint16_t full[MN_TUNER_MAX_LEN + 1];  /* sequences that kept all of a draft as long as they were
+                                          * allowed (a = its cap: s, or its own under the sequence
+                                          * rule): a longer one might have kept more */
+} mn_tuner_step;
+
+/* What the verifier needs of a class: its length, and for the sequence rule the threshold theta and
+ * the class's rho (NAN under the other rules, or before the class has measured them). */
+typedef struct mn_tuner_advice {
+    uint32_t s;
+    float theta, rho;
+} mn_tuner_advice;
+
+mn_tuner_advice mn_tuner_advise(const mn_tuner *t, uint32_t cls);
+
+/* A sequence's own acceptance (the sequence rule): zero-initialized, fed every verification. */
+typedef struct mn_tuner_seq {
+    double kept, stopped;
+} mn_tuner_seq;
+
+/* A verification kept `kept` draft tokens; `stopped`: its draft stopped short of its cap (a token
+ * was rejected, or the drafters proposed fewer). */
+void mn_tuner_seq_observe(mn_tuner_seq *q, uint32_t kept, bool stopped);
+/* The sequence's draft length under advice a: the largest j in [1, cap] with rho_i^j > theta (1 when
+ * none), or cap when a has no theta; 0 when cap is 0. */
+uint32_t mn_tuner_seq_length(const mn_tuner_seq *q, const mn_tuner_advice *a, uint32_t cap);
+
+/* The model rule's estimate for length x of class cls: seconds per produced token, NAN where it
+ * has no basis yet (no verification, or no time for x and no line). */
+double mn_tuner_model_cost(const mn_tuner *t, uint32_t cls, uint32_t x);
 
 /* Every class at s0 (clamped to the bounds), no points. */
 void mn_tuner_init(mn_tuner *t, const mn_tuner_params *p, uint32_t s0);
@@ -126,8 +230,8 @@ uint32_t mn_tuner_class_of(uint32_t batch);
 const char *mn_tuner_class_name(uint32_t cls);
 /* One measured step. A step at another s than its class's current one (in flight across a change)
  * is not counted. When it completes a window, the window becomes the point of s; with `adapt` the
- * rule then decides, returns true and says what in *d; without (fixed mode) s stays. */
-bool mn_tuner_observe(mn_tuner *t, uint32_t batch, uint32_t s, double seconds, uint32_t tokens, bool adapt,
-                      mn_tuner_decision *d);
+ * rule then decides, returns true and says what in *d; without (fixed mode) s stays. Both rules
+ * keep their figures in fixed mode too. */
+bool mn_tuner_observe(mn_tuner *t, const mn_tuner_step *st, bool adapt, mn_tuner_decision *d);
 
 #endif
