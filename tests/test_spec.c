@@ -1123,12 +1123,21 @@ static double run_decisions(mn_tuner *t, const spec_model *m, uint32_t batch, do
     return sum / steps / model_cost(m, best);
 }
 
+/* The slope rule's tests: the defaults with it. */
+static mn_tuner_params slope_params(void)
+{
+    mn_tuner_params p = mn_tuner_defaults();
+    p.rule = MN_TUNER_RULE_SLOPE;
+    return p;
+}
+
 Test(tuner, defaults_are_valid)
 {
     mn_tuner_params p = mn_tuner_defaults();
     cr_assert_eq(mn_tuner_check(&p, NULL), MN_OK);
     cr_assert_eq(p.s_min, 0);
     cr_assert_eq(p.s_max, 8);
+    cr_assert_eq(p.rule, MN_TUNER_RULE_SEQUENCE);
 }
 
 Test(tuner, batch_classes)
@@ -1150,7 +1159,7 @@ Test(tuner, finds_the_cheapest_length_and_rests_there)
     uint32_t best = model_best(&m, 0, 8);
     cr_assert(best > 1 && best < 7, "the model's optimum %u should be inside the range", best);
     for (uint32_t s0 = 0; s0 <= 8; s0 += 8) {
-        mn_tuner_params p = mn_tuner_defaults();
+        mn_tuner_params p = slope_params();
         mn_tuner t;
         mn_tuner_init(&t, &p, s0);
         uint32_t rng = 1;
@@ -1166,7 +1175,7 @@ Test(tuner, finds_the_cheapest_length_and_rests_there)
 Test(tuner, noise_costs_little)
 {
     spec_model m = {.a = 0.8, .verify_slope = 0.2, .draft_cost = 0.05};
-    mn_tuner_params p = mn_tuner_defaults();
+    mn_tuner_params p = slope_params();
     mn_tuner t;
     mn_tuner_init(&t, &p, 1);
     uint32_t rng = 7;
@@ -1180,7 +1189,7 @@ Test(tuner, noise_costs_little)
 Test(tuner, goes_to_plain_decoding_when_no_draft_pays)
 {
     spec_model m = {.a = 0, .verify_slope = 0.2, .draft_cost = 0.1};
-    mn_tuner_params p = mn_tuner_defaults();
+    mn_tuner_params p = slope_params();
     mn_tuner t;
     mn_tuner_init(&t, &p, 4);
     uint32_t rng = 3;
@@ -1195,7 +1204,7 @@ Test(tuner, goes_to_plain_decoding_when_no_draft_pays)
  * the bounds. */
 Test(tuner, slope_rule_steps_and_bounds)
 {
-    mn_tuner_params p = mn_tuner_defaults();
+    mn_tuner_params p = slope_params();
     p.s_min = 2, p.s_max = 7, p.s_reward = 2, p.decision_threshold = 1, p.margin = 0;
     mn_tuner t;
     mn_tuner_init(&t, &p, 0);
@@ -1235,7 +1244,7 @@ Test(tuner, slope_rule_steps_and_bounds)
  * points and never moves. */
 Test(tuner, windows_classes_and_fixed_mode)
 {
-    mn_tuner_params p = mn_tuner_defaults();
+    mn_tuner_params p = slope_params();
     p.decision_threshold = 3;
     mn_tuner t;
     mn_tuner_init(&t, &p, 4);
@@ -1270,7 +1279,7 @@ Test(tuner, follows_a_curve_that_moves)
     spec_model strong = {.a = 0.95, .verify_slope = 0.15, .draft_cost = 0.05};
     uint32_t b_weak = model_best(&weak, 0, 8), b_strong = model_best(&strong, 0, 8);
     cr_assert(b_strong >= b_weak + 3, "%u vs %u", b_strong, b_weak);
-    mn_tuner_params p = mn_tuner_defaults();
+    mn_tuner_params p = slope_params();
     mn_tuner t;
     mn_tuner_init(&t, &p, 4);
     uint32_t rng = 5;
@@ -1512,8 +1521,8 @@ Test(tuner, sequence_rule_beats_every_fixed_length_on_a_mixed_batch)
     cr_assert_lt(cost, 0.95 * best_fixed, "sequence rule %.4f against the best fixed length's %.4f", cost, best_fixed);
 }
 
-/* Drafts that are never kept: the sequence rule's class goes to plain decoding, and back to
- * speculating once they are. */
+/* Drafts that are never kept: the sequence rule's class goes to plain decoding, probing less and
+ * less often while probes change nothing, and goes back to speculating once drafts are kept. */
 Test(tuner, sequence_rule_goes_plain_and_back)
 {
     spec_model none = {.a = 0, .verify_slope = 0.2, .draft_cost = 0.1, .drawn = true};
@@ -1526,7 +1535,12 @@ Test(tuner, sequence_rule_goes_plain_and_back)
     int at_best;
     run_decisions(&t, &none, 1, 0, 40, &rng, &at_best);
     cr_assert_eq(t.c[0].home, 0, "plain");
-    run_decisions(&t, &all, 1, 0, 60, &rng, &at_best);
+    uint64_t probes = t.c[0].probes;
+    run_decisions(&t, &none, 1, 0, 256, &rng, &at_best);
+    cr_assert_leq(t.c[0].probes - probes, 6, "probes that change nothing back off: %llu in 256 windows",
+                  (unsigned long long)(t.c[0].probes - probes));
+    cr_assert_geq(t.c[0].probes - probes, 3, "but go on");
+    run_decisions(&t, &all, 1, 0, 4 * p.probe_every + 10, &rng, &at_best);
     cr_assert_eq(t.c[0].home, p.s_max, "speculating, the sequences choosing up to s_max");
 }
 

@@ -101,7 +101,7 @@ static json_t *config_json(mn_admin *a)
 
 /* The tuner's figures: per batch class that has run, the length in effect and the measured curve
  * (microseconds per produced token by length, with its age in decisions), and the model rule's
- * estimate by length (kept in every mode and rule: `model`, where it has one). */
+ * estimate by length up to s_max (kept in every mode and rule: `model`, where it has one). */
 static json_t *tuner_stats_json(const mn_admin *a)
 {
     const mn_stats *s = &a->query.stats;
@@ -125,7 +125,7 @@ static json_t *tuner_stats_json(const mn_admin *a)
             continue;
         }
         json_t *model = json_object();
-        for (uint32_t x = 0; x <= MN_TUNER_MAX_LEN; x++) {
+        for (uint32_t x = 0; x <= t->p.s_max; x++) {
             double cost = mn_tuner_model_cost(t, c, x);
             char key[8];
             snprintf(key, sizeof key, "%u", x);

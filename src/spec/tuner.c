@@ -21,7 +21,7 @@ mn_tuner_params mn_tuner_defaults(void)
         .probe_every = 16,
         .margin = 0.01f,
         .cost = MN_TUNER_COST_ROUND,
-        .rule = MN_TUNER_RULE_SLOPE,
+        .rule = MN_TUNER_RULE_SEQUENCE,
     };
 }
 
@@ -445,8 +445,10 @@ uint32_t mn_tuner_seq_length(const mn_tuner_seq *q, const mn_tuner_advice *a, ui
 /* After record(): the sequences choose their lengths, so the class's length is their bound s_max,
  * or, when s_min is 0, plain decoding while plain steps cost less per token than speculating ones
  * (the decayed mean over speculating steps against the time at 0, by the margin, in either
- * direction); then every probe_every-th window, and while the other side has no figure, runs at
- * the other side. */
+ * direction). While the other side has no figure, and then every probe_gap windows, one window runs
+ * at the other side; a probe that changes nothing doubles the gap (up to 4 probe_every: a side
+ * that loses by far, model drafters at a large batch, should not cost a window in 16 forever), one
+ * that moves the class resets it to probe_every. */
 static void decide_sequence(mn_tuner *t, mn_tuner_class *c, uint32_t cls, double cost, mn_tuner_decision *d)
 {
     const mn_tuner_params *p = &t->p;
@@ -454,19 +456,25 @@ static void decide_sequence(mn_tuner *t, mn_tuner_class *c, uint32_t cls, double
     uint32_t from = c->s, lo = p->s_min, hi = p->s_max;
     double plain = lo == 0 ? model_time(t, m, 0) : NAN, spec = m->produced > 0 ? m->t / m->produced : NAN;
     const char *why = "rest";
+    uint32_t home = c->home;
     if (c->home != lo && c->home != hi)
         c->home = hi, why = "model";
     if (lo == 0 && c->home == hi && plain < spec * (1 - p->margin))
         c->home = lo, why = "model";
     else if (c->home == lo && (spec < plain * (1 - p->margin) || lo > 0))
         c->home = hi, why = "model";
+    if (from != home) /* a probe's window: a probe that changed nothing waits twice as long next time */
+        c->probe_gap = c->home == home ? 2 * c->probe_gap : p->probe_every;
+    uint32_t max_gap = 4 * p->probe_every;
+    c->probe_gap = c->probe_gap < p->probe_every ? p->probe_every : c->probe_gap > max_gap ? max_gap : c->probe_gap;
     uint32_t to = c->home, other = to == lo ? hi : lo;
     c->decisions++;
     bool blind = isnan(other == 0 ? plain : spec);
-    if (from == c->home && lo == 0 && hi > 0 && (blind || c->decisions % p->probe_every == 0)) {
+    if (from == c->home && lo == 0 && hi > 0 && (blind || c->decisions - c->probed_at >= c->probe_gap)) {
         to = other;
         why = "probe";
         c->probes++;
+        c->probed_at = c->decisions;
     }
     c->moves += to != from;
     c->s = to;

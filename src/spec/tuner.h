@@ -33,10 +33,10 @@
  * A fresh point is averaged with each new window at its length (halving a resting length's noise).
  *
  * Defaults (mn_tuner_defaults): s_min 0, s_max 8, decision_threshold 32, s_reward = s_punish = 1,
- * probe_every 16, margin 0.01, cost round, rule slope. At rest the two neighbors go stale at
- * different times and are re-measured one by one (s + 1, back, s - 1, back): 4 windows in about 20
- * away from the best length, at neighbors that cost a few % more on a flat optimum
- * (tests/test_spec.c models it).
+ * probe_every 16, margin 0.01, cost round, rule sequence (the best worst case of the three side by
+ * side: README). Under the slope rule at rest the two neighbors go stale at different times and are
+ * re-measured one by one (s + 1, back, s - 1, back): 4 windows in about 20 away from the best
+ * length, at neighbors that cost a few % more on a flat optimum (tests/test_spec.c models it).
  *
  * The model rule (rule = model): what the slope rule compares are windows measured at different
  * times, on different text: a repetitive stretch is cheap at any s, and the machine's speed moves,
@@ -71,8 +71,9 @@
  * the class's seconds per produced token at speculating steps, and beta the seconds one more draft
  * token adds to a step (the slope of a decayed least-squares line of step time over the step's
  * drafted tokens, which the varying lengths themselves spread). Every speculating sequence drafts
- * at least 1 token. The class's own length is then a bound, s_max, or 0 when the model above finds
- * plain decoding cheapest (probing 1 every probe_every windows as the model rule does).
+ * at least 1 token. The class's own length is then a bound, s_max, or 0 while plain steps cost
+ * less per produced token than speculating ones (a window at s_max now and then, less often while
+ * those probes change nothing).
  *
  * Storage is inline and fixed; nothing allocates. Thread: one owner (the tuner actor).
  */
@@ -161,8 +162,10 @@ typedef struct mn_tuner_class {
     uint32_t win_steps;
     mn_tuner_point at[MN_TUNER_MAX_LEN + 1];
     mn_tuner_model model;
-    uint32_t home;                    /* model rule: the length a probe returns to */
+    uint32_t home;                    /* model and sequence rules: the length a probe returns to */
     uint64_t decisions, moves, probes;
+    uint64_t probed_at;               /* sequence rule: the decision of the last probe, */
+    uint32_t probe_gap;               /* and the decisions until the next */
 } mn_tuner_class;
 
 typedef struct mn_tuner {
