@@ -399,8 +399,8 @@ static double class_rho(const mn_tuner_model *m)
     return m->kept + m->stopped > 0 ? m->kept / (m->kept + m->stopped) : NAN;
 }
 
-/* theta = beta / c: the slope of step seconds over drafted tokens, over seconds per produced token
- * at speculating steps. NAN without two distinct draft totals. A slope at or below 0 (noise, or
+/* theta = beta / c: the slope of seconds over drafted tokens (both per sequence of a step: the
+ * seconds one more draft token adds), over seconds per produced token at speculating steps. NAN without two distinct draft totals. A slope at or below 0 (noise, or
  * drafting that costs nothing measurable) is taken as the least theta, 0.01. */
 static double class_theta(const mn_tuner_model *m)
 {

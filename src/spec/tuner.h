@@ -151,7 +151,8 @@ typedef struct mn_tuner_model {
     double kept, stopped;                     /* draft tokens kept; drafts that stopped short */
     double seconds[MN_TUNER_MAX_LEN + 1];     /* seconds per sequence, summed over steps, by length */
     double steps[MN_TUNER_MAX_LEN + 1];
-    /* speculating steps (sequence rule): step seconds T over drafted tokens D, produced tokens P */
+    /* speculating steps (sequence rule), per sequence of a step: sums of seconds t over drafted
+     * tokens d for a least-squares line, and of produced tokens */
     double n, d, t, dd, dt, produced;
 } mn_tuner_model;
 
