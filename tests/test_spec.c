@@ -1123,11 +1123,11 @@ static double run_decisions(mn_tuner *t, const spec_model *m, uint32_t batch, do
     return sum / steps / model_cost(m, best);
 }
 
-/* The slope rule's tests: the defaults with it. */
-static mn_tuner_params slope_params(void)
+/* The defaults with another rule. */
+static mn_tuner_params with_rule(mn_tuner_rule rule)
 {
     mn_tuner_params p = mn_tuner_defaults();
-    p.rule = MN_TUNER_RULE_SLOPE;
+    p.rule = rule;
     return p;
 }
 
@@ -1159,7 +1159,7 @@ Test(tuner, finds_the_cheapest_length_and_rests_there)
     uint32_t best = model_best(&m, 0, 8);
     cr_assert(best > 1 && best < 7, "the model's optimum %u should be inside the range", best);
     for (uint32_t s0 = 0; s0 <= 8; s0 += 8) {
-        mn_tuner_params p = slope_params();
+        mn_tuner_params p = with_rule(MN_TUNER_RULE_SLOPE);
         mn_tuner t;
         mn_tuner_init(&t, &p, s0);
         uint32_t rng = 1;
@@ -1175,7 +1175,7 @@ Test(tuner, finds_the_cheapest_length_and_rests_there)
 Test(tuner, noise_costs_little)
 {
     spec_model m = {.a = 0.8, .verify_slope = 0.2, .draft_cost = 0.05};
-    mn_tuner_params p = slope_params();
+    mn_tuner_params p = with_rule(MN_TUNER_RULE_SLOPE);
     mn_tuner t;
     mn_tuner_init(&t, &p, 1);
     uint32_t rng = 7;
@@ -1189,7 +1189,7 @@ Test(tuner, noise_costs_little)
 Test(tuner, goes_to_plain_decoding_when_no_draft_pays)
 {
     spec_model m = {.a = 0, .verify_slope = 0.2, .draft_cost = 0.1};
-    mn_tuner_params p = slope_params();
+    mn_tuner_params p = with_rule(MN_TUNER_RULE_SLOPE);
     mn_tuner t;
     mn_tuner_init(&t, &p, 4);
     uint32_t rng = 3;
@@ -1204,7 +1204,7 @@ Test(tuner, goes_to_plain_decoding_when_no_draft_pays)
  * the bounds. */
 Test(tuner, slope_rule_steps_and_bounds)
 {
-    mn_tuner_params p = slope_params();
+    mn_tuner_params p = with_rule(MN_TUNER_RULE_SLOPE);
     p.s_min = 2, p.s_max = 7, p.s_reward = 2, p.decision_threshold = 1, p.margin = 0;
     mn_tuner t;
     mn_tuner_init(&t, &p, 0);
@@ -1244,7 +1244,7 @@ Test(tuner, slope_rule_steps_and_bounds)
  * points and never moves. */
 Test(tuner, windows_classes_and_fixed_mode)
 {
-    mn_tuner_params p = slope_params();
+    mn_tuner_params p = with_rule(MN_TUNER_RULE_SLOPE);
     p.decision_threshold = 3;
     mn_tuner t;
     mn_tuner_init(&t, &p, 4);
@@ -1279,7 +1279,7 @@ Test(tuner, follows_a_curve_that_moves)
     spec_model strong = {.a = 0.95, .verify_slope = 0.15, .draft_cost = 0.05};
     uint32_t b_weak = model_best(&weak, 0, 8), b_strong = model_best(&strong, 0, 8);
     cr_assert(b_strong >= b_weak + 3, "%u vs %u", b_strong, b_weak);
-    mn_tuner_params p = slope_params();
+    mn_tuner_params p = with_rule(MN_TUNER_RULE_SLOPE);
     mn_tuner t;
     mn_tuner_init(&t, &p, 4);
     uint32_t rng = 5;
@@ -1294,19 +1294,12 @@ Test(tuner, follows_a_curve_that_moves)
 
 /* ---- the model rule ---- */
 
-static mn_tuner_params model_params(void)
-{
-    mn_tuner_params p = mn_tuner_defaults();
-    p.rule = MN_TUNER_RULE_MODEL;
-    return p;
-}
-
 /* The counterfactual yield, by hand (batch 2: class 1): one sequence rejected after 2 of 6 drafted tokens and one that
  * kept all 6, then one step at 2 (both kept 1). Lengths up to 6 are exact; 8 extrapolates the
  * censored sequence with rho = kept / (kept + stopped); times come from the line through 2 and 6. */
 Test(tuner, model_yield_by_hand)
 {
-    mn_tuner_params p = model_params();
+    mn_tuner_params p = with_rule(MN_TUNER_RULE_MODEL);
     p.decision_threshold = 1000; /* no window closes: nothing decays */
     mn_tuner t;
     mn_tuner_init(&t, &p, 6);
@@ -1338,7 +1331,7 @@ Test(tuner, model_finds_the_cheapest_length)
     uint32_t best = model_best(&m, 0, 8);
     cr_assert(best > 1 && best < 7, "the model's optimum %u should be inside the range", best);
     for (uint32_t s0 = 0; s0 <= 8; s0 += 8) {
-        mn_tuner_params p = model_params();
+        mn_tuner_params p = with_rule(MN_TUNER_RULE_MODEL);
         mn_tuner t;
         mn_tuner_init(&t, &p, s0);
         uint32_t rng = 11;
@@ -1358,7 +1351,7 @@ Test(tuner, model_noise_and_a_change_of_text)
 {
     spec_model weak = {.a = 0.5, .verify_slope = 0.15, .draft_cost = 0.05, .drawn = true};
     spec_model strong = {.a = 0.95, .verify_slope = 0.15, .draft_cost = 0.05, .drawn = true};
-    mn_tuner_params p = model_params();
+    mn_tuner_params p = with_rule(MN_TUNER_RULE_MODEL);
     mn_tuner t;
     mn_tuner_init(&t, &p, 4);
     uint32_t rng = 5;
@@ -1376,7 +1369,7 @@ Test(tuner, model_goes_to_the_ends)
 {
     spec_model none = {.a = 0, .verify_slope = 0.2, .draft_cost = 0.1, .drawn = true};
     spec_model all = {.a = 1, .verify_slope = 0.2, .draft_cost = 0.1, .drawn = true};
-    mn_tuner_params p = model_params();
+    mn_tuner_params p = with_rule(MN_TUNER_RULE_MODEL);
     mn_tuner t;
     mn_tuner_init(&t, &p, 4);
     uint32_t rng = 3;
@@ -1437,8 +1430,7 @@ Test(tuner, sequence_length_by_hand)
 /* theta = beta / c from a step time that grows by 0.1 s per drafted token and sequence. */
 Test(tuner, sequence_theta_from_steps)
 {
-    mn_tuner_params p = mn_tuner_defaults();
-    p.rule = MN_TUNER_RULE_SEQUENCE;
+    mn_tuner_params p = with_rule(MN_TUNER_RULE_SEQUENCE);
     p.decision_threshold = 1000;
     mn_tuner t;
     mn_tuner_init(&t, &p, 8);
@@ -1509,8 +1501,7 @@ Test(tuner, sequence_rule_beats_every_fixed_length_on_a_mixed_batch)
         double cost = sim.seconds / sim.tokens;
         best_fixed = cost < best_fixed ? cost : best_fixed;
     }
-    mn_tuner_params p = mn_tuner_defaults();
-    p.rule = MN_TUNER_RULE_SEQUENCE;
+    mn_tuner_params p = with_rule(MN_TUNER_RULE_SEQUENCE);
     mn_tuner t;
     mn_tuner_init(&t, &p, 4);
     seq_sim warm = {0}, sim = {0};
@@ -1527,8 +1518,7 @@ Test(tuner, sequence_rule_goes_plain_and_back)
 {
     spec_model none = {.a = 0, .verify_slope = 0.2, .draft_cost = 0.1, .drawn = true};
     spec_model all = {.a = 0.95, .verify_slope = 0.05, .draft_cost = 0, .drawn = true};
-    mn_tuner_params p = mn_tuner_defaults();
-    p.rule = MN_TUNER_RULE_SEQUENCE;
+    mn_tuner_params p = with_rule(MN_TUNER_RULE_SEQUENCE);
     mn_tuner t;
     mn_tuner_init(&t, &p, 4);
     uint32_t rng = 9;
