@@ -801,6 +801,18 @@ Test(speculate, adaptive_length_is_lossless_and_visible, .timeout = 600, .disabl
         json_decref(done);
     }
     wait_idle(&s);
+    r = admin(&s, "{\"cmd\":\"stats\"}");
+    tuner = json_object_get(json_object_get(json_object_get(r, "stats"), "spec"), "tuner");
+    int with_figures = 0;
+    json_object_foreach(json_object_get(tuner, "batch"), cls, k) {
+        json_t *q = json_object_get(k, "sequence");
+        double theta = json_real_value(json_object_get(q, "theta")), rho = json_real_value(json_object_get(q, "rho"));
+        if (q)
+            cr_assert(theta > 0 && theta <= 1 && rho >= 0 && rho <= 1, "batch %s: %s", cls, json_dumps(q, 0));
+        with_figures += q != NULL;
+    }
+    cr_assert_gt(with_figures, 0, "a class shows theta and rho: %s", json_dumps(tuner, 0));
+    json_decref(r);
 
     /* length 0 is plain decoding, with no round: its steps are measured too (a tuner that moved to
      * 0 saw no step there again, and stayed for good) */

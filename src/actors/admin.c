@@ -100,8 +100,9 @@ static json_t *config_json(mn_admin *a)
 }
 
 /* The tuner's figures: per batch class that has run, the length in effect and the measured curve
- * (microseconds per produced token by length, with its age in decisions), and the model rule's
- * estimate by length up to s_max (kept in every mode and rule: `model`, where it has one). */
+ * (microseconds per produced token by length, with its age in decisions), the model rule's
+ * estimate by length up to s_max (kept in every mode and rule: `model`, where it has one), and
+ * under the sequence rule its threshold theta and the class's acceptance rho (`sequence`). */
 static json_t *tuner_stats_json(const mn_admin *a)
 {
     const mn_stats *s = &a->query.stats;
@@ -132,10 +133,14 @@ static json_t *tuner_stats_json(const mn_admin *a)
             if (!isnan(cost))
                 json_object_set_new(model, key, json_real(cost * 1e6));
         }
-        json_object_set_new(classes, mn_tuner_class_name(c),
-                            json_pack("{s:i, s:I, s:I, s:I, s:o, s:o}", "s", (int)s->verifier.spec_lengths[c],
-                                      "decisions", (json_int_t)k->decisions, "moves", (json_int_t)k->moves, "probes",
-                                      (json_int_t)k->probes, "curve", curve, "model", model));
+        json_t *cls = json_pack("{s:i, s:I, s:I, s:I, s:o, s:o}", "s", (int)s->verifier.spec_lengths[c], "decisions",
+                                (json_int_t)k->decisions, "moves", (json_int_t)k->moves, "probes",
+                                (json_int_t)k->probes, "curve", curve, "model", model);
+        mn_tuner_advice adv = mn_tuner_advise(t, c); /* the sequence rule's figures, once measured */
+        if (!isnan(adv.theta) && !isnan(adv.rho))
+            json_object_set_new(cls, "sequence", json_pack("{s:f, s:f}", "theta", (double)adv.theta, "rho",
+                                                           (double)adv.rho));
+        json_object_set_new(classes, mn_tuner_class_name(c), cls);
     }
     return json_pack("{s:s, s:I, s:o}", "mode", mn_tuner_mode_name(s->tuner.mode), "measured",
                      (json_int_t)s->tuner.measured, "batch", classes);
