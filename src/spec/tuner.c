@@ -196,24 +196,29 @@ static bool fresh(const mn_tuner *t, const mn_tuner_class *c, uint32_t s)
     return c->at[s].known && c->at[s].age <= t->p.probe_every;
 }
 
+static void line_add(mn_tuner_line *l, double w, double x, double y)
+{
+    l->w += w, l->x += w * x, l->y += w * y, l->xx += w * x * x, l->xy += w * x * y;
+}
+
+/* The denominator of the slope: > 0 when the points do not all share one x. */
+static double line_den(const mn_tuner_line *l) { return l->w * l->xx - l->x * l->x; }
+
+static double line_slope(const mn_tuner_line *l) { return (l->w * l->xy - l->x * l->y) / line_den(l); }
+
 /* Least-squares slope of cost over the fresh points within FIT_REACH of s; *n gets their count. */
 static double fit_slope(const mn_tuner *t, const mn_tuner_class *c, uint32_t s, int *n)
 {
     uint32_t lo = s > FIT_REACH ? s - FIT_REACH : 0, hi = s + FIT_REACH;
-    double sx = 0, sy = 0, sxx = 0, sxy = 0;
+    mn_tuner_line l = {0};
     *n = 0;
     for (uint32_t x = lo; x <= hi && x <= MN_TUNER_MAX_LEN; x++) {
         if (x < t->p.s_min || x > t->p.s_max || !fresh(t, c, x))
             continue;
-        double y = c->at[x].cost;
-        sx += x;
-        sy += y;
-        sxx += (double)x * x;
-        sxy += x * y;
+        line_add(&l, 1, x, c->at[x].cost);
         (*n)++;
     }
-    double den = *n * sxx - sx * sx;
-    return *n >= 2 && den > 0 ? (*n * sxy - sx * sy) / den : 0.0;
+    return *n >= 2 && line_den(&l) > 0 ? line_slope(&l) : 0.0;
 }
 
 /* The window at c->s is complete: it becomes the point of s, averaged with the point's last value
@@ -272,8 +277,8 @@ static void model_add(mn_tuner_model *m, const mn_tuner_step *st)
     m->steps[s] += 1;
     if (s == 0) /* plain decoding: no draft, nothing learned about acceptance */
         return;
-    double d = (double)st->drafted / st->batch, t = st->seconds / st->batch; /* per sequence */
-    m->n += 1, m->d += d, m->t += t, m->dd += d * d, m->dt += d * t, m->produced += (double)st->tokens / st->batch;
+    line_add(&m->draft_time, 1, (double)st->drafted / st->batch, st->seconds / st->batch); /* per sequence */
+    m->produced += (double)st->tokens / st->batch;
     for (uint32_t a = 0; a <= s; a++) {
         double ended = st->ended[a], full = st->full[a], n = ended + full;
         if (n == 0)
@@ -289,7 +294,8 @@ static void model_add(mn_tuner_model *m, const mn_tuner_step *st)
 
 static void model_decay(mn_tuner_model *m)
 {
-    double *sums[] = {&m->seqs, &m->kept, &m->stopped, &m->n, &m->d, &m->t, &m->dd, &m->dt, &m->produced};
+    mn_tuner_line *l = &m->draft_time;
+    double *sums[] = {&m->seqs, &m->kept, &m->stopped, &l->w, &l->x, &l->y, &l->xx, &l->xy, &m->produced};
     for (size_t i = 0; i < sizeof sums / sizeof *sums; i++)
         *sums[i] *= MN_TUNER_MODEL_DECAY;
     for (uint32_t x = 0; x <= MN_TUNER_MAX_LEN; x++) {
@@ -328,20 +334,18 @@ static double model_time(const mn_tuner *t, const mn_tuner_model *m, uint32_t x)
     double enough = t->p.decision_threshold / 4.0;
     if (m->steps[x] >= enough || (x == 0 && m->steps[0] > 0))
         return m->seconds[x] / m->steps[x];
-    double w = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+    mn_tuner_line l = {0};
     int n = 0;
     for (uint32_t k = 1; k <= MN_TUNER_MAX_LEN; k++) {
         double wk = m->steps[k];
         if (!(wk > 0))
             continue;
-        double y = m->seconds[k] / wk;
-        w += wk, sx += wk * k, sy += wk * y, sxx += wk * k * k, sxy += wk * k * y;
+        line_add(&l, wk, k, m->seconds[k] / wk);
         n++;
     }
-    double den = w * sxx - sx * sx;
-    if (n < 2 || !(den > 0))
+    if (n < 2 || !(line_den(&l) > 0))
         return NAN;
-    double b = (w * sxy - sx * sy) / den, a = (sy - b * sx) / w;
+    double b = line_slope(&l), a = (l.y - b * l.x) / l.w;
     double y = a + b * x;
     return y > 0 ? y : NAN;
 }
@@ -354,11 +358,6 @@ double mn_tuner_model_cost(const mn_tuner *t, uint32_t cls, uint32_t x)
     return model_time(t, m, x) / model_yield(m, x);
 }
 
-static bool known(const mn_tuner *t, uint32_t cls, uint32_t x)
-{
-    return !isnan(mn_tuner_model_cost(t, cls, x));
-}
-
 /* After record(): the cheapest length by the model becomes home when it beats home's estimate by the
  * margin (or home has none). The class runs at home, except that every probe_every-th decision, and
  * whenever neither neighbor of home has an estimate, it runs one window at a neighbor (above, then
@@ -366,18 +365,19 @@ static bool known(const mn_tuner *t, uint32_t cls, uint32_t x)
 static void decide_model(mn_tuner *t, mn_tuner_class *c, uint32_t cls, double cost, mn_tuner_decision *d)
 {
     const mn_tuner_params *p = &t->p;
+    double est[MN_TUNER_MAX_LEN + 2]; /* the model's cost by length; NAN unknown, and past the end */
+    for (uint32_t x = 0; x <= MN_TUNER_MAX_LEN + 1; x++)
+        est[x] = mn_tuner_model_cost(t, cls, x);
     uint32_t from = c->s, best = c->home;
     for (uint32_t x = p->s_min; x <= p->s_max; x++)
-        if (known(t, cls, x) && (!known(t, cls, best) ||
-                                 mn_tuner_model_cost(t, cls, x) < mn_tuner_model_cost(t, cls, best)))
+        if (!isnan(est[x]) && (isnan(est[best]) || est[x] < est[best]))
             best = x;
     const char *why = "rest";
-    if (best != c->home && (!known(t, cls, c->home) ||
-                            mn_tuner_model_cost(t, cls, best) < mn_tuner_model_cost(t, cls, c->home) * (1 - p->margin)))
+    if (best != c->home && (isnan(est[c->home]) || est[best] < est[c->home] * (1 - p->margin)))
         c->home = best, why = "model";
     uint32_t to = c->home;
     bool up_ok = to < p->s_max, down_ok = to > p->s_min;
-    bool blind = !(up_ok && known(t, cls, to + 1)) && !(down_ok && known(t, cls, to - 1));
+    bool blind = !(up_ok && !isnan(est[to + 1])) && !(down_ok && !isnan(est[to - 1]));
     c->decisions++;
     if (from == c->home && (blind || c->decisions % p->probe_every == 0) && (up_ok || down_ok)) {
         to = up_ok && (!down_ok || c->probes % 2 == 0) ? to + 1 : to - 1;
@@ -387,8 +387,8 @@ static void decide_model(mn_tuner *t, mn_tuner_class *c, uint32_t cls, double co
     c->moves += to != from;
     c->s = to;
     double slope = 0; /* the model's local slope for the event: cost(to + 1) - cost(to) */
-    if (to < MN_TUNER_MAX_LEN && known(t, cls, to + 1) && known(t, cls, to))
-        slope = mn_tuner_model_cost(t, cls, to + 1) - mn_tuner_model_cost(t, cls, to);
+    if (!isnan(est[to + 1]) && !isnan(est[to]))
+        slope = est[to + 1] - est[to];
     *d = (mn_tuner_decision){.cls = cls, .from = from, .to = to, .cost = cost, .slope = slope, .why = why};
 }
 
@@ -404,10 +404,10 @@ static double class_rho(const mn_tuner_model *m)
  * drafting that costs nothing measurable) is taken as the least theta, 0.01. */
 static double class_theta(const mn_tuner_model *m)
 {
-    double den = m->n * m->dd - m->d * m->d;
-    if (!(m->n >= 2) || !(den > 1e-9 * m->n * m->dd) || !(m->produced > 0) || !(m->t > 0))
+    const mn_tuner_line *l = &m->draft_time;
+    if (!(l->w >= 2) || !(line_den(l) > 1e-9 * l->w * l->xx) || !(m->produced > 0) || !(l->y > 0))
         return NAN;
-    double beta = (m->n * m->dt - m->d * m->t) / den, c = m->t / m->produced;
+    double beta = line_slope(l), c = l->y / m->produced;
     double theta = beta / c;
     return theta < 0.01 ? 0.01 : theta > 1 ? 1 : theta;
 }
@@ -454,7 +454,7 @@ static void decide_sequence(mn_tuner *t, mn_tuner_class *c, uint32_t cls, double
     const mn_tuner_params *p = &t->p;
     const mn_tuner_model *m = &c->model;
     uint32_t from = c->s, lo = p->s_min, hi = p->s_max;
-    double plain = lo == 0 ? model_time(t, m, 0) : NAN, spec = m->produced > 0 ? m->t / m->produced : NAN;
+    double plain = lo == 0 ? model_time(t, m, 0) : NAN, spec = m->produced > 0 ? m->draft_time.y / m->produced : NAN;
     const char *why = "rest";
     uint32_t home = c->home;
     if (c->home != lo && c->home != hi)

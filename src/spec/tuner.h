@@ -143,6 +143,11 @@ typedef struct mn_tuner_point {
 #define MN_TUNER_MODEL_DECAY 0.875 /* the model's sums are multiplied by this after every window */
 #define MN_TUNER_SEQ_DECAY 0.75    /* a sequence's acceptance sums, by this per verification */
 
+/* Sums for a weighted least-squares line y = a + b x: weights, w x, w y, w x^2, w x y. */
+typedef struct mn_tuner_line {
+    double w, x, y, xx, xy;
+} mn_tuner_line;
+
 /* The model rule's decayed sums (see above). */
 typedef struct mn_tuner_model {
     double seqs;                              /* sequences verified at s >= 1 */
@@ -151,9 +156,10 @@ typedef struct mn_tuner_model {
     double kept, stopped;                     /* draft tokens kept; drafts that stopped short */
     double seconds[MN_TUNER_MAX_LEN + 1];     /* seconds per sequence, summed over steps, by length */
     double steps[MN_TUNER_MAX_LEN + 1];
-    /* speculating steps (sequence rule), per sequence of a step: sums of seconds t over drafted
-     * tokens d for a least-squares line, and of produced tokens */
-    double n, d, t, dd, dt, produced;
+    /* speculating steps (sequence rule), per sequence of a step: the line of seconds over drafted
+     * tokens (one point a step), and the produced tokens */
+    mn_tuner_line draft_time;
+    double produced;
 } mn_tuner_model;
 
 typedef struct mn_tuner_class {
