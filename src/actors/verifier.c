@@ -448,10 +448,17 @@ static bool take_token(mn_verifier *v, mn_req *r, uint32_t j)
     return true;
 }
 
+/* r kept every draft token it was allowed: a longer draft might have kept more (the tuner's
+ * censored case), where any other verification says where its draft stopped. */
+static bool kept_all(const mn_req *r)
+{
+    return r->spec.n_kept - 1 == r->spec.n_draft && r->spec.n_draft == r->spec.cap;
+}
+
 static void count_verification(mn_verifier *v, mn_req *r)
 {
     uint32_t acc = r->spec.n_kept - 1;
-    mn_tuner_seq_observe(&r->spec.acc, acc, !(acc == r->spec.n_draft && acc == r->spec.cap));
+    mn_tuner_seq_observe(&r->spec.acc, acc, !kept_all(r));
     r->spec.verifications++;
     r->spec.drafted += r->spec.n_draft;
     r->spec.accepted += acc;
@@ -479,7 +486,7 @@ static void report(mn_verifier *v)
         t->drafted += r->spec.n_draft;
         if (a > t->s) /* cannot happen: a draft is at most s long */
             continue;
-        if (t->s && a == r->spec.n_draft && a == r->spec.cap) /* kept all it was allowed to draft */
+        if (t->s && kept_all(r))
             t->full[a]++;
         else
             t->ended[a]++;
