@@ -70,6 +70,23 @@ static void admin_refuses(server *s, const char *const *cmds, size_t n)
     }
 }
 
+/* Send the n prompts at once (ids prefix0, prefix1, ..., `tokens` each, every other one streamed);
+ * each reply must be plain decoding's text. */
+static void send_all_await_plain(tconn *c, const char *prefix, int n, char **prompts, char **want, int tokens)
+{
+    char id[48];
+    for (int i = 0; i < n; i++) {
+        snprintf(id, sizeof id, "%s%d", prefix, i);
+        send_request(c, id, prompts[i], tokens, 0, i % 2);
+    }
+    for (int i = 0; i < n; i++) {
+        snprintf(id, sizeof id, "%s%d", prefix, i);
+        json_t *done = await(c, id);
+        cr_assert_str_eq(json_string_value(json_object_get(done, "text")), want[i], "%s: %s", id, prompts[i]);
+        json_decref(done);
+    }
+}
+
 static void enable_only(server *s, int which /* -1: all */)
 {
     for (int i = 0; i < 4; i++) {
@@ -788,18 +805,7 @@ Test(speculate, adaptive_length_is_lossless_and_visible, .timeout = 600, .disabl
     /* the sequence rule: every sequence drafts a length of its own; the texts stay plain decoding's */
     admin_ok(&s, "{\"cmd\":\"set\",\"key\":\"tuner.rule\",\"value\":\"sequence\"}");
     admin_ok(&s, "{\"cmd\":\"set\",\"key\":\"tuner.mode\",\"value\":\"adaptive\"}");
-    for (int i = 0; i < n; i++) {
-        char id[16];
-        snprintf(id, sizeof id, "seq%d", i);
-        send_request(&c, id, prompts[i], TOKENS, 0, i % 2);
-    }
-    for (int i = 0; i < n; i++) {
-        char id[16];
-        snprintf(id, sizeof id, "seq%d", i);
-        done = await(&c, id);
-        cr_assert_str_eq(json_string_value(json_object_get(done, "text")), want[i], "%s: %s", id, prompts[i]);
-        json_decref(done);
-    }
+    send_all_await_plain(&c, "seq", n, prompts, want, TOKENS);
     wait_idle(&s);
     r = admin(&s, "{\"cmd\":\"stats\"}");
     tuner = json_object_get(json_object_get(json_object_get(r, "stats"), "spec"), "tuner");
@@ -918,18 +924,7 @@ Test(speculate, pipeline_is_lossless_under_load_cancels_and_disconnects, .timeou
     for (int on = 0; on < 2; on++) { /* off, then on again: live */
         admin_ok(&s, on ? "{\"cmd\":\"set\",\"key\":\"pipeline.enabled\",\"value\":true}"
                         : "{\"cmd\":\"set\",\"key\":\"pipeline.enabled\",\"value\":false}");
-        for (int i = 0; i < n; i++) {
-            char id[32];
-            snprintf(id, sizeof id, "live%d.%d", on, i);
-            send_request(&d, id, prompts[i], TOKENS, 0, i % 2);
-        }
-        for (int i = 0; i < n; i++) {
-            char id[32];
-            snprintf(id, sizeof id, "live%d.%d", on, i);
-            o = await(&d, id);
-            cr_assert_str_eq(json_string_value(json_object_get(o, "text")), want[i], "%s: %s", id, prompts[i]);
-            json_decref(o);
-        }
+        send_all_await_plain(&d, on ? "live1." : "live0.", n, prompts, want, TOKENS);
         p = pipeline_stats(&s);
         cr_assert_eq(json_is_true(json_object_get(p, "enabled")), on);
         json_decref(p);
