@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "cpu/matmul.h"
 #include "testutil.h"
 
 #define N_TOK 40
@@ -186,6 +187,46 @@ Test(forward, thread_count_does_not_change_logits)
     mn_backend_free(b4);
     mn_model_free(m);
 }
+
+/* The kernel set (kernels.h) changes speed only: every set this CPU runs gives the generic C set's
+ * logits bit for bit, for every weight type, one token at a time and in chunks of 7 (the float
+ * tiles for T = 7 and the integer ones for T > 1). */
+static void check_kernel_sets(const char *gguf)
+{
+    static const char *const sets[] = {"avx2", "avx512", "avx512-emu"};
+    mn_model *m = load_model(gguf);
+    int32_t toks[N_TOK];
+    read_tokens(toks, N_TOK);
+    size_t bytes = (size_t)N_TOK * m->hp.n_vocab * sizeof(float);
+    cr_assert_eq(mn_cpu_kernels_use("generic"), 0);
+    mn_backend *b = cpu_backend(m, 2, 64, 64);
+    float *ref1 = run_sequence(b, toks, N_TOK, 1), *ref7 = run_sequence(b, toks, N_TOK, 7);
+    int ran = 0;
+    for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) {
+        if (mn_cpu_kernels_use(sets[i]) != 0) {
+            cr_log_info("%s: kernel set %s not run (this CPU lacks it)", gguf, sets[i]);
+            continue;
+        }
+        float *a = run_sequence(b, toks, N_TOK, 1), *c = run_sequence(b, toks, N_TOK, 7);
+        cr_assert(memcmp(a, ref1, bytes) == 0, "%s: %s differs from generic, one token a pass", gguf, sets[i]);
+        cr_assert(memcmp(c, ref7, bytes) == 0, "%s: %s differs from generic, 7 tokens a pass", gguf, sets[i]);
+        free(a);
+        free(c);
+        ran++;
+    }
+#if defined(__x86_64__)
+    cr_assert(ran > 0 || !__builtin_cpu_supports("avx2"), "no SIMD kernel set ran on a CPU with AVX2");
+#endif
+    free(ref1);
+    free(ref7);
+    mn_backend_free(b);
+    mn_model_free(m);
+}
+
+Test(forward, kernel_sets_agree_f32) { check_kernel_sets("gqa_f32.gguf"); }
+Test(forward, kernel_sets_agree_f16) { check_kernel_sets("f16.gguf"); }
+Test(forward, kernel_sets_agree_q8_0) { check_kernel_sets("q8_0.gguf"); }
+Test(forward, kernel_sets_agree_q4_1) { check_kernel_sets("q4_1.gguf"); }
 
 /* Append k tokens, truncate back to n, append others: the logits equal those of a sequence that
  * never saw the rolled-back tokens, and the pool gets the blocks back. */

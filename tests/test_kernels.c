@@ -1,5 +1,6 @@
-/* test_kernels.c - SIMD matmul vs its scalar twin (bitwise, every type, every tile shape),
- * dequantization and half floats, the KV block pool, the sampler. */
+/* test_kernels.c - every kernel set this CPU runs (generic C, AVX2, AVX-512) against the scalar
+ * twins, bit for bit (every type, every tile shape), dequantization and half floats, the KV block
+ * pool, the sampler. */
 #include <math.h>
 #include <string.h>
 
@@ -9,6 +10,29 @@
 #include "model/quant.h"
 #include "model/sampler.h"
 #include "testutil.h"
+
+static const char *const kernel_sets[] = {"generic", "avx2", "avx512", "avx512-emu"};
+enum { N_SETS = sizeof kernel_sets / sizeof kernel_sets[0] };
+
+/* Put kernel set i in use; false, with a note in the log, where this CPU cannot run it. */
+static bool use_set(size_t i)
+{
+    static bool told[N_SETS];
+    if (mn_cpu_kernels_use(kernel_sets[i]) == 0)
+        return true;
+    if (!told[i])
+        cr_log_info("kernel set %s not run: this CPU lacks it", kernel_sets[i]);
+    told[i] = true;
+    return false;
+}
+
+/* fn once with each kernel set this CPU runs in use. */
+static void on_every_set(void (*fn)(void))
+{
+    for (size_t ks = 0; ks < N_SETS; ks++)
+        if (use_set(ks))
+            fn();
+}
 
 static void check_matmul(const char *gguf, const char *tensor_kind)
 {
@@ -24,13 +48,15 @@ static void check_matmul(const char *gguf, const char *tensor_kind)
             float *y = calloc((size_t)T * w->rows, sizeof(float)), *r = calloc((size_t)T * w->rows, sizeof(float));
             for (size_t i = 0; i < (size_t)T * w->cols; i++)
                 x[i] = sinf((float)i * 0.37f) * 2.0f;
-            for (uint32_t cut = 0; cut < 6; cut++) {
-                uint32_t ob = 1 + cut, oe = w->rows - 2;
-                mn_matmul(w, x, w->cols, y, w->rows, T, ob, oe);
-                mn_matmul_ref(w, x, w->cols, r, w->rows, T, ob, oe);
-                cr_assert(memcmp(y, r, (size_t)T * w->rows * sizeof(float)) == 0,
-                          "%s %s weight %zu T=%d outputs [%u, %u) differ", gguf, tensor_kind, wi, T, ob, oe);
-            }
+            for (size_t ks = 0; ks < N_SETS; ks++)
+                for (uint32_t cut = 0; cut < 6 && use_set(ks); cut++) {
+                    uint32_t ob = 1 + cut, oe = w->rows - 2;
+                    mn_matmul(w, x, w->cols, y, w->rows, T, ob, oe);
+                    mn_matmul_ref(w, x, w->cols, r, w->rows, T, ob, oe);
+                    cr_assert(memcmp(y, r, (size_t)T * w->rows * sizeof(float)) == 0,
+                              "%s: %s %s weight %zu T=%d outputs [%u, %u) differ", kernel_sets[ks], gguf,
+                              tensor_kind, wi, T, ob, oe);
+                }
             free(x);
             free(y);
             free(r);
@@ -45,7 +71,7 @@ Test(kernels, matmul_q8_0_equals_scalar_twin) { check_matmul("q8_0.gguf", "q8_0"
 Test(kernels, matmul_q4_0_equals_scalar_twin) { check_matmul("q4_0.gguf", "q4_0"); }
 Test(kernels, matmul_q4_1_equals_scalar_twin) { check_matmul("q4_1.gguf", "q4_1"); }
 
-Test(kernels, attention_kernels_equal_their_one_at_a_time_forms)
+static void check_attention_kernels(void)
 {
     enum { KEYS = 19 };
     for (int n = 1; n <= 80; n++) {
@@ -80,8 +106,9 @@ Test(kernels, attention_kernels_equal_their_one_at_a_time_forms)
         }
     }
 }
+Test(kernels, attention_kernels_equal_their_one_at_a_time_forms) { on_every_set(check_attention_kernels); }
 
-Test(kernels, softmax_matches_libm_and_depends_only_on_the_scores)
+static void check_softmax(void)
 {
     float x[300], y[300], z[300];
     for (int n = 1; n <= 300; n += (n < 20 ? 1 : 37)) {
@@ -103,8 +130,9 @@ Test(kernels, softmax_matches_libm_and_depends_only_on_the_scores)
         cr_assert(mn_softmax(z, n, 0.25f) == sum && memcmp(y, z, (size_t)n * sizeof(float)) == 0);
     }
 }
+Test(kernels, softmax_matches_libm_and_depends_only_on_the_scores) { on_every_set(check_softmax); }
 
-Test(kernels, swiglu_matches_libm_wherever_an_element_sits)
+static void check_swiglu(void)
 {
     float g[100], u[100], y[100], z[100];
     for (int i = 0; i < 100; i++) {
@@ -122,6 +150,83 @@ Test(kernels, swiglu_matches_libm_wherever_an_element_sits)
         mn_swiglu(z, u, off);
         mn_swiglu(z + off, u + off, 100 - off);
         cr_assert(memcmp(y, z, sizeof y) == 0, "split at %d changes the result", off);
+    }
+}
+Test(kernels, swiglu_matches_libm_wherever_an_element_sits) { on_every_set(check_swiglu); }
+
+/* The small kernels of each set against the generic set's bits, on values that reach every branch
+ * of the exp (far below its range, past it, exact zeros) and every length mod 8. */
+Test(kernels, every_set_gives_the_generic_bits)
+{
+    enum { N = 77, KEYS = 11 };
+    float a[N], b[KEYS][N], g[N], u[N];
+    const float *ptr[KEYS];
+    for (int i = 0; i < N; i++) {
+        a[i] = 30.0f * sinf((float)i * 1.7f) + (i % 13 == 0 ? -300.0f : i % 17 == 0 ? 300.0f : 0.0f);
+        g[i] = i % 19 == 0 ? 0.0f : 40.0f * cosf((float)i * 0.9f);
+        u[i] = sinf((float)i);
+        for (int k = 0; k < KEYS; k++)
+            b[k][i] = cosf((float)(i * 5 + k));
+    }
+    for (int k = 0; k < KEYS; k++)
+        ptr[k] = b[k];
+    for (int n = 1; n <= N; n++) {
+        float ref[5][N], got[5][N], ref_sum = 0.0f;
+        for (size_t ks = 0; ks < N_SETS; ks++) {
+            if (!use_set(ks))
+                continue;
+            float(*o)[N] = ks == 0 ? ref : got;
+            memcpy(o[0], a, sizeof a);
+            float sum = mn_softmax(o[0], n, 0.3f);
+            memcpy(o[1], g, sizeof g);
+            mn_swiglu(o[1], u, n);
+            mn_dots(a, ptr, KEYS, n, o[2]);
+            o[2][KEYS] = mn_dot(a, b[0], n);
+            mn_weighted_sum(o[3], N, u, 1, 1, ptr, KEYS, n);
+            memcpy(o[4], u, sizeof u);
+            mn_axpy(o[4], 0.37f, a, n);
+            if (ks == 0) {
+                ref_sum = sum;
+                continue;
+            }
+            cr_assert(memcmp(&sum, &ref_sum, sizeof sum) == 0, "%s n=%d: softmax sum %a vs %a", kernel_sets[ks], n,
+                      sum, ref_sum);
+            static const char *const what[] = {"softmax", "swiglu", "dots", "weighted_sum", "axpy"};
+            for (int f = 0; f < 5; f++) {
+                int len = f == 2 ? KEYS + 1 : n;
+                cr_assert(memcmp(got[f], ref[f], (size_t)len * sizeof(float)) == 0, "%s n=%d: %s differs",
+                          kernel_sets[ks], n, what[f]);
+            }
+        }
+    }
+}
+
+/* The 16-bit quantization of each set against the generic set's bytes: whole and partial groups,
+ * a block of zeros, one of values too small to scale (quantized to 0), rounding ties, the clamp. */
+Test(kernels, every_set_quantizes_as_generic)
+{
+    enum { MAXB = 18 };
+    float x[MAXB * 32];
+    for (int i = 0; i < MAXB * 32; i++)
+        x[i] = 3.0f * sinf((float)i * 0.61f) * (float)(1 + i % 7);
+    for (int i = 32; i < 64; i++)
+        x[i] = 0.0f;
+    for (int i = 64; i < 96; i++)
+        x[i] = (float)(i - 80) * 1e-39f; /* subnormal: the block's scale underflows */
+    for (int i = 96; i < 128; i++)
+        x[i] = (float)(i - 112) * 0.5f * 32767.0f / 15.5f; /* x * id near half-integers */
+    for (int nb = 1; nb <= MAXB; nb++) {
+        mn_q8 ref[3], got[3];
+        size_t bytes = mn_q8_groups((size_t)nb * 32) * sizeof(mn_q8);
+        for (size_t ks = 0; ks < N_SETS; ks++) {
+            if (!use_set(ks))
+                continue;
+            mn_q8 *o = ks == 0 ? ref : got;
+            memset(o, 0xa5, sizeof ref);
+            mn_quantize_q8(x, (size_t)nb * 32, o);
+            if (ks > 0)
+                cr_assert(memcmp(got, ref, bytes) == 0, "%s: %d blocks quantize differently", kernel_sets[ks], nb);
+        }
     }
 }
 
@@ -142,9 +247,15 @@ static void check_q8_weight(const mn_weight *orig, const char *what)
             x[i] = sinf((float)i * 0.37f) * 2.0f;
         for (int t = 0; t < T; t++)
             mn_quantize_q8(x + (size_t)t * w->cols, w->cols, xq + (size_t)t * ld);
-        mn_matmul_q8(w, xq, ld, y, w->rows, T, 1, w->rows - 2);
         mn_matmul_q8_ref(w, xq, ld, r, w->rows, T, 1, w->rows - 2);
-        cr_assert(memcmp(y, r, (size_t)T * w->rows * sizeof(float)) == 0, "%s T=%d differs", what, T);
+        for (size_t ks = 0; ks < N_SETS; ks++) {
+            if (!use_set(ks))
+                continue;
+            memset(y, 0, (size_t)T * w->rows * sizeof(float));
+            mn_matmul_q8(w, xq, ld, y, w->rows, T, 1, w->rows - 2);
+            cr_assert(memcmp(y, r, (size_t)T * w->rows * sizeof(float)) == 0, "%s: %s T=%d differs", kernel_sets[ks],
+                      what, T);
+        }
         /* and it differs from the float product by no more than the activations' rounding allows:
          * each x is off by at most d_b / 2, so |y - y_float| <= sum_b d_b / 2 * sum_{k in b} |w_k| */
         mn_matmul_ref(orig, x, w->cols, r, w->rows, T, 1, w->rows - 2);

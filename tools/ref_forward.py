@@ -61,7 +61,8 @@ def q16_round(x):
     x32 = np.asarray(x, dtype=np.float32)
     b = x32.reshape(*x32.shape[:-1], -1, 32)
     d = (np.abs(b).max(axis=-1, keepdims=True) / np.float32(32767)).astype(np.float32)
-    inv = np.where(d > 0, np.float32(1) / np.where(d > 0, d, np.float32(1)), np.float32(0)).astype(np.float32)
+    tiny = np.finfo(np.float32).tiny  # below it 1 / d is not finite: the engine quantizes to 0
+    inv = np.where(d >= tiny, np.float32(1) / np.where(d >= tiny, d, np.float32(1)), np.float32(0)).astype(np.float32)
     q = np.clip(np.rint((b * inv).astype(np.float32)), -32767, 32767)
     return (q.astype(np.float64) * d.astype(np.float64)).reshape(x.shape)
 

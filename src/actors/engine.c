@@ -19,6 +19,7 @@
 #include "actors/tuner.h"
 #include "actors/verifier.h"
 #include "actors/voter.h"
+#include "cpu/matmul.h"
 #include "model/model.h"
 #include "net/adminsock.h"
 #include "runtime/pool.h"
@@ -450,9 +451,10 @@ mn_status mn_engine_new(const mn_engine_config *cfg, mn_engine **out, mn_err *er
         (st = new_mailboxes(e, err)) != MN_OK || (st = new_actors(e, bc.kv_blocks, err)) != MN_OK ||
         (st = watch_signals(e, err)) != MN_OK)
         goto fail;
-    mn_log(MN_LOG_INFO, "engine: model %s, backend %s, %d threads (+%d for drafts), batch %u, %u KV blocks of %u, "
-           "%u drafters, pipeline %s", e->model->name, e->be->ops->name, bc.n_threads, e->draft_threads,
-           e->cfg.max_batch, bc.kv_blocks, bc.kv_block_size, e->n_drafts, e->cfg.pipeline ? "on" : "off");
+    mn_log(MN_LOG_INFO, "engine: model %s, backend %s (CPU kernels %s), %d threads (+%d for drafts), batch %u, %u KV "
+           "blocks of %u, %u drafters, pipeline %s", e->model->name, e->be->ops->name, mn_cpu_kernels_name(),
+           bc.n_threads, e->draft_threads, e->cfg.max_batch, bc.kv_blocks, bc.kv_block_size, e->n_drafts,
+           e->cfg.pipeline ? "on" : "off");
     *out = e;
     return MN_OK;
 fail:

@@ -29,6 +29,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cpu/matmul.h"
 #include "model/dtype.h"
 #include "model/model.h"
 #include "model/sampler.h"
@@ -332,7 +333,7 @@ int main(int argc, char **argv)
     printf("model %s: %llu parameters, dim %u, %u layers, %u heads (%u kv), vocab %u, weights %s\n", m->name,
            (unsigned long long)mn_model_n_params(m), m->hp.dim, m->hp.n_layers, m->hp.n_heads, m->hp.n_kv_heads, V,
            mn_dtype_get(m->layers[0].wq.type)->name);
-    printf("backend %s, %d threads\n", be->ops->name, cfg.n_threads);
+    printf("backend %s, %d threads, CPU kernels %s\n", be->ops->name, cfg.n_threads, mn_cpu_kernels_name());
     double wbytes = weight_bytes(m), triad = 0, readbw = 0;
     if (!curve) {
         memory_probes(cfg.n_threads, &triad, &readbw);

@@ -23,8 +23,9 @@
 #include "model/quant.h"
 #include "util/clock.h"
 
-/* GFLOP/s of ten independent FMA chains (two pipes x four cycles of latency need eight). */
-static double fma_peak(void)
+/* GFLOP/s of ten independent 8-lane FMA chains (two pipes x four cycles of latency need eight);
+ * called only where the CPU has AVX2 and FMA. */
+__attribute__((target("avx2,fma"))) static double fma_peak(void)
 {
     __m256 a[10];
     for (int i = 0; i < 10; i++)
@@ -88,7 +89,9 @@ int main(int argc, char **argv)
     }
     mn_weight W = {.type = f16 ? MN_F16 : MN_F32, .rows = (uint32_t)rows, .cols = (uint32_t)cols,
                    .row_bytes = row_bytes, .data = w};
-    printf("FMA peak (one core)                 %6.1f GFLOP/s\n", fma_peak());
+    printf("kernels %s\n", mn_cpu_kernels_name());
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        printf("FMA peak (one core)                 %6.1f GFLOP/s\n", fma_peak());
     for (const char *p = tokens; *p;) {
         char *end;
         long T = strtol(p, &end, 10);

@@ -1,628 +1,138 @@
-/* matmul.c - AVX2 matrix products with a fixed reduction order per output.
+/* matmul.c - the kernels' public face: picks the table this CPU runs, and the ISA-free parts.
  *
- * Reduction order of one output (the contract every path below keeps, and mn_matmul_ref spells out):
- *   acc[0..8) = 0; for chunk c of 8 columns: acc = fma(w[c], x[c], acc)   (lane-wise)
- *   s = hsum(acc) as ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7))
- *   for the columns past the last full chunk (F32/F16 only): s = fma(w, x, s) in order
- * Quantized chunks are dequantized exactly as mn_dequant_row does (d*q, or d*q + m, unfused).
- *
- * A tile computes RT rows x OT outputs with RT*OT independent accumulators; the tile shape changes
- * only which chains run side by side, never the order inside one chain.
+ * The arithmetic lives in the tables of kernels.h (kernels_generic.c defines it, kernels_avx2.c and
+ * kernels_avx512.c compute the same bits faster). This file chooses one at first use: MINIONS_CPU
+ * if it names a table this CPU runs, else the widest usable one, and forwards every call to it.
+ * Activation quantization and weight packing are plain C shared by all tables.
  */
 #include "cpu/matmul.h"
 
-#include <immintrin.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "cpu/kernels.h"
 #include "model/dtype.h"
-#include "model/quant.h"
+#include "util/log.h"
 
-#define ALWAYS_INLINE static inline __attribute__((always_inline))
+/* widest first: the default is the first usable one; the emulation only when named */
+static const mn_cpu_kernels *const tables[] = {&mn_kernels_avx512, &mn_kernels_avx2, &mn_kernels_generic,
+                                               &mn_kernels_avx512_emu};
+enum { N_TABLES = sizeof tables / sizeof tables[0], N_DEFAULT = N_TABLES - 1 };
 
-/* Chunk c (8 columns) of a row, dequantized. `type` is a constant after inlining. */
-ALWAYS_INLINE __m256 load_chunk(uint32_t type, const uint8_t *row, int c)
+static mn_cpu_kernels composed[N_TABLES]; /* tables[i] with its NULL slots filled from its base */
+/* the one in use: set once by pick_default, changed only by mn_cpu_kernels_use */
+static _Atomic(const mn_cpu_kernels *) active;
+static pthread_once_t active_once = PTHREAD_ONCE_INIT;
+
+static void compose(mn_cpu_kernels *k, const mn_cpu_kernels *t)
 {
-    switch (type) {
-    case MN_F32:
-        return _mm256_loadu_ps((const float *)row + c * 8);
-    case MN_F16:
-        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + c * 16)));
-    case MN_Q8_0: {
-        const uint8_t *b = row + (c >> 2) * 34;
-        __m256 d = _mm256_set1_ps(_cvtsh_ss(*(const uint16_t *)b));
-        __m128i q = _mm_loadl_epi64((const __m128i *)(b + 2 + (c & 3) * 8));
-        return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
-    }
-    case MN_Q4_0:
-    case MN_Q4_1: {
-        int q41 = type == MN_Q4_1;
-        const uint8_t *b = row + (c >> 2) * (q41 ? 20 : 18);
-        const uint8_t *qs = b + (q41 ? 4 : 2);
-        int sub = c & 3;
-        __m128i q = _mm_loadl_epi64((const __m128i *)(qs + (sub & 1) * 8));
-        if (sub >= 2)
-            q = _mm_srli_epi16(q, 4);
-        q = _mm_and_si128(q, _mm_set1_epi8(15));
-        __m256 qf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q));
-        __m256 d = _mm256_set1_ps(_cvtsh_ss(*(const uint16_t *)b));
-        if (q41)
-            return _mm256_add_ps(_mm256_mul_ps(d, qf), _mm256_set1_ps(_cvtsh_ss(*(const uint16_t *)(b + 2))));
-        return _mm256_mul_ps(d, _mm256_sub_ps(qf, _mm256_set1_ps(8.0f)));
-    }
-    default:
-        return _mm256_setzero_ps();
-    }
+    *k = *t;
+#define FILL(slot)                                                                                 \
+    if (!k->slot && t->base)                                                                       \
+        k->slot = t->base->slot;
+    FILL(matmul)
+    FILL(matmul_q8)
+    FILL(quantize_q8)
+    FILL(dot)
+    FILL(dots)
+    FILL(softmax)
+    FILL(swiglu)
+    FILL(weighted_sum)
+    FILL(axpy)
+#undef FILL
 }
 
-/* Keep a loaded vector in a register: without this GCC folds the load into every FMA that uses it,
- * doubling the loads of a tile whose held side is reused (loads, not FMAs, then bound it). */
-#define IN_REGISTER(v) __asm__("" : "+x"(v))
-
-ALWAYS_INLINE float hsum(__m256 a)
+static const mn_cpu_kernels *find(const char *name)
 {
-    __m128 lo = _mm256_castps256_ps128(a), hi = _mm256_extractf128_ps(a, 1);
-    __m128 s = _mm_add_ps(lo, hi);                 /* a0+a4, a1+a5, a2+a6, a3+a7 */
-    __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s)); /* (a0+a4)+(a2+a6), (a1+a5)+(a3+a7) */
-    t = _mm_add_ss(t, _mm_shuffle_ps(t, t, 1));
-    return _mm_cvtss_f32(t);
+    for (size_t i = 0; i < N_TABLES; i++)
+        if (strcmp(tables[i]->name, name) == 0 && tables[i]->usable())
+            return &composed[i];
+    return NULL;
 }
 
-ALWAYS_INLINE float scalar_w(uint32_t type, const uint8_t *row, int k)
+static void pick_default(void)
 {
-    return type == MN_F32 ? ((const float *)row)[k] : mn_f16_to_f32(((const uint16_t *)row)[k]);
+    for (size_t i = 0; i < N_TABLES; i++)
+        compose(&composed[i], tables[i]);
+    const mn_cpu_kernels *k = NULL;
+    const char *want = getenv("MINIONS_CPU");
+    if (want && *want && !(k = find(want)))
+        mn_log(MN_LOG_WARN, "MINIONS_CPU=%s is not a kernel set this CPU runs (avx512, avx2, generic); using the best",
+               want);
+    for (size_t i = 0; !k && i < N_DEFAULT; i++)
+        if (tables[i]->usable())
+            k = &composed[i];
+    atomic_store(&active, k);
 }
 
-/* How many tile blocks ahead the float tiles prefetch weight rows (see prefetch_share). Cold
- * whole-model passes, one thread: without prefetch T = 5, 6 cost 2x T = 1; prefetching one block
- * ahead from the first tile only, 1.1-1.3x; spreading it over all tiles of a block helped T = 7, 8
- * (2.4x to 1.7-2x); 2 blocks ahead was a little better than 1 and no worse than 3. */
-#define PF_AHEAD 2
-
-/* One tile: RT rows (t0..) x OT outputs (o0..), RT*OT independent chains. The smaller side is held
- * in registers for a chunk and the larger one streamed past it (12 chains then need 15 registers
- * and 8 loads per 12 FMAs); either way every chain takes its chunks in column order, so the shape
- * never changes a result. Along the way it prefetches pf_lines cache lines from pf (weight rows a
- * later tile reads), spread evenly over its chunks. */
-ALWAYS_INLINE void tile(uint32_t type, const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy,
-                        int t0, uint32_t o0, const uint8_t *pf, size_t pf_lines, const int RT, const int OT)
+static const mn_cpu_kernels *K(void)
 {
-    const int n_chunks = (int)(W->cols / 8), tail = (int)(W->cols % 8);
-    const uint8_t *rows[8];
-    const float *xr[8];
-    __m256 acc[8][8];
-#pragma GCC unroll 8
-    for (int o = 0; o < OT; o++)
-        rows[o] = W->data + (size_t)(o0 + o) * W->row_bytes;
-#pragma GCC unroll 8
-    for (int t = 0; t < RT; t++)
-        xr[t] = x + (size_t)(t0 + t) * ldx;
-#pragma GCC unroll 8
-    for (int t = 0; t < RT; t++)
-#pragma GCC unroll 8
-        for (int o = 0; o < OT; o++)
-            acc[t][o] = _mm256_setzero_ps();
-    const int per_chunk = n_chunks ? (int)((pf_lines + (size_t)n_chunks - 1) / (size_t)n_chunks) : 0;
-    for (int c = 0; c < n_chunks; c++) {
-        for (int j = 0; j < per_chunk; j++) {
-            size_t line = (size_t)c * (size_t)per_chunk + (size_t)j;
-            if (line < pf_lines)
-                _mm_prefetch((const char *)pf + line * 64, _MM_HINT_T0);
-        }
-        if (OT <= RT) { /* weights held, activations streamed */
-            __m256 w[8];
-#pragma GCC unroll 8
-            for (int o = 0; o < OT; o++) {
-                w[o] = load_chunk(type, rows[o], c);
-                IN_REGISTER(w[o]); /* else 4 x 3 reloads the weights in every FMA: 16 loads per 12 */
-            }
-#pragma GCC unroll 8
-            for (int t = 0; t < RT; t++) {
-                __m256 xv = _mm256_loadu_ps(xr[t] + c * 8);
-                IN_REGISTER(xv);
-#pragma GCC unroll 8
-                for (int o = 0; o < OT; o++)
-                    acc[t][o] = _mm256_fmadd_ps(w[o], xv, acc[t][o]);
-            }
-        } else { /* activations held, weights streamed */
-            __m256 xv[8];
-#pragma GCC unroll 8
-            for (int t = 0; t < RT; t++)
-                xv[t] = _mm256_loadu_ps(xr[t] + c * 8);
-#pragma GCC unroll 8
-            for (int o = 0; o < OT; o++) {
-                __m256 w = load_chunk(type, rows[o], c);
-#pragma GCC unroll 8
-                for (int t = 0; t < RT; t++)
-                    acc[t][o] = _mm256_fmadd_ps(w, xv[t], acc[t][o]);
-            }
-        }
-    }
-#pragma GCC unroll 8
-    for (int t = 0; t < RT; t++)
-#pragma GCC unroll 8
-        for (int o = 0; o < OT; o++) {
-            float s = hsum(acc[t][o]);
-            for (int k = n_chunks * 8; k < n_chunks * 8 + tail; k++)
-                s = fmaf(scalar_w(type, rows[o], k), xr[t][k], s);
-            y[(size_t)(t0 + t) * ldy + o0 + o] = s;
-        }
+    pthread_once(&active_once, pick_default);
+    return atomic_load_explicit(&active, memory_order_acquire);
 }
 
-/* Tile g of the G tiles over one block of OT outputs at o prefetches share g of the weight rows
- * PF_AHEAD blocks further on (clamped to oe), so the next rows arrive while this block computes. */
-ALWAYS_INLINE void prefetch_share(const mn_weight *W, uint32_t o, uint32_t OT, uint32_t oe, int g, int G,
-                                  const uint8_t **pf, size_t *lines)
+const char *mn_cpu_kernels_name(void) { return K()->name; }
+
+int mn_cpu_kernels_use(const char *name)
 {
-    uint32_t b = o + OT * PF_AHEAD, e = b + OT < oe ? b + OT : oe;
-    *pf = W->data;
-    *lines = 0;
-    if (b >= e)
-        return;
-    size_t total = ((size_t)(e - b) * W->row_bytes + 63) / 64;
-    size_t lb = total * (size_t)g / (size_t)G, le = total * (size_t)(g + 1) / (size_t)G;
-    *pf = W->data + (size_t)b * W->row_bytes + lb * 64;
-    *lines = le - lb;
+    K(); /* the tables composed and the default set first, so it cannot overwrite this choice */
+    const mn_cpu_kernels *k = find(name);
+    if (!k)
+        return -1;
+    atomic_store(&active, k);
+    return 0;
 }
 
-/* Prefill (T >= PANEL_MIN_T): a block of PANEL_OT weight rows is converted to F32 once into a panel
- * laid out chunk by chunk ([chunk][output][8 floats]), and every pair of activation rows streams
- * past it. The panel takes the conversion (F16, quantized) out of the inner loop, where 6 conversions
- * per 12 FMAs competed with the FMAs, and its one pointer with constant offsets replaces six row
- * pointers that spilled to the stack. The values are load_chunk's, in the same order, so results
- * are bit-identical to the tiles above. Rows longer than PANEL_MAX_COLS take those tiles. Same
- * binary, alternating, 2 threads, 128-token prefill (minions-bench-decode --prompt-tokens 128):
- * SmolLM2 F16 295-348 -> 348-378 tok/s, F32 251-288 -> 303-341, the bundled target 4,675-5,511 ->
- * 5,589-6,361. Packing costs more than it saves at T = 16 (F32 decode of 16 sequences 180-290 ->
- * 175-196), so panels start at 32 rows. */
-#define PANEL_OT 6
-#define PANEL_MIN_T 32
-#define PANEL_MAX_COLS 4096
-
-ALWAYS_INLINE void pack_panel(uint32_t type, const mn_weight *W, uint32_t o0, float *panel)
+int mn_cpu_kernels_usable(const char *name)
 {
-    const int n_chunks = (int)(W->cols / 8);
-    const uint8_t *rows[PANEL_OT];
-    for (int o = 0; o < PANEL_OT; o++)
-        rows[o] = W->data + (size_t)(o0 + o) * W->row_bytes;
-    for (int c = 0; c < n_chunks; c++)
-#pragma GCC unroll 8
-        for (int o = 0; o < PANEL_OT; o++)
-            _mm256_store_ps(panel + ((size_t)c * PANEL_OT + (size_t)o) * 8, load_chunk(type, rows[o], c));
+    K();
+    return find(name) != NULL;
 }
 
-/* RT (1 or 2) rows x the panel's PANEL_OT outputs; the tail columns as in tile(). */
-ALWAYS_INLINE void tile_panel(uint32_t type, const mn_weight *W, const float *panel, const float *x, size_t ldx,
-                              float *y, size_t ldy, int t0, uint32_t o0, const int RT)
+void mn_matmul(const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy, int T, uint32_t o_begin,
+               uint32_t o_end)
 {
-    const int n_chunks = (int)(W->cols / 8), tail = (int)(W->cols % 8);
-    const float *xr[2] = {x + (size_t)t0 * ldx, x + (size_t)(t0 + RT - 1) * ldx};
-    __m256 acc[2][PANEL_OT];
-#pragma GCC unroll 8
-    for (int t = 0; t < RT; t++)
-#pragma GCC unroll 8
-        for (int o = 0; o < PANEL_OT; o++)
-            acc[t][o] = _mm256_setzero_ps();
-    const float *w = panel;
-    for (int c = 0; c < n_chunks; c++, w += PANEL_OT * 8) {
-        __m256 xv[2];
-#pragma GCC unroll 8
-        for (int t = 0; t < RT; t++)
-            xv[t] = _mm256_loadu_ps(xr[t] + c * 8);
-#pragma GCC unroll 8
-        for (int o = 0; o < PANEL_OT; o++) {
-            __m256 wv = _mm256_load_ps(w + o * 8);
-            IN_REGISTER(wv); /* one load for both rows */
-#pragma GCC unroll 8
-            for (int t = 0; t < RT; t++)
-                acc[t][o] = _mm256_fmadd_ps(wv, xv[t], acc[t][o]);
-        }
-    }
-    /* every sum first: with vectors live across scalar_w's call, GCC kept an accumulator on the
-     * stack inside the loop above */
-    float s[2][PANEL_OT];
-#pragma GCC unroll 8
-    for (int t = 0; t < RT; t++)
-#pragma GCC unroll 8
-        for (int o = 0; o < PANEL_OT; o++)
-            s[t][o] = hsum(acc[t][o]);
-    for (int t = 0; t < RT; t++)
-        for (int o = 0; o < PANEL_OT; o++) {
-            const uint8_t *row = W->data + (size_t)(o0 + o) * W->row_bytes;
-            for (int k = n_chunks * 8; k < n_chunks * 8 + tail; k++)
-                s[t][o] = fmaf(scalar_w(type, row, k), xr[t][k], s[t][o]);
-            y[(size_t)(t0 + t) * ldy + o0 + o] = s[t][o];
-        }
+    K()->matmul(W, x, ldx, y, ldy, T, o_begin, o_end);
 }
 
-/* One copy of each panel tile whatever the weight type, compiled on its own: inlined into
- * matmul_f16, GCC spilled four of the twelve accumulators to the stack and prefill ran slower than
- * without the panel. */
-static __attribute__((noinline)) void tile_panel_1(uint32_t type, const mn_weight *W, const float *panel,
-                                                   const float *x, size_t ldx, float *y, size_t ldy, uint32_t o0)
+void mn_matmul_ref(const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy, int T, uint32_t o_begin,
+                   uint32_t o_end)
 {
-    tile_panel(type, W, panel, x, ldx, y, ldy, 0, o0, 1);
+    mn_kernels_generic.matmul(W, x, ldx, y, ldy, T, o_begin, o_end);
 }
 
-static __attribute__((noinline)) void tile_panel_2(uint32_t type, const mn_weight *W, const float *panel,
-                                                   const float *x, size_t ldx, float *y, size_t ldy, int t0,
-                                                   uint32_t o0)
+void mn_matmul_q8(const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, size_t ldy, int T, uint32_t o_begin,
+                  uint32_t o_end)
 {
-    tile_panel(type, W, panel, x, ldx, y, ldy, t0, o0, 2);
+    K()->matmul_q8(W, xq, ldxq, y, ldy, T, o_begin, o_end);
 }
 
-/* The full PANEL_OT-output blocks of [ob, oe) through panels; returns the first output left. */
-ALWAYS_INLINE uint32_t matmul_panel(uint32_t type, const mn_weight *W, const float *x, size_t ldx, float *y,
-                                    size_t ldy, int T, uint32_t ob, uint32_t oe)
+void mn_matmul_q8_ref(const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, size_t ldy, int T,
+                      uint32_t o_begin, uint32_t o_end)
 {
-    float panel[PANEL_OT * PANEL_MAX_COLS] __attribute__((aligned(32))); /* 96 KB of the thread's stack */
-    uint32_t o = ob;
-    for (; o + PANEL_OT <= oe; o += PANEL_OT) {
-        pack_panel(type, W, o, panel);
-        /* the next block's rows toward L2 while this one computes (packing reads them in bursts;
-         * not measured apart from the panels) */
-        if (o + 2 * PANEL_OT <= oe) {
-            const char *next = (const char *)W->data + (size_t)(o + PANEL_OT) * W->row_bytes;
-            for (size_t b = 0; b < PANEL_OT * W->row_bytes; b += 64)
-                _mm_prefetch(next + b, _MM_HINT_T1);
-        }
-        if (T & 1)
-            tile_panel_1(type, W, panel, x, ldx, y, ldy, o);
-        for (int t = T & 1; t < T; t += 2)
-            tile_panel_2(type, W, panel, x, ldx, y, ldy, t, o);
-    }
-    return o;
+    mn_kernels_generic.matmul_q8(W, xq, ldxq, y, ldy, T, o_begin, o_end);
 }
 
-/* Tiles of the float path, chosen by T (the rows of the pass). A pass verifying k <= 8 drafted
- * tokens has T = 2..8, where 6 x 2 / 4 x 2 / 1 x 2 tiles left two to eight chains for most T, so the
- * 4-cycle FMA latency, not the two FMA pipes, set the pace (22-55 GFLOP/s of a core's ~94).
- *   T = 1      1 x 4 tiles (decode; bound by streaming the weights)
- *   T = 3      3 x 3: 9 chains, the three weight chunks held, the rows streamed past them
- *   T = 5, 6   T x 2: 10-12 chains, the two weight chunks held, the rows streamed past them
- *   T = 7, 8   4 x 3 then (T-4) x 3 over the same three outputs: 12 + 9..12 chains, weights held
- *              (16 registers, no spill once the weights are pinned with IN_REGISTER); the second
- *              tile reads the three weight rows from L1
- *   other T    2 x 6 (and one 1 x 6 when T is odd): 12 chains, the two activation chunks held and
- *              six weight chunks streamed; the six weight rows are read from memory by the first
- *              tile and from L1 by the others
- *   T >= 32    the same 2 x 6 over a panel of the six rows converted to F32 once (above)
- * 4 x 3 needs all 16 ymm registers, the others at most 15. Whole model (dim 256), 2 threads, one
- * sequence: 3 x 3 took T = 3 from 1.5-1.7 to 1.3-1.4 decode steps and 4 x 3 took T = 7, 8 from
- * 2.5 to 2.1-2.3 (held-weight 4 x 2, 3 x 4 or 3 x 3 elsewhere lost to the shapes above).
- * L2-resident 256 x 256 F32, one core: T = 2..8 at 58-78 GFLOP/s (was 22-66). F16 weights take
- * 2 x 6 for every T >= 2: held weights must be converted once per tile, and with the T = 3..8
- * shapes above F16 ran at 26-29 GFLOP/s against 40-43 with 2 x 6 (minions-bench-matmul --type
- * f16, 576 x 576, T = 5..8, one core); on SmolLM2 F16 a k = 8 verification went from 2.7-2.9 to
- * 1.9-2.2 decode steps. Outputs left past the last full tile go through tiles of the same rows
- * and fewer outputs. */
-ALWAYS_INLINE void matmul_typed(uint32_t type, const mn_weight *W, const float *x, size_t ldx, float *y,
-                                size_t ldy, int T, uint32_t ob, uint32_t oe)
-{
-#define FLOAT_TILE(t, o, g, G, RT, OT)                                                             \
-    do {                                                                                           \
-        const uint8_t *pf_;                                                                        \
-        size_t lines_;                                                                             \
-        prefetch_share(W, o, OT, oe, g, G, &pf_, &lines_);                                         \
-        tile(type, W, x, ldx, y, ldy, t, o, pf_, lines_, RT, OT);                                  \
-    } while (0)
-#define FLOAT_TILE_NOPF(t, o, RT, OT) tile(type, W, x, ldx, y, ldy, t, o, W->data, 0, RT, OT)
-    uint32_t o = ob;
-    if (T == 1) {
-        for (; o + 4 <= oe; o += 4)
-            FLOAT_TILE(0, o, 0, 1, 1, 4);
-        for (; o < oe; o++)
-            FLOAT_TILE_NOPF(0, o, 1, 1);
-    } else if (T == 3 && type != MN_F16) {
-        for (; o + 3 <= oe; o += 3)
-            FLOAT_TILE(0, o, 0, 1, 3, 3);
-        if (oe - o == 2)
-            FLOAT_TILE_NOPF(0, o, 3, 2);
-        else if (oe - o == 1)
-            FLOAT_TILE_NOPF(0, o, 3, 1);
-    } else if ((T == 7 || T == 8) && type != MN_F16) {
-        for (; o + 3 <= oe; o += 3) {
-            FLOAT_TILE(0, o, 0, 2, 4, 3);
-            if (T == 7)
-                FLOAT_TILE(4, o, 1, 2, 3, 3);
-            else
-                FLOAT_TILE(4, o, 1, 2, 4, 3);
-        }
-        for (; o < oe; o++) {
-            FLOAT_TILE_NOPF(0, o, 4, 1);
-            if (T == 7)
-                FLOAT_TILE_NOPF(4, o, 3, 1);
-            else
-                FLOAT_TILE_NOPF(4, o, 4, 1);
-        }
-    } else if ((T == 5 || T == 6) && type != MN_F16) {
-        for (; o + 2 <= oe; o += 2) {
-            if (T == 5)
-                FLOAT_TILE(0, o, 0, 1, 5, 2);
-            else
-                FLOAT_TILE(0, o, 0, 1, 6, 2);
-        }
-        for (; o < oe; o++) {
-            if (T == 5)
-                FLOAT_TILE_NOPF(0, o, 5, 1);
-            else
-                FLOAT_TILE_NOPF(0, o, 6, 1);
-        }
-    } else {
-        const int G = (T + 1) / 2;
-        if (T >= PANEL_MIN_T && W->cols <= PANEL_MAX_COLS)
-            o = matmul_panel(type, W, x, ldx, y, ldy, T, o, oe);
-        for (; o + 6 <= oe; o += 6) {
-            int g = 0;
-            if (T & 1)
-                FLOAT_TILE(0, o, g++, G, 1, 6);
-            for (int t = T & 1; t < T; t += 2)
-                FLOAT_TILE(t, o, g++, G, 2, 6);
-        }
-#define FLOAT_REST(OT)                                                                             \
-    do {                                                                                           \
-        if (T & 1)                                                                                 \
-            FLOAT_TILE_NOPF(0, o, 1, OT);                                                          \
-        for (int t = T & 1; t < T; t += 2)                                                         \
-            FLOAT_TILE_NOPF(t, o, 2, OT);                                                          \
-    } while (0)
-        switch (oe - o) { /* the last 1..5 outputs in one narrower block (a thread's share is a multiple of 4) */
-        case 5: FLOAT_REST(5); break;
-        case 4: FLOAT_REST(4); break;
-        case 3: FLOAT_REST(3); break;
-        case 2: FLOAT_REST(2); break;
-        case 1: FLOAT_REST(1); break;
-        default: break;
-        }
-#undef FLOAT_REST
-    }
-#undef FLOAT_TILE
-#undef FLOAT_TILE_NOPF
-}
+float mn_dot(const float *a, const float *b, int n) { return K()->dot(a, b, n); }
 
-#define DEFINE_MATMUL(name, type)                                                                 \
-    static void name(const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy, int T,   \
-                     uint32_t ob, uint32_t oe)                                                      \
-    {                                                                                               \
-        matmul_typed(type, W, x, ldx, y, ldy, T, ob, oe);                                           \
-    }
-DEFINE_MATMUL(matmul_f32, MN_F32)
-DEFINE_MATMUL(matmul_f16, MN_F16)
-DEFINE_MATMUL(matmul_q8_0, MN_Q8_0)
-DEFINE_MATMUL(matmul_q4_0, MN_Q4_0)
-DEFINE_MATMUL(matmul_q4_1, MN_Q4_1)
+void mn_dots(const float *a, const float *const *b, int n_b, int n, float *out) { K()->dots(a, b, n_b, n, out); }
 
-void mn_matmul(const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy, int T,
-               uint32_t o_begin, uint32_t o_end)
-{
-    switch (W->type) {
-    case MN_F32: matmul_f32(W, x, ldx, y, ldy, T, o_begin, o_end); break;
-    case MN_F16: matmul_f16(W, x, ldx, y, ldy, T, o_begin, o_end); break;
-    case MN_Q8_0: matmul_q8_0(W, x, ldx, y, ldy, T, o_begin, o_end); break;
-    case MN_Q4_0: matmul_q4_0(W, x, ldx, y, ldy, T, o_begin, o_end); break;
-    case MN_Q4_1: matmul_q4_1(W, x, ldx, y, ldy, T, o_begin, o_end); break;
-    default: break; /* the loader admits no other type */
-    }
-}
+float mn_softmax(float *x, int n, float scale) { return K()->softmax(x, n, scale); }
 
-void mn_matmul_ref(const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy, int T,
-                   uint32_t o_begin, uint32_t o_end)
-{
-    float wrow[W->cols];
-    for (uint32_t o = o_begin; o < o_end; o++) {
-        mn_dequant_row(W->type, W->data + (size_t)o * W->row_bytes, wrow, W->cols);
-        for (int t = 0; t < T; t++) {
-            const float *xr = x + (size_t)t * ldx;
-            float lane[8] = {0};
-            uint32_t full = W->cols / 8 * 8;
-            for (uint32_t k = 0; k < full; k++)
-                lane[k % 8] = fmaf(wrow[k], xr[k], lane[k % 8]);
-            float s = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
-            for (uint32_t k = full; k < W->cols; k++)
-                s = fmaf(wrow[k], xr[k], s);
-            y[(size_t)t * ldy + o] = s;
-        }
-    }
-}
-
-float mn_dot(const float *a, const float *b, int n)
-{
-    __m256 acc = _mm256_setzero_ps();
-    int k = 0;
-    for (; k + 8 <= n; k += 8)
-        acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), _mm256_loadu_ps(b + k), acc);
-    float s = hsum(acc);
-    for (; k < n; k++)
-        s = fmaf(a[k], b[k], s);
-    return s;
-}
-
-/* The four sums of s[0..3] (each lo + hi of one accumulator), reduced exactly as hsum() does:
- * result lane i = (s_i0 + s_i2) + (s_i1 + s_i3). */
-ALWAYS_INLINE __m128 hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3)
-{
-    __m128 s0 = _mm_add_ps(_mm256_castps256_ps128(a0), _mm256_extractf128_ps(a0, 1));
-    __m128 s1 = _mm_add_ps(_mm256_castps256_ps128(a1), _mm256_extractf128_ps(a1, 1));
-    __m128 s2 = _mm_add_ps(_mm256_castps256_ps128(a2), _mm256_extractf128_ps(a2, 1));
-    __m128 s3 = _mm_add_ps(_mm256_castps256_ps128(a3), _mm256_extractf128_ps(a3, 1));
-    _MM_TRANSPOSE4_PS(s0, s1, s2, s3); /* s_j now holds lane j of each sum */
-    return _mm_add_ps(_mm_add_ps(s0, s2), _mm_add_ps(s1, s3));
-}
-
-void mn_dots(const float *a, const float *const *b, int n_b, int n, float *out)
-{
-    const int full = n / 8 * 8;
-    int j = 0;
-    for (; j + 8 <= n_b; j += 8) { /* eight independent chains keep both FMA pipes busy */
-        __m256 acc[8];
-        for (int i = 0; i < 8; i++)
-            acc[i] = _mm256_setzero_ps();
-        for (int k = 0; k < full; k += 8) {
-            __m256 va = _mm256_loadu_ps(a + k);
-            for (int i = 0; i < 8; i++)
-                acc[i] = _mm256_fmadd_ps(va, _mm256_loadu_ps(b[j + i] + k), acc[i]);
-        }
-        _mm_storeu_ps(out + j, hsum4(acc[0], acc[1], acc[2], acc[3]));
-        _mm_storeu_ps(out + j + 4, hsum4(acc[4], acc[5], acc[6], acc[7]));
-        for (int k = full; k < n; k++)
-            for (int i = 0; i < 8; i++)
-                out[j + i] = fmaf(a[k], b[j + i][k], out[j + i]);
-    }
-    for (; j < n_b; j++)
-        out[j] = mn_dot(a, b[j], n);
-}
-
-/* exp(x) lane-wise: x = k ln2 + r with |r| <= ln2/2, exp(r) by Cephes' degree-7 polynomial
- * (relative error ~1e-7), times 2^k built in the exponent bits. Below -87 the result is 0; x is
- * clamped at 88 above (e^88 ~ 1.7e38, so callers see a huge value rather than infinity). */
-ALWAYS_INLINE __m256 exp_ps(__m256 x)
-{
-    const __m256 lo = _mm256_set1_ps(-87.0f);
-    __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.0f));
-    __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
-    return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
-}
-
-float mn_softmax(float *x, int n, float scale)
-{
-    const __m256 vs = _mm256_set1_ps(scale);
-    __m256 vmax = _mm256_set1_ps(-INFINITY);
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), vs);
-        _mm256_storeu_ps(x + i, v);
-        vmax = _mm256_max_ps(vmax, v);
-    }
-    float mx = -INFINITY, lanes[8];
-    _mm256_storeu_ps(lanes, vmax);
-    for (int l = 0; l < 8; l++)
-        mx = lanes[l] > mx ? lanes[l] : mx;
-    for (; i < n; i++) {
-        x[i] *= scale;
-        mx = x[i] > mx ? x[i] : mx;
-    }
-    const __m256 vm = _mm256_set1_ps(mx);
-    __m256 sum = _mm256_setzero_ps();
-    for (i = 0; i + 8 <= n; i += 8) {
-        __m256 e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
-        _mm256_storeu_ps(x + i, e);
-        sum = _mm256_add_ps(sum, e);
-    }
-    if (i < n) { /* the tail through the same vector exp, padded with lanes that come out 0 */
-        float pad[8];
-        for (int l = 0; l < 8; l++)
-            pad[l] = i + l < n ? x[i + l] - mx : -INFINITY;
-        __m256 e = exp_ps(_mm256_loadu_ps(pad));
-        _mm256_storeu_ps(pad, e);
-        sum = _mm256_add_ps(sum, e);
-        for (int l = 0; i + l < n; l++)
-            x[i + l] = pad[l];
-    }
-    return hsum(sum);
-}
-
-/* silu(g) * u = g / (1 + e^-g) * u over eight lanes. */
-ALWAYS_INLINE __m256 swiglu8(__m256 g, __m256 u)
-{
-    __m256 den = _mm256_add_ps(_mm256_set1_ps(1.0f), exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), g)));
-    return _mm256_mul_ps(_mm256_div_ps(g, den), u);
-}
-
-void mn_swiglu(float *gate, const float *up, int n)
-{
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(gate + i, swiglu8(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
-    if (i < n) { /* the tail through the same lanes, so every element gets the same arithmetic */
-        float g[8] = {0}, u[8] = {0};
-        memcpy(g, gate + i, (size_t)(n - i) * sizeof(float));
-        memcpy(u, up + i, (size_t)(n - i) * sizeof(float));
-        _mm256_storeu_ps(g, swiglu8(_mm256_loadu_ps(g), _mm256_loadu_ps(u)));
-        memcpy(gate + i, g, (size_t)(n - i) * sizeof(float));
-    }
-}
-
-/* G heads (1 or 2) at once over the same rows: out[h*ldo + i] = sum_j w[h*ldw + j] * rows[j][i]. */
-ALWAYS_INLINE void weighted_sum_g(float *out, size_t ldo, const float *w, size_t ldw, const float *const *rows,
-                                  int n_rows, int n, const int G)
-{
-    int i = 0;
-    for (; i + 32 <= n; i += 32) {
-        __m256 acc[2][4];
-        for (int h = 0; h < G; h++)
-            for (int c = 0; c < 4; c++)
-                acc[h][c] = _mm256_setzero_ps();
-        for (int j = 0; j < n_rows; j++) {
-            const float *r = rows[j] + i;
-            __m256 v[4];
-            for (int c = 0; c < 4; c++)
-                v[c] = _mm256_loadu_ps(r + 8 * c);
-            for (int h = 0; h < G; h++) {
-                __m256 a = _mm256_set1_ps(w[(size_t)h * ldw + j]);
-                for (int c = 0; c < 4; c++)
-                    acc[h][c] = _mm256_fmadd_ps(a, v[c], acc[h][c]);
-            }
-        }
-        for (int h = 0; h < G; h++)
-            for (int c = 0; c < 4; c++)
-                _mm256_storeu_ps(out + (size_t)h * ldo + i + 8 * c, acc[h][c]);
-    }
-    for (; i < n; i++)
-        for (int h = 0; h < G; h++) {
-            float s = 0.0f;
-            for (int j = 0; j < n_rows; j++)
-                s = fmaf(w[(size_t)h * ldw + j], rows[j][i], s);
-            out[(size_t)h * ldo + i] = s;
-        }
-}
+void mn_swiglu(float *gate, const float *up, int n) { K()->swiglu(gate, up, n); }
 
 void mn_weighted_sum(float *out, size_t ldo, const float *w, size_t ldw, int n_heads, const float *const *rows,
                      int n_rows, int n)
 {
-    int h = 0;
-    for (; h + 2 <= n_heads; h += 2) /* two heads share each row load and double the chains */
-        weighted_sum_g(out + (size_t)h * ldo, ldo, w + (size_t)h * ldw, ldw, rows, n_rows, n, 2);
-    if (h < n_heads)
-        weighted_sum_g(out + (size_t)h * ldo, ldo, w + (size_t)h * ldw, ldw, rows, n_rows, n, 1);
+    K()->weighted_sum(out, ldo, w, ldw, n_heads, rows, n_rows, n);
 }
 
-void mn_axpy(float *y, float a, const float *x, int n)
-{
-    __m256 va = _mm256_set1_ps(a);
-    int k = 0;
-    for (; k + 8 <= n; k += 8)
-        _mm256_storeu_ps(y + k, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + k), _mm256_loadu_ps(y + k)));
-    for (; k < n; k++)
-        y[k] = fmaf(a, x[k], y[k]);
-}
+void mn_axpy(float *y, float a, const float *x, int n) { K()->axpy(y, a, x, n); }
 
-/* ---- 16-bit activation path ---------------------------------------------------------------------
- * Packed weights (mn_q8_pack): a row of nb blocks is [d: nb f16][m: nb f16, Q4_1 only][quants: nb
- * blocks of 32 int8 (Q8_0) or 16 nibble bytes (Q4_0, Q4_1)], as many bytes as GGUF's row. So a
- * tile reads the scales of 8 blocks with one load and converts them together, instead of fishing
- * two f16 out of every 20-byte block. Activations (mn_quantize_q8): groups of 8 blocks whose d and
- * s sit side by side.
- *
- * Reduction order of one output (the SIMD tiles keep it; mn_matmul_q8_ref spells it out):
- *   for group g, for block j < n_g of it (b = 8g + j):
- *       p[l] = w[2l]q[2l] + w[2l+1]q[2l+1] + w[16+2l]q[16+2l] + w[17+2l]q[17+2l]   (l < 8; exact)
- *       acc[l] = fma(dw_b * dx_b, (float)p[l], acc[l])
- *   Q4_1, then: acc[j] = fma(m_b, s_b, acc[j]) for j < 8 (both 0 past the row's last block)
- *   y = hsum(acc)
- * Weight integers: Q8_0 qs, Q4_0 nibble - 8, Q4_1 nibble (its min m enters through
- * s_x = dx * sum(qx)). */
+/* ---- 16-bit activations: quantization and packing (layouts in kernels_generic.c) ------------- */
 
 int mn_weight_uses_q8(const mn_weight *W)
 {
@@ -631,41 +141,10 @@ int mn_weight_uses_q8(const mn_weight *W)
 
 size_t mn_q8_groups(size_t n) { return (n / 32 + 7) / 8; }
 
-void mn_quantize_q8(const float *x, size_t n, mn_q8 *out)
-{
-    size_t nb = n / 32;
-    for (size_t b = 0; b < nb; b++) {
-        const float *v = x + b * 32;
-        float amax = 0.0f;
-        for (int j = 0; j < 32; j++) {
-            float a = v[j] < 0.0f ? -v[j] : v[j];
-            amax = a > amax ? a : amax;
-        }
-        float d = amax / 32767.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
-        int sum = 0;
-        mn_q8 *g = &out[b / 8];
-        for (int j = 0; j < 32; j++) {
-            int q = (int)lrintf(v[j] * id);
-            q = q > 32767 ? 32767 : q < -32767 ? -32767 : q;
-            g->qs[b % 8][j] = (int16_t)q;
-            sum += q;
-        }
-        g->d[b % 8] = d;
-        g->s[b % 8] = d * (float)sum;
-    }
-    for (size_t j = nb % 8; nb % 8 && j < 8; j++) /* the last group's missing blocks count 0 */
-        out[nb / 8].d[j] = out[nb / 8].s[j] = 0.0f;
-}
+void mn_quantize_q8(const float *x, size_t n, mn_q8 *out) { K()->quantize_q8(x, n, out); }
 
-static inline uint16_t rd_u16(const uint8_t *p)
-{
-    uint16_t v;
-    memcpy(&v, p, 2);
-    return v;
-}
-
-ALWAYS_INLINE size_t q_quant_bytes(uint32_t type) { return type == MN_Q8_0 ? 32 : 16; }
-ALWAYS_INLINE size_t q_block_bytes(uint32_t type) { return q_quant_bytes(type) + (type == MN_Q4_1 ? 4 : 2); }
+static size_t q_quant_bytes(uint32_t type) { return type == MN_Q8_0 ? 32 : 16; }
+static size_t q_block_bytes(uint32_t type) { return q_quant_bytes(type) + (type == MN_Q4_1 ? 4 : 2); }
 
 void mn_q8_pack(const mn_weight *W, uint8_t *dst, mn_weight *out)
 {
@@ -684,187 +163,4 @@ void mn_q8_pack(const mn_weight *W, uint8_t *dst, mn_weight *out)
     }
     *out = *W;
     out->data = dst;
-}
-
-/* The 32 weight integers of a block's quants as int16: lo = elements 0..15, hi = elements 16..31. */
-ALWAYS_INLINE void load_wq(uint32_t type, const uint8_t *qs, __m256i *lo, __m256i *hi)
-{
-    if (type == MN_Q8_0) {
-        *lo = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)qs));
-        *hi = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(qs + 16)));
-        return;
-    }
-    /* byte k holds element k in its low nibble and element 16 + k in its high one */
-    __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)qs));
-    *lo = _mm256_and_si256(w, _mm256_set1_epi16(15));
-    *hi = _mm256_srli_epi16(w, 4);
-    if (type == MN_Q4_0) {
-        *lo = _mm256_sub_epi16(*lo, _mm256_set1_epi16(8));
-        *hi = _mm256_sub_epi16(*hi, _mm256_set1_epi16(8));
-    }
-}
-
-/* 8 int32 lanes: lane l = w[2l]x[2l] + w[2l+1]x[2l+1] + w[16+2l]x[16+2l] + w[17+2l]x[17+2l]. */
-ALWAYS_INLINE __m256i dot_lanes(__m256i wlo, __m256i whi, const int16_t *x)
-{
-    __m256i a = _mm256_madd_epi16(wlo, _mm256_loadu_si256((const __m256i *)x));
-    __m256i b = _mm256_madd_epi16(whi, _mm256_loadu_si256((const __m256i *)(x + 16)));
-    return _mm256_add_epi32(a, b);
-}
-
-/* Software prefetch of the weight stream, which the hardware prefetchers follow poorly when a tile
- * reads several rows at once. A single-row (decode) tile prefetches the same place in the rows one
- * tile further down (they are what it reads next; a SmolLM2 row is only 360 bytes); wider tiles
- * prefetch 384 bytes ahead in their own rows. Measured in A/B runs on SmolLM2 decode (before the
- * packed layout): 109-119 tok/s without prefetch, 123-137 with 384 bytes ahead, 143-147 one tile
- * ahead. */
-#define PREFETCH_BYTES 384
-
-ALWAYS_INLINE void tile_q8(uint32_t type, const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, size_t ldy,
-                           int t0, uint32_t o0, const int RT, const int OT)
-{
-    const int nb = (int)(W->cols / 32), ng = (nb + 7) / 8, q41 = type == MN_Q4_1;
-    const size_t qb = q_quant_bytes(type), ahead = RT == 1 ? (size_t)OT * W->row_bytes : PREFETCH_BYTES;
-    const uint8_t *dp[4], *mp[4], *qp[4];
-    __m256 acc[4][4];
-#pragma GCC unroll 4
-    for (int o = 0; o < OT; o++) {
-        dp[o] = W->data + (size_t)(o0 + o) * W->row_bytes;
-        mp[o] = dp[o] + 2 * (size_t)nb;
-        qp[o] = dp[o] + 2 * (size_t)nb * (1 + q41);
-    }
-#pragma GCC unroll 4
-    for (int t = 0; t < RT; t++)
-#pragma GCC unroll 4
-        for (int o = 0; o < OT; o++)
-            acc[t][o] = _mm256_setzero_ps();
-    for (int g = 0; g < ng; g++) {
-        const int n = nb - 8 * g < 8 ? nb - 8 * g : 8;
-        /* the group's scales dw_b * dx_b, computed 8 at a time, broadcast block by block from here */
-        float sc[4][4][8] __attribute__((aligned(32)));
-#pragma GCC unroll 4
-        for (int o = 0; o < OT; o++) {
-            _mm_prefetch((const char *)(dp[o] + 16 * g) + ahead, _MM_HINT_T0);
-            __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dp[o] + 16 * g)));
-#pragma GCC unroll 4
-            for (int t = 0; t < RT; t++)
-                _mm256_store_ps(sc[t][o], _mm256_mul_ps(dw, _mm256_loadu_ps(xq[(size_t)(t0 + t) * ldxq + g].d)));
-        }
-        for (int j = 0; j < n; j++) {
-            const size_t b = (size_t)(8 * g + j);
-#pragma GCC unroll 4
-            for (int o = 0; o < OT; o++) {
-                _mm_prefetch((const char *)(qp[o] + b * qb) + ahead, _MM_HINT_T0);
-                __m256i wlo, whi;
-                load_wq(type, qp[o] + b * qb, &wlo, &whi);
-#pragma GCC unroll 4
-                for (int t = 0; t < RT; t++) {
-                    const int16_t *x = xq[(size_t)(t0 + t) * ldxq + g].qs[j];
-                    acc[t][o] = _mm256_fmadd_ps(_mm256_broadcast_ss(&sc[t][o][j]),
-                                                _mm256_cvtepi32_ps(dot_lanes(wlo, whi, x)), acc[t][o]);
-                }
-            }
-        }
-        if (q41) {
-            __m256 keep = _mm256_castsi256_ps(
-                _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
-#pragma GCC unroll 4
-            for (int o = 0; o < OT; o++) {
-                __m256 m = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mp[o] + 16 * g)));
-                m = _mm256_and_ps(m, keep); /* past the row's end: other bytes of the row */
-#pragma GCC unroll 4
-                for (int t = 0; t < RT; t++)
-                    acc[t][o] = _mm256_fmadd_ps(m, _mm256_loadu_ps(xq[(size_t)(t0 + t) * ldxq + g].s), acc[t][o]);
-            }
-        }
-    }
-#pragma GCC unroll 4
-    for (int t = 0; t < RT; t++)
-#pragma GCC unroll 4
-        for (int o = 0; o < OT; o++)
-            y[(size_t)(t0 + t) * ldy + o0 + o] = hsum(acc[t][o]);
-}
-
-/* Cover the [T x (ob, oe)] block with integer-path tiles: outputs outer (a weight tile is read once
- * from memory and reused for every row), rows inner; 1 x 4 tiles for a single row (decode), else
- * 4 x 2, then 2 x 2 and 1 x 2 for the remaining rows (4 x 2 keeps its 8 accumulators, a row's
- * weights and the scales in the 16 registers). */
-ALWAYS_INLINE void matmul_q8_typed(uint32_t type, const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y,
-                                   size_t ldy, int T, uint32_t ob, uint32_t oe)
-{
-    uint32_t o = ob;
-    if (T == 1) {
-        for (; o + 4 <= oe; o += 4)
-            tile_q8(type, W, xq, ldxq, y, ldy, 0, o, 1, 4);
-    } else {
-        for (; o + 2 <= oe; o += 2) {
-            int t = 0;
-            for (; t + 4 <= T; t += 4)
-                tile_q8(type, W, xq, ldxq, y, ldy, t, o, 4, 2);
-            for (; t + 2 <= T; t += 2)
-                tile_q8(type, W, xq, ldxq, y, ldy, t, o, 2, 2);
-            for (; t < T; t++)
-                tile_q8(type, W, xq, ldxq, y, ldy, t, o, 1, 2);
-        }
-    }
-    for (; o < oe; o++)
-        for (int t = 0; t < T; t++)
-            tile_q8(type, W, xq, ldxq, y, ldy, t, o, 1, 1);
-}
-
-#define DEFINE_MATMUL_Q8(name, type)                                                                 \
-    static void name(const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, size_t ldy, int T,    \
-                     uint32_t ob, uint32_t oe)                                                         \
-    {                                                                                                  \
-        matmul_q8_typed(type, W, xq, ldxq, y, ldy, T, ob, oe);                                         \
-    }
-DEFINE_MATMUL_Q8(matmul_q8_q8_0, MN_Q8_0)
-DEFINE_MATMUL_Q8(matmul_q8_q4_0, MN_Q4_0)
-DEFINE_MATMUL_Q8(matmul_q8_q4_1, MN_Q4_1)
-
-void mn_matmul_q8(const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, size_t ldy, int T, uint32_t o_begin,
-                  uint32_t o_end)
-{
-    switch (W->type) {
-    case MN_Q8_0: matmul_q8_q8_0(W, xq, ldxq, y, ldy, T, o_begin, o_end); break;
-    case MN_Q4_0: matmul_q8_q4_0(W, xq, ldxq, y, ldy, T, o_begin, o_end); break;
-    case MN_Q4_1: matmul_q8_q4_1(W, xq, ldxq, y, ldy, T, o_begin, o_end); break;
-    default: break; /* mn_weight_uses_q8 is false for every other type */
-    }
-}
-
-void mn_matmul_q8_ref(const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, size_t ldy, int T,
-                      uint32_t o_begin, uint32_t o_end)
-{
-    const size_t nb = W->cols / 32, qb = q_quant_bytes(W->type);
-    const int q41 = W->type == MN_Q4_1;
-    for (uint32_t o = o_begin; o < o_end; o++)
-        for (int t = 0; t < T; t++) {
-            const uint8_t *d = W->data + (size_t)o * W->row_bytes, *m = d + 2 * nb, *qs = d + 2 * nb * (1 + q41);
-            float acc[8] = {0};
-            for (size_t g = 0; g < (nb + 7) / 8; g++) {
-                const mn_q8 *xg = xq + (size_t)t * ldxq + g;
-                for (size_t j = 0; j < 8 && 8 * g + j < nb; j++) {
-                    size_t b = 8 * g + j;
-                    int w[32];
-                    for (int k = 0; k < 32; k++) {
-                        if (W->type == MN_Q8_0)
-                            w[k] = (int8_t)qs[b * qb + k];
-                        else {
-                            int nib = k < 16 ? (qs[b * qb + k] & 15) : (qs[b * qb + k - 16] >> 4);
-                            w[k] = W->type == MN_Q4_0 ? nib - 8 : nib;
-                        }
-                    }
-                    float s = mn_f16_to_f32(rd_u16(d + 2 * b)) * xg->d[j];
-                    for (int l = 0; l < 8; l++) {
-                        int p = w[2 * l] * xg->qs[j][2 * l] + w[2 * l + 1] * xg->qs[j][2 * l + 1] +
-                                w[16 + 2 * l] * xg->qs[j][16 + 2 * l] + w[17 + 2 * l] * xg->qs[j][17 + 2 * l];
-                        acc[l] = fmaf(s, (float)p, acc[l]);
-                    }
-                }
-                for (size_t j = 0; q41 && j < 8; j++)
-                    acc[j] = fmaf(8 * g + j < nb ? mn_f16_to_f32(rd_u16(m + 2 * (8 * g + j))) : 0.0f, xg->s[j], acc[j]);
-            }
-            y[(size_t)t * ldy + o] = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
-        }
 }

@@ -1,4 +1,5 @@
-/* matmul.h - batch-invariant matrix products over weights in their stored type (AVX2 + FMA).
+/* matmul.h - batch-invariant matrix products over weights in their stored type, and the other
+ * kernels of a forward pass.
  *
  * y[t][o] = sum_k W[o][k] * x[t][k]  for t in [0, T), o in [o_begin, o_end).
  *
@@ -10,6 +11,10 @@
  * Quantized weights are dequantized block by block in registers; nothing is expanded in memory.
  * x rows are F32 with stride ldx; y rows have stride ldy. No allocation; any thread; disjoint
  * [o_begin, o_end) ranges may run concurrently.
+ *
+ * Every function runs on the kernel set (kernels.h) picked at first use: the widest this CPU runs
+ * (avx512, avx2, generic C), or the one the environment variable MINIONS_CPU names. All sets
+ * give the same bits, so the choice changes speed only.
  */
 #ifndef MN_MATMUL_H
 #define MN_MATMUL_H
@@ -22,7 +27,8 @@
 void mn_matmul(const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy, int T,
                uint32_t o_begin, uint32_t o_end);
 
-/* The same product in plain scalar loops with the same reduction order: the test oracle. */
+/* The same product in plain scalar loops with the same reduction order (the generic kernel set,
+ * whichever set is in use): the test oracle. */
 void mn_matmul_ref(const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy, int T,
                    uint32_t o_begin, uint32_t o_end);
 
@@ -58,6 +64,14 @@ void mn_matmul_q8(const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, si
 /* Its scalar twin, the same order of operations in plain loops. */
 void mn_matmul_q8_ref(const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, size_t ldy, int T,
                       uint32_t o_begin, uint32_t o_end);
+
+/* The kernel set in use: "avx512", "avx2" or "generic". Any thread. */
+const char *mn_cpu_kernels_name(void);
+/* Whether this CPU (and OS) runs the kernel set `name`; 0 for names that are no set. Any thread. */
+int mn_cpu_kernels_usable(const char *name);
+/* Run every later call on the set `name`; returns 0, or -1 (nothing changed) when the set is
+ * unknown or this CPU cannot run it. For start-up and tests: no pass may run during the call. */
+int mn_cpu_kernels_use(const char *name);
 
 /* A fixed-order dot product of n floats (the attention kernels use it). */
 float mn_dot(const float *a, const float *b, int n);

@@ -1,0 +1,49 @@
+/* kernels.h - the CPU kernel table: one implementation of matmul.h's arithmetic per instruction set.
+ *
+ * The library itself is compiled for the x86-64 baseline (or whatever the host's compiler targets
+ * by default); only the kernel files are built for wider instruction sets, each with its own
+ * `#pragma GCC target`, and matmul.c picks at run time the widest table this CPU and OS run
+ * (mn_cpu_kernels_use to choose another). So one binary runs on an AVX2 laptop, an AVX-512 server,
+ * and a machine with neither.
+ *
+ * The contract every table keeps: the same bits. Each slot computes exactly what the generic table
+ * (plain C, the reference) computes, operation for operation in the orders matmul.h and
+ * kernels_generic.c define, so which table runs changes speed and nothing else: a sequence's
+ * logits, and therefore greedy text, are the same on every machine whose float arithmetic is
+ * IEEE. tests/test_kernels.c checks every table this CPU runs against the generic one, bit for bit.
+ *
+ * Tables are immutable and live for the whole program. A table may leave slots NULL and name a
+ * base table that fills them (matmul.c composes the two once); after that every slot of a usable
+ * table is set. Any thread may call the slots (the functions are pure over their arguments).
+ */
+#ifndef MN_KERNELS_H
+#define MN_KERNELS_H
+
+#include "cpu/matmul.h"
+
+typedef struct mn_cpu_kernels {
+    const char *name;     /* "generic", "avx2", "avx512": what MINIONS_CPU and mn_cpu_kernels_use name */
+    int (*usable)(void);  /* whether this CPU and OS execute the table's instructions */
+    const struct mn_cpu_kernels *base; /* where the NULL slots come from; NULL if none is */
+    void (*matmul)(const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy, int T, uint32_t o_begin,
+                   uint32_t o_end);
+    void (*matmul_q8)(const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, size_t ldy, int T,
+                      uint32_t o_begin, uint32_t o_end);
+    void (*quantize_q8)(const float *x, size_t n, mn_q8 *out);
+    float (*dot)(const float *a, const float *b, int n);
+    void (*dots)(const float *a, const float *const *b, int n_b, int n, float *out);
+    float (*softmax)(float *x, int n, float scale);
+    void (*swiglu)(float *gate, const float *up, int n);
+    void (*weighted_sum)(float *out, size_t ldo, const float *w, size_t ldw, int n_heads, const float *const *rows,
+                         int n_rows, int n);
+    void (*axpy)(float *y, float a, const float *x, int n);
+} mn_cpu_kernels;
+
+extern const mn_cpu_kernels mn_kernels_generic; /* plain C: every CPU; the reference of the others */
+extern const mn_cpu_kernels mn_kernels_avx2;    /* AVX2 + FMA + F16C (x86-64-v3) */
+extern const mn_cpu_kernels mn_kernels_avx512;  /* AVX-512 F/BW/DQ/VL + VNNI integer products; the rest AVX2's */
+/* kernels_avx512.c with every 512-bit operation done as two AVX2 ones: the AVX-512 tiles' logic,
+ * runnable (and tested) where the CPU has AVX2 only. Never picked unless named. */
+extern const mn_cpu_kernels mn_kernels_avx512_emu;
+
+#endif

@@ -1,0 +1,333 @@
+/* kernels_avx512.c - the kernel table for AVX-512 (F, BW, DQ, VL) with VNNI: the 16-bit activation
+ * products of quantized weights in 512-bit registers; every other slot is the AVX2 table's.
+ *
+ * The products keep kernels_generic.c's reduction order exactly, so this table gives the same bits
+ * as the others. A 512-bit register holds two of the 8-lane chains the AVX2 tiles use, side by side:
+ * lanes 0..7 are output o's accumulator, lanes 8..15 output o+1's, for the same token. One block
+ * of 32 weights of both outputs is widened to int16 in one register (elements 0..15 of o, then of
+ * o+1), the token's 16 activations are duplicated into both halves, and vpdpwssd forms the 8
+ * pair sums of each output at once (integer, exact, so the same p as vpmaddwd + vpaddd). The float
+ * steps (scale, FMA into the chain, the Q4_1 min term) are lane-wise, as in AVX2, and each half is
+ * summed at the end with the same horizontal order.
+ *
+ * The file is written against a dozen vector primitives (v16f, v16i below). Compiled normally
+ * they are AVX-512 instructions; compiled with MN_X16_EMULATE (kernels_avx512_emu.c) each is two
+ * AVX2 operations on the halves, which gives the table "avx512-emu": the same tiles, index
+ * arithmetic and lane layout, runnable and tested bit for bit on CPUs without AVX-512. Only the
+ * one-line mapping of each primitive to its AVX-512 instruction is not exercised there.
+ */
+#include "cpu/kernels.h"
+
+#if defined(__x86_64__)
+#ifdef MN_X16_EMULATE
+#pragma GCC target("avx2,fma,f16c")
+#else
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")
+#endif
+
+#include <immintrin.h>
+
+#include "model/dtype.h"
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* ---- primitives: 16 float lanes (v16f), 16 int32 / 32 int16 lanes (v16i) ----------------------
+ * Lanes 0..7 (int16 lanes 0..15) are the low half, output o's; the rest the high half, o+1's. */
+#ifdef MN_X16_EMULATE
+typedef struct v16f {
+    __m256 h[2];
+} v16f;
+typedef struct v16i {
+    __m256i h[2];
+} v16i;
+
+ALWAYS_INLINE v16f f_zero(void) { return (v16f){{_mm256_setzero_ps(), _mm256_setzero_ps()}}; }
+ALWAYS_INLINE v16f f_halves(__m256 lo, __m256 hi) { return (v16f){{lo, hi}}; }
+ALWAYS_INLINE v16f f_dup(__m256 v) { return (v16f){{v, v}}; }
+ALWAYS_INLINE __m256 f_half(v16f a, int hi) { return a.h[hi]; }
+ALWAYS_INLINE v16f f_mul(v16f a, v16f b)
+{
+    return (v16f){{_mm256_mul_ps(a.h[0], b.h[0]), _mm256_mul_ps(a.h[1], b.h[1])}};
+}
+ALWAYS_INLINE v16f f_fmadd(v16f a, v16f b, v16f c)
+{
+    return (v16f){{_mm256_fmadd_ps(a.h[0], b.h[0], c.h[0]), _mm256_fmadd_ps(a.h[1], b.h[1], c.h[1])}};
+}
+ALWAYS_INLINE v16f f_from_i32(v16i p) { return (v16f){{_mm256_cvtepi32_ps(p.h[0]), _mm256_cvtepi32_ps(p.h[1])}}; }
+/* lanes 0..7 = a's lane j, lanes 8..15 = a's lane 8 + j */
+ALWAYS_INLINE v16f f_lane(v16f a, int j)
+{
+    __m256i idx = _mm256_set1_epi32(j);
+    return (v16f){{_mm256_permutevar8x32_ps(a.h[0], idx), _mm256_permutevar8x32_ps(a.h[1], idx)}};
+}
+/* 16 bytes at lo and 16 at hi, widened to int16 (zero- or sign-extended) */
+ALWAYS_INLINE v16i i_widen_u8(const uint8_t *lo, const uint8_t *hi)
+{
+    return (v16i){{_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)lo)),
+                   _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)hi))}};
+}
+ALWAYS_INLINE v16i i_widen_i8(const uint8_t *lo, const uint8_t *hi)
+{
+    return (v16i){{_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)lo)),
+                   _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)hi))}};
+}
+ALWAYS_INLINE v16i i16_and(v16i a, int16_t m)
+{
+    __m256i v = _mm256_set1_epi16(m);
+    return (v16i){{_mm256_and_si256(a.h[0], v), _mm256_and_si256(a.h[1], v)}};
+}
+ALWAYS_INLINE v16i i16_srl4(v16i a) { return (v16i){{_mm256_srli_epi16(a.h[0], 4), _mm256_srli_epi16(a.h[1], 4)}}; }
+ALWAYS_INLINE v16i i16_sub(v16i a, int16_t s)
+{
+    __m256i v = _mm256_set1_epi16(s);
+    return (v16i){{_mm256_sub_epi16(a.h[0], v), _mm256_sub_epi16(a.h[1], v)}};
+}
+/* 16 int16 at x in both halves */
+ALWAYS_INLINE v16i i16_dup(const int16_t *x)
+{
+    __m256i v = _mm256_loadu_si256((const __m256i *)x);
+    return (v16i){{v, v}};
+}
+/* int32 lane l of each half: w_lo[2l]x_lo[2l] + w_lo[2l+1]x_lo[2l+1] + the same of w_hi, x_hi */
+ALWAYS_INLINE v16i i_dot(v16i wlo, v16i xlo, v16i whi, v16i xhi)
+{
+    __m256i a0 = _mm256_madd_epi16(wlo.h[0], xlo.h[0]), b0 = _mm256_madd_epi16(whi.h[0], xhi.h[0]);
+    __m256i a1 = _mm256_madd_epi16(wlo.h[1], xlo.h[1]), b1 = _mm256_madd_epi16(whi.h[1], xhi.h[1]);
+    return (v16i){{_mm256_add_epi32(a0, b0), _mm256_add_epi32(a1, b1)}};
+}
+#else
+typedef __m512 v16f;
+typedef __m512i v16i;
+
+ALWAYS_INLINE v16f f_zero(void) { return _mm512_setzero_ps(); }
+ALWAYS_INLINE v16f f_halves(__m256 lo, __m256 hi) { return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1); }
+ALWAYS_INLINE v16f f_dup(__m256 v) { return _mm512_broadcast_f32x8(v); }
+ALWAYS_INLINE __m256 f_half(v16f a, int hi) { return hi ? _mm512_extractf32x8_ps(a, 1) : _mm512_castps512_ps256(a); }
+ALWAYS_INLINE v16f f_mul(v16f a, v16f b) { return _mm512_mul_ps(a, b); }
+ALWAYS_INLINE v16f f_fmadd(v16f a, v16f b, v16f c) { return _mm512_fmadd_ps(a, b, c); }
+ALWAYS_INLINE v16f f_from_i32(v16i p) { return _mm512_cvtepi32_ps(p); }
+ALWAYS_INLINE v16f f_lane(v16f a, int j)
+{
+    return _mm512_permutexvar_ps(_mm512_inserti64x4(_mm512_set1_epi32(j), _mm256_set1_epi32(8 + j), 1), a);
+}
+ALWAYS_INLINE v16i i_widen_u8(const uint8_t *lo, const uint8_t *hi)
+{
+    __m256i b = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)lo)),
+                                        _mm_loadu_si128((const __m128i *)hi), 1);
+    return _mm512_cvtepu8_epi16(b);
+}
+ALWAYS_INLINE v16i i_widen_i8(const uint8_t *lo, const uint8_t *hi)
+{
+    __m256i b = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)lo)),
+                                        _mm_loadu_si128((const __m128i *)hi), 1);
+    return _mm512_cvtepi8_epi16(b);
+}
+ALWAYS_INLINE v16i i16_and(v16i a, int16_t m) { return _mm512_and_si512(a, _mm512_set1_epi16(m)); }
+ALWAYS_INLINE v16i i16_srl4(v16i a) { return _mm512_srli_epi16(a, 4); }
+ALWAYS_INLINE v16i i16_sub(v16i a, int16_t s) { return _mm512_sub_epi16(a, _mm512_set1_epi16(s)); }
+ALWAYS_INLINE v16i i16_dup(const int16_t *x) { return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x)); }
+ALWAYS_INLINE v16i i_dot(v16i wlo, v16i xlo, v16i whi, v16i xhi)
+{
+    return _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(_mm512_setzero_si512(), wlo, xlo), whi, xhi);
+}
+#endif
+
+/* ---- the tiles ---------------------------------------------------------------------------------- */
+
+ALWAYS_INLINE float hsum(__m256 a) /* kernels_generic.c's hsum8, as kernels_avx2.c does it */
+{
+    __m128 lo = _mm256_castps256_ps128(a), hi = _mm256_extractf128_ps(a, 1);
+    __m128 s = _mm_add_ps(lo, hi);
+    __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    t = _mm_add_ss(t, _mm_shuffle_ps(t, t, 1));
+    return _mm_cvtss_f32(t);
+}
+
+ALWAYS_INLINE size_t q_quant_bytes(uint32_t type) { return type == MN_Q8_0 ? 32 : 16; }
+
+/* The 32 weight integers of one block of two outputs (quants at a and b): lo = elements 0..15 of
+ * a then of b, hi = elements 16..31 of a then of b. */
+ALWAYS_INLINE void load_wq2(uint32_t type, const uint8_t *a, const uint8_t *b, v16i *lo, v16i *hi)
+{
+    if (type == MN_Q8_0) {
+        *lo = i_widen_i8(a, b);
+        *hi = i_widen_i8(a + 16, b + 16);
+        return;
+    }
+    /* byte k holds element k in its low nibble and element 16 + k in its high one */
+    v16i w = i_widen_u8(a, b);
+    *lo = i16_and(w, 15);
+    *hi = i16_srl4(w);
+    if (type == MN_Q4_0) {
+        *lo = i16_sub(*lo, 8);
+        *hi = i16_sub(*hi, 8);
+    }
+}
+
+/* RT tokens (t0..) x OT outputs (o0.., OT <= 2 OP) in OP pair registers per token. An odd OT's
+ * last pair reads its one row twice and stores the low half only. Prefetching as kernels_avx2.c's
+ * tile_q8: a single-token tile one tile ahead in the same rows, wider ones 384 bytes ahead. */
+ALWAYS_INLINE void tile_q8x2(uint32_t type, const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, size_t ldy,
+                             int t0, uint32_t o0, const int RT, const int OT, const int OP)
+{
+    const int nb = (int)(W->cols / 32), ng = (nb + 7) / 8, q41 = type == MN_Q4_1;
+    const size_t qb = q_quant_bytes(type), ahead = RT == 1 ? (size_t)OT * W->row_bytes : 384;
+    const uint8_t *dp[8], *mp[8], *qp[8];
+    v16f acc[4][4];
+#pragma GCC unroll 8
+    for (int o = 0; o < 2 * OP; o++) {
+        dp[o] = W->data + (size_t)(o0 + (o < OT ? o : OT - 1)) * W->row_bytes;
+        mp[o] = dp[o] + 2 * (size_t)nb;
+        qp[o] = dp[o] + 2 * (size_t)nb * (1 + q41);
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < RT; t++)
+#pragma GCC unroll 4
+        for (int p = 0; p < OP; p++)
+            acc[t][p] = f_zero();
+    for (int g = 0; g < ng; g++) {
+        const int n = nb - 8 * g < 8 ? nb - 8 * g : 8;
+        /* the group's scales dw_b * dx_b of both outputs of a pair, lane j / 8 + j = block j */
+        v16f sc[4][4];
+#pragma GCC unroll 4
+        for (int p = 0; p < OP; p++) {
+            v16f dw = f_halves(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dp[2 * p] + 16 * g))),
+                               _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dp[2 * p + 1] + 16 * g))));
+#pragma GCC unroll 4
+            for (int t = 0; t < RT; t++)
+                sc[t][p] = f_mul(dw, f_dup(_mm256_loadu_ps(xq[(size_t)(t0 + t) * ldxq + g].d)));
+        }
+        for (int j = 0; j < n; j++) {
+            const size_t b = (size_t)(8 * g + j);
+            v16i xlo[4], xhi[4];
+#pragma GCC unroll 4
+            for (int t = 0; t < RT; t++) {
+                const int16_t *x = xq[(size_t)(t0 + t) * ldxq + g].qs[j];
+                xlo[t] = i16_dup(x);
+                xhi[t] = i16_dup(x + 16);
+            }
+#pragma GCC unroll 4
+            for (int p = 0; p < OP; p++) {
+                _mm_prefetch((const char *)(qp[2 * p] + b * qb) + ahead, _MM_HINT_T0);
+                if (2 * p + 1 < OT)
+                    _mm_prefetch((const char *)(qp[2 * p + 1] + b * qb) + ahead, _MM_HINT_T0);
+                v16i wlo, whi;
+                load_wq2(type, qp[2 * p] + b * qb, qp[2 * p + 1] + b * qb, &wlo, &whi);
+#pragma GCC unroll 4
+                for (int t = 0; t < RT; t++)
+                    acc[t][p] = f_fmadd(f_lane(sc[t][p], j), f_from_i32(i_dot(wlo, xlo[t], whi, xhi[t])), acc[t][p]);
+            }
+        }
+        if (q41) {
+            __m256 keep = _mm256_castsi256_ps(
+                _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+#pragma GCC unroll 4
+            for (int p = 0; p < OP; p++) {
+                /* past the row's end the bytes are other data of the row: masked to 0 */
+                v16f m = f_halves(
+                    _mm256_and_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mp[2 * p] + 16 * g))), keep),
+                    _mm256_and_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mp[2 * p + 1] + 16 * g))), keep));
+#pragma GCC unroll 4
+                for (int t = 0; t < RT; t++)
+                    acc[t][p] = f_fmadd(m, f_dup(_mm256_loadu_ps(xq[(size_t)(t0 + t) * ldxq + g].s)), acc[t][p]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < RT; t++)
+#pragma GCC unroll 8
+        for (int o = 0; o < OT; o++)
+            y[(size_t)(t0 + t) * ldy + o0 + o] = hsum(f_half(acc[t][o / 2], o & 1));
+}
+
+/* Outputs outer (a weight tile is read from memory once and reused for every token), tokens
+ * inner: one token (decode) in 1 x 8 tiles; more in 4 x 4 tiles, then 2 x 4 and 1 x 4 for the
+ * remaining tokens; the last outputs in a tile of their own width. */
+ALWAYS_INLINE void matmul_q8_typed(uint32_t type, const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y,
+                                   size_t ldy, int T, uint32_t ob, uint32_t oe)
+{
+#define Q8_TILES(OT, OP)                                                                           \
+    do {                                                                                           \
+        int t_ = 0;                                                                                \
+        for (; t_ + 4 <= T; t_ += 4)                                                               \
+            tile_q8x2(type, W, xq, ldxq, y, ldy, t_, o, 4, OT, OP);                                \
+        for (; t_ + 2 <= T; t_ += 2)                                                               \
+            tile_q8x2(type, W, xq, ldxq, y, ldy, t_, o, 2, OT, OP);                                \
+        for (; t_ < T; t_++)                                                                       \
+            tile_q8x2(type, W, xq, ldxq, y, ldy, t_, o, 1, OT, OP);                                \
+    } while (0)
+    uint32_t o = ob;
+    if (T == 1) {
+        for (; o + 8 <= oe; o += 8)
+            tile_q8x2(type, W, xq, ldxq, y, ldy, 0, o, 1, 8, 4);
+    } else {
+        for (; o + 4 <= oe; o += 4)
+            Q8_TILES(4, 2);
+    }
+    switch (oe - o) { /* fewer than a tile's outputs left */
+    case 7: Q8_TILES(7, 4); break;
+    case 6: Q8_TILES(6, 3); break;
+    case 5: Q8_TILES(5, 3); break;
+    case 4: Q8_TILES(4, 2); break;
+    case 3: Q8_TILES(3, 2); break;
+    case 2: Q8_TILES(2, 1); break;
+    case 1: Q8_TILES(1, 1); break;
+    default: break;
+    }
+#undef Q8_TILES
+}
+
+#define DEFINE_MATMUL_Q8(name, type)                                                                 \
+    static void name(const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, size_t ldy, int T,    \
+                     uint32_t ob, uint32_t oe)                                                         \
+    {                                                                                                  \
+        matmul_q8_typed(type, W, xq, ldxq, y, ldy, T, ob, oe);                                         \
+    }
+DEFINE_MATMUL_Q8(matmul_q8_q8_0, MN_Q8_0)
+DEFINE_MATMUL_Q8(matmul_q8_q4_0, MN_Q4_0)
+DEFINE_MATMUL_Q8(matmul_q8_q4_1, MN_Q4_1)
+
+static void x16_matmul_q8(const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, size_t ldy, int T,
+                          uint32_t o_begin, uint32_t o_end)
+{
+    switch (W->type) {
+    case MN_Q8_0: matmul_q8_q8_0(W, xq, ldxq, y, ldy, T, o_begin, o_end); break;
+    case MN_Q4_0: matmul_q8_q4_0(W, xq, ldxq, y, ldy, T, o_begin, o_end); break;
+    case MN_Q4_1: matmul_q8_q4_1(W, xq, ldxq, y, ldy, T, o_begin, o_end); break;
+    default: break; /* mn_weight_uses_q8 is false for every other type */
+    }
+}
+
+#ifdef MN_X16_EMULATE
+static int x16_usable(void) { return mn_kernels_avx2.usable(); }
+#define X16_TABLE mn_kernels_avx512_emu
+#define X16_NAME "avx512-emu"
+#else
+static int x16_usable(void)
+{
+    __builtin_cpu_init();
+    return mn_kernels_avx2.usable() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512vnni");
+}
+#define X16_TABLE mn_kernels_avx512
+#define X16_NAME "avx512"
+#endif
+
+const mn_cpu_kernels X16_TABLE = {
+    .name = X16_NAME,
+    .usable = x16_usable,
+    .base = &mn_kernels_avx2, /* the float products and the attention kernels */
+    .matmul_q8 = x16_matmul_q8,
+};
+
+#else /* not x86-64 */
+
+static int x16_usable(void) { return 0; }
+#ifdef MN_X16_EMULATE
+const mn_cpu_kernels mn_kernels_avx512_emu = {.name = "avx512-emu", .usable = x16_usable};
+#else
+const mn_cpu_kernels mn_kernels_avx512 = {.name = "avx512", .usable = x16_usable};
+#endif
+
+#endif
