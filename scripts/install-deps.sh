@@ -1,7 +1,8 @@
 #!/bin/sh
 # install-deps.sh: everything minions needs on Debian 12, installed idempotently.
 #   - Debian packages (compiler, autotools, libraries, Criterion, Python with numpy and regex, curl
-#     and nginx for the HTTP tests (nginx is only run by tests/nginx.sh, as the current user), and
+#     and nginx for the HTTP tests (nginx is only run by tests/nginx.sh, as the current user),
+#     qemu-user (tests/cli.sh runs the binaries on an emulated CPU without AVX: the generic kernels), and
 #     the public-domain corpora the bundled models were trained on, for the held-out tests);
 #   - .venv: a virtual environment over Debian's Python with the PyPI `gguf` package, used by
 #     tools/ for the test fixtures and the independent reference implementations, and the HTTP
@@ -14,7 +15,7 @@ cd "$(dirname "$0")/.."
 
 PKGS="build-essential autoconf automake libtool pkg-config ca-certificates unzip
       libevent-dev libjemalloc-dev libnanomsg-dev libjansson-dev libutf8proc-dev libcriterion-dev
-      python3 python3-numpy python3-regex python3-venv python3-yaml curl nginx-light
+      python3 python3-numpy python3-regex python3-venv python3-yaml curl nginx-light qemu-user
       bible-kjv bible-kjv-text sword-text-web diatheke dict-devil"
 for arg in "$@"; do
   case "$arg" in

@@ -32,6 +32,28 @@ check "--prompt-file gives the same text" cmp -s "$tmp/a" "$tmp/c"
 gen --prompt "Hello" --max-tokens 24 --temperature 0.9 --top-p 0.9 --seed 7 >"$tmp/s1" 2>/dev/null
 gen --prompt "Hello" --max-tokens 24 --temperature 0.9 --top-p 0.9 --seed 7 >"$tmp/s2" 2>/dev/null
 check "sampling with a seed is reproducible" cmp -s "$tmp/s1" "$tmp/s2"
+# The kernels are picked at run time (src/cpu/kernels.h). MINIONS_CPU=generic runs the plain-C set
+# here, and on an emulated CPU without AVX (qemu-user, -cpu Nehalem) the binary picks it itself:
+# both give this machine's text, on float and on 4-bit weights.
+check "the stats name the CPU kernels" grep -q "CPU kernels [a-z]" "$tmp/a.err"
+MINIONS_CPU=generic gen --prompt "This License applies" --max-tokens 24 >"$tmp/g" 2>"$tmp/g.err"
+check "MINIONS_CPU=generic runs the generic kernels" grep -q "CPU kernels generic" "$tmp/g.err"
+check "... and gives the same greedy text" cmp -s "$tmp/a" "$tmp/g"
+MINIONS_CPU=sparc gen --prompt "This License applies" --max-tokens 4 >/dev/null 2>"$tmp/k.err"
+check "an unknown MINIONS_CPU is named in a warning, and the run goes on" \
+  sh -c "grep -q 'MINIONS_CPU=sparc' '$tmp/k.err' && grep -q 'generated 4 tokens' '$tmp/k.err'"
+if [ "$(uname -m)" = x86_64 ] && command -v qemu-x86_64 >/dev/null 2>&1; then
+  for m in gqa_f32 q4_1; do
+    "$bin/minions-generate" --model "$data/$m.gguf" --threads 2 --prompt "This License applies" --max-tokens 24 \
+      >"$tmp/n_$m" 2>/dev/null
+    qemu-x86_64 -cpu Nehalem "$bin/minions-generate" --model "$data/$m.gguf" --threads 2 \
+      --prompt "This License applies" --max-tokens 24 >"$tmp/q_$m" 2>"$tmp/q_$m.err"
+    check "$m on a CPU without AVX: generic kernels" grep -q "CPU kernels generic" "$tmp/q_$m.err"
+    check "... the same greedy text as this CPU's" cmp -s "$tmp/n_$m" "$tmp/q_$m"
+  done
+else
+  echo "cli: no qemu-x86_64 (scripts/install-deps.sh installs qemu-user): the run without AVX is skipped"
+fi
 "$bin/minions-generate" --model /nonexistent.gguf --prompt x >/dev/null 2>"$tmp/e1"
 check "a missing model fails with exit 1" test $? -eq 1
 check "... and names the file" grep -q "/nonexistent.gguf" "$tmp/e1"

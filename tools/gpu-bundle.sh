@@ -3,12 +3,15 @@
 # (issue #13). Such a machine gets a copy of the working tree but may lack this project's Debian
 # packages and reaches no registry, so the bundle carries the built programs, the shared
 # libraries they need beyond libc and CUDA's own, and the test fixtures:
-#   gpu-bundle/bin   tests/test_gpu, minions-generate, minions-bench-decode, minionsd, minions-cli
+#   gpu-bundle/bin   tests/test_gpu, tests/test_kernels, tests/test_forward, minions-generate,
+#                    minions-bench-decode, minionsd, minions-cli
 #   gpu-bundle/lib   their non-system libraries (ldd), found first through LD_LIBRARY_PATH
 #   gpu-bundle/data  the fixtures test_gpu reads
 #   gpu-bundle/run.sh, what to run there: `sh gpu-bundle/run.sh` (results also under $OUT)
-# Run after `make -C build all tests/test_gpu`; the device tool then carries gpu-bundle.
-# run.sh, in this order, as far as the time allows: the device tests of test_gpu (the CUDA
+# Run after `make -C build all tests/test_gpu tests/test_kernels tests/test_forward`; the device tool
+# then carries gpu-bundle.
+# run.sh, in this order, as far as the time allows: the CPU kernel sets on that machine's CPU
+# (seconds; such hosts usually have AVX-512, which ours lack); the device tests of test_gpu (the CUDA
 # backend's logits against the CPU's on every weight type and the bundled target); greedy text
 # of minions-generate on the CPU and on CUDA, compared; minionsd on CUDA speculating (the n-gram
 # drafter and draft-kjv voting) against minions-generate's greedy text on CUDA; compute-sanitizer
@@ -18,11 +21,12 @@ cd "$(dirname "$0")/.."
 out=gpu-bundle
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/data"
-for b in build/tests/test_gpu build/minions-generate build/minions-bench-decode build/minionsd build/minions-cli; do
-  [ -x "$b" ] || { echo "gpu-bundle: $b not built (make -C build all tests/test_gpu)" >&2; exit 2; }
+for b in build/tests/test_gpu build/tests/test_kernels build/tests/test_forward build/minions-generate build/minions-bench-decode build/minionsd build/minions-cli; do
+  [ -x "$b" ] || { echo "gpu-bundle: $b not built (make -C build all tests/test_gpu tests/test_kernels" \
+    "tests/test_forward)" >&2; exit 2; }
   cp "$b" "$out/bin/"
 done
-for f in gqa_f32.gguf untied_f32.gguf f16.gguf q8_0.gguf q4_0.gguf q4_1.gguf; do cp "build/tests/data/$f" "$out/data/"; done
+for f in gqa_f32.gguf untied_f32.gguf f16.gguf q8_0.gguf q4_0.gguf q4_1.gguf tokens.txt; do cp "build/tests/data/$f" "$out/data/"; done
 ldd "$out"/bin/* | awk '$3 ~ /^\// {print $3}' | sort -u | while read -r lib; do
   case "$lib" in
     /usr/local/cuda/*|*/libc.so.*|*/libm.so.*|*/libpthread.so.*|*/libdl.so.*|*/librt.so.*|*/ld-linux*) ;;
@@ -41,6 +45,11 @@ export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_L
 export MINIONS_TEST_DATA="$here/data" MINIONS_SRCDIR="$root" CRITERION_JOBS=1
 step() { echo "== $*"; }
 step device; nvidia-smi -L 2>&1 | tee "$res/device.txt"
+step "CPU kernel sets (src/cpu/kernels.h) on this host's CPU, against the generic C set"
+grep -o 'avx512[a-z_]*' /proc/cpuinfo | sort -u | tr '\n' ' ' | tee "$res/cpu.txt"; echo
+"$here/bin/test_kernels" --verbose 2>&1 | tee "$res/test_kernels.txt" | grep -E 'not run|Synthesis|FAIL|differs'
+"$here/bin/test_forward" --verbose --filter 'forward/kernel_sets*' 2>&1 | tee "$res/test_forward.txt" |
+  grep -E 'not run|Synthesis|FAIL|differs'
 step "test_gpu (device tests: CUDA logits against the CPU's)"
 "$here/bin/test_gpu" --verbose 2>&1 | tee "$res/test_gpu.txt" | grep -E 'gpu_device|Synthesis|FAIL|differs|failed'
 step "greedy text, cpu against cuda (48 tokens, 4 prompts)"

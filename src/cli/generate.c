@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cpu/matmul.h"
 #include "model/model.h"
 #include "model/sampler.h"
 #include "runtime/registry.h"
@@ -188,9 +189,9 @@ int main(int argc, char **argv)
     }
     double t3 = mn_now();
     fprintf(stderr,
-            "\nminions-generate: model %s (%s), backend %s, %d threads\n"
+            "\nminions-generate: model %s (%s), backend %s, %d threads, CPU kernels %s\n"
             "  load %.3f s | prompt %zu tokens, %.1f tok/s | generated %u tokens, %.1f tok/s | finish: %s\n",
-            m->name, model_path, be->ops->name, cfg.n_threads, t1 - t0, toks.n, toks.n / (t2 - t1), produced,
+            m->name, model_path, be->ops->name, cfg.n_threads, mn_cpu_kernels_name(), t1 - t0, toks.n, toks.n / (t2 - t1), produced,
             produced > 1 ? (produced - 1) / (t3 - t2) : 0.0, finish);
     rc = 0;
 out:

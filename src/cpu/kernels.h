@@ -19,7 +19,17 @@
 #ifndef MN_KERNELS_H
 #define MN_KERNELS_H
 
-#include "cpu/matmul.h"
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/model.h"
+
+/* 16-bit activations of quantized weights' products (matmul.h), 8 blocks of 32. */
+typedef struct mn_q8 {
+    float d[8];           /* block j's scale: x ~ d[j] * qs[j] */
+    float s[8];           /* d[j] * sum(qs[j]): the Q4_1 min term; past a row's last block d = s = 0 */
+    int16_t qs[8][32];
+} mn_q8;                  /* 8 blocks of 32 activations */
 
 typedef struct mn_cpu_kernels {
     const char *name;     /* "generic", "avx2", "avx512": what MINIONS_CPU and mn_cpu_kernels_use name */

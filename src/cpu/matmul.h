@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cpu/kernels.h" /* mn_q8 */
 #include "model/model.h"
 
 void mn_matmul(const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy, int T,
@@ -42,12 +43,7 @@ void mn_matmul_ref(const mn_weight *W, const float *x, size_t ldx, float *y, siz
  *
  * The weights are first repacked (mn_q8_pack: a row's scales together, then its quants) and the
  * activations come in groups of 8 blocks, so that a tile handles 8 blocks' scales as one vector;
- * matmul.c gives the layouts and the reduction order. */
-typedef struct mn_q8 {
-    float d[8];           /* block j's scale: x ~ d[j] * qs[j] */
-    float s[8];           /* d[j] * sum(qs[j]): the Q4_1 min term; past a row's last block d = s = 0 */
-    int16_t qs[8][32];
-} mn_q8;                  /* 8 blocks of 32 activations */
+ * kernels_generic.c gives the layouts and the reduction order; mn_q8 is in kernels.h. */
 
 /* Whether W's products take 16-bit activations (mn_matmul_q8) or float ones (mn_matmul). */
 int mn_weight_uses_q8(const mn_weight *W);
