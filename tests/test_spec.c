@@ -1258,8 +1258,8 @@ Test(tuner, windows_classes_and_fixed_mode)
     cr_assert_float_eq(d.cost, 0.5, 1e-12);
     cr_assert_float_eq(t.c[0].at[4].cost, 0.5, 1e-12);
     cr_assert_eq(t.c[0].s, 5);
-    cr_assert_eq(t.c[4].s, 4, "batch 16's class has not decided");
-    cr_assert_eq(t.c[4].win_steps, 1);
+    cr_assert_eq(t.c[4].s, 5, "batch 16's class has not decided: it follows batch 1's");
+    cr_assert_eq(t.c[4].win_steps, 0, "its window restarts at the new length");
 
     mn_tuner_restart(&t, 12, false); /* fixed mode: spec.length as given, even past s_max */
     for (int i = 0; i < 30; i++)
@@ -1533,6 +1533,45 @@ Test(tuner, sequence_rule_goes_plain_and_back)
     cr_assert_geq(t.c[0].probes - probes, 3, "but go on");
     run_decisions(&t, &all, 1, 0, 4 * p.probe_every + 10, &rng, &at_best);
     cr_assert_eq(t.c[0].home, p.s_max, "speculating, the sequences choosing up to s_max");
+}
+
+/* Classes that have not decided follow the nearest one that has: when no draft pays at 16
+ * sequences, 5-8 sequences (passed through while clients ramp down) decode plainly too, with the
+ * leader's theta and rho, instead of drafting the starting length at every step; once they decide
+ * for themselves they stop following, and a class with two deciding neighbors follows the nearer. */
+Test(tuner, undecided_classes_follow_the_nearest_decided_one)
+{
+    spec_model none = {.a = 0, .verify_slope = 0.2, .draft_cost = 0.1, .drawn = true};
+    spec_model all = {.a = 0.95, .verify_slope = 0.05, .draft_cost = 0, .drawn = true};
+    mn_tuner_params p = with_rule(MN_TUNER_RULE_SEQUENCE);
+    mn_tuner t;
+    mn_tuner_init(&t, &p, 4);
+    uint32_t rng = 5, c16 = mn_tuner_class_of(16), c8 = mn_tuner_class_of(8), c1 = mn_tuner_class_of(1);
+    int at_best;
+    run_decisions(&t, &none, 16, 0, 40, &rng, &at_best);
+    cr_assert_eq(t.c[c16].home, 0, "no draft pays at 16 sequences");
+    cr_assert_eq(t.c[c16].s, 0);
+    for (uint32_t k = 0; k < MN_TUNER_CLASSES; k++)
+        cr_assert_eq(t.c[k].s, 0, "class %s follows 9-16", mn_tuner_class_name(k));
+    mn_tuner_advice a8 = mn_tuner_advise(&t, c8), a16 = mn_tuner_advise(&t, c16);
+    /* (theta is NAN here: every step drafted the same length, so no line of time over drafts) */
+    cr_assert(a8.rho == a16.rho && (a8.theta == a16.theta || (isnan(a8.theta) && isnan(a16.theta))),
+              "with its theta and rho: %g %g, %g %g", a8.theta, a16.theta, a8.rho, a16.rho);
+
+    /* batch 1 decides for itself (drafts that pay there): 2 sequences now follow batch 1 (nearer),
+     * 5-8 still follow 9-16 (nearer), and 3-4 are as near to both: the larger batch leads */
+    run_decisions(&t, &all, 1, 0, 4 * p.probe_every + 10, &rng, &at_best);
+    cr_assert_eq(t.c[c1].home, p.s_max);
+    cr_assert_eq(t.c[mn_tuner_class_of(2)].s, t.c[c1].s, "2 follows 1");
+    cr_assert_eq(t.c[c8].s, 0, "5-8 follows 9-16");
+    cr_assert_eq(t.c[mn_tuner_class_of(3)].s, 0, "3-4, between the two, follows the larger batch");
+
+    /* 5-8 decides itself, from its own (good) drafts: it leaves plain decoding, and stops following */
+    run_decisions(&t, &all, 8, 0, 4 * p.probe_every + 10, &rng, &at_best);
+    cr_assert_eq(t.c[c8].home, p.s_max);
+    run_decisions(&t, &none, 16, 0, 8, &rng, &at_best);
+    cr_assert_eq(t.c[c16].home, 0);
+    cr_assert_eq(t.c[c8].home, p.s_max, "a class that has decided no longer follows");
 }
 
 Test(tuner, parameters_and_option)

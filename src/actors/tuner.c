@@ -86,6 +86,9 @@ static void measured(mn_tuner_actor *t, mn_measure *m)
     publish(t, &d);
     if (d.to != d.from || t->state.p.rule == MN_TUNER_RULE_SEQUENCE) /* its figures move every window */
         send_length(t, d.cls, d.to);
+    for (uint32_t i = 0; i < MN_TUNER_CLASSES; i++) /* the classes that follow a leader */
+        if (!t->state.c[i].decisions && i != d.cls)
+            send_length(t, i, t->state.c[i].s);
 }
 
 static void set(mn_tuner_actor *t, mn_setting *s)

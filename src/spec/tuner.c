@@ -392,6 +392,38 @@ static void decide_model(mn_tuner *t, mn_tuner_class *c, uint32_t cls, double co
     *d = (mn_tuner_decision){.cls = cls, .from = from, .to = to, .cost = cost, .slope = slope, .why = why};
 }
 
+/* ---- classes that have not decided ---- */
+
+/* The nearest class that has decided, the larger batch on a tie; -1 when none has. */
+static int leader(const mn_tuner *t, uint32_t cls)
+{
+    for (uint32_t k = 1; k < MN_TUNER_CLASSES; k++) {
+        if (cls + k < MN_TUNER_CLASSES && t->c[cls + k].decisions)
+            return (int)(cls + k);
+        if (cls >= k && t->c[cls - k].decisions)
+            return (int)(cls - k);
+    }
+    return -1;
+}
+
+/* Classes that have not decided yet run at their leader's length rather than the starting one: a
+ * batch size the load passes through only briefly (2 to 8 sequences while 16 clients ramp up and
+ * down) may never fill a window, and the best length moves with the batch size, so a neighbor's is
+ * the best guess; with model drafters that cost more than they save it is plain decoding, where
+ * the starting length would draft at every step. */
+static void follow_leaders(mn_tuner *t)
+{
+    for (uint32_t k = 0; k < MN_TUNER_CLASSES; k++) {
+        mn_tuner_class *c = &t->c[k];
+        int lead = c->decisions ? -1 : leader(t, k);
+        if (lead < 0 || c->s == t->c[lead].s)
+            continue;
+        c->s = t->c[lead].s;
+        c->home = t->c[lead].home;
+        restart_window(c);
+    }
+}
+
 /* ---- the sequence rule ---- */
 
 static double class_rho(const mn_tuner_model *m)
@@ -414,11 +446,19 @@ static double class_theta(const mn_tuner_model *m)
 
 mn_tuner_advice mn_tuner_advise(const mn_tuner *t, uint32_t cls)
 {
-    const mn_tuner_class *c = &t->c[cls < MN_TUNER_CLASSES ? cls : 0];
+    cls = cls < MN_TUNER_CLASSES ? cls : 0;
+    const mn_tuner_class *c = &t->c[cls];
     mn_tuner_advice a = {.s = c->s, .theta = NAN, .rho = NAN};
     if (t->p.rule == MN_TUNER_RULE_SEQUENCE) {
-        a.theta = (float)class_theta(&c->model);
-        a.rho = (float)class_rho(&c->model);
+        /* a class that has not decided yet and has no figures of its own borrows its leader's */
+        int lead = c->decisions ? -1 : leader(t, cls);
+        const mn_tuner_model *m = &c->model, *lm = lead >= 0 ? &t->c[lead].model : m;
+        a.theta = (float)class_theta(m);
+        a.rho = (float)class_rho(m);
+        if (isnan(a.theta))
+            a.theta = (float)class_theta(lm);
+        if (isnan(a.rho))
+            a.rho = (float)class_rho(lm);
     }
     return a;
 }
@@ -505,5 +545,6 @@ bool mn_tuner_observe(mn_tuner *t, const mn_tuner_step *st, bool adapt, mn_tuner
         decide_sequence(t, c, cls, cost, d);
     else
         decide(t, c, cls, cost, d);
+    follow_leaders(t);
     return true;
 }

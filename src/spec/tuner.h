@@ -75,6 +75,12 @@
  * less per produced token than speculating ones (a window at s_max now and then, less often while
  * those probes change nothing).
  *
+ * A class that has not decided yet (a batch size the load passes through briefly, 2-8 sequences
+ * while 16 clients ramp up and down, may never fill a window) runs at the length of its leader,
+ * the nearest class that has (the larger batch on a tie), and under the sequence rule takes its
+ * theta and rho until it has figures of its own: a neighbor's length is a better guess than the
+ * starting one, which with model drafters that do not pay drafts at every step.
+ *
  * Storage is inline and fixed; nothing allocates. Thread: one owner (the tuner actor).
  */
 #ifndef MN_TUNER_H
@@ -240,8 +246,9 @@ uint32_t mn_tuner_class_of(uint32_t batch);
 const char *mn_tuner_class_name(uint32_t cls);
 /* One measured step. A step at another s than its class's current one (in flight across a change)
  * is not counted. When it completes a window, the window becomes the point of s; with `adapt` the
- * rule then decides, returns true and says what in *d; without (fixed mode) s stays. Both rules
- * keep their figures in fixed mode too. */
+ * rule then decides, returns true and says what in *d, and the classes that have not decided yet
+ * follow their leaders (their s may change too: the caller re-reads every such class); without
+ * (fixed mode) s stays. Every rule keeps its figures in fixed mode too. */
 bool mn_tuner_observe(mn_tuner *t, const mn_tuner_step *st, bool adapt, mn_tuner_decision *d);
 
 #endif
