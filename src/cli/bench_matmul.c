@@ -12,7 +12,9 @@
  * that bit for bit).
  */
 #include <getopt.h>
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +25,7 @@
 #include "model/quant.h"
 #include "util/clock.h"
 
+#if defined(__x86_64__)
 /* GFLOP/s of ten independent 8-lane FMA chains (two pipes x four cycles of latency need eight);
  * called only where the CPU has AVX2 and FMA. */
 __attribute__((target("avx2,fma"))) static double fma_peak(void)
@@ -45,6 +48,7 @@ __attribute__((target("avx2,fma"))) static double fma_peak(void)
     (void)sink;
     return (double)n * 10 * 16 / t * 1e-9;
 }
+#endif
 
 static void usage(void)
 {
@@ -90,8 +94,10 @@ int main(int argc, char **argv)
     mn_weight W = {.type = f16 ? MN_F16 : MN_F32, .rows = (uint32_t)rows, .cols = (uint32_t)cols,
                    .row_bytes = row_bytes, .data = w};
     printf("kernels %s\n", mn_cpu_kernels_name());
+#if defined(__x86_64__)
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         printf("FMA peak (one core)                 %6.1f GFLOP/s\n", fma_peak());
+#endif
     for (const char *p = tokens; *p;) {
         char *end;
         long T = strtol(p, &end, 10);
