@@ -51,7 +51,7 @@ typedef struct mn_cpu_kernels {
 
 extern const mn_cpu_kernels mn_kernels_generic; /* plain C: every CPU; the reference of the others */
 extern const mn_cpu_kernels mn_kernels_avx2;    /* AVX2 + FMA + F16C (x86-64-v3) */
-extern const mn_cpu_kernels mn_kernels_avx512;  /* AVX-512 F/BW/DQ/VL + VNNI integer products; the rest AVX2's */
+extern const mn_cpu_kernels mn_kernels_avx512;  /* AVX-512 F/BW/DQ/VL + VNNI: the products; the rest AVX2's */
 /* kernels_avx512.c with every 512-bit operation done as two AVX2 ones: the AVX-512 tiles' logic,
  * runnable (and tested) where the CPU has AVX2 only. Never picked unless named. */
 extern const mn_cpu_kernels mn_kernels_avx512_emu;

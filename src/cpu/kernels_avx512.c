@@ -1,16 +1,19 @@
-/* kernels_avx512.c - the kernel table for AVX-512 (F, BW, DQ, VL) with VNNI: the 16-bit activation
- * products of quantized weights in 512-bit registers; every other slot is the AVX2 table's.
+/* kernels_avx512.c - the kernel table for AVX-512 (F, BW, DQ, VL) with VNNI: the matrix products
+ * in 512-bit registers where their width pays (the integer products of quantized weights, and float
+ * weights in passes of 2 to 31 rows, verification's shape); every other slot is the AVX2 table's.
  *
  * The products keep kernels_generic.c's reduction order exactly, so this table gives the same bits
  * as the others. A 512-bit register holds two of the 8-lane chains the AVX2 tiles use, side by side:
- * lanes 0..7 are output o's accumulator, lanes 8..15 output o+1's, for the same token. One block
- * of 32 weights of both outputs is widened to int16 in one register (elements 0..15 of o, then of
- * o+1), the token's 16 activations are duplicated into both halves, and vpdpwssd forms the 8
- * pair sums of each output at once (integer, exact, so the same p as vpmaddwd + vpaddd). The float
- * steps (scale, FMA into the chain, the Q4_1 min term) are lane-wise, as in AVX2, and each half is
- * summed at the end with the same horizontal order.
+ * lanes 0..7 are output o's accumulator, lanes 8..15 output o+1's, for the same token. Float
+ * weights: a chunk of both rows in one register, the token's 8 activations duplicated into both
+ * halves, one FMA for both chains; with 32 registers a tile holds 8 tokens x 4 outputs. Quantized
+ * weights: one block of 32 weights of both outputs is widened to int16 in one register (elements
+ * 0..15 of o, then of o+1), the token's 16 activations are duplicated into both halves, and vpdpwssd
+ * forms the 8 pair sums of each output at once (integer, exact, so the same p as vpmaddwd +
+ * vpaddd). The float steps (scale, FMA into the chain, the Q4_1 min term) are lane-wise, as in
+ * AVX2, and each half is summed at the end with the same horizontal order.
  *
- * The file is written against a dozen vector primitives (v16f, v16i below). Compiled normally
+ * The file is written against a few vector primitives (v16f, v16i below). Compiled normally
  * they are AVX-512 instructions; compiled with MN_X16_EMULATE (kernels_avx512_emu.c) each is two
  * AVX2 operations on the halves, which gives the table "avx512-emu": the same tiles, index
  * arithmetic and lane layout, runnable and tested bit for bit on CPUs without AVX-512. Only the
@@ -26,8 +29,10 @@
 #endif
 
 #include <immintrin.h>
+#include <math.h>
 
 #include "model/dtype.h"
+#include "model/quant.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
@@ -59,6 +64,20 @@ ALWAYS_INLINE v16f f_lane(v16f a, int j)
 {
     __m256i idx = _mm256_set1_epi32(j);
     return (v16f){{_mm256_permutevar8x32_ps(a.h[0], idx), _mm256_permutevar8x32_ps(a.h[1], idx)}};
+}
+/* chunk c (8 columns) of two F32 or F16 rows, converted: lanes 0..7 row a's, 8..15 row b's */
+ALWAYS_INLINE v16f f_rows(uint32_t type, const uint8_t *a, const uint8_t *b, int c)
+{
+    if (type == MN_F16)
+        return (v16f){{_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a + 16 * c))),
+                       _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + 16 * c)))}};
+    return (v16f){{_mm256_loadu_ps((const float *)a + 8 * c), _mm256_loadu_ps((const float *)b + 8 * c)}};
+}
+/* keep v in registers (see kernels_avx2.c's IN_REGISTER) */
+ALWAYS_INLINE void f_keep(v16f *v)
+{
+    __asm__("" : "+x"(v->h[0]));
+    __asm__("" : "+x"(v->h[1]));
 }
 /* 16 bytes at lo and 16 at hi, widened to int16 (zero- or sign-extended) */
 ALWAYS_INLINE v16i i_widen_u8(const uint8_t *lo, const uint8_t *hi)
@@ -110,6 +129,16 @@ ALWAYS_INLINE v16f f_lane(v16f a, int j)
 {
     return _mm512_permutexvar_ps(_mm512_inserti64x4(_mm512_set1_epi32(j), _mm256_set1_epi32(8 + j), 1), a);
 }
+ALWAYS_INLINE v16f f_rows(uint32_t type, const uint8_t *a, const uint8_t *b, int c)
+{
+    if (type == MN_F16) {
+        __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(a + 16 * c))),
+                                            _mm_loadu_si128((const __m128i *)(b + 16 * c)), 1);
+        return _mm512_cvtph_ps(h);
+    }
+    return f_halves(_mm256_loadu_ps((const float *)a + 8 * c), _mm256_loadu_ps((const float *)b + 8 * c));
+}
+ALWAYS_INLINE void f_keep(v16f *v) { __asm__("" : "+v"(*v)); }
 ALWAYS_INLINE v16i i_widen_u8(const uint8_t *lo, const uint8_t *hi)
 {
     __m256i b = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)lo)),
@@ -141,6 +170,126 @@ ALWAYS_INLINE float hsum(__m256 a) /* kernels_generic.c's hsum8, as kernels_avx2
     __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
     t = _mm_add_ss(t, _mm_shuffle_ps(t, t, 1));
     return _mm_cvtss_f32(t);
+}
+
+/* ---- float weights (F32, F16) in passes of 2 to 31 rows: verification's shape ---------------- */
+
+ALWAYS_INLINE float scalar_w(uint32_t type, const uint8_t *row, int k)
+{
+    return type == MN_F32 ? ((const float *)row)[k] : mn_f16_to_f32(((const uint16_t *)row)[k]);
+}
+
+/* RT rows (t0..) x OT outputs (o0.., OT <= 4) in two pair registers per row: the weights of both
+ * pairs held for a chunk and the rows streamed past them, 16 chains in 16 registers at RT = 8
+ * (kernels_avx2.c's largest tiles hold 12 in 16). An odd OT's last pair reads its one row twice
+ * and stores the low half only. The first row tile of a block prefetches the rows two blocks on. */
+ALWAYS_INLINE void tile_f(uint32_t type, const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy,
+                          int t0, uint32_t o0, uint32_t oe, const int RT, const int OT)
+{
+    const int n_chunks = (int)(W->cols / 8), tail = (int)(W->cols % 8), OP = (OT + 1) / 2;
+    const size_t cb = type == MN_F16 ? 16 : 32; /* bytes of a chunk */
+    const uint8_t *rows[4];
+    const float *xr[8];
+    v16f acc[8][2];
+#pragma GCC unroll 4
+    for (int o = 0; o < 2 * OP; o++)
+        rows[o] = W->data + (size_t)(o0 + (o < OT ? o : OT - 1)) * W->row_bytes;
+#pragma GCC unroll 8
+    for (int t = 0; t < RT; t++)
+        xr[t] = x + (size_t)(t0 + t) * ldx;
+#pragma GCC unroll 8
+    for (int t = 0; t < RT; t++)
+#pragma GCC unroll 2
+        for (int p = 0; p < OP; p++)
+            acc[t][p] = f_zero();
+    const uint32_t pf_o = o0 + 8 < oe ? o0 + 8 : o0; /* two blocks of 4 on, within the range */
+    const uint8_t *pf = t0 == 0 && pf_o > o0 ? W->data + (size_t)pf_o * W->row_bytes : NULL;
+    for (int c = 0; c < n_chunks; c++) {
+        if (pf)
+#pragma GCC unroll 4
+            for (int o = 0; o < OT; o++)
+                _mm_prefetch((const char *)pf + (size_t)o * W->row_bytes + (size_t)c * cb, _MM_HINT_T0);
+        v16f w[2];
+#pragma GCC unroll 2
+        for (int p = 0; p < OP; p++) {
+            w[p] = f_rows(type, rows[2 * p], rows[2 * p + 1], c);
+            f_keep(&w[p]);
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < RT; t++) {
+            v16f xv = f_dup(_mm256_loadu_ps(xr[t] + c * 8));
+#pragma GCC unroll 2
+            for (int p = 0; p < OP; p++)
+                acc[t][p] = f_fmadd(w[p], xv, acc[t][p]);
+        }
+    }
+    float s[8][4];
+#pragma GCC unroll 8
+    for (int t = 0; t < RT; t++)
+#pragma GCC unroll 4
+        for (int o = 0; o < OT; o++)
+            s[t][o] = hsum(f_half(acc[t][o / 2], o & 1));
+    for (int t = 0; t < RT; t++)
+        for (int o = 0; o < OT; o++) {
+            for (int k = n_chunks * 8; k < n_chunks * 8 + tail; k++)
+                s[t][o] = fmaf(scalar_w(type, rows[o], k), xr[t][k], s[t][o]);
+            y[(size_t)(t0 + t) * ldy + o0 + o] = s[t][o];
+        }
+}
+
+/* Blocks of 4 outputs (a thread's share is a multiple of 4), each in row tiles of 8, then 4, 2, 1;
+ * the last 1..3 outputs in a block of their own width. */
+ALWAYS_INLINE void matmul_f_typed(uint32_t type, const mn_weight *W, const float *x, size_t ldx, float *y,
+                                  size_t ldy, int T, uint32_t ob, uint32_t oe)
+{
+#define F_TILES(OT)                                                                                \
+    do {                                                                                           \
+        int t_ = 0;                                                                                \
+        for (; t_ + 8 <= T; t_ += 8)                                                               \
+            tile_f(type, W, x, ldx, y, ldy, t_, o, oe, 8, OT);                                     \
+        if (t_ + 4 <= T)                                                                           \
+            tile_f(type, W, x, ldx, y, ldy, t_, o, oe, 4, OT), t_ += 4;                            \
+        if (t_ + 2 <= T)                                                                           \
+            tile_f(type, W, x, ldx, y, ldy, t_, o, oe, 2, OT), t_ += 2;                            \
+        if (t_ < T)                                                                                \
+            tile_f(type, W, x, ldx, y, ldy, t_, o, oe, 1, OT);                                     \
+    } while (0)
+    uint32_t o = ob;
+    for (; o + 4 <= oe; o += 4)
+        F_TILES(4);
+    switch (oe - o) {
+    case 3: F_TILES(3); break;
+    case 2: F_TILES(2); break;
+    case 1: F_TILES(1); break;
+    default: break;
+    }
+#undef F_TILES
+}
+
+static void matmul_f32(const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy, int T, uint32_t ob,
+                       uint32_t oe)
+{
+    matmul_f_typed(MN_F32, W, x, ldx, y, ldy, T, ob, oe);
+}
+
+static void matmul_f16(const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy, int T, uint32_t ob,
+                       uint32_t oe)
+{
+    matmul_f_typed(MN_F16, W, x, ldx, y, ldy, T, ob, oe);
+}
+
+/* Float weights in passes of 2..31 rows here; one row (decode: it streams the weights, the width
+ * of the registers does not matter), prefill (T >= 32: kernels_avx2.c's panels) and quantized
+ * weights in the float path (the tests' twin; the backend takes the integer path) go to AVX2. */
+static void x16_matmul(const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy, int T,
+                       uint32_t o_begin, uint32_t o_end)
+{
+    if (T >= 2 && T < 32 && W->type == MN_F32)
+        matmul_f32(W, x, ldx, y, ldy, T, o_begin, o_end);
+    else if (T >= 2 && T < 32 && W->type == MN_F16)
+        matmul_f16(W, x, ldx, y, ldy, T, o_begin, o_end);
+    else
+        mn_kernels_avx2.matmul(W, x, ldx, y, ldy, T, o_begin, o_end);
 }
 
 ALWAYS_INLINE size_t q_quant_bytes(uint32_t type) { return type == MN_Q8_0 ? 32 : 16; }
@@ -317,7 +466,8 @@ static int x16_usable(void)
 const mn_cpu_kernels X16_TABLE = {
     .name = X16_NAME,
     .usable = x16_usable,
-    .base = &mn_kernels_avx2, /* the float products and the attention kernels */
+    .base = &mn_kernels_avx2, /* the attention kernels, the quantization */
+    .matmul = x16_matmul,
     .matmul_q8 = x16_matmul_q8,
 };
 

@@ -7,7 +7,6 @@
  */
 #include "cpu/matmul.h"
 
-#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
