@@ -65,7 +65,9 @@ static void usage(FILE *f)
             "      --draft-threads N  compute threads (of -t) for the draft models alone; 0 = they share\n"
             "                         the target's (default: with --pipeline a quarter, at least 1; else 0)\n"
             "      --events ADDR      nanomsg PUB socket (ipc://PATH or tcp://127.0.0.1:N) for weight changes,\n"
-            "                         tuner decisions and finished requests\n");
+            "                         tuner decisions and finished requests\n"
+            "Environment: MINIONS_CPU=avx512|avx2|generic picks the CPU kernels (default: the widest\n"
+            "this CPU runs; all give the same bits, docs/runtime.md)\n");
 }
 
 static int parse_int(const char *s, long lo, long hi, long *out)
