@@ -21,12 +21,15 @@ cd "$(dirname "$0")/.."
 out=gpu-bundle
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/data"
-for b in build/tests/test_gpu build/tests/test_kernels build/tests/test_forward build/minions-generate build/minions-bench-decode build/minionsd build/minions-cli; do
+for b in build/tests/test_gpu build/tests/test_kernels build/tests/test_forward build/minions-generate \
+  build/minions-bench-decode build/minionsd build/minions-cli; do
   [ -x "$b" ] || { echo "gpu-bundle: $b not built (make -C build all tests/test_gpu tests/test_kernels" \
     "tests/test_forward)" >&2; exit 2; }
   cp "$b" "$out/bin/"
 done
-for f in gqa_f32.gguf untied_f32.gguf f16.gguf q8_0.gguf q4_0.gguf q4_1.gguf tokens.txt; do cp "build/tests/data/$f" "$out/data/"; done
+for f in gqa_f32.gguf untied_f32.gguf f16.gguf q8_0.gguf q4_0.gguf q4_1.gguf tokens.txt; do
+  cp "build/tests/data/$f" "$out/data/"
+done
 ldd "$out"/bin/* | awk '$3 ~ /^\// {print $3}' | sort -u | while read -r lib; do
   case "$lib" in
     /usr/local/cuda/*|*/libc.so.*|*/libm.so.*|*/libpthread.so.*|*/libdl.so.*|*/librt.so.*|*/ld-linux*) ;;

@@ -191,8 +191,8 @@ int main(int argc, char **argv)
     fprintf(stderr,
             "\nminions-generate: model %s (%s), backend %s, %d threads, CPU kernels %s\n"
             "  load %.3f s | prompt %zu tokens, %.1f tok/s | generated %u tokens, %.1f tok/s | finish: %s\n",
-            m->name, model_path, be->ops->name, cfg.n_threads, mn_cpu_kernels_name(), t1 - t0, toks.n, toks.n / (t2 - t1), produced,
-            produced > 1 ? (produced - 1) / (t3 - t2) : 0.0, finish);
+            m->name, model_path, be->ops->name, cfg.n_threads, mn_cpu_kernels_name(), t1 - t0, toks.n,
+            toks.n / (t2 - t1), produced, produced > 1 ? (produced - 1) / (t3 - t2) : 0.0, finish);
     rc = 0;
 out:
     if (be)
