@@ -20,15 +20,11 @@
 #pragma GCC target("avx2,fma,f16c")
 
 #include <float.h>
-#include <immintrin.h>
 #include <math.h>
 #include <string.h>
 
-#include "model/dtype.h"
-#include "model/quant.h"
+#include "cpu/kernels_x86.h"
 
-
-#define ALWAYS_INLINE static inline __attribute__((always_inline))
 
 /* Chunk c (8 columns) of a row, dequantized. `type` is a constant after inlining. */
 ALWAYS_INLINE __m256 load_chunk(uint32_t type, const uint8_t *row, int c)
@@ -68,20 +64,6 @@ ALWAYS_INLINE __m256 load_chunk(uint32_t type, const uint8_t *row, int c)
 /* Keep a loaded vector in a register: without this GCC folds the load into every FMA that uses it,
  * doubling the loads of a tile whose held side is reused (loads, not FMAs, then bound it). */
 #define IN_REGISTER(v) __asm__("" : "+x"(v))
-
-ALWAYS_INLINE float hsum(__m256 a)
-{
-    __m128 lo = _mm256_castps256_ps128(a), hi = _mm256_extractf128_ps(a, 1);
-    __m128 s = _mm_add_ps(lo, hi);                 /* a0+a4, a1+a5, a2+a6, a3+a7 */
-    __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s)); /* (a0+a4)+(a2+a6), (a1+a5)+(a3+a7) */
-    t = _mm_add_ss(t, _mm_shuffle_ps(t, t, 1));
-    return _mm_cvtss_f32(t);
-}
-
-ALWAYS_INLINE float scalar_w(uint32_t type, const uint8_t *row, int k)
-{
-    return type == MN_F32 ? ((const float *)row)[k] : mn_f16_to_f32(((const uint16_t *)row)[k]);
-}
 
 /* How many tile blocks ahead the float tiles prefetch weight rows (see prefetch_share). Cold
  * whole-model passes, one thread: without prefetch T = 5, 6 cost 2x T = 1; prefetching one block
@@ -599,8 +581,6 @@ static void avx2_axpy(float *y, float a, const float *x, int n)
 }
 
 /* ---- 16-bit activation path (packed layouts and reduction order: kernels_generic.c) ------------ */
-
-ALWAYS_INLINE size_t q_quant_bytes(uint32_t type) { return type == MN_Q8_0 ? 32 : 16; }
 
 /* kernels_generic.c's quantization, 32 floats a block in four registers: the max of |x| as a tree
  * (exact, so the same as the scalar loop's for finite x), q = the rounding of x * id under the

@@ -28,13 +28,9 @@
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")
 #endif
 
-#include <immintrin.h>
 #include <math.h>
 
-#include "model/dtype.h"
-#include "model/quant.h"
-
-#define ALWAYS_INLINE static inline __attribute__((always_inline))
+#include "cpu/kernels_x86.h"
 
 /* ---- primitives: 16 float lanes (v16f), 16 int32 / 32 int16 lanes (v16i) ----------------------
  * Lanes 0..7 (int16 lanes 0..15) are the low half, output o's; the rest the high half, o+1's. */
@@ -161,23 +157,7 @@ ALWAYS_INLINE v16i i_dot(v16i wlo, v16i xlo, v16i whi, v16i xhi)
 }
 #endif
 
-/* ---- the tiles ---------------------------------------------------------------------------------- */
-
-ALWAYS_INLINE float hsum(__m256 a) /* kernels_generic.c's hsum8, as kernels_avx2.c does it */
-{
-    __m128 lo = _mm256_castps256_ps128(a), hi = _mm256_extractf128_ps(a, 1);
-    __m128 s = _mm_add_ps(lo, hi);
-    __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    t = _mm_add_ss(t, _mm_shuffle_ps(t, t, 1));
-    return _mm_cvtss_f32(t);
-}
-
 /* ---- float weights (F32, F16) in passes of 2 to 31 rows: verification's shape ---------------- */
-
-ALWAYS_INLINE float scalar_w(uint32_t type, const uint8_t *row, int k)
-{
-    return type == MN_F32 ? ((const float *)row)[k] : mn_f16_to_f32(((const uint16_t *)row)[k]);
-}
 
 /* RT rows (t0..) x OT outputs (o0.., OT <= 4) in two pair registers per row: the weights of both
  * pairs held for a chunk and the rows streamed past them, 16 chains in 16 registers at RT = 8
@@ -291,8 +271,6 @@ static void x16_matmul(const mn_weight *W, const float *x, size_t ldx, float *y,
     else
         mn_kernels_avx2.matmul(W, x, ldx, y, ldy, T, o_begin, o_end);
 }
-
-ALWAYS_INLINE size_t q_quant_bytes(uint32_t type) { return type == MN_Q8_0 ? 32 : 16; }
 
 /* The 32 weight integers of one block of two outputs (quants at a and b): lo = elements 0..15 of
  * a then of b, hi = elements 16..31 of a then of b. */
