@@ -11,13 +11,27 @@
 #include "model/sampler.h"
 #include "testutil.h"
 
-static const char *const kernel_sets[] = {"generic", "avx2", "avx512", "avx512-emu"};
-enum { N_SETS = sizeof kernel_sets / sizeof kernel_sets[0] };
+enum { MAX_SETS = 8 };
+static const char *kernel_sets[MAX_SETS];
+
+/* How many kernel sets the library has (mn_cpu_kernels_at), listed in kernel_sets with the generic
+ * one first: the reference the others are checked against. */
+static size_t n_sets(void)
+{
+    static size_t n;
+    if (!n) {
+        kernel_sets[n++] = "generic";
+        for (size_t i = 0; mn_cpu_kernels_at(i); i++)
+            if (strcmp(mn_cpu_kernels_at(i), "generic") != 0 && n < MAX_SETS)
+                kernel_sets[n++] = mn_cpu_kernels_at(i);
+    }
+    return n;
+}
 
 /* Put kernel set i in use; false, with a note in the log, where this CPU cannot run it. */
 static bool use_set(size_t i)
 {
-    static bool told[N_SETS];
+    static bool told[MAX_SETS];
     if (mn_cpu_kernels_use(kernel_sets[i]) == 0)
         return true;
     if (!told[i])
@@ -29,9 +43,24 @@ static bool use_set(size_t i)
 /* fn once with each kernel set this CPU runs in use. */
 static void on_every_set(void (*fn)(void))
 {
-    for (size_t ks = 0; ks < N_SETS; ks++)
+    for (size_t ks = 0; ks < n_sets(); ks++)
         if (use_set(ks))
             fn();
+}
+
+/* The sets the tests iterate come from the library: it must list every set it has. */
+Test(kernels, the_library_lists_its_kernel_sets)
+{
+    static const char *const want[] = {"generic", "avx2", "avx512", "avx512-emu"};
+    for (size_t w = 0; w < sizeof want / sizeof want[0]; w++) {
+        bool found = false;
+        for (size_t i = 0; i < n_sets(); i++)
+            found |= strcmp(kernel_sets[i], want[w]) == 0;
+        cr_assert(found, "kernel set %s is not listed", want[w]);
+    }
+    cr_assert_null(mn_cpu_kernels_at(n_sets()), "a set past the last");
+    cr_assert_eq(mn_cpu_kernels_usable("generic"), 1);
+    cr_assert_eq(mn_cpu_kernels_usable("sparc"), 0);
 }
 
 static void check_matmul(const char *gguf, const char *tensor_kind)
@@ -48,7 +77,7 @@ static void check_matmul(const char *gguf, const char *tensor_kind)
             float *y = calloc((size_t)T * w->rows, sizeof(float)), *r = calloc((size_t)T * w->rows, sizeof(float));
             for (size_t i = 0; i < (size_t)T * w->cols; i++)
                 x[i] = sinf((float)i * 0.37f) * 2.0f;
-            for (size_t ks = 0; ks < N_SETS; ks++)
+            for (size_t ks = 0; ks < n_sets(); ks++)
                 for (uint32_t cut = 0; cut < 6 && use_set(ks); cut++) {
                     uint32_t ob = 1 + cut, oe = w->rows - 2;
                     mn_matmul(w, x, w->cols, y, w->rows, T, ob, oe);
@@ -172,7 +201,7 @@ Test(kernels, every_set_gives_the_generic_bits)
         ptr[k] = b[k];
     for (int n = 1; n <= N; n++) {
         float ref[5][N], got[5][N], ref_sum = 0.0f;
-        for (size_t ks = 0; ks < N_SETS; ks++) {
+        for (size_t ks = 0; ks < n_sets(); ks++) {
             if (!use_set(ks))
                 continue;
             float(*o)[N] = ks == 0 ? ref : got;
@@ -218,7 +247,7 @@ Test(kernels, every_set_quantizes_as_generic)
     for (int nb = 1; nb <= MAXB; nb++) {
         mn_q8 ref[3], got[3];
         size_t bytes = mn_q8_groups((size_t)nb * 32) * sizeof(mn_q8);
-        for (size_t ks = 0; ks < N_SETS; ks++) {
+        for (size_t ks = 0; ks < n_sets(); ks++) {
             if (!use_set(ks))
                 continue;
             mn_q8 *o = ks == 0 ? ref : got;
@@ -248,7 +277,7 @@ static void check_q8_weight(const mn_weight *orig, const char *what)
         for (int t = 0; t < T; t++)
             mn_quantize_q8(x + (size_t)t * w->cols, w->cols, xq + (size_t)t * ld);
         mn_matmul_q8_ref(w, xq, ld, r, w->rows, T, 1, w->rows - 2);
-        for (size_t ks = 0; ks < N_SETS; ks++) {
+        for (size_t ks = 0; ks < n_sets(); ks++) {
             if (!use_set(ks))
                 continue;
             memset(y, 0, (size_t)T * w->rows * sizeof(float));

@@ -85,6 +85,8 @@ int mn_cpu_kernels_use(const char *name)
     return 0;
 }
 
+const char *mn_cpu_kernels_at(size_t i) { return i < N_TABLES ? tables[i]->name : NULL; }
+
 int mn_cpu_kernels_usable(const char *name)
 {
     K();

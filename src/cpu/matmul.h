@@ -65,6 +65,9 @@ void mn_matmul_q8_ref(const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y
 const char *mn_cpu_kernels_name(void);
 /* Whether this CPU (and OS) runs the kernel set `name`; 0 for names that are no set. Any thread. */
 int mn_cpu_kernels_usable(const char *name);
+/* The name of the library's kernel set i, widest first (whether or not this CPU runs it), NULL
+ * past the last: what tests and tools iterate. Any thread. */
+const char *mn_cpu_kernels_at(size_t i);
 /* Run every later call on the set `name`; returns 0, or -1 (nothing changed) when the set is
  * unknown or this CPU cannot run it. For start-up and tests: no pass may run during the call. */
 int mn_cpu_kernels_use(const char *name);
