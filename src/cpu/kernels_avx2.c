@@ -168,7 +168,6 @@ ALWAYS_INLINE void prefetch_share(const mn_weight *W, uint32_t o, uint32_t OT, u
  * 5,589-6,361. Packing costs more than it saves at T = 16 (F32 decode of 16 sequences 180-290 ->
  * 175-196), so panels start at 32 rows. */
 #define PANEL_OT 6
-#define PANEL_MIN_T 32
 #define PANEL_MAX_COLS 4096
 
 ALWAYS_INLINE void pack_panel(uint32_t type, const mn_weight *W, uint32_t o0, float *panel)

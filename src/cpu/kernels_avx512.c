@@ -157,7 +157,7 @@ ALWAYS_INLINE v16i i_dot(v16i wlo, v16i xlo, v16i whi, v16i xhi)
 }
 #endif
 
-/* ---- float weights (F32, F16) in passes of 2 to 31 rows: verification's shape ---------------- */
+/* ---- float weights (F32, F16) in passes shorter than prefill: verification's shape ------------- */
 
 /* RT rows (t0..) x OT outputs (o0.., OT <= 4) in two pair registers per row: the weights of both
  * pairs held for a chunk and the rows streamed past them, 16 chains in 16 registers at RT = 8
@@ -258,15 +258,17 @@ static void matmul_f16(const mn_weight *W, const float *x, size_t ldx, float *y,
     matmul_f_typed(MN_F16, W, x, ldx, y, ldy, T, ob, oe);
 }
 
-/* Float weights in passes of 2..31 rows here; one row (decode: it streams the weights, the width
- * of the registers does not matter), prefill (T >= 32: kernels_avx2.c's panels) and quantized
- * weights in the float path (the tests' twin; the backend takes the integer path) go to AVX2. */
+/* Float weights in passes of 2 to PANEL_MIN_T - 1 rows here; one row (decode: it streams the
+ * weights, the width of the registers does not matter), prefill (kernels_avx2.c's panels) and
+ * quantized weights in the float path (the tests' twin; the backend takes the integer path) go to
+ * AVX2. */
 static void x16_matmul(const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy, int T,
                        uint32_t o_begin, uint32_t o_end)
 {
-    if (T >= 2 && T < 32 && W->type == MN_F32)
+    const bool short_pass = T >= 2 && T < PANEL_MIN_T;
+    if (short_pass && W->type == MN_F32)
         matmul_f32(W, x, ldx, y, ldy, T, o_begin, o_end);
-    else if (T >= 2 && T < 32 && W->type == MN_F16)
+    else if (short_pass && W->type == MN_F16)
         matmul_f16(W, x, ldx, y, ldy, T, o_begin, o_end);
     else
         mn_kernels_avx2.matmul(W, x, ldx, y, ldy, T, o_begin, o_end);

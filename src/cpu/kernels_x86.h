@@ -31,6 +31,11 @@ ALWAYS_INLINE float scalar_w(uint32_t type, const uint8_t *row, int k)
     return type == MN_F32 ? ((const float *)row)[k] : mn_f16_to_f32(((const uint16_t *)row)[k]);
 }
 
+/* Float passes of at least this many rows are prefill: kernels_avx2.c converts each block of weight
+ * rows to F32 once, into a panel (its comment says why 32), and takes them in both sets; the
+ * AVX-512 float tiles take the shorter passes. */
+#define PANEL_MIN_T 32
+
 /* Bytes of a packed block's quants (mn_q8_pack): 32 int8 for Q8_0, 16 nibble bytes for Q4_x. */
 ALWAYS_INLINE size_t q_quant_bytes(uint32_t type) { return type == MN_Q8_0 ? 32 : 16; }
 
