@@ -27,6 +27,8 @@ for b in build/tests/test_gpu build/tests/test_kernels build/tests/test_forward 
     "tests/test_forward)" >&2; exit 2; }
   cp "$b" "$out/bin/"
 done
+# Stripped: the device tool carries at most 64 MiB with the working tree.
+strip --strip-unneeded "$out"/bin/*
 for f in gqa_f32.gguf untied_f32.gguf f16.gguf q8_0.gguf q4_0.gguf q4_1.gguf tokens.txt; do
   cp "build/tests/data/$f" "$out/data/"
 done
@@ -42,23 +44,33 @@ cat >"$out/run.sh" <<'EOF'
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
-res=${OUT:-$here/results}
+# Every step's files go to results/; the device tool brings back at most 8 files, so $OUT gets
+# run.log (this script's output, through the caller's tee) and results.tar.gz, refreshed after
+# each step so that a run cut short still returns what it did.
+res=$here/results
 mkdir -p "$res"
+t0=$(date +%s)
+step() {
+  [ -n "${OUT:-}" ] && tar -czf "$OUT/results.tar.gz" -C "$here" results
+  echo "== [$(( $(date +%s) - t0 )) s] $*"
+}
 export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export MINIONS_TEST_DATA="$here/data" MINIONS_SRCDIR="$root" CRITERION_JOBS=1
-step() { echo "== $*"; }
 step device; nvidia-smi -L 2>&1 | tee "$res/device.txt"
+nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1
+sed -n 's/^PRETTY_NAME=//p' /etc/os-release; ldd --version 2>&1 | head -n 1
+ldd "$here/bin/test_gpu" | grep 'not found' # a library this bundle lacks there
 step "CPU kernel sets (src/cpu/kernels.h) on this host's CPU, against the generic C set"
 grep -o 'avx512[a-z_]*' /proc/cpuinfo | sort -u | tr '\n' ' ' | tee "$res/cpu.txt"; echo
-"$here/bin/test_kernels" --verbose 2>&1 | tee "$res/test_kernels.txt" | grep -E 'not run|Synthesis|FAIL|differs'
-"$here/bin/test_forward" --verbose --filter 'forward/kernel_sets*' 2>&1 | tee "$res/test_forward.txt" |
+timeout 120 "$here/bin/test_kernels" --verbose 2>&1 | tee "$res/test_kernels.txt" | grep -E 'not run|Synthesis|FAIL|differs'
+timeout 120 "$here/bin/test_forward" --verbose --filter 'forward/kernel_sets*' 2>&1 | tee "$res/test_forward.txt" |
   grep -E 'not run|Synthesis|FAIL|differs'
 step "test_gpu (device tests: CUDA logits against the CPU's)"
-"$here/bin/test_gpu" --verbose 2>&1 | tee "$res/test_gpu.txt" | grep -E 'gpu_device|Synthesis|FAIL|differs|failed'
+timeout 150 "$here/bin/test_gpu" --verbose 2>&1 | tee "$res/test_gpu.txt" | grep -E 'gpu_device|Synthesis|FAIL|differs|failed'
 step "greedy text, cpu against cuda (48 tokens, 4 prompts)"
 for p in "And God said" "The devil is" "In the beginning" "A dictionary defines"; do
-  a=$("$here/bin/minions-generate" --model "$root/models/target.gguf" --prompt "$p" -n 48 --backend cpu 2>/dev/null)
-  b=$("$here/bin/minions-generate" --model "$root/models/target.gguf" --prompt "$p" -n 48 --backend cuda \
+  a=$(timeout 30 "$here/bin/minions-generate" --model "$root/models/target.gguf" --prompt "$p" -n 48 --backend cpu 2>/dev/null)
+  b=$(timeout 30 "$here/bin/minions-generate" --model "$root/models/target.gguf" --prompt "$p" -n 48 --backend cuda \
     --log-level info 2>"$res/cuda.err")
   grep -h 'pass graphs' "$res/cuda.err"
   if [ "$a" = "$b" ]; then :; else printf 'differs: %s\ncpu:  %s\ncuda: %s\n' "$p" "$a" "$b"; cat "$res/cuda.err"; fi
@@ -77,8 +89,8 @@ for _ in $(seq 100); do
 done
 if [ -n "$addr" ]; then
   for p in "And God said" "The devil is" "In the beginning" "A dictionary defines"; do
-    a=$("$here/bin/minions-generate" --model "$root/models/target.gguf" --prompt "$p" -n 48 --backend cuda 2>/dev/null)
-    b=$("$here/bin/minions-cli" -a "$addr" -n 48 --no-stream "$p" 2>>"$res/cli.err")
+    a=$(timeout 30 "$here/bin/minions-generate" --model "$root/models/target.gguf" --prompt "$p" -n 48 --backend cuda 2>/dev/null)
+    b=$(timeout 60 "$here/bin/minions-cli" -a "$addr" -n 48 --no-stream "$p" 2>>"$res/cli.err")
     if [ "$a" = "$b" ]; then echo "same: $p"; else printf 'differs: %s\nplain: %s\nspec:  %s\n' "$p" "$a" "$b"; fi
   done | tee "$res/spec.txt"
   kill -TERM "$pid"; wait "$pid"; echo "minionsd exit $?"
@@ -88,15 +100,16 @@ fi
 sanitizer=/usr/local/cuda/bin/compute-sanitizer
 if [ -x "$sanitizer" ]; then
   step "compute-sanitizer over the device tests"
-  "$sanitizer" --error-exitcode 9 "$here/bin/test_gpu" --filter 'gpu_device/*' -j1 >"$res/sanitizer.txt" 2>&1
+  timeout 120 "$sanitizer" --error-exitcode 9 "$here/bin/test_gpu" --filter 'gpu_device/*' -j1 >"$res/sanitizer.txt" 2>&1
   echo "compute-sanitizer exit $?"; tail -n 5 "$res/sanitizer.txt"
 fi
 step "decode speed: cpu, cuda with graphs, cuda with plain launches, same machine"
 for k in cpu cuda cuda-plain; do
-  MINIONS_CUDA_GRAPHS=$([ "$k" = cuda-plain ] && echo 0 || echo 1) "$here/bin/minions-bench-decode" \
+  MINIONS_CUDA_GRAPHS=$([ "$k" = cuda-plain ] && echo 0 || echo 1) timeout 60 "$here/bin/minions-bench-decode" \
     --model "$root/models/target.gguf" --backend "${k%-plain}" --batches 1,4,16 --prompt-tokens 64 \
     --gen-tokens 32 2>&1 | tee "$res/bench-$k.txt" | tail -n 5
 done
+step done
 EOF
 chmod +x "$out/run.sh"
 du -sh "$out"
