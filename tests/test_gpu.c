@@ -152,6 +152,15 @@ static void check_model(const char *path, mn_backend *(*other)(const mn_model *)
     uint32_t n4[N_SEQ] = {2, 3, 6};
     bool all4[N_SEQ] = {true, true, true};
     both(&cpu, &tw, t4, n4, all4, V, "after rollback");
+    /* a long stretch: sequence 1 reaches 64 positions (attention takes 32 at a time), then one
+     * token opens a third chunk */
+    const int32_t *t5[N_SEQ] = {buf[0] + 12, buf[1] + 14, buf[2]};
+    uint32_t n5[N_SEQ] = {1, 50, 0};
+    bool all5[N_SEQ] = {false, true, false};
+    both(&cpu, &tw, t5, n5, all5, V, "long stretch");
+    const int32_t *t6[N_SEQ] = {buf[0] + 13, buf[1], buf[2]};
+    uint32_t n6[N_SEQ] = {1, 1, 0};
+    both(&cpu, &tw, t6, n6, all5, V, "past 64 positions");
 
     for (uint32_t s = 0; s < N_SEQ; s++) {
         mn_kv_seq_release(cpu.be->kv, &cpu.kv[s]);
@@ -188,11 +197,66 @@ Test(gpu_twin, matches_cpu_smollm2_q4_1)
     check_model(path, twin_backend);
 }
 
+/* Batch invariance, exact: a sequence's logits are the same bits alone and in passes shared with
+ * other sequences of other lengths (its prompt, then a verification-shaped pass, then a decode
+ * step), so speculative greedy decoding gives plain greedy's text on this backend too. */
+static void check_invariance(const char *path, mn_backend *(*make)(const mn_model *))
+{
+    mn_model *m = NULL;
+    mn_err err = {{0}};
+    cr_assert_eq(mn_model_load(path, &m, &err), MN_OK, "loading %s: %s", path, err.msg);
+    uint32_t V = m->hp.n_vocab;
+    side alone = {.be = make(m)}, mixed = {.be = NULL};
+    if (!alone.be) {
+        mn_model_free(m);
+        cr_skip_test("no CUDA device here");
+    }
+    mixed.be = make(m);
+    alone.logits = malloc((size_t)MAX_T * V * sizeof(float));
+    mixed.logits = malloc((size_t)MAX_T * V * sizeof(float));
+    int32_t buf[N_SEQ][MAX_T];
+    for (uint32_t s = 0; s < N_SEQ; s++)
+        for (uint32_t i = 0; i < MAX_T; i++)
+            buf[s][i] = (int32_t)((3 + 101 * s + 13 * i + i * i) % V);
+    const int32_t *toks[N_SEQ] = {buf[0], buf[1], buf[2]};
+    bool all[N_SEQ] = {false, true, false};
+    uint32_t steps[3][N_SEQ] = {{9, 7, 20}, {1, 5, 3}, {2, 1, 11}}; /* sequence 1 is the one watched */
+    uint32_t at[N_SEQ] = {0, 0, 0};
+    for (int k = 0; k < 3; k++) {
+        const int32_t *t[N_SEQ] = {toks[0] + at[0], toks[1] + at[1], toks[2] + at[2]};
+        uint32_t only[N_SEQ] = {0, steps[k][1], 0};
+        uint32_t rows = pass(&alone, t, only, all);
+        cr_assert_eq(pass(&mixed, t, steps[k], all), rows + 2, "a row each of sequences 0 and 2 around them");
+        cr_assert(memcmp(alone.logits, mixed.logits + V, (size_t)rows * V * sizeof(float)) == 0,
+                  "%s: pass %d: sequence 1's logits differ alone and in a batch", alone.be->ops->name, k);
+        for (uint32_t s = 0; s < N_SEQ; s++)
+            at[s] += steps[k][s];
+    }
+    for (uint32_t s = 0; s < N_SEQ; s++) {
+        mn_kv_seq_release(alone.be->kv, &alone.kv[s]);
+        mn_kv_seq_release(mixed.be->kv, &mixed.kv[s]);
+    }
+    free(alone.logits);
+    free(mixed.logits);
+    mn_backend_free(alone.be);
+    mn_backend_free(mixed.be);
+    mn_model_free(m);
+}
+
+Test(gpu_twin, batch_invariant_q4_1) { check_invariance(fixture("q4_1.gguf"), twin_backend); }
+Test(gpu_twin, batch_invariant_f16) { check_invariance(fixture("f16.gguf"), twin_backend); }
+
 /* The same checks on the device (skipped without one): what a GPU session runs first. */
 Test(gpu_device, matches_cpu_gqa_tied_f32) { check_model(fixture("gqa_f32.gguf"), device_backend); }
 Test(gpu_device, matches_cpu_f16) { check_model(fixture("f16.gguf"), device_backend); }
 Test(gpu_device, matches_cpu_q4_1) { check_model(fixture("q4_1.gguf"), device_backend); }
 Test(gpu_device, matches_cpu_bundled_target) { check_model(source_file("models/target.gguf"), device_backend); }
+Test(gpu_device, batch_invariant_q4_1) { check_invariance(fixture("q4_1.gguf"), device_backend); }
+Test(gpu_device, batch_invariant_f16) { check_invariance(fixture("f16.gguf"), device_backend); }
+Test(gpu_device, batch_invariant_bundled_target)
+{
+    check_invariance(source_file("models/target.gguf"), device_backend);
+}
 
 Test(gpu_twin, refuses_a_bad_configuration)
 {

@@ -40,8 +40,9 @@ rounds, one server busy at a time. Reports each set's and client count's through
 fixed length, and adaptive / best fixed and adaptive / plain per rule (the bar: within 5% of the
 best fixed, never below plain).
 
-Needs build/minionsd, build/minions-bench and build/minions-cli (make). Results also go to
-build/bench-spec/results.md (and .json).
+Needs build/minionsd, build/minions-bench and build/minions-cli (make; MINIONS_BIN_DIR names another
+folder, as tools/gpu-bundle.sh's run does). Results also go to that folder's bench-spec/results.md
+(and .json).
 """
 import argparse
 import json
@@ -54,7 +55,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "build")
+BIN = os.environ.get("MINIONS_BIN_DIR") or os.path.join(ROOT, "build")
 TARGET = os.path.join(ROOT, "models/target.gguf")
 DRAFTS = ["draft-kjv", "draft-web", "draft-devil", "ngram"]
 KV_BLOCKS = 0  # --kv-blocks for the server; 0: its default

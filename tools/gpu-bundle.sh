@@ -3,35 +3,45 @@
 # (issue #13). Such a machine gets a copy of the working tree but may lack this project's Debian
 # packages and reaches no registry, so the bundle carries the built programs, the shared
 # libraries they need beyond libc and CUDA's own, and the test fixtures:
-#   gpu-bundle/bin   tests/test_gpu, tests/test_kernels, tests/test_forward, minions-generate,
-#                    minions-bench-decode, minionsd, minions-cli
+#   gpu-bundle/bin   the programs and the device-facing test suites (test_gpu, the kernel tests, the
+#                    server suites), stripped (the device tool carries 64 MiB with the tree)
 #   gpu-bundle/lib   their non-system libraries (ldd), found first through LD_LIBRARY_PATH
-#   gpu-bundle/data  the fixtures test_gpu reads
-#   gpu-bundle/run.sh, what to run there: `sh gpu-bundle/run.sh` (results also under $OUT)
-# Run after `make -C build all tests/test_gpu tests/test_kernels tests/test_forward`; the device tool
-# then carries gpu-bundle.
-# run.sh, in this order, as far as the time allows: the CPU kernel sets on that machine's CPU
-# (seconds; such hosts usually have AVX-512, which ours lack); the device tests of test_gpu (the CUDA
-# backend's logits against the CPU's on every weight type and the bundled target); greedy text
-# of minions-generate on the CPU and on CUDA, compared; minionsd on CUDA speculating (the n-gram
-# drafter and draft-kjv voting) against minions-generate's greedy text on CUDA; compute-sanitizer
-# over the device tests; decode speed on the CPU and on CUDA with and without graphs, one run.
+#   gpu-bundle/data  the fixtures the tests read
+#   gpu-bundle/py    PyPI's `regex` for that machine's python3 (3.12), which tools/ggufw.py needs to
+#                    write SmolLM2-shaped models there (their F16 file is 270 MB: too big to carry)
+#   gpu-bundle/run.sh, what to run there: `sh gpu-bundle/run.sh 2>&1 | tee $OUT/run.log`
+# Run after `make -C build all check TESTS=` (every test program built). The device tool then
+# carries gpu-bundle; move models/smollm2-draft*.gguf (31 MB) out of the tree for that call (the
+# tree and the bundle must fit 64 MiB together).
+# run.sh, in this order, as far as its time budget allows (MINIONS_GPU_BUDGET seconds, 420 by
+# default; every step has its own limit too): the CPU kernel sets on that machine's CPU (such hosts
+# usually have AVX-512, which ours lack); test_gpu's device tests (the CUDA backend's logits against
+# the CPU's, batch invariance); greedy text on the CPU and on the default backend compared;
+# minionsd on CUDA speculating against plain greedy on CUDA; compute-sanitizer over the device
+# tests; decode speed of the bundled target on the CPU and on CUDA with and without graphs;
+# SmolLM2-shaped F16 and Q4_1 models at 1/4/16/64 sequences; each step's share of a pass
+# (MINIONS_CUDA_PROFILE); the server suites, whose minionsd and minions-generate take CUDA there by
+# default; speculative against plain decoding on CUDA (tools/bench-spec.py).
 set -eu
 cd "$(dirname "$0")/.."
 out=gpu-bundle
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/data"
-for b in build/tests/test_gpu build/tests/test_kernels build/tests/test_forward build/minions-generate \
-  build/minions-bench-decode build/minionsd build/minions-cli; do
-  [ -x "$b" ] || { echo "gpu-bundle: $b not built (make -C build all tests/test_gpu tests/test_kernels" \
-    "tests/test_forward)" >&2; exit 2; }
-  cp "$b" "$out/bin/"
+suites="test_server test_speculate test_http test_openai test_spec test_sockpath"
+for b in minions-generate minions-bench-decode minions-bench minionsd minions-cli tests/test_gpu tests/test_kernels \
+  tests/test_forward $(for t in $suites; do echo tests/$t; done); do
+  [ -x "build/$b" ] || { echo "gpu-bundle: build/$b not built (make -C build all check TESTS=)" >&2; exit 2; }
+  cp "build/$b" "$out/bin/"
 done
 # Stripped: the device tool carries at most 64 MiB with the working tree.
 strip --strip-unneeded "$out"/bin/*
 for f in gqa_f32.gguf untied_f32.gguf f16.gguf q8_0.gguf q4_0.gguf q4_1.gguf tokens.txt; do
   cp "build/tests/data/$f" "$out/data/"
 done
+mkdir -p "$out/py"
+python3 -m pip download regex --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
+  --no-deps -q -d "$out/py" >/dev/null 2>&1 && (cd "$out/py" && python3 -m zipfile -e regex-*.whl . && rm regex-*.whl) ||
+  echo "gpu-bundle: no regex wheel (PyPI unreachable?): the SmolLM2-shaped step will be skipped there" >&2
 ldd "$out"/bin/* | awk '$3 ~ /^\// {print $3}' | sort -u | while read -r lib; do
   case "$lib" in
     /usr/local/cuda/*|*/libc.so.*|*/libm.so.*|*/libpthread.so.*|*/libdl.so.*|*/librt.so.*|*/ld-linux*) ;;
@@ -50,35 +60,53 @@ root=$(dirname "$here")
 res=$here/results
 mkdir -p "$res"
 t0=$(date +%s)
+budget=${MINIONS_GPU_BUDGET:-420}
 step() {
   [ -n "${OUT:-}" ] && tar -czf "$OUT/results.tar.gz" -C "$here" results
   echo "== [$(( $(date +%s) - t0 )) s] $*"
 }
+# lim N: the seconds a step may take: N, or what is left of the budget (0: skip it)
+lim() {
+  l=$(( budget - ($(date +%s) - t0) - 5 ))
+  [ "$l" -gt "$1" ] && l=$1
+  [ "$l" -gt 0 ] && echo "$l" || echo 0
+}
+# run N CMD...: CMD under a limit of lim N seconds, or a line saying it was skipped
+run() {
+  l=$(lim "$1"); shift
+  if [ "$l" -gt 0 ]; then timeout "$l" "$@"; else echo "skipped (budget): $*"; return 124; fi
+}
 export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export MINIONS_TEST_DATA="$here/data" MINIONS_SRCDIR="$root" CRITERION_JOBS=1
+export MINIONS_TEST_DATA="$here/data" MINIONS_SRCDIR="$root" MINIONS_BIN_DIR="$here/bin" CRITERION_JOBS=1
+bin=$here/bin target=$root/models/target.gguf
+prompts="And God said|The devil is|In the beginning|A dictionary defines"
+
 step device; nvidia-smi -L 2>&1 | tee "$res/device.txt"
 nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1
-sed -n 's/^PRETTY_NAME=//p' /etc/os-release; ldd --version 2>&1 | head -n 1
-ldd "$here/bin/test_gpu" | grep 'not found' # a library this bundle lacks there
+sed -n 's/^PRETTY_NAME=//p' /etc/os-release; ldd --version 2>&1 | head -n 1; nproc
+ldd "$bin/test_gpu" | grep 'not found' # a library this bundle lacks there
+
 step "CPU kernel sets (src/cpu/kernels.h) on this host's CPU, against the generic C set"
 grep -o 'avx512[a-z_]*' /proc/cpuinfo | sort -u | tr '\n' ' ' | tee "$res/cpu.txt"; echo
-timeout 120 "$here/bin/test_kernels" --verbose 2>&1 | tee "$res/test_kernels.txt" | grep -E 'not run|Synthesis|FAIL|differs'
-timeout 120 "$here/bin/test_forward" --verbose --filter 'forward/kernel_sets*' 2>&1 | tee "$res/test_forward.txt" |
+run 120 "$bin/test_kernels" --verbose 2>&1 | tee "$res/test_kernels.txt" | grep -E 'not run|Synthesis|FAIL|differs'
+run 120 "$bin/test_forward" --verbose --filter 'forward/kernel_sets*' 2>&1 | tee "$res/test_forward.txt" |
   grep -E 'not run|Synthesis|FAIL|differs'
-step "test_gpu (device tests: CUDA logits against the CPU's)"
-timeout 150 "$here/bin/test_gpu" --verbose 2>&1 | tee "$res/test_gpu.txt" | grep -E 'gpu_device|Synthesis|FAIL|differs|failed'
-step "greedy text, cpu against cuda (48 tokens, 4 prompts)"
-for p in "And God said" "The devil is" "In the beginning" "A dictionary defines"; do
-  a=$(timeout 30 "$here/bin/minions-generate" --model "$root/models/target.gguf" --prompt "$p" -n 48 --backend cpu 2>/dev/null)
-  b=$(timeout 30 "$here/bin/minions-generate" --model "$root/models/target.gguf" --prompt "$p" -n 48 --backend cuda \
-    --log-level info 2>"$res/cuda.err")
-  grep -h 'pass graphs' "$res/cuda.err"
+
+step "test_gpu (device tests: CUDA logits against the CPU's, batch invariance)"
+run 150 "$bin/test_gpu" --verbose 2>&1 | tee "$res/test_gpu.txt" | grep -E 'gpu_device|Synthesis|FAIL|differs|failed'
+
+step "greedy text, cpu against the default backend (48 tokens, 4 prompts)"
+echo "$prompts" | tr '|' '\n' | while read -r p; do
+  a=$(run 30 "$bin/minions-generate" --model "$target" --prompt "$p" -n 48 --backend cpu 2>/dev/null)
+  b=$(run 30 "$bin/minions-generate" --model "$target" --prompt "$p" -n 48 --log-level info 2>"$res/cuda.err")
+  grep -h 'backend\|pass graphs' "$res/cuda.err"
   if [ "$a" = "$b" ]; then :; else printf 'differs: %s\ncpu:  %s\ncuda: %s\n' "$p" "$a" "$b"; cat "$res/cuda.err"; fi
 done >"$res/greedy.txt" 2>&1
 cat "$res/greedy.txt"; echo "greedy: $(( 4 - $(grep -c '^differs:' "$res/greedy.txt") )) of 4 identical"
+
 step "speculative greedy on cuda (minionsd, ngram + draft-kjv) against plain greedy on cuda"
-"$here/bin/minionsd" --model "$root/models/target.gguf" --backend cuda --draft ngram \
-  --draft "$root/models/draft-kjv.gguf" --port 0 --admin none >"$res/minionsd.out" 2>"$res/minionsd.err" &
+"$bin/minionsd" --model "$target" --backend cuda --draft ngram --draft "$root/models/draft-kjv.gguf" --port 0 \
+  --admin none >"$res/minionsd.out" 2>"$res/minionsd.err" &
 pid=$!
 addr=
 for _ in $(seq 100); do
@@ -88,27 +116,68 @@ for _ in $(seq 100); do
   sleep 0.2
 done
 if [ -n "$addr" ]; then
-  for p in "And God said" "The devil is" "In the beginning" "A dictionary defines"; do
-    a=$(timeout 30 "$here/bin/minions-generate" --model "$root/models/target.gguf" --prompt "$p" -n 48 --backend cuda 2>/dev/null)
-    b=$(timeout 60 "$here/bin/minions-cli" -a "$addr" -n 48 --no-stream "$p" 2>>"$res/cli.err")
+  echo "$prompts" | tr '|' '\n' | while read -r p; do
+    a=$(run 30 "$bin/minions-generate" --model "$target" --prompt "$p" -n 48 --backend cuda 2>/dev/null)
+    b=$(run 60 "$bin/minions-cli" -a "$addr" -n 48 --no-stream "$p" 2>>"$res/cli.err")
     if [ "$a" = "$b" ]; then echo "same: $p"; else printf 'differs: %s\nplain: %s\nspec:  %s\n' "$p" "$a" "$b"; fi
   done | tee "$res/spec.txt"
   kill -TERM "$pid"; wait "$pid"; echo "minionsd exit $?"
 else
   echo "minionsd did not start:"; cat "$res/minionsd.err"; kill "$pid" 2>/dev/null
 fi
+
 sanitizer=/usr/local/cuda/bin/compute-sanitizer
 if [ -x "$sanitizer" ]; then
   step "compute-sanitizer over the device tests"
-  timeout 120 "$sanitizer" --error-exitcode 9 "$here/bin/test_gpu" --filter 'gpu_device/*' -j1 >"$res/sanitizer.txt" 2>&1
+  run 120 "$sanitizer" --error-exitcode 9 "$bin/test_gpu" --filter 'gpu_device/*' -j1 >"$res/sanitizer.txt" 2>&1
   echo "compute-sanitizer exit $?"; tail -n 5 "$res/sanitizer.txt"
 fi
-step "decode speed: cpu, cuda with graphs, cuda with plain launches, same machine"
+
+step "decode speed of the bundled target: cpu, cuda with graphs, cuda with plain launches, same machine"
 for k in cpu cuda cuda-plain; do
-  MINIONS_CUDA_GRAPHS=$([ "$k" = cuda-plain ] && echo 0 || echo 1) timeout 60 "$here/bin/minions-bench-decode" \
-    --model "$root/models/target.gguf" --backend "${k%-plain}" --batches 1,4,16 --prompt-tokens 64 \
-    --gen-tokens 32 2>&1 | tee "$res/bench-$k.txt" | tail -n 5
+  run 60 env MINIONS_CUDA_GRAPHS=$([ "$k" = cuda-plain ] && echo 0 || echo 1) "$bin/minions-bench-decode" \
+    --model "$target" --backend "${k%-plain}" --batches 1,4,16,64 --prompt-tokens 64 --gen-tokens 32 2>&1 |
+    tee "$res/bench-$k.txt" | grep -E 'prefill|decode'
 done
+
+step "SmolLM2-shaped models (576 wide, 30 layers, 9/3 heads, ff 1536, vocab 49152, random weights)"
+if PYTHONPATH="$here/py" python3 -c 'import numpy, regex' 2>"$res/py.err"; then
+  for t in q4_1 f16; do
+    m=$here/smol-$t.gguf
+    run 60 env PYTHONPATH="$here/py" python3 "$root/tools/ggufw.py" --out "$m" --dim 576 --layers 30 --heads 9 \
+      --kv-heads 3 --ff 1536 --vocab 49152 --type "$t" --pre smollm --ctx 2048 --seed 5 >/dev/null 2>&1 ||
+      { echo "ggufw.py failed on $t"; continue; }
+    for k in cuda cpu; do
+      b=1,4,16,64; [ "$k" = cpu ] && b=1,16
+      echo "-- $t, $k"
+      run 90 "$bin/minions-bench-decode" --model "$m" --backend "$k" --batches "$b" --prompt-tokens 64 \
+        --gen-tokens 32 2>&1 | tee "$res/bench-smol-$t-$k.txt" | grep -E 'prefill|decode'
+    done
+  done
+else
+  echo "no numpy or regex for python3 here:"; cat "$res/py.err"
+fi
+
+step "where a pass's time goes (MINIONS_CUDA_PROFILE=1: every step timed with events, graphs off; the prefill included)"
+for m in "$target" "$here/smol-q4_1.gguf" "$here/smol-f16.gguf"; do
+  [ -f "$m" ] || continue
+  for b in 1 16; do
+    echo "-- $(basename "$m"), batch $b"
+    run 60 env MINIONS_CUDA_PROFILE=1 "$bin/minions-bench-decode" --model "$m" --backend cuda --batches "$b" \
+      --prompt-tokens 64 --gen-tokens 32 2>&1 | tee "$res/profile-$(basename "$m" .gguf)-$b.txt" | grep -E 'profile|decode'
+  done
+done
+
+step "server suites; minionsd and minions-generate take CUDA here by default"
+for t in test_server test_speculate test_spec test_http test_openai test_sockpath; do
+  run 150 "$bin/$t" -j8 >"$res/$t.txt" 2>&1
+  echo "$t exit $?: $(grep Synthesis "$res/$t.txt")"; grep -E 'FAIL|CRASH' "$res/$t.txt" | head -n 5
+done
+
+step "speculative against plain decoding on cuda (tools/bench-spec.py)"
+run 150 python3 "$root/tools/bench-spec.py" --rounds 3 --tokens 64 --sets kjv,web --configs plain,ngram \
+  --clients 1,16 --spec-length 6 >"$res/bench-spec.txt" 2>&1
+echo "bench-spec exit $?"; tail -n 25 "$res/bench-spec.txt"
 step done
 EOF
 chmod +x "$out/run.sh"

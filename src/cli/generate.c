@@ -30,7 +30,7 @@ static void usage(FILE *f)
             "      --top-p P           nucleus mass in (0, 1] (default 1)\n"
             "      --seed N            sampling seed (default 0)\n"
             "  -t, --threads N         compute threads (default: all cores)\n"
-            "      --backend B         auto|cpu|cuda (default auto: the CPU until CUDA has run on a device)\n"
+            "      --backend B         auto|cpu|cuda (default auto: CUDA where a device runs it)\n"
             "      --log-level L       error|warn|info|debug (default warn)\n");
 }
 

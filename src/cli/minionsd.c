@@ -20,7 +20,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: minionsd [options]\n"
             "  -m, --model PATH       GGUF llama model (default models/target.gguf)\n"
-            "      --backend B        auto|cpu|cuda (default auto: the CPU until CUDA has run on a device)\n"
+            "      --backend B        auto|cpu|cuda (default auto: CUDA where a device runs it)\n"
             "      --draft-backend B  auto|cpu|cuda for the model drafts (default: the target's)\n"
             "      --host ADDR        TCP listen address (default 127.0.0.1)\n"
             "      --port N           TCP port; 0 = ephemeral, -1 = no TCP (default 8090)\n"

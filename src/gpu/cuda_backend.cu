@@ -8,13 +8,14 @@
  * host, copies the layout up, launches the pass, copies the logits down and waits for the stream:
  * it blocks its calling thread (the compute worker, never the loop).
  *
- * Not yet run on a GPU (issue #13): the kernels' logic and the pass are tested on the host through
- * the twin backend (gpu/twin.h, tests/test_gpu.c); this file's launches, copies and error paths
- * are compiled, not run. Hence mn_backend_new selects it only when asked by name (--backend cuda);
- * `auto` stays on the CPU until a device has run the suite. Each pass shape is captured once as a
- * CUDA graph and replayed (below; MINIONS_CUDA_GRAPHS=0 turns it off, to compare). Still to come:
- * cuBLAS GEMMs where they are faster and keep batch invariance, completion through
- * cudaLaunchHostFunc, separate streams for drafts, the sampler on the device.
+ * The kernels' logic and the pass are tested on the host through the twin backend (gpu/twin.h,
+ * tests/test_gpu.c); on a device (an H200, issue #13's sessions) the same tests, greedy text
+ * against the CPU's, speculative greedy against plain greedy and compute-sanitizer have run, so
+ * `auto` (mn_backend_new) takes this backend wherever a device runs it. Each pass shape is
+ * captured once as a CUDA graph and replayed (below; MINIONS_CUDA_GRAPHS=0 turns it off, to
+ * compare; MINIONS_CUDA_PROFILE=1 times every step with events instead and logs the totals at the
+ * end). Still to come: cuBLAS GEMMs where they are faster and keep batch invariance, completion
+ * through cudaLaunchHostFunc, separate streams for drafts, the sampler on the device.
  *
  * Every CUDA call goes through CUDA_TRY, which turns a failure into an mn_status with the
  * expression, file and line in the message.
@@ -27,6 +28,7 @@
 #define MN_GPU_KERNELS /* the device wrappers of kernels.cuh are compiled here */
 #include "gpu/pass.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -84,6 +86,11 @@ enum { MAX_ALLOCS = 1024 }; /* device allocations of one backend: 9 per layer an
  * pointer the graphs hold, so it empties the cache. */
 enum { MAX_GRAPHS = 64 };
 
+/* The steps MINIONS_CUDA_PROFILE times apart (the logits' projection apart from the others). */
+enum { S_EMBED, S_RMSNORM, S_MATVEC, S_LOGITS, S_ROPE, S_ATTENTION, S_SWIGLU, N_STEPS };
+static const char *const step_name[N_STEPS] = {"embed", "rmsnorm", "projections", "logits", "rope+store",
+                                               "attention", "swiglu"};
+
 typedef struct cuda_state {
     cudaStream_t stream;
     void *allocs[MAX_ALLOCS]; /* everything cudaMalloc'd, freed together */
@@ -98,6 +105,10 @@ typedef struct cuda_state {
     float *d_logits;          /* [max_tokens][n_vocab] */
     mn_gpu_host_layout h;     /* host side of the layout */
     bool graphs;              /* replay captured passes (MINIONS_CUDA_GRAPHS=0: plain launches) */
+    bool profile;             /* MINIONS_CUDA_PROFILE=1: every step timed (graphs off), logged at the end */
+    cudaEvent_t ev[2];
+    double step_ms[N_STEPS];
+    uint64_t step_n[N_STEPS];
     struct {
         uint32_t T, n_out;    /* the shape a graph was captured for */
         cudaGraphExec_t exec;
@@ -149,43 +160,72 @@ enum { THREADS = 128 };
 
 static unsigned blocks_for(size_t n) { return (unsigned)((n + THREADS - 1) / THREADS); }
 
+/* A launch, timed with events when profiling (which waits for it: a measurement, not a mode to
+ * serve in). */
+#define LAUNCH(st, step, launch)                                                                    \
+    do {                                                                                            \
+        if ((st)->profile)                                                                          \
+            cudaEventRecord((st)->ev[0], (st)->stream);                                             \
+        launch;                                                                                     \
+        if ((st)->profile)                                                                          \
+            profile_step(st, step);                                                                 \
+    } while (0)
+
+static void profile_step(cuda_state *st, int step)
+{
+    float ms = 0.0f;
+    cudaEventRecord(st->ev[1], st->stream);
+    if (cudaEventSynchronize(st->ev[1]) == cudaSuccess &&
+        cudaEventElapsedTime(&ms, st->ev[0], st->ev[1]) == cudaSuccess) {
+        st->step_ms[step] += ms;
+        st->step_n[step]++;
+    }
+}
+
 static void k_embed(void *ctx, const mn_gpu_weight *w, const int32_t *tokens, float *x, uint32_t dim, uint32_t T)
 {
     cuda_state *st = (cuda_state *)ctx;
-    mn_k_embed<<<blocks_for(T), THREADS, 0, st->stream>>>(w->type, w->data, w->row_bytes, tokens, x, dim, T);
+    LAUNCH(st, S_EMBED,
+           (mn_k_embed<<<blocks_for((size_t)T * dim), THREADS, 0, st->stream>>>(w->type, w->data, w->row_bytes,
+                                                                                 tokens, x, dim, T)));
 }
 
 static void k_rmsnorm(void *ctx, const float *x, const uint32_t *rows, const float *w, float *out, uint32_t n,
                       float eps, uint32_t T)
 {
     cuda_state *st = (cuda_state *)ctx;
-    mn_k_rmsnorm<<<blocks_for(T), THREADS, 0, st->stream>>>(x, rows, w, out, n, eps, T);
+    LAUNCH(st, S_RMSNORM,
+           (mn_k_rmsnorm<<<blocks_for((size_t)T * MN_G_WARP), THREADS, 0, st->stream>>>(x, rows, w, out, n, eps, T)));
 }
 
 static void k_matvec(void *ctx, const mn_gpu_weight *w, const float *x, float *y, int accumulate, uint32_t T)
 {
     cuda_state *st = (cuda_state *)ctx;
-    dim3 grid((unsigned)((w->rows + THREADS / MN_G_WARP - 1) / (THREADS / MN_G_WARP)), T); /* a warp per output */
-    mn_k_matvec<<<grid, THREADS, 0, st->stream>>>(w->type, w->data, w->row_bytes, w->cols, w->rows, x, y,
-                                                  accumulate, T);
+    dim3 grid(blocks_for((size_t)w->rows * MN_G_WARP), (T + MN_G_TB - 1) / MN_G_TB); /* a warp per output */
+    LAUNCH(st, w->data == st->model.output.data ? S_LOGITS : S_MATVEC,
+           (mn_k_matvec<<<grid, THREADS, 0, st->stream>>>(w->type, w->data, w->row_bytes, w->cols, w->rows, x, y,
+                                                          accumulate, T)));
 }
 
 static void k_rope_store(void *ctx, const mn_gpu_attn *a, float *q, const float *k, const float *v, uint32_t T)
 {
     cuda_state *st = (cuda_state *)ctx;
-    mn_k_rope_store<<<blocks_for((size_t)T * a->n_heads), THREADS, 0, st->stream>>>(*a, q, k, v, T);
+    LAUNCH(st, S_ROPE,
+           (mn_k_rope_store<<<blocks_for((size_t)T * a->n_heads * (a->head_dim / 2)), THREADS, 0, st->stream>>>(
+               *a, q, k, v, T)));
 }
 
 static void k_attention(void *ctx, const mn_gpu_attn *a, const float *q, float *out, uint32_t T)
 {
     cuda_state *st = (cuda_state *)ctx;
-    mn_k_attention<<<blocks_for((size_t)T * a->n_heads * MN_G_WARP), THREADS, 0, st->stream>>>(*a, q, out, T);
+    LAUNCH(st, S_ATTENTION,
+           (mn_k_attention<<<blocks_for((size_t)T * a->n_heads * MN_G_WARP), THREADS, 0, st->stream>>>(*a, q, out, T)));
 }
 
 static void k_swiglu(void *ctx, float *gate, const float *up, size_t n)
 {
     cuda_state *st = (cuda_state *)ctx;
-    mn_k_swiglu<<<blocks_for(n), THREADS, 0, st->stream>>>(gate, up, n);
+    LAUNCH(st, S_SWIGLU, (mn_k_swiglu<<<blocks_for(n), THREADS, 0, st->stream>>>(gate, up, n)));
 }
 
 static const mn_gpu_exec device_exec = {k_embed, k_rmsnorm, k_matvec, k_rope_store, k_attention, k_swiglu};
@@ -205,6 +245,13 @@ static void cuda_free(mn_backend *be)
     if (st) {
         if (st->n_graphs || st->replays)
             mn_log(MN_LOG_INFO, "cuda: %d pass graphs, %llu replays", st->n_graphs, (unsigned long long)st->replays);
+        for (int i = 0; i < N_STEPS; i++) /* asked for by name: printed whatever the log level */
+            if (st->step_n[i])
+                fprintf(stderr, "minions cuda profile: %-11s %8llu launches %10.3f ms %8.2f us each\n", step_name[i],
+                        (unsigned long long)st->step_n[i], st->step_ms[i], 1e3 * st->step_ms[i] / st->step_n[i]);
+        for (int i = 0; i < 2; i++)
+            if (st->ev[i])
+                cudaEventDestroy(st->ev[i]);
         drop_graphs(st);
         for (int i = 0; i < st->n_allocs; i++)
             cudaFree(st->allocs[i]);
@@ -356,8 +403,12 @@ static mn_status setup(mn_backend *be, cuda_state *st, mn_err *err)
     if ((s = dalloc(st, T * sizeof(mn_gpu_tok), &tok, err)) || (s = dalloc(st, T * sizeof(int32_t), &tokens, err)) ||
         (s = dalloc(st, T * sizeof(uint32_t), &rows, err)) || (s = dalloc(st, T * sizeof(uint32_t), &off, err)))
         return s;
-    const char *graphs = getenv("MINIONS_CUDA_GRAPHS");
-    st->graphs = !graphs || strcmp(graphs, "0") != 0;
+    const char *graphs = getenv("MINIONS_CUDA_GRAPHS"), *profile = getenv("MINIONS_CUDA_PROFILE");
+    st->profile = profile && strcmp(profile, "0") != 0;
+    st->graphs = !st->profile && (!graphs || strcmp(graphs, "0") != 0);
+    if (st->profile)
+        for (int i = 0; i < 2; i++)
+            CUDA_TRY(cudaEventCreate(&st->ev[i]));
     st->d_tok = (mn_gpu_tok *)tok;
     st->d_tokens = (int32_t *)tokens;
     st->d_out_rows = (uint32_t *)rows;
@@ -371,9 +422,6 @@ extern "C" mn_status mn_cuda_backend_new(const mn_model *m, const mn_backend_con
     mn_status s = probe(err);
     if (s != MN_OK)
         return s;
-    if (cfg->kind != MN_BACKEND_CUDA)
-        return mn_fail(err, MN_UNSUPPORTED, "the CUDA backend has not yet run on a device: only --backend cuda "
-                                            "selects it");
     if ((s = mn_gpu_check_config(m, cfg, "cuda", err)) != MN_OK)
         return s;
     mn_backend *be = (mn_backend *)mn_calloc(1, sizeof *be);
@@ -391,6 +439,10 @@ extern "C" mn_status mn_cuda_backend_new(const mn_model *m, const mn_backend_con
         cuda_free(be);
         return s;
     }
+    static int said; /* tools build several backends; one line is enough */
+    cudaDeviceProp prop;
+    if (!said++ && cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
+        mn_log(MN_LOG_INFO, "backend: cuda, %s (%zu MiB)", prop.name, prop.totalGlobalMem >> 20);
     *out = be;
     return MN_OK;
 }

@@ -13,11 +13,14 @@
  * sequence s's position p lives in block tables[table_off[s] + p / block_size], slot
  * p % block_size (mem/kv.h's layout, with the block tables of the batch flattened into one array).
  *
- * These first kernels favour being obviously right over being fast: one thread per token or per
- * element with serial loops, except the projections (a warp per output) and attention (a warp per
- * (token, head)), whose lanes the twin replays one by one. cuBLAS GEMMs for F16/F32 may replace
- * matvec where measured faster and still batch-invariant; matvec stays for the weight types
- * cuBLAS has no GEMM for (Q8_0, Q4_0, Q4_1).
+ * Parallel enough for the latency of a decode step, and batch-invariant: a thread per element
+ * (embedding, RoPE pair, SwiGLU), a warp per token (RMSNorm), per output and group of up to
+ * MN_G_TB tokens (projections: the weight is read once for the group, each token's sum keeps the
+ * order it has alone) and per (token, head) (attention, 32 positions at a time, a lane each).
+ * Every sum has one fixed order that depends on nothing but its own row, so a token's logits are
+ * the same bits whatever else shares its pass. The twin replays warps lane by lane. cuBLAS GEMMs
+ * for F16/F32 may replace the projections where measured faster and still batch-invariant; they
+ * stay for the weight types cuBLAS has no GEMM for (Q8_0, Q4_0, Q4_1).
  */
 #ifndef MN_GPU_KERNELS_CUH
 #define MN_GPU_KERNELS_CUH
@@ -49,10 +52,16 @@ typedef struct mn_gpu_attn {
 
 /* ---- weights in their stored type ------------------------------------------------------------ */
 
+/* On the device every half and float of a weight is aligned to its size (each weight has its own
+ * allocation, and every block layout puts its halves at even offsets): one load each there. */
 MN_HD float mn_g_f16(const uint8_t *p)
 {
     __half_raw r;
+#ifdef __CUDA_ARCH__
+    r.x = *(const unsigned short *)p;
+#else
     r.x = (unsigned short)(p[0] | (p[1] << 8));
+#endif
     return __half2float(__half(r));
 }
 
@@ -63,9 +72,13 @@ MN_HD float mn_g_weight(uint32_t type, const uint8_t *row, uint32_t k)
 {
     switch (type) {
     case MN_F32: {
+#ifdef __CUDA_ARCH__
+        return ((const float *)row)[k];
+#else
         float f;
         memcpy(&f, row + 4 * (size_t)k, 4);
         return f;
+#endif
     }
     case MN_F16: return mn_g_f16(row + 2 * (size_t)k);
     case MN_Q8_0: {
@@ -85,35 +98,47 @@ MN_HD float mn_g_weight(uint32_t type, const uint8_t *row, uint32_t k)
 
 /* ---- bodies ----------------------------------------------------------------------------------- */
 
-/* x[t] = the embedding row of tokens[t]. */
+/* x[t][i] = element i of the embedding row of tokens[t]. */
 MN_HD void mn_g_embed(uint32_t type, const uint8_t *table, size_t row_bytes, const int32_t *tokens, float *x,
-                      uint32_t dim, uint32_t t)
+                      uint32_t dim, uint32_t t, uint32_t i)
 {
-    const uint8_t *row = table + (size_t)tokens[t] * row_bytes;
-    for (uint32_t i = 0; i < dim; i++)
-        x[(size_t)t * dim + i] = mn_g_weight(type, row, i);
+    x[(size_t)t * dim + i] = mn_g_weight(type, table + (size_t)tokens[t] * row_bytes, i);
 }
 
-/* out[t] = x[src(t)] / rms(x[src(t)]) * w, where src(t) = rows ? rows[t] : t (the logits take only
- * the rows that return logits). */
-MN_HD void mn_g_rmsnorm(const float *x, const uint32_t *rows, const float *w, float *out, uint32_t n, float eps,
-                        uint32_t t)
-{
-    const float *r = x + (size_t)(rows ? rows[t] : t) * n;
-    float ss = 0.0f;
-    for (uint32_t i = 0; i < n; i++)
-        ss += r[i] * r[i];
-    float scale = 1.0f / sqrtf(ss / (float)n + eps);
-    for (uint32_t i = 0; i < n; i++)
-        out[(size_t)t * n + i] = r[i] * scale * w[i];
-}
-
-/* y[t][o] = sum_k W[o][k] x[t][k] (+ y[t][o] when accumulate: the residual add), one warp of
- * MN_G_WARP lanes per output: lane l sums columns l, l + 32, l + 64, ... in order (neighbouring lanes
- * read neighbouring weights), then the 32 partial sums meet in a fixed butterfly (lane l adds lane
- * l ^ 16, then l ^ 8, ..., l ^ 1), as __shfl_xor_sync does it on the device and mn_g_butterfly does
- * it on the host. An output's sum depends on nothing but its row and its input: batch-invariant. */
+/* Sums over a warp: lane l takes elements l, l + 32, l + 64, ... in order, then the 32 partial
+ * sums meet in a fixed butterfly (lane l adds lane l ^ 16, then l ^ 8, ..., l ^ 1), as
+ * __shfl_xor_sync does it on the device and mn_g_butterfly does it on the host. */
 #define MN_G_WARP 32
+
+/* RMSNorm, a warp per token: out[t] = x[src(t)] / rms(x[src(t)]) * w, where src(t) = rows ? rows[t]
+ * : t (the logits take only the rows that return logits). mn_g_rms_lane is a lane's part of the sum
+ * of squares; mn_g_rms_write its elements of the output, given the total. */
+MN_HD const float *mn_g_rms_src(const float *x, const uint32_t *rows, uint32_t n, uint32_t t)
+{
+    return x + (size_t)(rows ? rows[t] : t) * n;
+}
+
+MN_HD float mn_g_rms_lane(const float *r, uint32_t n, uint32_t lane)
+{
+    float ss = 0.0f;
+    for (uint32_t i = lane; i < n; i += MN_G_WARP)
+        ss += r[i] * r[i];
+    return ss;
+}
+
+MN_HD void mn_g_rms_write(const float *r, const float *w, float *out_row, uint32_t n, float eps, float ss,
+                          uint32_t lane)
+{
+    float scale = 1.0f / sqrtf(ss / (float)n + eps);
+    for (uint32_t i = lane; i < n; i += MN_G_WARP)
+        out_row[i] = r[i] * scale * w[i];
+}
+
+/* y[t][o] = sum_k W[o][k] x[t][k] (+ y[t][o] when accumulate: the residual add), a warp per output
+ * (neighbouring lanes read neighbouring weights) and per group of up to MN_G_TB tokens, each with
+ * its own sums in the warp's order above. An output's sum depends on nothing but its row and its
+ * input, not on the group it was computed in: batch-invariant. */
+#define MN_G_TB 8
 
 MN_HD float mn_g_matvec_lane(uint32_t type, const uint8_t *row, const float *xr, uint32_t cols, uint32_t lane)
 {
@@ -162,33 +187,34 @@ MN_HD size_t mn_g_slot(const mn_gpu_attn *a, uint32_t seq, uint32_t pos)
     return ((size_t)block * a->block_size + pos % a->block_size) * a->kv_dim;
 }
 
-/* Query head h of token t rotated in place; for h < n_kv_heads also KV head h's key, then that
- * key and value written into the cache at the token's position. */
-MN_HD void mn_g_rope_store(const mn_gpu_attn *a, float *q, const float *k, const float *v, uint32_t t, uint32_t h)
+/* Pair j (elements 2j, 2j + 1) of query head h of token t rotated in place; for h < n_kv_heads also
+ * that pair of KV head h's key and value written into the cache at the token's position, the key
+ * rotated there. Pairs past rope_dim / 2 are not rotated. */
+MN_HD void mn_g_rope_store(const mn_gpu_attn *a, float *q, const float *k, const float *v, uint32_t t, uint32_t h,
+                           uint32_t j)
 {
     uint32_t hd = a->head_dim, pos = a->tok[t].pos;
-    float *qh = q + (size_t)t * a->n_heads * hd + (size_t)h * hd;
-    for (uint32_t j = 0; j < a->rope_dim / 2; j++)
-        mn_g_rope_pair(qh, pos, j, a->rope_dim, a->rope_base);
+    bool rotate = j < a->rope_dim / 2;
+    if (rotate)
+        mn_g_rope_pair(q + (size_t)t * a->n_heads * hd + (size_t)h * hd, pos, j, a->rope_dim, a->rope_base);
     if (h >= a->n_kv_heads)
         return;
-    size_t at = mn_g_slot(a, a->tok[t].seq, pos) + (size_t)h * hd;
-    const float *kh = k + (size_t)t * a->kv_dim + (size_t)h * hd, *vh = v + (size_t)t * a->kv_dim + (size_t)h * hd;
-    for (uint32_t i = 0; i < hd; i++) {
-        a->k[at + i] = kh[i];
-        a->v[at + i] = vh[i];
+    size_t at = mn_g_slot(a, a->tok[t].seq, pos) + (size_t)h * hd, from = (size_t)t * a->kv_dim + (size_t)h * hd;
+    for (uint32_t i = 2 * j; i < 2 * j + 2; i++) {
+        a->k[at + i] = k[from + i];
+        a->v[at + i] = v[from + i];
     }
-    for (uint32_t j = 0; j < a->rope_dim / 2; j++)
+    if (rotate)
         mn_g_rope_pair(a->k + at, pos, j, a->rope_dim, a->rope_base);
 }
 
 /* out[t][head h] = softmax(q . K / sqrt(hd)) V over the token's positions 0..pos (causal), read
  * through its sequence's block table; query head h reads KV head h / (n_heads / n_kv_heads). A warp
- * per (token, head): lane l holds head dimensions l, l + 32, ... (MN_G_LANE_DIMS of them at most).
- * Per position the lanes' partial dot products meet in the butterfly (every lane gets the score),
- * then one step of an online softmax (a running maximum, so no score buffer) rescales each lane's
- * share of the output. The bodies below are one lane's work; the device runs them in a warp, the
- * twin lane by lane. */
+ * per (token, head) takes the positions 32 at a time, lane l position c + l: the lane's score is
+ * its own dot product (in dimension order); the chunk's maximum and its sum of weights meet across
+ * the warp (the sum in the butterfly); an online softmax (a running maximum, no score buffer)
+ * rescales the output so far. Then lane l adds, for its head dimensions l, l + 32, ...
+ * (MN_G_LANE_DIMS of them at most), the chunk's weighted values in position order. */
 #define MN_G_MAX_HEAD_DIM 256
 #define MN_G_LANE_DIMS (MN_G_MAX_HEAD_DIM / MN_G_WARP)
 
@@ -203,31 +229,50 @@ MN_HD size_t mn_g_head_at(const mn_gpu_attn *a, uint32_t t, uint32_t h, uint32_t
     return mn_g_slot(a, a->tok[t].seq, p) + (size_t)(h / (a->n_heads / a->n_kv_heads)) * a->head_dim;
 }
 
-/* Lane's part of x . y over n elements. */
-MN_HD float mn_g_lane_dot(const float *x, const float *y, uint32_t n, uint32_t lane)
+/* How many positions the chunk starting at c holds for token t (1..MN_G_WARP). */
+MN_HD uint32_t mn_g_chunk_len(const mn_gpu_attn *a, uint32_t t, uint32_t c)
 {
-    float s = 0.0f;
-    for (uint32_t i = lane; i < n; i += MN_G_WARP)
-        s += x[i] * y[i];
-    return s;
+    uint32_t left = a->tok[t].pos + 1 - c;
+    return left < MN_G_WARP ? left : MN_G_WARP;
 }
 
-/* The online softmax's step for score s: *m, *sum updated; returns the factor the output so far
- * is scaled by, and *w the new position's weight. */
-MN_HD float mn_g_softmax_step(float s, float *m, float *sum, float *w)
+/* Lane's score in the chunk starting at c: scale * (q . K[c + lane]), or -inf past the chunk. */
+MN_HD float mn_g_lane_score(const mn_gpu_attn *a, const float *qh, uint32_t t, uint32_t h, uint32_t c,
+                            uint32_t lane, float scale)
 {
-    float m_new = s > *m ? s : *m, old = expf(*m - m_new);
-    *w = expf(s - m_new);
-    *sum = *sum * old + *w;
+    if (lane >= mn_g_chunk_len(a, t, c))
+        return -INFINITY;
+    const float *kr = a->k + mn_g_head_at(a, t, h, c + lane);
+    float s = 0.0f;
+#ifdef __CUDA_ARCH__
+#pragma unroll 8
+#endif
+    for (uint32_t i = 0; i < a->head_dim; i++)
+        s += qh[i] * kr[i];
+    return s * scale;
+}
+
+/* The online softmax's step for a chunk whose largest score is chunk_max: *m becomes the running
+ * maximum; returns the factor the output and the sum so far are scaled by. The chunk's weights are
+ * then expf(score - *m) (0 for the lanes past it). */
+MN_HD float mn_g_chunk_rescale(float chunk_max, float *m)
+{
+    float m_new = chunk_max > *m ? chunk_max : *m, old = expf(*m - m_new);
     *m = m_new;
     return old;
 }
 
-/* Lane's share of the output: acc = acc * old + w * v (its dimensions only), then out = acc / sum. */
-MN_HD void mn_g_lane_acc(float *acc, const float *v, uint32_t hd, uint32_t lane, float old, float w)
+/* Lane's share of the output (its dimensions only): scaled by old, then += w * v. */
+MN_HD void mn_g_lane_scale(float *acc, uint32_t hd, uint32_t lane, float old)
 {
     for (uint32_t j = 0, i = lane; i < hd; j++, i += MN_G_WARP)
-        acc[j] = acc[j] * old + w * v[i];
+        acc[j] *= old;
+}
+
+MN_HD void mn_g_lane_acc(float *acc, const float *v, uint32_t hd, uint32_t lane, float w)
+{
+    for (uint32_t j = 0, i = lane; i < hd; j++, i += MN_G_WARP)
+        acc[j] += w * v[i];
 }
 
 MN_HD void mn_g_lane_out(float *o, const float *acc, uint32_t hd, uint32_t lane, float sum)
@@ -247,43 +292,105 @@ MN_HD void mn_g_swiglu(float *gate, const float *up, size_t i)
  * Compiled by the one file that launches them (cuda_backend.cu defines MN_GPU_KERNELS); the twin
  * includes only the bodies. */
 #ifdef MN_GPU_KERNELS
+#define MN_G_FULL 0xffffffffu
+
+/* The butterfly on the device: every lane gets the total. */
+static __device__ inline float mn_g_warp_sum(float s)
+{
+    for (uint32_t off = MN_G_WARP / 2; off > 0; off /= 2)
+        s += __shfl_xor_sync(MN_G_FULL, s, off);
+    return s;
+}
+
+/* grid: x over the T * dim elements */
 __global__ void mn_k_embed(uint32_t type, const uint8_t *table, size_t row_bytes, const int32_t *tokens,
-                                  float *x, uint32_t dim, uint32_t T)
+                           float *x, uint32_t dim, uint32_t T)
 {
-    uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t < T)
-        mn_g_embed(type, table, row_bytes, tokens, x, dim, t);
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (size_t)T * dim)
+        mn_g_embed(type, table, row_bytes, tokens, x, dim, (uint32_t)(i / dim), (uint32_t)(i % dim));
 }
 
+/* a warp per token */
 __global__ void mn_k_rmsnorm(const float *x, const uint32_t *rows, const float *w, float *out, uint32_t n,
-                                    float eps, uint32_t T)
+                             float eps, uint32_t T)
 {
-    uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t < T)
-        mn_g_rmsnorm(x, rows, w, out, n, eps, t);
+    uint32_t lane = threadIdx.x % MN_G_WARP, t = blockIdx.x * (blockDim.x / MN_G_WARP) + threadIdx.x / MN_G_WARP;
+    if (t >= T)
+        return; /* whole warps leave */
+    const float *r = mn_g_rms_src(x, rows, n, t);
+    mn_g_rms_write(r, w, out + (size_t)t * n, n, eps, mn_g_warp_sum(mn_g_rms_lane(r, n, lane)), lane);
 }
 
-/* grid: x over groups of outputs (a warp each, blockDim.x / 32 per block), y over tokens */
+/* One warp's sums for one output row over nt tokens, the weight type fixed at compile time (the
+ * element decoder then has no branch) and MN_G_UNROLL of a lane's weights loaded before they are
+ * used, so that a lane has that many loads in flight: a decode step's projections are a few
+ * hundred rows each, too few warps to hide memory latency otherwise. Each token's sum still adds
+ * its lane's products in column order. */
+#define MN_G_UNROLL 8
+
+template <uint32_t TYPE>
+static __device__ inline void mn_g_matvec_warp(const uint8_t *row, const float *xt, uint32_t cols, uint32_t nt,
+                                               uint32_t lane, float *s)
+{
+    uint32_t k = lane;
+    for (; k + (MN_G_UNROLL - 1) * MN_G_WARP < cols; k += MN_G_UNROLL * MN_G_WARP) {
+        float w[MN_G_UNROLL];
+#pragma unroll
+        for (uint32_t u = 0; u < MN_G_UNROLL; u++)
+            w[u] = mn_g_weight(TYPE, row, k + u * MN_G_WARP);
+#pragma unroll
+        for (uint32_t u = 0; u < MN_G_UNROLL; u++)
+#pragma unroll
+            for (uint32_t j = 0; j < MN_G_TB; j++)
+                if (j < nt)
+                    s[j] += w[u] * xt[(size_t)j * cols + k + u * MN_G_WARP];
+    }
+    for (; k < cols; k += MN_G_WARP) {
+        float wk = mn_g_weight(TYPE, row, k);
+#pragma unroll
+        for (uint32_t j = 0; j < MN_G_TB; j++)
+            if (j < nt)
+                s[j] += wk * xt[(size_t)j * cols + k];
+    }
+}
+
+/* grid: x over groups of outputs (a warp each, blockDim.x / 32 per block), y over groups of
+ * MN_G_TB tokens */
 __global__ void mn_k_matvec(uint32_t type, const uint8_t *W, size_t row_bytes, uint32_t cols, uint32_t rows,
                             const float *x, float *y, int accumulate, uint32_t T)
 {
-    uint32_t lane = threadIdx.x % MN_G_WARP, t = blockIdx.y;
+    uint32_t lane = threadIdx.x % MN_G_WARP, t0 = blockIdx.y * MN_G_TB;
     uint32_t o = blockIdx.x * (blockDim.x / MN_G_WARP) + threadIdx.x / MN_G_WARP;
-    if (o >= rows || t >= T)
+    if (o >= rows || t0 >= T)
         return; /* a whole warp leaves together: o is the same for its 32 lanes */
-    float s = mn_g_matvec_lane(type, W + (size_t)o * row_bytes, x + (size_t)t * cols, cols, lane);
-    for (uint32_t off = MN_G_WARP / 2; off > 0; off /= 2)
-        s += __shfl_xor_sync(0xffffffffu, s, off);
-    if (lane == 0)
-        mn_g_store(y, rows, accumulate, t, o, s);
+    uint32_t nt = T - t0 < MN_G_TB ? T - t0 : MN_G_TB;
+    const uint8_t *row = W + (size_t)o * row_bytes;
+    const float *xt = x + (size_t)t0 * cols;
+    float s[MN_G_TB] = {0};
+    switch (type) {
+    case MN_F32: mn_g_matvec_warp<MN_F32>(row, xt, cols, nt, lane, s); break;
+    case MN_F16: mn_g_matvec_warp<MN_F16>(row, xt, cols, nt, lane, s); break;
+    case MN_Q8_0: mn_g_matvec_warp<MN_Q8_0>(row, xt, cols, nt, lane, s); break;
+    case MN_Q4_0: mn_g_matvec_warp<MN_Q4_0>(row, xt, cols, nt, lane, s); break;
+    case MN_Q4_1: mn_g_matvec_warp<MN_Q4_1>(row, xt, cols, nt, lane, s); break;
+    default: break;
+    }
+#pragma unroll
+    for (uint32_t j = 0; j < MN_G_TB; j++)
+        if (j < nt) {
+            float sum = mn_g_warp_sum(s[j]);
+            if (lane == 0)
+                mn_g_store(y, rows, accumulate, t0 + j, o, sum);
+        }
 }
 
-/* grid: x over tokens x query heads */
+/* grid: x over tokens x query heads x pairs of a head */
 __global__ void mn_k_rope_store(mn_gpu_attn a, float *q, const float *k, const float *v, uint32_t T)
 {
-    uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < T * a.n_heads)
-        mn_g_rope_store(&a, q, k, v, i / a.n_heads, i % a.n_heads);
+    uint32_t pairs = a.head_dim / 2, i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < T * a.n_heads * pairs)
+        mn_g_rope_store(&a, q, k, v, i / (a.n_heads * pairs), i / pairs % a.n_heads, i % pairs);
 }
 
 /* a warp per (token, query head) */
@@ -294,14 +401,16 @@ __global__ void mn_k_attention(mn_gpu_attn a, const float *q, float *out, uint32
         return; /* whole warps leave */
     uint32_t t = pair / a.n_heads, h = pair % a.n_heads, hd = a.head_dim;
     const float *qh = mn_g_query(&a, q, t, h);
-    float acc[MN_G_LANE_DIMS] = {0}, m = -INFINITY, sum = 0.0f, scale = 1.0f / sqrtf((float)hd), w;
-    for (uint32_t p = 0; p <= a.tok[t].pos; p++) {
-        size_t at = mn_g_head_at(&a, t, h, p);
-        float s = mn_g_lane_dot(qh, a.k + at, hd, lane);
+    float acc[MN_G_LANE_DIMS] = {0}, m = -INFINITY, sum = 0.0f, scale = 1.0f / sqrtf((float)hd);
+    for (uint32_t c = 0; c <= a.tok[t].pos; c += MN_G_WARP) {
+        float s = mn_g_lane_score(&a, qh, t, h, c, lane, scale), cmax = s;
         for (uint32_t off = MN_G_WARP / 2; off > 0; off /= 2)
-            s += __shfl_xor_sync(0xffffffffu, s, off);
-        float old = mn_g_softmax_step(s * scale, &m, &sum, &w);
-        mn_g_lane_acc(acc, a.v + at, hd, lane, old, w);
+            cmax = fmaxf(cmax, __shfl_xor_sync(MN_G_FULL, cmax, off));
+        float old = mn_g_chunk_rescale(cmax, &m), w = expf(s - m);
+        sum = sum * old + mn_g_warp_sum(w);
+        mn_g_lane_scale(acc, hd, lane, old);
+        for (uint32_t l = 0, n = mn_g_chunk_len(&a, t, c); l < n; l++)
+            mn_g_lane_acc(acc, a.v + mn_g_head_at(&a, t, h, c + l), hd, lane, __shfl_sync(MN_G_FULL, w, l));
     }
     mn_g_lane_out(out + (size_t)t * a.n_heads * hd + (size_t)h * hd, acc, hd, lane, sum);
 }

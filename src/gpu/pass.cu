@@ -9,8 +9,8 @@ mn_status mn_gpu_check_config(const mn_model *m, const mn_backend_config *cfg, c
 {
     if (cfg->max_tokens == 0 || cfg->max_tokens > 65535)
         return mn_fail(err, MN_INVALID, "%s: max_tokens %u is out of range 1..65535", who, cfg->max_tokens);
-    if (m->hp.head_dim > MN_G_MAX_HEAD_DIM)
-        return mn_fail(err, MN_UNSUPPORTED, "%s: head dimension %u is over %d", who, m->hp.head_dim,
+    if (m->hp.head_dim > MN_G_MAX_HEAD_DIM || m->hp.head_dim % 2)
+        return mn_fail(err, MN_UNSUPPORTED, "%s: head dimension %u is odd or over %d", who, m->hp.head_dim,
                        MN_G_MAX_HEAD_DIM);
     return MN_OK;
 }

@@ -68,7 +68,7 @@ typedef struct mn_gpu_host_layout {
 } mn_gpu_host_layout;
 
 /* The limits the device pass and its twin share: max_tokens 1..65535 (a grid's y dimension
- * counts tokens; MN_INVALID) and head_dim <= MN_G_MAX_HEAD_DIM (MN_UNSUPPORTED). who names the
+ * counts tokens; MN_INVALID) and an even head_dim <= MN_G_MAX_HEAD_DIM (MN_UNSUPPORTED). who names the
  * backend in the message. */
 mn_status mn_gpu_check_config(const mn_model *m, const mn_backend_config *cfg, const char *who, mn_err *err);
 /* Allocate l's arrays for max_tokens tokens (tables come with mn_gpu_layout_reserve); MN_NOMEM.

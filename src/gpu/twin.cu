@@ -38,16 +38,25 @@ static void twin_free(mn_backend *be)
 static void x_embed(void *, const mn_gpu_weight *w, const int32_t *tokens, float *x, uint32_t dim, uint32_t T)
 {
     for (uint32_t t = 0; t < T; t++)
-        mn_g_embed(w->type, w->data, w->row_bytes, tokens, x, dim, t);
+        for (uint32_t i = 0; i < dim; i++)
+            mn_g_embed(w->type, w->data, w->row_bytes, tokens, x, dim, t, i);
 }
 
 static void x_rmsnorm(void *, const float *x, const uint32_t *rows, const float *w, float *out, uint32_t n, float eps,
                       uint32_t T)
 {
-    for (uint32_t t = 0; t < T; t++)
-        mn_g_rmsnorm(x, rows, w, out, n, eps, t);
+    for (uint32_t t = 0; t < T; t++) { /* a warp per token, its lanes in turn */
+        const float *r = mn_g_rms_src(x, rows, n, t);
+        float p[MN_G_WARP];
+        for (uint32_t lane = 0; lane < MN_G_WARP; lane++)
+            p[lane] = mn_g_rms_lane(r, n, lane);
+        float ss = mn_g_butterfly(p);
+        for (uint32_t lane = 0; lane < MN_G_WARP; lane++)
+            mn_g_rms_write(r, w, out + (size_t)t * n, n, eps, ss, lane);
+    }
 }
 
+/* Token by token: the device's groups of MN_G_TB tokens give each token the sums it has alone. */
 static void x_matvec(void *, const mn_gpu_weight *w, const float *x, float *y, int accumulate, uint32_t T)
 {
     for (uint32_t t = 0; t < T; t++)
@@ -62,8 +71,10 @@ static void x_matvec(void *, const mn_gpu_weight *w, const float *x, float *y, i
 
 static void x_rope_store(void *, const mn_gpu_attn *a, float *q, const float *k, const float *v, uint32_t T)
 {
-    for (uint32_t i = 0; i < T * a->n_heads; i++)
-        mn_g_rope_store(a, q, k, v, i / a->n_heads, i % a->n_heads);
+    for (uint32_t t = 0; t < T; t++)
+        for (uint32_t h = 0; h < a->n_heads; h++)
+            for (uint32_t j = 0; j < a->head_dim / 2; j++)
+                mn_g_rope_store(a, q, k, v, t, h, j);
 }
 
 static void x_attention(void *, const mn_gpu_attn *a, const float *q, float *out, uint32_t T)
@@ -73,14 +84,24 @@ static void x_attention(void *, const mn_gpu_attn *a, const float *q, float *out
     for (uint32_t i = 0; i < T * a->n_heads; i++) { /* a warp per (token, head), its lanes in turn */
         uint32_t t = i / a->n_heads, h = i % a->n_heads;
         const float *qh = mn_g_query(a, q, t, h);
-        float acc[MN_G_WARP][MN_G_LANE_DIMS] = {{0}}, m = -INFINITY, sum = 0.0f, w, part[MN_G_WARP];
-        for (uint32_t p = 0; p <= a->tok[t].pos; p++) {
-            size_t at = mn_g_head_at(a, t, h, p);
+        float acc[MN_G_WARP][MN_G_LANE_DIMS] = {{0}}, m = -INFINITY, sum = 0.0f;
+        for (uint32_t c = 0; c <= a->tok[t].pos; c += MN_G_WARP) {
+            float s[MN_G_WARP], w[MN_G_WARP], cmax = -INFINITY;
+            for (uint32_t lane = 0; lane < MN_G_WARP; lane++) {
+                s[lane] = mn_g_lane_score(a, qh, t, h, c, lane, scale);
+                cmax = fmaxf(cmax, s[lane]); /* a maximum has one value in any order */
+            }
+            float old = mn_g_chunk_rescale(cmax, &m);
             for (uint32_t lane = 0; lane < MN_G_WARP; lane++)
-                part[lane] = mn_g_lane_dot(qh, a->k + at, hd, lane);
-            float old = mn_g_softmax_step(mn_g_butterfly(part) * scale, &m, &sum, &w);
-            for (uint32_t lane = 0; lane < MN_G_WARP; lane++)
-                mn_g_lane_acc(acc[lane], a->v + at, hd, lane, old, w);
+                w[lane] = expf(s[lane] - m);
+            float part[MN_G_WARP];
+            memcpy(part, w, sizeof part);
+            sum = sum * old + mn_g_butterfly(part);
+            for (uint32_t lane = 0; lane < MN_G_WARP; lane++) {
+                mn_g_lane_scale(acc[lane], hd, lane, old);
+                for (uint32_t l = 0, n = mn_g_chunk_len(a, t, c); l < n; l++)
+                    mn_g_lane_acc(acc[lane], a->v + mn_g_head_at(a, t, h, c + l), hd, lane, w[l]);
+            }
         }
         for (uint32_t lane = 0; lane < MN_G_WARP; lane++)
             mn_g_lane_out(out + (size_t)t * a->n_heads * hd + (size_t)h * hd, acc[lane], hd, lane, sum);

@@ -40,7 +40,7 @@ typedef struct mn_batch {
 } mn_batch;
 
 typedef enum mn_backend_kind {
-    MN_BACKEND_AUTO = 0,     /* CUDA once it has run on a device (gpu/cuda_backend.h); today the CPU */
+    MN_BACKEND_AUTO = 0,     /* CUDA where it is compiled in and a device runs it, else the CPU */
     MN_BACKEND_CPU,          /* the CPU backend (src/cpu) */
     MN_BACKEND_CUDA,         /* the CUDA backend (src/gpu); fails when it cannot run */
 } mn_backend_kind;
