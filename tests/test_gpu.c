@@ -152,15 +152,6 @@ static void check_model(const char *path, mn_backend *(*other)(const mn_model *)
     uint32_t n4[N_SEQ] = {2, 3, 6};
     bool all4[N_SEQ] = {true, true, true};
     both(&cpu, &tw, t4, n4, all4, V, "after rollback");
-    /* a long stretch: sequence 1 reaches 64 positions (attention takes 32 at a time), then one
-     * token opens a third chunk */
-    const int32_t *t5[N_SEQ] = {buf[0] + 12, buf[1] + 14, buf[2]};
-    uint32_t n5[N_SEQ] = {1, 50, 0};
-    bool all5[N_SEQ] = {false, true, false};
-    both(&cpu, &tw, t5, n5, all5, V, "long stretch");
-    const int32_t *t6[N_SEQ] = {buf[0] + 13, buf[1], buf[2]};
-    uint32_t n6[N_SEQ] = {1, 1, 0};
-    both(&cpu, &tw, t6, n6, all5, V, "past 64 positions");
 
     for (uint32_t s = 0; s < N_SEQ; s++) {
         mn_kv_seq_release(cpu.be->kv, &cpu.kv[s]);
@@ -196,6 +187,52 @@ Test(gpu_twin, matches_cpu_smollm2_q4_1)
         cr_skip_test("SmolLM2 not fetched (tools/fetch-smollm2.sh)");
     check_model(path, twin_backend);
 }
+
+/* A long context: sequence 1 grows to 300 positions in passes of 60 tokens while sequence 0
+ * decodes a token a pass, so attention's chunks of 32 positions spread over every warp of a block
+ * and warp 0 takes a second chunk (past 256 positions); the last rows are compared. */
+static void check_long(const char *path, mn_backend *(*other)(const mn_model *))
+{
+    enum { LONG = 300, STEP = 60 };
+    mn_model *m = NULL;
+    mn_err err = {{0}};
+    cr_assert_eq(mn_model_load(path, &m, &err), MN_OK, "loading %s: %s", path, err.msg);
+    uint32_t V = m->hp.n_vocab;
+    side cpu = {.be = cpu_backend(m, 2, MAX_T, BLOCKS)}, tw = {.be = other(m)};
+    if (!tw.be) {
+        mn_backend_free(cpu.be);
+        mn_model_free(m);
+        cr_skip_test("no CUDA device here");
+    }
+    cpu.logits = malloc((size_t)MAX_T * V * sizeof(float));
+    tw.logits = malloc((size_t)MAX_T * V * sizeof(float));
+    static int32_t buf[2][LONG + 1];
+    for (uint32_t s = 0; s < 2; s++)
+        for (uint32_t i = 0; i <= LONG; i++)
+            buf[s][i] = (int32_t)((7 + 97 * s + 13 * i + i * i) % V);
+    bool all[N_SEQ] = {false, false, false};
+    for (uint32_t at = 0, k = 0; at <= LONG; k++) {
+        uint32_t n1 = at == LONG ? 1 : STEP < LONG - at ? STEP : LONG - at;
+        const int32_t *t[N_SEQ] = {buf[0] + k, buf[1] + at, NULL};
+        uint32_t n[N_SEQ] = {1, n1, 0};
+        char what[64];
+        snprintf(what, sizeof what, "long context, positions %u..%u", at, at + n1 - 1);
+        both(&cpu, &tw, t, n, all, V, what);
+        at += n1;
+    }
+    for (uint32_t s = 0; s < 2; s++) {
+        mn_kv_seq_release(cpu.be->kv, &cpu.kv[s]);
+        mn_kv_seq_release(tw.be->kv, &tw.kv[s]);
+    }
+    free(cpu.logits);
+    free(tw.logits);
+    mn_backend_free(cpu.be);
+    mn_backend_free(tw.be);
+    mn_model_free(m);
+}
+
+Test(gpu_twin, long_context_gqa_f32) { check_long(fixture("gqa_f32.gguf"), twin_backend); }
+Test(gpu_twin, long_context_q4_1) { check_long(fixture("q4_1.gguf"), twin_backend); }
 
 /* Batch invariance, exact: a sequence's logits are the same bits alone and in passes shared with
  * other sequences of other lengths (its prompt, then a verification-shaped pass, then a decode
@@ -251,6 +288,8 @@ Test(gpu_device, matches_cpu_gqa_tied_f32) { check_model(fixture("gqa_f32.gguf")
 Test(gpu_device, matches_cpu_f16) { check_model(fixture("f16.gguf"), device_backend); }
 Test(gpu_device, matches_cpu_q4_1) { check_model(fixture("q4_1.gguf"), device_backend); }
 Test(gpu_device, matches_cpu_bundled_target) { check_model(source_file("models/target.gguf"), device_backend); }
+Test(gpu_device, long_context_gqa_f32) { check_long(fixture("gqa_f32.gguf"), device_backend); }
+Test(gpu_device, long_context_q4_1) { check_long(fixture("q4_1.gguf"), device_backend); }
 Test(gpu_device, batch_invariant_q4_1) { check_invariance(fixture("q4_1.gguf"), device_backend); }
 Test(gpu_device, batch_invariant_f16) { check_invariance(fixture("f16.gguf"), device_backend); }
 Test(gpu_device, batch_invariant_bundled_target)

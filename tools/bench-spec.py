@@ -59,6 +59,7 @@ BIN = os.environ.get("MINIONS_BIN_DIR") or os.path.join(ROOT, "build")
 TARGET = os.path.join(ROOT, "models/target.gguf")
 DRAFTS = ["draft-kjv", "draft-web", "draft-devil", "ngram"]
 KV_BLOCKS = 0  # --kv-blocks for the server; 0: its default
+DRAFT_BACKEND = ""  # --draft-backend for the server; "": the target's
 SKIP = 0.25  # spec.skip_below of the "+skip" configurations
 NGRAM_SHORT = 2  # drafter.ngram.short_len: minionsd's default
 NGRAM_MIN_N = 2  # drafter.ngram.min_n: minionsd's default
@@ -77,6 +78,8 @@ class Server:
             args += ["--draft", d if d == "ngram" else os.path.join(ROOT, "models", d + ".gguf")]
         if KV_BLOCKS:
             args += ["--kv-blocks", str(KV_BLOCKS)]
+        if DRAFT_BACKEND:
+            args += ["--draft-backend", DRAFT_BACKEND]
         args += list(extra)
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
@@ -370,7 +373,7 @@ set key below horizontal
 
 
 def main():
-    global TARGET, DRAFTS, CONFIGS, KV_BLOCKS
+    global TARGET, DRAFTS, CONFIGS, KV_BLOCKS, DRAFT_BACKEND
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--tokens", type=int, default=64)
@@ -390,8 +393,10 @@ def main():
     ap.add_argument("--target", default=TARGET, help="the target model (default: the bundled one)")
     ap.add_argument("--drafts", default=",".join(DRAFTS), help="drafters: names of models/*.gguf, or ngram")
     ap.add_argument("--kv-blocks", type=int, default=0, help="the server's --kv-blocks (a long-context target)")
+    ap.add_argument("--draft-backend", default="", help="the server's --draft-backend (cpu, cuda): where the draft models run")
     args = ap.parse_args()
     TARGET, DRAFTS, KV_BLOCKS = os.path.abspath(args.target), args.drafts.split(","), args.kv_blocks
+    DRAFT_BACKEND = args.draft_backend
     CONFIGS = ["plain"] + DRAFTS + VOTES
     if args.switch:
         switch(args)

@@ -19,9 +19,12 @@
 # the CPU's, batch invariance); greedy text on the CPU and on the default backend compared;
 # minionsd on CUDA speculating against plain greedy on CUDA; compute-sanitizer over the device
 # tests; decode speed of the bundled target on the CPU and on CUDA with and without graphs;
-# SmolLM2-shaped F16 and Q4_1 models at 1/4/16/64 sequences; each step's share of a pass
-# (MINIONS_CUDA_PROFILE); the server suites, whose minionsd and minions-generate take CUDA there by
-# default; speculative against plain decoding on CUDA (tools/bench-spec.py).
+# SmolLM2-shaped F16 and Q4_1 models at 1/4/16/64 sequences; a verification pass of k tokens
+# against a decode step; each kernel's share of a pass (MINIONS_CUDA_PROFILE); the server suites,
+# whose minionsd and minions-generate take CUDA there by default; the draft models on CUDA or on the
+# CPU beside a CUDA target; speculative against plain decoding on CUDA (tools/bench-spec.py).
+# MINIONS_GPU_STEPS=name,name runs only those steps (kernels test_gpu greedy spec sanitizer bench
+# smollm2 verify profile suites drafts bench_spec).
 set -eu
 cd "$(dirname "$0")/.."
 out=gpu-bundle
@@ -61,8 +64,15 @@ res=$here/results
 mkdir -p "$res"
 t0=$(date +%s)
 budget=${MINIONS_GPU_BUDGET:-420}
+# step NAME TITLE: a step begins (false when MINIONS_GPU_STEPS, a comma-separated list of names,
+# leaves it out; NAME - always runs); the results so far are archived first
 step() {
   [ -n "${OUT:-}" ] && tar -czf "$OUT/results.tar.gz" -C "$here" results
+  case "$1,${MINIONS_GPU_STEPS:-}" in
+    -,*|*,) ;;
+    *) case ",$MINIONS_GPU_STEPS," in *",$1,"*) ;; *) return 1 ;; esac ;;
+  esac
+  shift
   echo "== [$(( $(date +%s) - t0 )) s] $*"
 }
 # lim N: the seconds a step may take: N, or what is left of the budget (0: skip it)
@@ -81,21 +91,25 @@ export MINIONS_TEST_DATA="$here/data" MINIONS_SRCDIR="$root" MINIONS_BIN_DIR="$h
 bin=$here/bin target=$root/models/target.gguf
 prompts="And God said|The devil is|In the beginning|A dictionary defines"
 
-step device; nvidia-smi -L 2>&1 | tee "$res/device.txt"
+step - device; nvidia-smi -L 2>&1 | tee "$res/device.txt"
 nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1
 sed -n 's/^PRETTY_NAME=//p' /etc/os-release; ldd --version 2>&1 | head -n 1; nproc
 ldd "$bin/test_gpu" | grep 'not found' # a library this bundle lacks there
 
-step "CPU kernel sets (src/cpu/kernels.h) on this host's CPU, against the generic C set"
+if step kernels "CPU kernel sets (src/cpu/kernels.h) on this host's CPU, against the generic C set"; then
 grep -o 'avx512[a-z_]*' /proc/cpuinfo | sort -u | tr '\n' ' ' | tee "$res/cpu.txt"; echo
 run 120 "$bin/test_kernels" --verbose 2>&1 | tee "$res/test_kernels.txt" | grep -E 'not run|Synthesis|FAIL|differs'
 run 120 "$bin/test_forward" --verbose --filter 'forward/kernel_sets*' 2>&1 | tee "$res/test_forward.txt" |
   grep -E 'not run|Synthesis|FAIL|differs'
 
-step "test_gpu (device tests: CUDA logits against the CPU's, batch invariance)"
+fi
+
+if step test_gpu "test_gpu (device tests: CUDA logits against the CPU's, batch invariance)"; then
 run 150 "$bin/test_gpu" --verbose 2>&1 | tee "$res/test_gpu.txt" | grep -E 'gpu_device|Synthesis|FAIL|differs|failed'
 
-step "greedy text, cpu against the default backend (48 tokens, 4 prompts)"
+fi
+
+if step greedy "greedy text, cpu against the default backend (48 tokens, 4 prompts)"; then
 echo "$prompts" | tr '|' '\n' | while read -r p; do
   a=$(run 30 "$bin/minions-generate" --model "$target" --prompt "$p" -n 48 --backend cpu 2>/dev/null)
   b=$(run 30 "$bin/minions-generate" --model "$target" --prompt "$p" -n 48 --log-level info 2>"$res/cuda.err")
@@ -104,7 +118,9 @@ echo "$prompts" | tr '|' '\n' | while read -r p; do
 done >"$res/greedy.txt" 2>&1
 cat "$res/greedy.txt"; echo "greedy: $(( 4 - $(grep -c '^differs:' "$res/greedy.txt") )) of 4 identical"
 
-step "speculative greedy on cuda (minionsd, ngram + draft-kjv) against plain greedy on cuda"
+fi
+
+if step spec "speculative greedy on cuda (minionsd, ngram + draft-kjv) against plain greedy on cuda"; then
 "$bin/minionsd" --model "$target" --backend cuda --draft ngram --draft "$root/models/draft-kjv.gguf" --port 0 \
   --admin none >"$res/minionsd.out" 2>"$res/minionsd.err" &
 pid=$!
@@ -126,27 +142,39 @@ else
   echo "minionsd did not start:"; cat "$res/minionsd.err"; kill "$pid" 2>/dev/null
 fi
 
-sanitizer=/usr/local/cuda/bin/compute-sanitizer
-if [ -x "$sanitizer" ]; then
-  step "compute-sanitizer over the device tests"
-  run 120 "$sanitizer" --error-exitcode 9 "$bin/test_gpu" --filter 'gpu_device/*' -j1 >"$res/sanitizer.txt" 2>&1
-  echo "compute-sanitizer exit $?"; tail -n 5 "$res/sanitizer.txt"
 fi
 
-step "decode speed of the bundled target: cpu, cuda with graphs, cuda with plain launches, same machine"
+if step sanitizer "compute-sanitizer over the device tests"; then
+  sanitizer=/usr/local/cuda/bin/compute-sanitizer
+  if [ -x "$sanitizer" ]; then
+    run 120 "$sanitizer" --error-exitcode 9 "$bin/test_gpu" --filter 'gpu_device/*' -j1 >"$res/sanitizer.txt" 2>&1
+    echo "compute-sanitizer exit $?"; tail -n 5 "$res/sanitizer.txt"
+  else echo "no compute-sanitizer here"; fi
+
+fi
+
+if step bench "decode speed of the bundled target: cpu, cuda with graphs, cuda with plain launches, same machine"; then
 for k in cpu cuda cuda-plain; do
   run 60 env MINIONS_CUDA_GRAPHS=$([ "$k" = cuda-plain ] && echo 0 || echo 1) "$bin/minions-bench-decode" \
     --model "$target" --backend "${k%-plain}" --batches 1,4,16,64 --prompt-tokens 64 --gen-tokens 32 2>&1 |
     tee "$res/bench-$k.txt" | grep -E 'prefill|decode'
 done
 
-step "SmolLM2-shaped models (576 wide, 30 layers, 9/3 heads, ff 1536, vocab 49152, random weights)"
-if PYTHONPATH="$here/py" python3 -c 'import numpy, regex' 2>"$res/py.err"; then
+fi
+
+# smol TYPE: a SmolLM2-shaped model in TYPE (576 wide, 30 layers, 9/3 heads, ff 1536, vocab 49152,
+# random weights) written by tools/ggufw.py once; its path, or nothing when python3 lacks numpy
+smol() {
+  m=$here/smol-$1.gguf
+  [ -f "$m" ] || run 60 env PYTHONPATH="$here/py" python3 "$root/tools/ggufw.py" --out "$m" --dim 576 --layers 30 \
+    --heads 9 --kv-heads 3 --ff 1536 --vocab 49152 --type "$1" --pre smollm --ctx 2048 --seed 5 >"$res/ggufw.txt" 2>&1 ||
+    { rm -f "$m"; echo "ggufw.py failed on $1 (numpy and regex for python3?):" >&2; tail -n 3 "$res/ggufw.txt" >&2; }
+  [ -f "$m" ] && echo "$m"
+}
+
+if step smollm2 "SmolLM2-shaped models (576 wide, 30 layers, 9/3 heads, ff 1536, vocab 49152, random weights)"; then
   for t in q4_1 f16; do
-    m=$here/smol-$t.gguf
-    run 60 env PYTHONPATH="$here/py" python3 "$root/tools/ggufw.py" --out "$m" --dim 576 --layers 30 --heads 9 \
-      --kv-heads 3 --ff 1536 --vocab 49152 --type "$t" --pre smollm --ctx 2048 --seed 5 >/dev/null 2>&1 ||
-      { echo "ggufw.py failed on $t"; continue; }
+    m=$(smol "$t") || continue
     for k in cuda cpu; do
       b=1,4,16,64; [ "$k" = cpu ] && b=1,16
       echo "-- $t, $k"
@@ -154,11 +182,18 @@ if PYTHONPATH="$here/py" python3 -c 'import numpy, regex' 2>"$res/py.err"; then
         --gen-tokens 32 2>&1 | tee "$res/bench-smol-$t-$k.txt" | grep -E 'prefill|decode'
     done
   done
-else
-  echo "no numpy or regex for python3 here:"; cat "$res/py.err"
 fi
 
-step "where a pass's time goes (MINIONS_CUDA_PROFILE=1: every step timed with events, graphs off; the prefill included)"
+if step verify "a verification pass of k = 1..8 tokens against a decode step on cuda (bench-decode --verify-curve)"; then
+  for m in "$target" "$(smol q4_1)"; do
+    [ -f "$m" ] || continue
+    echo "-- $(basename "$m")"
+    run 60 "$bin/minions-bench-decode" --model "$m" --backend cuda --verify-curve --batches 1,16 --rounds 3 2>&1 |
+      tee "$res/verify-$(basename "$m" .gguf).txt" | grep -E '^plain|^verify'
+  done
+fi
+
+if step profile "where a pass's time goes (MINIONS_CUDA_PROFILE=1: every step timed with events, graphs off; the prefill included)"; then
 for m in "$target" "$here/smol-q4_1.gguf" "$here/smol-f16.gguf"; do
   [ -f "$m" ] || continue
   for b in 1 16; do
@@ -168,17 +203,31 @@ for m in "$target" "$here/smol-q4_1.gguf" "$here/smol-f16.gguf"; do
   done
 done
 
-step "server suites; minionsd and minions-generate take CUDA here by default"
+fi
+
+if step suites "server suites; minionsd and minions-generate take CUDA here by default"; then
 for t in test_server test_speculate test_spec test_http test_openai test_sockpath; do
   run 150 "$bin/$t" -j8 >"$res/$t.txt" 2>&1
   echo "$t exit $?: $(grep Synthesis "$res/$t.txt")"; grep -E 'FAIL|CRASH' "$res/$t.txt" | head -n 5
 done
 
-step "speculative against plain decoding on cuda (tools/bench-spec.py)"
+fi
+
+if step drafts "the draft models on cuda or on the cpu beside a cuda target (tools/bench-spec.py)"; then
+  for d in cuda cpu; do
+    echo "-- drafts on $d"
+    run 120 python3 "$root/tools/bench-spec.py" --rounds 2 --tokens 64 --sets kjv --configs plain,draft-kjv,vote-global \
+      --clients 1,16 --spec-length 4 --draft-backend "$d" >"$res/drafts-$d.txt" 2>&1
+    grep -E '^###|^\| (plain|draft|vote)' "$res/drafts-$d.txt"
+  done
+fi
+
+if step bench_spec "speculative against plain decoding on cuda (tools/bench-spec.py)"; then
 run 150 python3 "$root/tools/bench-spec.py" --rounds 3 --tokens 64 --sets kjv,web --configs plain,ngram \
   --clients 1,16 --spec-length 6 >"$res/bench-spec.txt" 2>&1
-echo "bench-spec exit $?"; tail -n 25 "$res/bench-spec.txt"
-step done
+echo "bench-spec exit $?"; grep -E '^###|^\| (plain|ngram)' "$res/bench-spec.txt"
+fi
+step - done
 EOF
 chmod +x "$out/run.sh"
 du -sh "$out"

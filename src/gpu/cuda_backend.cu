@@ -86,10 +86,10 @@ enum { MAX_ALLOCS = 1024 }; /* device allocations of one backend: 9 per layer an
  * pointer the graphs hold, so it empties the cache. */
 enum { MAX_GRAPHS = 64 };
 
-/* The steps MINIONS_CUDA_PROFILE times apart (the logits' projection apart from the others). */
-enum { S_EMBED, S_RMSNORM, S_MATVEC, S_LOGITS, S_ROPE, S_ATTENTION, S_SWIGLU, N_STEPS };
-static const char *const step_name[N_STEPS] = {"embed", "rmsnorm", "projections", "logits", "rope+store",
-                                               "attention", "swiglu"};
+/* The steps MINIONS_CUDA_PROFILE times apart. */
+enum { S_EMBED, S_RMSNORM, S_QKV, S_ROPE, S_ATTENTION, S_WO, S_GATE_UP, S_DOWN, S_LOGITS, N_STEPS };
+static const char *const step_name[N_STEPS] = {"embed", "rmsnorm", "qkv",          "rope+store", "attention",
+                                               "wo",    "gate/up+silu", "down", "logits"};
 
 typedef struct cuda_state {
     cudaStream_t stream;
@@ -198,13 +198,16 @@ static void k_rmsnorm(void *ctx, const float *x, const uint32_t *rows, const flo
            (mn_k_rmsnorm<<<blocks_for((size_t)T * MN_G_WARP), THREADS, 0, st->stream>>>(x, rows, w, out, n, eps, T)));
 }
 
-static void k_matvec(void *ctx, const mn_gpu_weight *w, const float *x, float *y, int accumulate, uint32_t T)
+static void k_proj(void *ctx, const float *x, const mn_gpu_outs *outs, uint32_t T)
 {
     cuda_state *st = (cuda_state *)ctx;
-    dim3 grid(blocks_for((size_t)w->rows * MN_G_WARP), (T + MN_G_TB - 1) / MN_G_TB); /* a warp per output */
-    LAUNCH(st, w->data == st->model.output.data ? S_LOGITS : S_MATVEC,
-           (mn_k_matvec<<<grid, THREADS, 0, st->stream>>>(w->type, w->data, w->row_bytes, w->cols, w->rows, x, y,
-                                                          accumulate, T)));
+    int step = outs->w[0].data == st->model.output.data ? S_LOGITS
+               : outs->mode == MN_G_OUT_SWIGLU          ? S_GATE_UP
+               : outs->n == 3                           ? S_QKV
+               : outs->w[0].rows == st->model.hp.dim && outs->w[0].cols == st->model.hp.n_ff ? S_DOWN
+                                                        : S_WO;
+    dim3 grid(blocks_for((size_t)mn_g_out_rows(outs) * MN_G_WARP), (T + MN_G_TB - 1) / MN_G_TB); /* a warp a row */
+    LAUNCH(st, step, (mn_k_proj<<<grid, THREADS, 0, st->stream>>>(x, *outs, T)));
 }
 
 static void k_rope_store(void *ctx, const mn_gpu_attn *a, float *q, const float *k, const float *v, uint32_t T)
@@ -219,16 +222,10 @@ static void k_attention(void *ctx, const mn_gpu_attn *a, const float *q, float *
 {
     cuda_state *st = (cuda_state *)ctx;
     LAUNCH(st, S_ATTENTION,
-           (mn_k_attention<<<blocks_for((size_t)T * a->n_heads * MN_G_WARP), THREADS, 0, st->stream>>>(*a, q, out, T)));
+           (mn_k_attention<<<T * a->n_heads, MN_G_ATT_WARPS * MN_G_WARP, 0, st->stream>>>(*a, q, out, T)));
 }
 
-static void k_swiglu(void *ctx, float *gate, const float *up, size_t n)
-{
-    cuda_state *st = (cuda_state *)ctx;
-    LAUNCH(st, S_SWIGLU, (mn_k_swiglu<<<blocks_for(n), THREADS, 0, st->stream>>>(gate, up, n)));
-}
-
-static const mn_gpu_exec device_exec = {k_embed, k_rmsnorm, k_matvec, k_rope_store, k_attention, k_swiglu};
+static const mn_gpu_exec device_exec = {k_embed, k_rmsnorm, k_proj, k_rope_store, k_attention};
 
 /* ---- the backend ------------------------------------------------------------------------------ */
 
@@ -390,9 +387,9 @@ static mn_status setup(mn_backend *be, cuda_state *st, mn_err *err)
     struct {
         float **p;
         size_t width;
-    } bufs[] = {{&st->bufs.x, hp->dim},  {&st->bufs.xb, hp->dim}, {&st->bufs.q, qdim},      {&st->bufs.k, kvdim},
-                {&st->bufs.v, kvdim},    {&st->bufs.att, qdim},   {&st->bufs.gate, hp->n_ff}, {&st->bufs.up, hp->n_ff},
-                {&st->d_logits, hp->n_vocab}};
+    } bufs[] = {{&st->bufs.x, hp->dim},   {&st->bufs.xb, hp->dim},  {&st->bufs.q, qdim},
+                {&st->bufs.k, kvdim},     {&st->bufs.v, kvdim},     {&st->bufs.att, qdim},
+                {&st->bufs.ffn, hp->n_ff}, {&st->d_logits, hp->n_vocab}};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         void *d = NULL;
         if ((s = dalloc(st, (size_t)T * bufs[i].width * sizeof(float), &d, err)))

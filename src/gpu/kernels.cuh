@@ -13,14 +13,15 @@
  * sequence s's position p lives in block tables[table_off[s] + p / block_size], slot
  * p % block_size (mem/kv.h's layout, with the block tables of the batch flattened into one array).
  *
- * Parallel enough for the latency of a decode step, and batch-invariant: a thread per element
- * (embedding, RoPE pair, SwiGLU), a warp per token (RMSNorm), per output and group of up to
- * MN_G_TB tokens (projections: the weight is read once for the group, each token's sum keeps the
- * order it has alone) and per (token, head) (attention, 32 positions at a time, a lane each).
- * Every sum has one fixed order that depends on nothing but its own row, so a token's logits are
- * the same bits whatever else shares its pass. The twin replays warps lane by lane. cuBLAS GEMMs
- * for F16/F32 may replace the projections where measured faster and still batch-invariant; they
- * stay for the weight types cuBLAS has no GEMM for (Q8_0, Q4_0, Q4_1).
+ * Parallel enough for the latency of a decode step, few launches, and batch-invariant: a thread
+ * per element (embedding) or RoPE pair, a warp per token (RMSNorm), a warp per output row and
+ * group of up to MN_G_TB tokens (projections: Q, K and V share one launch, and gate and up one
+ * that stores SwiGLU's product), a block per (token, head) (attention, its warps taking 32
+ * positions at a time, a lane each). Eight launches a layer. Every sum has one fixed order that
+ * depends on nothing but its own row, so a token's logits are the same bits whatever else shares
+ * its pass. The twin replays warps lane by lane. cuBLAS GEMMs for F16/F32 may replace the
+ * projections where measured faster and still batch-invariant; they stay for the weight types
+ * cuBLAS has no GEMM for (Q8_0, Q4_0, Q4_1).
  */
 #ifndef MN_GPU_KERNELS_CUH
 #define MN_GPU_KERNELS_CUH
@@ -105,10 +106,94 @@ MN_HD void mn_g_embed(uint32_t type, const uint8_t *table, size_t row_bytes, con
     x[(size_t)t * dim + i] = mn_g_weight(type, table + (size_t)tokens[t] * row_bytes, i);
 }
 
-/* Sums over a warp: lane l takes elements l, l + 32, l + 64, ... in order, then the 32 partial
- * sums meet in a fixed butterfly (lane l adds lane l ^ 16, then l ^ 8, ..., l ^ 1), as
- * __shfl_xor_sync does it on the device and mn_g_butterfly does it on the host. */
+/* ---- projections ------------------------------------------------------------------------------ *
+ * y[t][o] = sum_k W[o][k] x[t][k], a warp per output row (neighbouring lanes read neighbouring
+ * weights) and per group of up to MN_G_TB tokens, each token with its own sums: lane l adds
+ * columns l, l + 32, l + 64, ... in order, then the 32 partial sums meet in a fixed butterfly
+ * (lane l adds lane l ^ 16, then l ^ 8, ..., l ^ 1), as __shfl_xor_sync does it on the device and
+ * mn_g_butterfly on the host. An output's sum depends on nothing but its row and its token's
+ * input, not on the group or the batch: batch-invariant.
+ * One launch projects one input through one to MN_G_MAX_OUTS weights of its width, and stores as
+ * its mode says:
+ *   MN_G_OUT_STORE       each weight's rows one after another into its own y: Q, K and V;
+ *   MN_G_OUT_ACCUMULATE  y += (the residual add after the attention's and the FFN's output);
+ *   MN_G_OUT_SWIGLU      two weights, gate and up: the warp of row o sums both rows o and stores
+ *                        silu(gate) * up into y[0], so SwiGLU is no launch or buffer of its own. */
 #define MN_G_WARP 32
+#define MN_G_TB 8
+#define MN_G_MAX_OUTS 3
+
+/* A weight as the kernels take it: the stored type, the shape, the rows. */
+typedef struct mn_gpu_weight {
+    uint32_t type, rows, cols;
+    size_t row_bytes;
+    const uint8_t *data;
+} mn_gpu_weight;
+
+enum { MN_G_OUT_STORE, MN_G_OUT_ACCUMULATE, MN_G_OUT_SWIGLU };
+
+typedef struct mn_gpu_outs {
+    uint32_t mode;           /* MN_G_OUT_* */
+    uint32_t n;              /* 1..MN_G_MAX_OUTS weights (2 for MN_G_OUT_SWIGLU), all of the input's width */
+    mn_gpu_weight w[MN_G_MAX_OUTS];
+    float *y[MN_G_MAX_OUTS]; /* [tokens][w[i].rows] */
+} mn_gpu_outs;
+
+/* How many warps (output rows) a launch has. */
+MN_HD uint32_t mn_g_out_rows(const mn_gpu_outs *outs)
+{
+    if (outs->mode == MN_G_OUT_SWIGLU)
+        return outs->w[0].rows;
+    uint32_t rows = 0;
+    for (uint32_t i = 0; i < outs->n; i++)
+        rows += outs->w[i].rows;
+    return rows;
+}
+
+/* Which weight of outs global row g belongs to, and its row there (false past the last). */
+MN_HD bool mn_g_out_of(const mn_gpu_outs *outs, uint32_t g, uint32_t *i, uint32_t *o)
+{
+    for (*i = 0; *i < outs->n; (*i)++) {
+        if (g < outs->w[*i].rows) {
+            *o = g;
+            return true;
+        }
+        g -= outs->w[*i].rows;
+    }
+    return false;
+}
+
+/* The host's view of a lane's sum over a row for one token. */
+MN_HD float mn_g_matvec_lane(uint32_t type, const uint8_t *row, const float *x, uint32_t cols, uint32_t lane)
+{
+    float s = 0.0f;
+    for (uint32_t k = lane; k < cols; k += MN_G_WARP)
+        s += mn_g_weight(type, row, k) * x[k];
+    return s;
+}
+
+/* The butterfly of the 32 lanes' partial sums, on the host (p is overwritten; every lane ends with
+ * the total, as on the device). */
+MN_HD float mn_g_butterfly(float *p)
+{
+    for (uint32_t off = MN_G_WARP / 2; off > 0; off /= 2) {
+        float q[MN_G_WARP];
+        for (uint32_t l = 0; l < MN_G_WARP; l++)
+            q[l] = p[l] + p[l ^ off];
+        for (uint32_t l = 0; l < MN_G_WARP; l++)
+            p[l] = q[l];
+    }
+    return p[0];
+}
+
+MN_HD float mn_g_silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
+/* Store an output: y[t][o] = s, or y[t][o] += s. */
+MN_HD void mn_g_store(float *y, uint32_t rows, int accumulate, uint32_t t, uint32_t o, float s)
+{
+    float *dst = y + (size_t)t * rows + o;
+    *dst = accumulate ? *dst + s : s;
+}
 
 /* RMSNorm, a warp per token: out[t] = x[src(t)] / rms(x[src(t)]) * w, where src(t) = rows ? rows[t]
  * : t (the logits take only the rows that return logits). mn_g_rms_lane is a lane's part of the sum
@@ -132,41 +217,6 @@ MN_HD void mn_g_rms_write(const float *r, const float *w, float *out_row, uint32
     float scale = 1.0f / sqrtf(ss / (float)n + eps);
     for (uint32_t i = lane; i < n; i += MN_G_WARP)
         out_row[i] = r[i] * scale * w[i];
-}
-
-/* y[t][o] = sum_k W[o][k] x[t][k] (+ y[t][o] when accumulate: the residual add), a warp per output
- * (neighbouring lanes read neighbouring weights) and per group of up to MN_G_TB tokens, each with
- * its own sums in the warp's order above. An output's sum depends on nothing but its row and its
- * input, not on the group it was computed in: batch-invariant. */
-#define MN_G_TB 8
-
-MN_HD float mn_g_matvec_lane(uint32_t type, const uint8_t *row, const float *xr, uint32_t cols, uint32_t lane)
-{
-    float s = 0.0f;
-    for (uint32_t k = lane; k < cols; k += MN_G_WARP)
-        s += mn_g_weight(type, row, k) * xr[k];
-    return s;
-}
-
-/* The butterfly of the 32 lanes' partial sums, on the host (p is overwritten; every lane ends with
- * the total, as on the device). */
-MN_HD float mn_g_butterfly(float *p)
-{
-    for (uint32_t off = MN_G_WARP / 2; off > 0; off /= 2) {
-        float q[MN_G_WARP];
-        for (uint32_t l = 0; l < MN_G_WARP; l++)
-            q[l] = p[l] + p[l ^ off];
-        for (uint32_t l = 0; l < MN_G_WARP; l++)
-            p[l] = q[l];
-    }
-    return p[0];
-}
-
-/* Store an output: y[t][o] = s, or y[t][o] += s. */
-MN_HD void mn_g_store(float *y, uint32_t rows, int accumulate, uint32_t t, uint32_t o, float s)
-{
-    float *dst = y + (size_t)t * rows + o;
-    *dst = accumulate ? *dst + s : s;
 }
 
 /* Rotate pair j of a head in place for position pos (adjacent pairs, as the CPU backend: the
@@ -209,14 +259,18 @@ MN_HD void mn_g_rope_store(const mn_gpu_attn *a, float *q, const float *k, const
 }
 
 /* out[t][head h] = softmax(q . K / sqrt(hd)) V over the token's positions 0..pos (causal), read
- * through its sequence's block table; query head h reads KV head h / (n_heads / n_kv_heads). A warp
- * per (token, head) takes the positions 32 at a time, lane l position c + l: the lane's score is
- * its own dot product (in dimension order); the chunk's maximum and its sum of weights meet across
- * the warp (the sum in the butterfly); an online softmax (a running maximum, no score buffer)
- * rescales the output so far. Then lane l adds, for its head dimensions l, l + 32, ...
- * (MN_G_LANE_DIMS of them at most), the chunk's weighted values in position order. */
+ * through its sequence's block table; query head h reads KV head h / (n_heads / n_kv_heads).
+ * The positions go in chunks of 32, chunk c to warp c % MN_G_ATT_WARPS of the (token, head)'s
+ * block. In a chunk lane l takes position c * 32 + l: its score is its own dot product (in
+ * dimension order); the chunk's maximum and its sum of weights meet across the warp (the sum in the
+ * butterfly); an online softmax (a running maximum, no score buffer) rescales the warp's output so
+ * far; then lane l adds, for its head dimensions l, l + 32, ... (MN_G_LANE_DIMS of them at most),
+ * the chunk's weighted values in position order. Last, warp 0 merges the others' (maximum, sum,
+ * output) into its own in warp order. Which warp takes which positions depends on the position
+ * alone, so the result is the same bits in any batch. */
 #define MN_G_MAX_HEAD_DIM 256
 #define MN_G_LANE_DIMS (MN_G_MAX_HEAD_DIM / MN_G_WARP)
+#define MN_G_ATT_WARPS 8
 
 /* The head's rows: the query's, and for position p the K (or V) row of its KV head. */
 MN_HD const float *mn_g_query(const mn_gpu_attn *a, const float *q, uint32_t t, uint32_t h)
@@ -236,13 +290,10 @@ MN_HD uint32_t mn_g_chunk_len(const mn_gpu_attn *a, uint32_t t, uint32_t c)
     return left < MN_G_WARP ? left : MN_G_WARP;
 }
 
-/* Lane's score in the chunk starting at c: scale * (q . K[c + lane]), or -inf past the chunk. */
-MN_HD float mn_g_lane_score(const mn_gpu_attn *a, const float *qh, uint32_t t, uint32_t h, uint32_t c,
-                            uint32_t lane, float scale)
+/* scale * (q . K row at), in dimension order. */
+MN_HD float mn_g_score_at(const mn_gpu_attn *a, const float *qh, size_t at, float scale)
 {
-    if (lane >= mn_g_chunk_len(a, t, c))
-        return -INFINITY;
-    const float *kr = a->k + mn_g_head_at(a, t, h, c + lane);
+    const float *kr = a->k + at;
     float s = 0.0f;
 #ifdef __CUDA_ARCH__
 #pragma unroll 8
@@ -250,6 +301,15 @@ MN_HD float mn_g_lane_score(const mn_gpu_attn *a, const float *qh, uint32_t t, u
     for (uint32_t i = 0; i < a->head_dim; i++)
         s += qh[i] * kr[i];
     return s * scale;
+}
+
+/* Lane's score in the chunk starting at c: scale * (q . K[c + lane]), or -inf past the chunk. */
+MN_HD float mn_g_lane_score(const mn_gpu_attn *a, const float *qh, uint32_t t, uint32_t h, uint32_t c,
+                            uint32_t lane, float scale)
+{
+    if (lane >= mn_g_chunk_len(a, t, c))
+        return -INFINITY;
+    return mn_g_score_at(a, qh, mn_g_head_at(a, t, h, c + lane), scale);
 }
 
 /* The online softmax's step for a chunk whose largest score is chunk_max: *m becomes the running
@@ -281,11 +341,18 @@ MN_HD void mn_g_lane_out(float *o, const float *acc, uint32_t hd, uint32_t lane,
         o[i] = acc[j] / sum;
 }
 
-/* gate[i] = silu(gate[i]) * up[i], element i of the flattened [T][n_ff] rows. */
-MN_HD void mn_g_swiglu(float *gate, const float *up, size_t i)
+/* Merge another warp's (m2, sum2, its whole output row acc2) into a lane's (*m, *sum, acc); a warp
+ * that had no positions (m2 = -inf) changes nothing. */
+MN_HD void mn_g_lane_merge(float *m, float *sum, float *acc, float m2, float sum2, const float *acc2, uint32_t hd,
+                           uint32_t lane)
 {
-    float g = gate[i];
-    gate[i] = g / (1.0f + expf(-g)) * up[i];
+    if (m2 == -INFINITY)
+        return;
+    float mx = m2 > *m ? m2 : *m, f1 = expf(*m - mx), f2 = expf(m2 - mx);
+    *sum = *sum * f1 + sum2 * f2;
+    for (uint32_t j = 0, i = lane; i < hd; j++, i += MN_G_WARP)
+        acc[j] = acc[j] * f1 + acc2[i] * f2;
+    *m = mx;
 }
 
 /* ---- device wrappers: one thread per grid index ----------------------------------------------- *
@@ -322,66 +389,104 @@ __global__ void mn_k_rmsnorm(const float *x, const uint32_t *rows, const float *
     mn_g_rms_write(r, w, out + (size_t)t * n, n, eps, mn_g_warp_sum(mn_g_rms_lane(r, n, lane)), lane);
 }
 
-/* One warp's sums for one output row over nt tokens, the weight type fixed at compile time (the
- * element decoder then has no branch) and MN_G_UNROLL of a lane's weights loaded before they are
- * used, so that a lane has that many loads in flight: a decode step's projections are a few
- * hundred rows each, too few warps to hide memory latency otherwise. Each token's sum still adds
- * its lane's products in column order. */
+/* One warp's sums for NR weight rows of one type over nt tokens' inputs, the type fixed at compile
+ * time (no branch per element) and MN_G_UNROLL of a lane's weights loaded before they are used, so
+ * that a lane has that many loads in flight: a decode step's projections are a few hundred rows
+ * each, too few warps to hide memory latency otherwise. Each (row, token) sum still adds its lane's
+ * products in column order. */
 #define MN_G_UNROLL 8
 
-template <uint32_t TYPE>
-static __device__ inline void mn_g_matvec_warp(const uint8_t *row, const float *xt, uint32_t cols, uint32_t nt,
-                                               uint32_t lane, float *s)
+template <uint32_t TYPE, uint32_t NR>
+static __device__ inline void mn_g_proj_warp(const uint8_t *const *row, const float *xt, uint32_t cols, uint32_t nt,
+                                             uint32_t lane, float (*s)[MN_G_TB])
 {
     uint32_t k = lane;
     for (; k + (MN_G_UNROLL - 1) * MN_G_WARP < cols; k += MN_G_UNROLL * MN_G_WARP) {
-        float w[MN_G_UNROLL];
+        float w[NR][MN_G_UNROLL];
 #pragma unroll
-        for (uint32_t u = 0; u < MN_G_UNROLL; u++)
-            w[u] = mn_g_weight(TYPE, row, k + u * MN_G_WARP);
+        for (uint32_t r = 0; r < NR; r++)
+#pragma unroll
+            for (uint32_t u = 0; u < MN_G_UNROLL; u++)
+                w[r][u] = mn_g_weight(TYPE, row[r], k + u * MN_G_WARP);
 #pragma unroll
         for (uint32_t u = 0; u < MN_G_UNROLL; u++)
 #pragma unroll
             for (uint32_t j = 0; j < MN_G_TB; j++)
-                if (j < nt)
-                    s[j] += w[u] * xt[(size_t)j * cols + k + u * MN_G_WARP];
+                if (j < nt) {
+                    float xv = xt[(size_t)j * cols + k + u * MN_G_WARP];
+#pragma unroll
+                    for (uint32_t r = 0; r < NR; r++)
+                        s[r][j] += w[r][u] * xv;
+                }
     }
     for (; k < cols; k += MN_G_WARP) {
-        float wk = mn_g_weight(TYPE, row, k);
+        float w[NR];
+#pragma unroll
+        for (uint32_t r = 0; r < NR; r++)
+            w[r] = mn_g_weight(TYPE, row[r], k);
 #pragma unroll
         for (uint32_t j = 0; j < MN_G_TB; j++)
-            if (j < nt)
-                s[j] += wk * xt[(size_t)j * cols + k];
+            if (j < nt) {
+                float xv = xt[(size_t)j * cols + k];
+#pragma unroll
+                for (uint32_t r = 0; r < NR; r++)
+                    s[r][j] += w[r] * xv;
+            }
     }
 }
 
-/* grid: x over groups of outputs (a warp each, blockDim.x / 32 per block), y over groups of
- * MN_G_TB tokens */
-__global__ void mn_k_matvec(uint32_t type, const uint8_t *W, size_t row_bytes, uint32_t cols, uint32_t rows,
-                            const float *x, float *y, int accumulate, uint32_t T)
+template <uint32_t NR>
+static __device__ inline void mn_g_proj_rows(uint32_t type, const uint8_t *const *row, const float *xt, uint32_t cols,
+                                             uint32_t nt, uint32_t lane, float (*s)[MN_G_TB])
 {
-    uint32_t lane = threadIdx.x % MN_G_WARP, t0 = blockIdx.y * MN_G_TB;
-    uint32_t o = blockIdx.x * (blockDim.x / MN_G_WARP) + threadIdx.x / MN_G_WARP;
-    if (o >= rows || t0 >= T)
-        return; /* a whole warp leaves together: o is the same for its 32 lanes */
-    uint32_t nt = T - t0 < MN_G_TB ? T - t0 : MN_G_TB;
-    const uint8_t *row = W + (size_t)o * row_bytes;
-    const float *xt = x + (size_t)t0 * cols;
-    float s[MN_G_TB] = {0};
     switch (type) {
-    case MN_F32: mn_g_matvec_warp<MN_F32>(row, xt, cols, nt, lane, s); break;
-    case MN_F16: mn_g_matvec_warp<MN_F16>(row, xt, cols, nt, lane, s); break;
-    case MN_Q8_0: mn_g_matvec_warp<MN_Q8_0>(row, xt, cols, nt, lane, s); break;
-    case MN_Q4_0: mn_g_matvec_warp<MN_Q4_0>(row, xt, cols, nt, lane, s); break;
-    case MN_Q4_1: mn_g_matvec_warp<MN_Q4_1>(row, xt, cols, nt, lane, s); break;
+    case MN_F32: mn_g_proj_warp<MN_F32, NR>(row, xt, cols, nt, lane, s); break;
+    case MN_F16: mn_g_proj_warp<MN_F16, NR>(row, xt, cols, nt, lane, s); break;
+    case MN_Q8_0: mn_g_proj_warp<MN_Q8_0, NR>(row, xt, cols, nt, lane, s); break;
+    case MN_Q4_0: mn_g_proj_warp<MN_Q4_0, NR>(row, xt, cols, nt, lane, s); break;
+    case MN_Q4_1: mn_g_proj_warp<MN_Q4_1, NR>(row, xt, cols, nt, lane, s); break;
     default: break;
     }
+}
+
+/* grid: x over the launch's output rows (a warp each, blockDim.x / 32 per block), y over groups of
+ * MN_G_TB tokens */
+__global__ void mn_k_proj(const float *x, mn_gpu_outs outs, uint32_t T)
+{
+    uint32_t lane = threadIdx.x % MN_G_WARP, t0 = blockIdx.y * MN_G_TB;
+    uint32_t g = blockIdx.x * (blockDim.x / MN_G_WARP) + threadIdx.x / MN_G_WARP, i = 0, o = g;
+    if (t0 >= T || g >= mn_g_out_rows(&outs))
+        return; /* a whole warp leaves together: its row is the same for its 32 lanes */
+    uint32_t nt = T - t0 < MN_G_TB ? T - t0 : MN_G_TB, cols = outs.w[0].cols;
+    const float *xt = x + (size_t)t0 * cols;
+    float s[2][MN_G_TB] = {{0}};
+    if (outs.mode == MN_G_OUT_SWIGLU) {
+        const uint8_t *row[2] = {outs.w[0].data + (size_t)g * outs.w[0].row_bytes,
+                                 outs.w[1].data + (size_t)g * outs.w[1].row_bytes};
+        if (outs.w[0].type == outs.w[1].type) {
+            mn_g_proj_rows<2>(outs.w[0].type, row, xt, cols, nt, lane, s);
+        } else {
+            mn_g_proj_rows<1>(outs.w[0].type, row, xt, cols, nt, lane, s);
+            mn_g_proj_rows<1>(outs.w[1].type, row + 1, xt, cols, nt, lane, s + 1);
+        }
+#pragma unroll
+        for (uint32_t j = 0; j < MN_G_TB; j++)
+            if (j < nt) {
+                float gate = mn_g_warp_sum(s[0][j]), up = mn_g_warp_sum(s[1][j]);
+                if (lane == 0)
+                    mn_g_store(outs.y[0], outs.w[0].rows, 0, t0 + j, g, mn_g_silu_mul(gate, up));
+            }
+        return;
+    }
+    mn_g_out_of(&outs, g, &i, &o);
+    const uint8_t *row = outs.w[i].data + (size_t)o * outs.w[i].row_bytes;
+    mn_g_proj_rows<1>(outs.w[i].type, &row, xt, cols, nt, lane, s);
 #pragma unroll
     for (uint32_t j = 0; j < MN_G_TB; j++)
         if (j < nt) {
-            float sum = mn_g_warp_sum(s[j]);
+            float sum = mn_g_warp_sum(s[0][j]);
             if (lane == 0)
-                mn_g_store(y, rows, accumulate, t0 + j, o, sum);
+                mn_g_store(outs.y[i], outs.w[i].rows, outs.mode == MN_G_OUT_ACCUMULATE, t0 + j, o, sum);
         }
 }
 
@@ -393,33 +498,42 @@ __global__ void mn_k_rope_store(mn_gpu_attn a, float *q, const float *k, const f
         mn_g_rope_store(&a, q, k, v, i / (a.n_heads * pairs), i / pairs % a.n_heads, i % pairs);
 }
 
-/* a warp per (token, query head) */
+/* a block of MN_G_ATT_WARPS warps per (token, query head) */
 __global__ void mn_k_attention(mn_gpu_attn a, const float *q, float *out, uint32_t T)
 {
-    uint32_t lane = threadIdx.x % MN_G_WARP, pair = blockIdx.x * (blockDim.x / MN_G_WARP) + threadIdx.x / MN_G_WARP;
+    __shared__ float sm_m[MN_G_ATT_WARPS], sm_sum[MN_G_ATT_WARPS], sm_acc[MN_G_ATT_WARPS][MN_G_MAX_HEAD_DIM];
+    uint32_t lane = threadIdx.x % MN_G_WARP, wp = threadIdx.x / MN_G_WARP, pair = blockIdx.x;
     if (pair >= T * a.n_heads)
-        return; /* whole warps leave */
+        return; /* the whole block leaves */
     uint32_t t = pair / a.n_heads, h = pair % a.n_heads, hd = a.head_dim;
     const float *qh = mn_g_query(&a, q, t, h);
     float acc[MN_G_LANE_DIMS] = {0}, m = -INFINITY, sum = 0.0f, scale = 1.0f / sqrtf((float)hd);
-    for (uint32_t c = 0; c <= a.tok[t].pos; c += MN_G_WARP) {
-        float s = mn_g_lane_score(&a, qh, t, h, c, lane, scale), cmax = s;
+    for (uint32_t c = wp * MN_G_WARP; c <= a.tok[t].pos; c += MN_G_ATT_WARPS * MN_G_WARP) {
+        /* the lane's position's row in the cache (K's and V's alike), looked up once */
+        uint32_t n = mn_g_chunk_len(&a, t, c);
+        unsigned long long at = lane < n ? mn_g_head_at(&a, t, h, c + lane) : 0;
+        float s = lane < n ? mn_g_score_at(&a, qh, at, scale) : -INFINITY, cmax = s;
         for (uint32_t off = MN_G_WARP / 2; off > 0; off /= 2)
             cmax = fmaxf(cmax, __shfl_xor_sync(MN_G_FULL, cmax, off));
         float old = mn_g_chunk_rescale(cmax, &m), w = expf(s - m);
         sum = sum * old + mn_g_warp_sum(w);
         mn_g_lane_scale(acc, hd, lane, old);
-        for (uint32_t l = 0, n = mn_g_chunk_len(&a, t, c); l < n; l++)
-            mn_g_lane_acc(acc, a.v + mn_g_head_at(&a, t, h, c + l), hd, lane, __shfl_sync(MN_G_FULL, w, l));
+#pragma unroll 8
+        for (uint32_t l = 0; l < n; l++)
+            mn_g_lane_acc(acc, a.v + __shfl_sync(MN_G_FULL, at, l), hd, lane, __shfl_sync(MN_G_FULL, w, l));
     }
+    if (lane == 0) {
+        sm_m[wp] = m;
+        sm_sum[wp] = sum;
+    }
+    for (uint32_t j = 0, i = lane; i < hd; j++, i += MN_G_WARP)
+        sm_acc[wp][i] = acc[j];
+    __syncthreads();
+    if (wp != 0)
+        return;
+    for (uint32_t w2 = 1; w2 < MN_G_ATT_WARPS; w2++)
+        mn_g_lane_merge(&m, &sum, acc, sm_m[w2], sm_sum[w2], sm_acc[w2], hd, lane);
     mn_g_lane_out(out + (size_t)t * a.n_heads * hd + (size_t)h * hd, acc, hd, lane, sum);
-}
-
-__global__ void mn_k_swiglu(float *gate, const float *up, size_t n)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n)
-        mn_g_swiglu(gate, up, i);
 }
 #endif
 

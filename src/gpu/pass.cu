@@ -78,26 +78,28 @@ void mn_gpu_pass(const mn_gpu_exec *ex, void *ctx, const mn_gpu_model *m, const 
 {
     const mn_hparams *hp = &m->hp;
     uint32_t dim = hp->dim;
+    float eps = hp->rms_eps;
     ex->embed(ctx, &m->embd, tokens, b->x, dim, T);
     for (uint32_t l = 0; l < hp->n_layers; l++) {
         const mn_gpu_layer *L = &m->layers[l];
         a.k = L->k;
         a.v = L->v;
-        ex->rmsnorm(ctx, b->x, NULL, L->attn_norm, b->xb, dim, hp->rms_eps, T);
-        ex->matvec(ctx, &L->wq, b->xb, b->q, 0, T);
-        ex->matvec(ctx, &L->wk, b->xb, b->k, 0, T);
-        ex->matvec(ctx, &L->wv, b->xb, b->v, 0, T);
+        ex->rmsnorm(ctx, b->x, NULL, L->attn_norm, b->xb, dim, eps, T);
+        mn_gpu_outs qkv = {MN_G_OUT_STORE, 3, {L->wq, L->wk, L->wv}, {b->q, b->k, b->v}};
+        ex->proj(ctx, b->xb, &qkv, T);
         ex->rope_store(ctx, &a, b->q, b->k, b->v, T);
         ex->attention(ctx, &a, b->q, b->att, T);
-        ex->matvec(ctx, &L->wo, b->att, b->x, 1, T);
-        ex->rmsnorm(ctx, b->x, NULL, L->ffn_norm, b->xb, dim, hp->rms_eps, T);
-        ex->matvec(ctx, &L->w_gate, b->xb, b->gate, 0, T);
-        ex->matvec(ctx, &L->w_up, b->xb, b->up, 0, T);
-        ex->swiglu(ctx, b->gate, b->up, (size_t)T * hp->n_ff);
-        ex->matvec(ctx, &L->w_down, b->gate, b->x, 1, T);
+        mn_gpu_outs wo = {MN_G_OUT_ACCUMULATE, 1, {L->wo}, {b->x}};
+        ex->proj(ctx, b->att, &wo, T);
+        ex->rmsnorm(ctx, b->x, NULL, L->ffn_norm, b->xb, dim, eps, T);
+        mn_gpu_outs gate_up = {MN_G_OUT_SWIGLU, 2, {L->w_gate, L->w_up}, {b->ffn}};
+        ex->proj(ctx, b->xb, &gate_up, T);
+        mn_gpu_outs down = {MN_G_OUT_ACCUMULATE, 1, {L->w_down}, {b->x}};
+        ex->proj(ctx, b->ffn, &down, T);
     }
-    ex->rmsnorm(ctx, b->x, out_rows, m->output_norm, b->xb, dim, hp->rms_eps, n_out);
-    ex->matvec(ctx, &m->output, b->xb, logits, 0, n_out);
+    ex->rmsnorm(ctx, b->x, out_rows, m->output_norm, b->xb, dim, eps, n_out);
+    mn_gpu_outs head = {MN_G_OUT_STORE, 1, {m->output}, {logits}};
+    ex->proj(ctx, b->xb, &head, n_out);
 }
 
 mn_gpu_weight mn_gpu_weight_of(const mn_weight *w)

@@ -19,13 +19,6 @@ extern "C" {
 #include "runtime/backend.h"
 }
 
-/* A projection as the kernels take it: the stored type, the shape, the rows. */
-typedef struct mn_gpu_weight {
-    uint32_t type, rows, cols;
-    size_t row_bytes;
-    const uint8_t *data;
-} mn_gpu_weight;
-
 typedef struct mn_gpu_layer {
     const float *attn_norm, *ffn_norm;
     mn_gpu_weight wq, wk, wv, wo, w_gate, w_up, w_down;
@@ -41,18 +34,17 @@ typedef struct mn_gpu_model {
 
 /* Activations, [max_tokens][width] each. */
 typedef struct mn_gpu_bufs {
-    float *x, *xb, *q, *k, *v, *att, *gate, *up;
+    float *x, *xb, *q, *k, *v, *att, *ffn;
 } mn_gpu_bufs;
 
-/* One step each; ctx is the executor's own. */
+/* One step each; ctx is the executor's own. proj: T tokens' rows of x through outs (kernels.cuh). */
 typedef struct mn_gpu_exec {
     void (*embed)(void *ctx, const mn_gpu_weight *table, const int32_t *tokens, float *x, uint32_t dim, uint32_t T);
     void (*rmsnorm)(void *ctx, const float *x, const uint32_t *rows, const float *w, float *out, uint32_t n,
                     float eps, uint32_t T);
-    void (*matvec)(void *ctx, const mn_gpu_weight *w, const float *x, float *y, int accumulate, uint32_t T);
+    void (*proj)(void *ctx, const float *x, const mn_gpu_outs *outs, uint32_t T);
     void (*rope_store)(void *ctx, const mn_gpu_attn *a, float *q, const float *k, const float *v, uint32_t T);
     void (*attention)(void *ctx, const mn_gpu_attn *a, const float *q, float *out, uint32_t T);
-    void (*swiglu)(void *ctx, float *gate, const float *up, size_t n);
 } mn_gpu_exec;
 
 /* The batch's layout on the host: arrays of max_tokens entries (a pass has at most that many

@@ -23,7 +23,7 @@ static void twin_free(mn_backend *be)
     twin *tw = (twin *)be->impl;
     if (tw) {
         const mn_gpu_bufs *b = &tw->bufs;
-        float *bufs[] = {b->x, b->xb, b->q, b->k, b->v, b->att, b->gate, b->up};
+        float *bufs[] = {b->x, b->xb, b->q, b->k, b->v, b->att, b->ffn};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             mn_free(bufs[i]);
         mn_gpu_layout_free(&tw->h);
@@ -56,17 +56,31 @@ static void x_rmsnorm(void *, const float *x, const uint32_t *rows, const float 
     }
 }
 
-/* Token by token: the device's groups of MN_G_TB tokens give each token the sums it has alone. */
-static void x_matvec(void *, const mn_gpu_weight *w, const float *x, float *y, int accumulate, uint32_t T)
+/* One output row's sum for token t, its lanes in turn. */
+static float row_sum(const mn_gpu_weight *w, uint32_t o, const float *x, uint32_t t)
 {
-    for (uint32_t t = 0; t < T; t++)
-        for (uint32_t o = 0; o < w->rows; o++) {
-            float p[MN_G_WARP];
-            for (uint32_t lane = 0; lane < MN_G_WARP; lane++)
-                p[lane] = mn_g_matvec_lane(w->type, w->data + (size_t)o * w->row_bytes, x + (size_t)t * w->cols,
-                                           w->cols, lane);
-            mn_g_store(y, w->rows, accumulate, t, o, mn_g_butterfly(p));
+    float p[MN_G_WARP];
+    for (uint32_t lane = 0; lane < MN_G_WARP; lane++)
+        p[lane] = mn_g_matvec_lane(w->type, w->data + (size_t)o * w->row_bytes, x + (size_t)t * w->cols, w->cols,
+                                   lane);
+    return mn_g_butterfly(p);
+}
+
+/* Token by token: the device's groups of MN_G_TB tokens give each token the sums it has alone. */
+static void x_proj(void *, const float *x, const mn_gpu_outs *outs, uint32_t T)
+{
+    for (uint32_t t = 0; t < T; t++) {
+        if (outs->mode == MN_G_OUT_SWIGLU) {
+            for (uint32_t o = 0; o < outs->w[0].rows; o++)
+                mn_g_store(outs->y[0], outs->w[0].rows, 0, t, o,
+                           mn_g_silu_mul(row_sum(&outs->w[0], o, x, t), row_sum(&outs->w[1], o, x, t)));
+            continue;
         }
+        for (uint32_t i = 0; i < outs->n; i++)
+            for (uint32_t o = 0; o < outs->w[i].rows; o++)
+                mn_g_store(outs->y[i], outs->w[i].rows, outs->mode == MN_G_OUT_ACCUMULATE, t, o,
+                           row_sum(&outs->w[i], o, x, t));
+    }
 }
 
 static void x_rope_store(void *, const mn_gpu_attn *a, float *q, const float *k, const float *v, uint32_t T)
@@ -77,44 +91,55 @@ static void x_rope_store(void *, const mn_gpu_attn *a, float *q, const float *k,
                 mn_g_rope_store(a, q, k, v, t, h, j);
 }
 
+/* A block per (token, head): its warps in turn, each warp's lanes in turn, then warp 0's merge. */
 static void x_attention(void *, const mn_gpu_attn *a, const float *q, float *out, uint32_t T)
 {
+    enum { NW = MN_G_ATT_WARPS };
     uint32_t hd = a->head_dim;
     float scale = 1.0f / sqrtf((float)hd);
-    for (uint32_t i = 0; i < T * a->n_heads; i++) { /* a warp per (token, head), its lanes in turn */
+    for (uint32_t i = 0; i < T * a->n_heads; i++) {
         uint32_t t = i / a->n_heads, h = i % a->n_heads;
         const float *qh = mn_g_query(a, q, t, h);
-        float acc[MN_G_WARP][MN_G_LANE_DIMS] = {{0}}, m = -INFINITY, sum = 0.0f;
-        for (uint32_t c = 0; c <= a->tok[t].pos; c += MN_G_WARP) {
-            float s[MN_G_WARP], w[MN_G_WARP], cmax = -INFINITY;
-            for (uint32_t lane = 0; lane < MN_G_WARP; lane++) {
-                s[lane] = mn_g_lane_score(a, qh, t, h, c, lane, scale);
-                cmax = fmaxf(cmax, s[lane]); /* a maximum has one value in any order */
-            }
-            float old = mn_g_chunk_rescale(cmax, &m);
-            for (uint32_t lane = 0; lane < MN_G_WARP; lane++)
-                w[lane] = expf(s[lane] - m);
-            float part[MN_G_WARP];
-            memcpy(part, w, sizeof part);
-            sum = sum * old + mn_g_butterfly(part);
-            for (uint32_t lane = 0; lane < MN_G_WARP; lane++) {
-                mn_g_lane_scale(acc[lane], hd, lane, old);
-                for (uint32_t l = 0, n = mn_g_chunk_len(a, t, c); l < n; l++)
-                    mn_g_lane_acc(acc[lane], a->v + mn_g_head_at(a, t, h, c + l), hd, lane, w[l]);
+        float acc[NW][MN_G_WARP][MN_G_LANE_DIMS], m[NW], sum[NW];
+        for (uint32_t wp = 0; wp < NW; wp++) {
+            memset(acc[wp], 0, sizeof acc[wp]);
+            m[wp] = -INFINITY;
+            sum[wp] = 0.0f;
+            for (uint32_t c = wp * MN_G_WARP; c <= a->tok[t].pos; c += NW * MN_G_WARP) {
+                float s[MN_G_WARP], w[MN_G_WARP], cmax = -INFINITY;
+                for (uint32_t lane = 0; lane < MN_G_WARP; lane++) {
+                    s[lane] = mn_g_lane_score(a, qh, t, h, c, lane, scale);
+                    cmax = fmaxf(cmax, s[lane]); /* a maximum has one value in any order */
+                }
+                float old = mn_g_chunk_rescale(cmax, &m[wp]);
+                for (uint32_t lane = 0; lane < MN_G_WARP; lane++)
+                    w[lane] = expf(s[lane] - m[wp]);
+                float part[MN_G_WARP];
+                memcpy(part, w, sizeof part);
+                sum[wp] = sum[wp] * old + mn_g_butterfly(part);
+                for (uint32_t lane = 0; lane < MN_G_WARP; lane++) {
+                    mn_g_lane_scale(acc[wp][lane], hd, lane, old);
+                    for (uint32_t l = 0, n = mn_g_chunk_len(a, t, c); l < n; l++)
+                        mn_g_lane_acc(acc[wp][lane], a->v + mn_g_head_at(a, t, h, c + l), hd, lane, w[l]);
+                }
             }
         }
-        for (uint32_t lane = 0; lane < MN_G_WARP; lane++)
-            mn_g_lane_out(out + (size_t)t * a->n_heads * hd + (size_t)h * hd, acc[lane], hd, lane, sum);
+        float *o = out + (size_t)t * a->n_heads * hd + (size_t)h * hd;
+        for (uint32_t lane = 0; lane < MN_G_WARP; lane++) {
+            float lm = m[0], ls = sum[0];
+            for (uint32_t wp = 1; wp < NW; wp++) {
+                float row[MN_G_MAX_HEAD_DIM]; /* warp wp's output row, as the device shares it */
+                for (uint32_t l2 = 0; l2 < MN_G_WARP; l2++)
+                    for (uint32_t j = 0, d = l2; d < hd; j++, d += MN_G_WARP)
+                        row[d] = acc[wp][l2][j];
+                mn_g_lane_merge(&lm, &ls, acc[0][lane], m[wp], sum[wp], row, hd, lane);
+            }
+            mn_g_lane_out(o, acc[0][lane], hd, lane, ls);
+        }
     }
 }
 
-static void x_swiglu(void *, float *gate, const float *up, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        mn_g_swiglu(gate, up, i);
-}
-
-static const mn_gpu_exec host_exec = {x_embed, x_rmsnorm, x_matvec, x_rope_store, x_attention, x_swiglu};
+static const mn_gpu_exec host_exec = {x_embed, x_rmsnorm, x_proj, x_rope_store, x_attention};
 
 static mn_status twin_forward(mn_backend *be, const mn_batch *batch, float *logits, mn_err *err)
 {
@@ -172,8 +197,7 @@ extern "C" mn_status mn_gpu_twin_new(const mn_model *m, const mn_backend_config 
     b->k = fbuf(T, kvdim, &ok);
     b->v = fbuf(T, kvdim, &ok);
     b->att = fbuf(T, qdim, &ok);
-    b->gate = fbuf(T, hp->n_ff, &ok);
-    b->up = fbuf(T, hp->n_ff, &ok);
+    b->ffn = fbuf(T, hp->n_ff, &ok);
     tw->layers = (mn_gpu_layer *)mn_calloc(hp->n_layers, sizeof *tw->layers);
     if (!ok || !tw->layers) {
         twin_free(be);
