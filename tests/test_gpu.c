@@ -288,6 +288,25 @@ Test(gpu_device, matches_cpu_gqa_tied_f32) { check_model(fixture("gqa_f32.gguf")
 Test(gpu_device, matches_cpu_f16) { check_model(fixture("f16.gguf"), device_backend); }
 Test(gpu_device, matches_cpu_q4_1) { check_model(fixture("q4_1.gguf"), device_backend); }
 Test(gpu_device, matches_cpu_bundled_target) { check_model(source_file("models/target.gguf"), device_backend); }
+/* SmolLM2-shaped files on the device (576 wide, 30 layers, 9 query heads on 3 KV heads, a 49,152
+ * vocabulary; random weights), when MINIONS_TEST_SMOL names them, ':'-separated: the real file is
+ * too big to carry to a lent GPU machine, so tools/gpu-bundle.sh writes these there. */
+Test(gpu_device, matches_cpu_smollm2_shaped, .timeout = 600)
+{
+    const char *list = getenv("MINIONS_TEST_SMOL");
+    if (!list || !*list)
+        cr_skip_test("MINIONS_TEST_SMOL names no SmolLM2-shaped files");
+    char paths[4096];
+    snprintf(paths, sizeof paths, "%s", list);
+    int n = 0;
+    for (char *save = NULL, *p = strtok_r(paths, ":", &save); p; p = strtok_r(NULL, ":", &save), n++) {
+        check_model(p, device_backend);
+        check_invariance(p, device_backend);
+    }
+    if (n == 0)
+        cr_skip_test("MINIONS_TEST_SMOL names no SmolLM2-shaped files");
+}
+
 Test(gpu_device, long_context_gqa_f32) { check_long(fixture("gqa_f32.gguf"), device_backend); }
 Test(gpu_device, long_context_q4_1) { check_long(fixture("q4_1.gguf"), device_backend); }
 Test(gpu_device, batch_invariant_q4_1) { check_invariance(fixture("q4_1.gguf"), device_backend); }

@@ -96,6 +96,16 @@ nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1
 sed -n 's/^PRETTY_NAME=//p' /etc/os-release; ldd --version 2>&1 | head -n 1; nproc
 ldd "$bin/test_gpu" | grep 'not found' # a library this bundle lacks there
 
+# smol TYPE: a SmolLM2-shaped model in TYPE (576 wide, 30 layers, 9/3 heads, ff 1536, vocab 49152,
+# random weights) written by tools/ggufw.py once; its path, or nothing when python3 lacks numpy
+smol() {
+  m=$here/smol-$1.gguf
+  [ -f "$m" ] || run 60 env PYTHONPATH="$here/py" python3 "$root/tools/ggufw.py" --out "$m" --dim 576 --layers 30 \
+    --heads 9 --kv-heads 3 --ff 1536 --vocab 49152 --type "$1" --pre smollm --ctx 2048 --seed 5 >"$res/ggufw.txt" 2>&1 ||
+    { rm -f "$m"; echo "ggufw.py failed on $1 (numpy and regex for python3?):" >&2; tail -n 3 "$res/ggufw.txt" >&2; }
+  [ -f "$m" ] && echo "$m"
+}
+
 if step kernels "CPU kernel sets (src/cpu/kernels.h) on this host's CPU, against the generic C set"; then
 grep -o 'avx512[a-z_]*' /proc/cpuinfo | sort -u | tr '\n' ' ' | tee "$res/cpu.txt"; echo
 run 120 "$bin/test_kernels" --verbose 2>&1 | tee "$res/test_kernels.txt" | grep -E 'not run|Synthesis|FAIL|differs'
@@ -105,7 +115,8 @@ run 120 "$bin/test_forward" --verbose --filter 'forward/kernel_sets*' 2>&1 | tee
 fi
 
 if step test_gpu "test_gpu (device tests: CUDA logits against the CPU's, batch invariance)"; then
-run 150 "$bin/test_gpu" --verbose 2>&1 | tee "$res/test_gpu.txt" | grep -E 'gpu_device|Synthesis|FAIL|differs|failed'
+export MINIONS_TEST_SMOL="$(smol q4_1):$(smol f16)" # the SmolLM2-shaped device test's files
+run 240 "$bin/test_gpu" --verbose 2>&1 | tee "$res/test_gpu.txt" | grep -E 'gpu_device|Synthesis|FAIL|differs|failed'
 
 fi
 
@@ -161,16 +172,6 @@ for k in cpu cuda cuda-plain; do
 done
 
 fi
-
-# smol TYPE: a SmolLM2-shaped model in TYPE (576 wide, 30 layers, 9/3 heads, ff 1536, vocab 49152,
-# random weights) written by tools/ggufw.py once; its path, or nothing when python3 lacks numpy
-smol() {
-  m=$here/smol-$1.gguf
-  [ -f "$m" ] || run 60 env PYTHONPATH="$here/py" python3 "$root/tools/ggufw.py" --out "$m" --dim 576 --layers 30 \
-    --heads 9 --kv-heads 3 --ff 1536 --vocab 49152 --type "$1" --pre smollm --ctx 2048 --seed 5 >"$res/ggufw.txt" 2>&1 ||
-    { rm -f "$m"; echo "ggufw.py failed on $1 (numpy and regex for python3?):" >&2; tail -n 3 "$res/ggufw.txt" >&2; }
-  [ -f "$m" ] && echo "$m"
-}
 
 if step smollm2 "SmolLM2-shaped models (576 wide, 30 layers, 9/3 heads, ff 1536, vocab 49152, random weights)"; then
   for t in q4_1 f16; do
