@@ -110,20 +110,44 @@ static void both(side *cpu, side *tw, const int32_t *const *toks, const uint32_t
     }
 }
 
-static void check_model(const char *path, mn_backend *(*other)(const mn_model *))
+/* The model at path on the CPU backend and on other's (the test is skipped where other has none). */
+static mn_model *open_sides(const char *path, mn_backend *(*other)(const mn_model *), side *cpu, side *tw)
 {
     mn_model *m = NULL;
     mn_err err = {{0}};
     cr_assert_eq(mn_model_load(path, &m, &err), MN_OK, "loading %s: %s", path, err.msg);
-    uint32_t V = m->hp.n_vocab;
-    side cpu = {.be = cpu_backend(m, 2, MAX_T, BLOCKS)}, tw = {.be = other(m)};
-    if (!tw.be) {
-        mn_backend_free(cpu.be);
+    *cpu = (side){.be = cpu_backend(m, 2, MAX_T, BLOCKS)};
+    *tw = (side){.be = other(m)};
+    if (!tw->be) {
+        mn_backend_free(cpu->be);
         mn_model_free(m);
         cr_skip_test("no CUDA device here: the twin tests stand in for it");
     }
-    cpu.logits = malloc((size_t)MAX_T * V * sizeof(float));
-    tw.logits = malloc((size_t)MAX_T * V * sizeof(float));
+    cpu->logits = malloc((size_t)MAX_T * m->hp.n_vocab * sizeof(float));
+    tw->logits = malloc((size_t)MAX_T * m->hp.n_vocab * sizeof(float));
+    return m;
+}
+
+/* Every sequence released (the other side's pool must then be empty), all freed. */
+static void close_sides(mn_model *m, side *cpu, side *tw)
+{
+    for (uint32_t s = 0; s < N_SEQ; s++) {
+        mn_kv_seq_release(cpu->be->kv, &cpu->kv[s]);
+        mn_kv_seq_release(tw->be->kv, &tw->kv[s]);
+    }
+    cr_assert_eq(mn_kv_used(tw->be->kv), 0);
+    free(cpu->logits);
+    free(tw->logits);
+    mn_backend_free(cpu->be);
+    mn_backend_free(tw->be);
+    mn_model_free(m);
+}
+
+static void check_model(const char *path, mn_backend *(*other)(const mn_model *))
+{
+    side cpu, tw;
+    mn_model *m = open_sides(path, other, &cpu, &tw);
+    uint32_t V = m->hp.n_vocab;
     int32_t buf[N_SEQ][MAX_T];
     for (uint32_t s = 0; s < N_SEQ; s++)
         for (uint32_t i = 0; i < MAX_T; i++)
@@ -152,17 +176,7 @@ static void check_model(const char *path, mn_backend *(*other)(const mn_model *)
     uint32_t n4[N_SEQ] = {2, 3, 6};
     bool all4[N_SEQ] = {true, true, true};
     both(&cpu, &tw, t4, n4, all4, V, "after rollback");
-
-    for (uint32_t s = 0; s < N_SEQ; s++) {
-        mn_kv_seq_release(cpu.be->kv, &cpu.kv[s]);
-        mn_kv_seq_release(tw.be->kv, &tw.kv[s]);
-    }
-    cr_assert_eq(mn_kv_used(tw.be->kv), 0);
-    free(cpu.logits);
-    free(tw.logits);
-    mn_backend_free(cpu.be);
-    mn_backend_free(tw.be);
-    mn_model_free(m);
+    close_sides(m, &cpu, &tw);
 }
 
 Test(gpu_twin, matches_cpu_gqa_tied_f32) { check_model(fixture("gqa_f32.gguf"), twin_backend); }
@@ -194,18 +208,9 @@ Test(gpu_twin, matches_cpu_smollm2_q4_1)
 static void check_long(const char *path, mn_backend *(*other)(const mn_model *))
 {
     enum { LONG = 300, STEP = 60 };
-    mn_model *m = NULL;
-    mn_err err = {{0}};
-    cr_assert_eq(mn_model_load(path, &m, &err), MN_OK, "loading %s: %s", path, err.msg);
+    side cpu, tw;
+    mn_model *m = open_sides(path, other, &cpu, &tw);
     uint32_t V = m->hp.n_vocab;
-    side cpu = {.be = cpu_backend(m, 2, MAX_T, BLOCKS)}, tw = {.be = other(m)};
-    if (!tw.be) {
-        mn_backend_free(cpu.be);
-        mn_model_free(m);
-        cr_skip_test("no CUDA device here");
-    }
-    cpu.logits = malloc((size_t)MAX_T * V * sizeof(float));
-    tw.logits = malloc((size_t)MAX_T * V * sizeof(float));
     static int32_t buf[2][LONG + 1];
     for (uint32_t s = 0; s < 2; s++)
         for (uint32_t i = 0; i <= LONG; i++)
@@ -220,15 +225,7 @@ static void check_long(const char *path, mn_backend *(*other)(const mn_model *))
         both(&cpu, &tw, t, n, all, V, what);
         at += n1;
     }
-    for (uint32_t s = 0; s < 2; s++) {
-        mn_kv_seq_release(cpu.be->kv, &cpu.kv[s]);
-        mn_kv_seq_release(tw.be->kv, &tw.kv[s]);
-    }
-    free(cpu.logits);
-    free(tw.logits);
-    mn_backend_free(cpu.be);
-    mn_backend_free(tw.be);
-    mn_model_free(m);
+    close_sides(m, &cpu, &tw);
 }
 
 Test(gpu_twin, long_context_gqa_f32) { check_long(fixture("gqa_f32.gguf"), twin_backend); }
