@@ -23,8 +23,10 @@
 # against a decode step; each kernel's share of a pass (MINIONS_CUDA_PROFILE); the server suites,
 # whose minionsd and minions-generate take CUDA there by default; the draft models on CUDA or on the
 # CPU beside a CUDA target; speculative against plain decoding on CUDA (tools/bench-spec.py).
-# MINIONS_GPU_STEPS=name,name runs only those steps (kernels test_gpu greedy spec sanitizer bench
-# smollm2 verify profile suites drafts bench_spec).
+# With LLAMA_SRC set when packing: llama.cpp built there with CUDA, measured beside minions
+# (llamacpp; its build takes minutes: run it on its own). MINIONS_GPU_STEPS=name,name runs only
+# those steps (kernels test_gpu greedy spec sanitizer bench smollm2 verify profile suites drafts
+# llamacpp bench_spec).
 set -eu
 cd "$(dirname "$0")/.."
 out=gpu-bundle
@@ -41,6 +43,16 @@ strip --strip-unneeded "$out"/bin/*
 for f in gqa_f32.gguf untied_f32.gguf f16.gguf q8_0.gguf q4_0.gguf q4_1.gguf tokens.txt; do
   cp "build/tests/data/$f" "$out/data/"
 done
+# llama.cpp's source, trimmed to what llama-bench and llama-batched-bench need with CUDA (about 5 MB),
+# when LLAMA_SRC names a llama.cpp tree (e.g. vendor/llama.cpp of PyPI's llama-cpp-python sdist)
+if [ -n "${LLAMA_SRC:-}" ]; then
+  tools="batched-bench gguf-split imatrix llama-bench completion perplexity quantize tokenize tts mtmd \
+    cvector-generator export-lora fit-params results"
+  (cd "$LLAMA_SRC" && tar -czf - $(for d in vulkan sycl metal opencl cann hexagon webgpu openvino zdnn zendnn et \
+    virtgpu; do echo "--exclude=ggml/src/ggml-$d"; done) CMakeLists.txt LICENSE cmake ggml src include common \
+    vendor tools/CMakeLists.txt $(for t in $tools; do [ -d "tools/$t" ] && echo "tools/$t"; done)) \
+    >"$out/llama-src.tar.gz"
+fi
 mkdir -p "$out/py"
 python3 -m pip download regex --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
   --no-deps -q -d "$out/py" >/dev/null 2>&1 && (cd "$out/py" && python3 -m zipfile -e regex-*.whl . && rm regex-*.whl) ||
@@ -221,6 +233,34 @@ if step drafts "the draft models on cuda or on the cpu beside a cuda target (too
       --clients 1,16 --spec-length 4 --draft-backend "$d" >"$res/drafts-$d.txt" 2>&1
     grep -E '^###|^\| (plain|draft|vote)' "$res/drafts-$d.txt"
   done
+fi
+
+if step llamacpp "llama.cpp built with CUDA here, beside minions on the same GPU (llama-bench, llama-batched-bench)"; then
+  if [ -f "$here/llama-src.tar.gz" ] && command -v cmake >/dev/null; then
+    src=$here/llama
+    mkdir -p "$src" && tar -xzf "$here/llama-src.tar.gz" -C "$src"
+    gen="Unix Makefiles"; command -v ninja >/dev/null && gen=Ninja
+    run 60 cmake -S "$src" -B "$src/build" -G "$gen" -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+      -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc -DGGML_CUDA_NCCL=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
+      -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DGGML_CCACHE=OFF \
+      -DCMAKE_BUILD_TYPE=Release >"$res/llama-cmake.txt" 2>&1 &&
+      run 480 cmake --build "$src/build" -j "$(nproc)" --target llama-bench llama-batched-bench \
+        >"$res/llama-build.txt" 2>&1
+    echo "llama.cpp configure and build exit $?"; tail -n 3 "$res/llama-build.txt" 2>/dev/null
+    lb=$src/build/bin
+    for m in "$target" "$(smol q4_1)" "$(smol f16)"; do
+      [ -f "$m" ] && [ -x "$lb/llama-bench" ] || continue
+      n=$(basename "$m" .gguf)
+      echo "-- $n: llama-bench (pp64, tg32), llama-batched-bench (64 + 32 tokens, 1/4/16/64 sequences), minions"
+      run 90 "$lb/llama-bench" -m "$m" -ngl 99 -p 64 -n 32 -r 3 -o md 2>&1 | tee "$res/llama-bench-$n.txt" | grep '^|'
+      run 120 "$lb/llama-batched-bench" -m "$m" -ngl 99 -c 8192 -npp 64 -ntg 32 -npl 1,4,16,64 2>&1 |
+        tee "$res/llama-batched-$n.txt" | grep '^|'
+      run 90 "$bin/minions-bench-decode" --model "$m" --backend cuda --batches 1,4,16,64 --prompt-tokens 64 \
+        --gen-tokens 32 2>&1 | tee "$res/minions-$n.txt" | grep -E 'prefill|decode'
+    done
+  else
+    echo "no llama.cpp source in this bundle (LLAMA_SRC) or no cmake here"
+  fi
 fi
 
 if step bench_spec "speculative against plain decoding on cuda (tools/bench-spec.py)"; then
