@@ -14,8 +14,10 @@
  * `auto` (mn_backend_new) takes this backend wherever a device runs it. Each pass shape is
  * captured once as a CUDA graph and replayed (below; MINIONS_CUDA_GRAPHS=0 turns it off, to
  * compare; MINIONS_CUDA_PROFILE=1 times every step with events instead and logs the totals at the
- * end). Still to come: cuBLAS GEMMs where they are faster and keep batch invariance, completion
- * through cudaLaunchHostFunc, separate streams for drafts, the sampler on the device.
+ * end). Every backend has its own stream, so the target and each draft model launch on streams of
+ * their own. Still to come: cuBLAS GEMMs where they are faster and keep batch invariance,
+ * completion through cudaLaunchHostFunc (a pass now waits for its stream in the compute worker's
+ * thread), the sampler on the device.
  *
  * Every CUDA call goes through CUDA_TRY, which turns a failure into an mn_status with the
  * expression, file and line in the message.
@@ -203,8 +205,8 @@ static void k_proj(void *ctx, const float *x, const mn_gpu_outs *outs, uint32_t 
     cuda_state *st = (cuda_state *)ctx;
     int step = outs->w[0].data == st->model.output.data ? S_LOGITS
                : outs->mode == MN_G_OUT_SWIGLU          ? S_GATE_UP
-               : outs->n == 3                           ? S_QKV
-               : outs->w[0].rows == st->model.hp.dim && outs->w[0].cols == st->model.hp.n_ff ? S_DOWN
+               : outs->mode == MN_G_OUT_STORE           ? S_QKV
+               : outs->w[0].cols == st->model.hp.n_ff   ? S_DOWN
                                                         : S_WO;
     dim3 grid(blocks_for((size_t)mn_g_out_rows(outs) * MN_G_WARP), (T + MN_G_TB - 1) / MN_G_TB); /* a warp a row */
     LAUNCH(st, step, (mn_k_proj<<<grid, THREADS, 0, st->stream>>>(x, *outs, T)));
