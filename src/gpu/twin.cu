@@ -124,18 +124,20 @@ static void x_attention(void *, const mn_gpu_attn *a, const float *q, float *out
                 }
             }
         }
-        float *o = out + (size_t)t * a->n_heads * hd + (size_t)h * hd;
-        for (uint32_t lane = 0; lane < MN_G_WARP; lane++) {
-            float lm = m[0], ls = sum[0];
-            for (uint32_t wp = 1; wp < NW; wp++) {
-                float row[MN_G_MAX_HEAD_DIM]; /* warp wp's output row, as the device shares it */
-                for (uint32_t l2 = 0; l2 < MN_G_WARP; l2++)
-                    for (uint32_t j = 0, d = l2; d < hd; j++, d += MN_G_WARP)
-                        row[d] = acc[wp][l2][j];
-                mn_g_lane_merge(&lm, &ls, acc[0][lane], m[wp], sum[wp], row, hd, lane);
-            }
-            mn_g_lane_out(o, acc[0][lane], hd, lane, ls);
+        float lm[MN_G_WARP], ls[MN_G_WARP]; /* warp 0's lanes' copies of the maximum and the sum */
+        for (uint32_t lane = 0; lane < MN_G_WARP; lane++)
+            lm[lane] = m[0], ls[lane] = sum[0];
+        for (uint32_t wp = 1; wp < NW; wp++) {
+            float row[MN_G_MAX_HEAD_DIM]; /* warp wp's output row, as the device shares it */
+            for (uint32_t lane = 0; lane < MN_G_WARP; lane++)
+                for (uint32_t j = 0, d = lane; d < hd; j++, d += MN_G_WARP)
+                    row[d] = acc[wp][lane][j];
+            for (uint32_t lane = 0; lane < MN_G_WARP; lane++)
+                mn_g_lane_merge(&lm[lane], &ls[lane], acc[0][lane], m[wp], sum[wp], row, hd, lane);
         }
+        float *o = out + (size_t)t * a->n_heads * hd + (size_t)h * hd;
+        for (uint32_t lane = 0; lane < MN_G_WARP; lane++)
+            mn_g_lane_out(o, acc[0][lane], hd, lane, ls[lane]);
     }
 }
 
