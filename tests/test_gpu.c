@@ -112,43 +112,46 @@ static void both(side *cpu, side *tw, const int32_t *const *toks, const uint32_t
     }
 }
 
-/* The model at path on the CPU backend and on other's (the test is skipped where other has none). */
-static mn_model *open_sides(const char *path, mn_backend *(*other)(const mn_model *), side *cpu, side *tw)
+static mn_backend *cpu_side(const mn_model *m) { return cpu_backend(m, 2, MAX_T, BLOCKS); }
+
+/* The model at path on two backends, a's and b's (the test is skipped where b has none; a is the
+ * CPU or the same kind as b). */
+static mn_model *open_sides(const char *path, mn_backend *(*a)(const mn_model *),
+                            mn_backend *(*b)(const mn_model *), side *sa, side *sb)
 {
     mn_model *m = NULL;
     mn_err err = {{0}};
     cr_assert_eq(mn_model_load(path, &m, &err), MN_OK, "loading %s: %s", path, err.msg);
-    *cpu = (side){.be = cpu_backend(m, 2, MAX_T, BLOCKS)};
-    *tw = (side){.be = other(m)};
-    if (!tw->be) {
-        mn_backend_free(cpu->be);
+    *sb = (side){.be = b(m)};
+    if (!sb->be) {
         mn_model_free(m);
         cr_skip_test("no CUDA device here: the twin tests stand in for it");
     }
-    cpu->logits = malloc((size_t)MAX_T * m->hp.n_vocab * sizeof(float));
-    tw->logits = malloc((size_t)MAX_T * m->hp.n_vocab * sizeof(float));
+    *sa = (side){.be = a(m)};
+    sa->logits = malloc((size_t)MAX_T * m->hp.n_vocab * sizeof(float));
+    sb->logits = malloc((size_t)MAX_T * m->hp.n_vocab * sizeof(float));
     return m;
 }
 
-/* Every sequence released (the other side's pool must then be empty), all freed. */
-static void close_sides(mn_model *m, side *cpu, side *tw)
+/* Every sequence released (the second side's pool must then be empty), all freed. */
+static void close_sides(mn_model *m, side *sa, side *sb)
 {
     for (uint32_t s = 0; s < N_SEQ; s++) {
-        mn_kv_seq_release(cpu->be->kv, &cpu->kv[s]);
-        mn_kv_seq_release(tw->be->kv, &tw->kv[s]);
+        mn_kv_seq_release(sa->be->kv, &sa->kv[s]);
+        mn_kv_seq_release(sb->be->kv, &sb->kv[s]);
     }
-    cr_assert_eq(mn_kv_used(tw->be->kv), 0);
-    free(cpu->logits);
-    free(tw->logits);
-    mn_backend_free(cpu->be);
-    mn_backend_free(tw->be);
+    cr_assert_eq(mn_kv_used(sb->be->kv), 0);
+    free(sa->logits);
+    free(sb->logits);
+    mn_backend_free(sa->be);
+    mn_backend_free(sb->be);
     mn_model_free(m);
 }
 
 static void check_model(const char *path, mn_backend *(*other)(const mn_model *))
 {
     side cpu, tw;
-    mn_model *m = open_sides(path, other, &cpu, &tw);
+    mn_model *m = open_sides(path, cpu_side, other, &cpu, &tw);
     uint32_t V = m->hp.n_vocab;
     int32_t buf[N_SEQ][MAX_T];
     for (uint32_t s = 0; s < N_SEQ; s++)
@@ -211,7 +214,7 @@ static void check_long(const char *path, mn_backend *(*other)(const mn_model *))
 {
     enum { LONG = 300, STEP = 60 };
     side cpu, tw;
-    mn_model *m = open_sides(path, other, &cpu, &tw);
+    mn_model *m = open_sides(path, cpu_side, other, &cpu, &tw);
     uint32_t V = m->hp.n_vocab;
     static int32_t buf[2][LONG + 1];
     for (uint32_t s = 0; s < 2; s++)
@@ -238,18 +241,9 @@ Test(gpu_twin, long_context_q4_1) { check_long(fixture("q4_1.gguf"), twin_backen
  * step), so speculative greedy decoding gives plain greedy's text on this backend too. */
 static void check_invariance(const char *path, mn_backend *(*make)(const mn_model *))
 {
-    mn_model *m = NULL;
-    mn_err err = {{0}};
-    cr_assert_eq(mn_model_load(path, &m, &err), MN_OK, "loading %s: %s", path, err.msg);
+    side alone, mixed;
+    mn_model *m = open_sides(path, make, make, &alone, &mixed);
     uint32_t V = m->hp.n_vocab;
-    side alone = {.be = make(m)}, mixed = {.be = NULL};
-    if (!alone.be) {
-        mn_model_free(m);
-        cr_skip_test("no CUDA device here");
-    }
-    mixed.be = make(m);
-    alone.logits = malloc((size_t)MAX_T * V * sizeof(float));
-    mixed.logits = malloc((size_t)MAX_T * V * sizeof(float));
     int32_t buf[N_SEQ][MAX_T];
     for (uint32_t s = 0; s < N_SEQ; s++)
         for (uint32_t i = 0; i < MAX_T; i++)
@@ -268,15 +262,7 @@ static void check_invariance(const char *path, mn_backend *(*make)(const mn_mode
         for (uint32_t s = 0; s < N_SEQ; s++)
             at[s] += steps[k][s];
     }
-    for (uint32_t s = 0; s < N_SEQ; s++) {
-        mn_kv_seq_release(alone.be->kv, &alone.kv[s]);
-        mn_kv_seq_release(mixed.be->kv, &mixed.kv[s]);
-    }
-    free(alone.logits);
-    free(mixed.logits);
-    mn_backend_free(alone.be);
-    mn_backend_free(mixed.be);
-    mn_model_free(m);
+    close_sides(m, &alone, &mixed);
 }
 
 Test(gpu_twin, batch_invariant_q4_1) { check_invariance(fixture("q4_1.gguf"), twin_backend); }
