@@ -112,6 +112,15 @@ static void both(side *cpu, side *tw, const int32_t *const *toks, const uint32_t
     }
 }
 
+/* n_seq rows of len pseudo-random token ids (row s, token i: (c + cs s + ci i + i^2) mod V), flat. */
+static void pseudo_tokens(int32_t *buf, uint32_t n_seq, uint32_t len, uint32_t V, uint32_t c, uint32_t cs,
+                          uint32_t ci)
+{
+    for (uint32_t s = 0; s < n_seq; s++)
+        for (uint32_t i = 0; i < len; i++)
+            buf[(size_t)s * len + i] = (int32_t)((c + cs * s + ci * i + i * i) % V);
+}
+
 static mn_backend *cpu_side(const mn_model *m) { return cpu_backend(m, 2, MAX_T, BLOCKS); }
 
 /* The model at path on two backends, a's and b's (the test is skipped where b has none; a is the
@@ -154,9 +163,7 @@ static void check_model(const char *path, mn_backend *(*other)(const mn_model *)
     mn_model *m = open_sides(path, cpu_side, other, &cpu, &tw);
     uint32_t V = m->hp.n_vocab;
     int32_t buf[N_SEQ][MAX_T];
-    for (uint32_t s = 0; s < N_SEQ; s++)
-        for (uint32_t i = 0; i < MAX_T; i++)
-            buf[s][i] = (int32_t)((7 + 131 * s + 17 * i + i * i) % V);
+    pseudo_tokens(&buf[0][0], N_SEQ, MAX_T, V, 7, 131, 17);
     const int32_t *toks[N_SEQ] = {buf[0], buf[1], buf[2]};
 
     /* prompts of 5, 9 and 1 tokens in one pass; the first returns every row */
@@ -217,9 +224,7 @@ static void check_long(const char *path, mn_backend *(*other)(const mn_model *))
     mn_model *m = open_sides(path, cpu_side, other, &cpu, &tw);
     uint32_t V = m->hp.n_vocab;
     static int32_t buf[2][LONG + 1];
-    for (uint32_t s = 0; s < 2; s++)
-        for (uint32_t i = 0; i <= LONG; i++)
-            buf[s][i] = (int32_t)((7 + 97 * s + 13 * i + i * i) % V);
+    pseudo_tokens(&buf[0][0], 2, LONG + 1, V, 7, 97, 13);
     bool all[N_SEQ] = {false, false, false};
     for (uint32_t at = 0, k = 0; at <= LONG; k++) {
         uint32_t n1 = at == LONG ? 1 : STEP < LONG - at ? STEP : LONG - at;
@@ -245,9 +250,7 @@ static void check_invariance(const char *path, mn_backend *(*make)(const mn_mode
     mn_model *m = open_sides(path, make, make, &alone, &mixed);
     uint32_t V = m->hp.n_vocab;
     int32_t buf[N_SEQ][MAX_T];
-    for (uint32_t s = 0; s < N_SEQ; s++)
-        for (uint32_t i = 0; i < MAX_T; i++)
-            buf[s][i] = (int32_t)((3 + 101 * s + 13 * i + i * i) % V);
+    pseudo_tokens(&buf[0][0], N_SEQ, MAX_T, V, 3, 101, 13);
     const int32_t *toks[N_SEQ] = {buf[0], buf[1], buf[2]};
     bool all[N_SEQ] = {false, true, false};
     uint32_t steps[3][N_SEQ] = {{9, 7, 20}, {1, 5, 3}, {2, 1, 11}}; /* sequence 1 is the one watched */
