@@ -69,9 +69,9 @@ static void check_matmul(const char *gguf, const char *tensor_kind)
     const mn_weight *ws[] = {&m->layers[0].wq, &m->layers[0].w_down, &m->output};
     for (size_t wi = 0; wi < 3; wi++) {
         const mn_weight *w = ws[wi];
-        /* every tile shape and remainder: T = 1 (1 x 4), 5 and 6 (T x 2), even (2 x 6), odd (1 x 6 +
-         * 2 x 6), past 8, and 32 / 33 (prefill's panels); odd output ranges of every width mod 6
-         * exercise the x 1 tiles */
+        /* every tile shape and remainder: T = 1 (four quarters, then 1 x 1), 5 and 6 (T x 2), even
+         * (2 x 6), odd (1 x 6 + 2 x 6), past 8, and 32 / 33 (prefill's panels); output ranges of
+         * every width mod 6 (and so mod 4) exercise the x 1 tiles */
         for (int T = 1; T <= 33; T = T == 17 ? 32 : T + 1) {
             float *x = malloc((size_t)T * w->cols * sizeof(float));
             float *y = calloc((size_t)T * w->rows, sizeof(float)), *r = calloc((size_t)T * w->rows, sizeof(float));
@@ -276,14 +276,18 @@ static void check_q8_weight(const mn_weight *orig, const char *what)
             x[i] = sinf((float)i * 0.37f) * 2.0f;
         for (int t = 0; t < T; t++)
             mn_quantize_q8(x + (size_t)t * w->cols, w->cols, xq + (size_t)t * ld);
-        mn_matmul_q8_ref(w, xq, ld, r, w->rows, T, 1, w->rows - 2);
-        for (size_t ks = 0; ks < n_sets(); ks++) {
-            if (!use_set(ks))
-                continue;
-            memset(y, 0, (size_t)T * w->rows * sizeof(float));
-            mn_matmul_q8(w, xq, ld, y, w->rows, T, 1, w->rows - 2);
-            cr_assert(memcmp(y, r, (size_t)T * w->rows * sizeof(float)) == 0, "%s: %s T=%d differs", kernel_sets[ks],
-                      what, T);
+        /* output ranges of every length mod 4 (decode's quarters) and mod 2 */
+        for (uint32_t ob = 4; ob >= 1; ob--) {
+            memset(r, 0, (size_t)T * w->rows * sizeof(float));
+            mn_matmul_q8_ref(w, xq, ld, r, w->rows, T, ob, w->rows - 2);
+            for (size_t ks = 0; ks < n_sets(); ks++) {
+                if (!use_set(ks))
+                    continue;
+                memset(y, 0, (size_t)T * w->rows * sizeof(float));
+                mn_matmul_q8(w, xq, ld, y, w->rows, T, ob, w->rows - 2);
+                cr_assert(memcmp(y, r, (size_t)T * w->rows * sizeof(float)) == 0, "%s: %s T=%d outputs [%u, %u) differ",
+                          kernel_sets[ks], what, T, ob, w->rows - 2);
+            }
         }
         /* and it differs from the float product by no more than the activations' rounding allows:
          * each x is off by at most d_b / 2, so |y - y_float| <= sum_b d_b / 2 * sum_{k in b} |w_k| */

@@ -157,6 +157,40 @@ ALWAYS_INLINE void prefetch_share(const mn_weight *W, uint32_t o, uint32_t OT, u
     *lines = le - lb;
 }
 
+/* Decode (T = 1) reads every weight once: it is bound by memory. On this machine (2 threads, a read
+ * loop over 512 MB) a thread reading one run of memory gets 10-12 GB/s, four runs side by side
+ * 15-16; so a thread takes its rows as four quarters side by side, a tile being one row of each.
+ * The hardware prefetcher follows the four streams by itself. Against the former 1 x 4 tiles over
+ * adjacent rows (minions-bench-decode, batch 1, the two binaries alternating, medians of 12 rounds):
+ * SmolLM2 F32 1.23x, F16 1.15x, the bundled target 1.34x; software prefetch on top lost 5-10% of
+ * that, two streams gained half as much, eight lost. The chains are tile()'s. */
+ALWAYS_INLINE void tile_quarters(uint32_t type, const mn_weight *W, const float *x, float *y, uint32_t o,
+                                 uint32_t q)
+{
+    const int n_chunks = (int)(W->cols / 8), tail = (int)(W->cols % 8);
+    const uint8_t *rows[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
+        rows[k] = W->data + (size_t)(o + (uint32_t)k * q) * W->row_bytes;
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
+        acc[k] = _mm256_setzero_ps();
+    for (int c = 0; c < n_chunks; c++) {
+        __m256 xv = _mm256_loadu_ps(x + c * 8);
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++)
+            acc[k] = _mm256_fmadd_ps(load_chunk(type, rows[k], c), xv, acc[k]);
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        float v = hsum(acc[k]);
+        for (int i = n_chunks * 8; i < n_chunks * 8 + tail; i++)
+            v = fmaf(scalar_w(type, rows[k], i), x[i], v);
+        y[o + (uint32_t)k * q] = v;
+    }
+}
+
 /* Prefill (T >= PANEL_MIN_T): a block of PANEL_OT weight rows is converted to F32 once into a panel
  * laid out chunk by chunk ([chunk][output][8 floats]), and every pair of activation rows streams
  * past it. The panel takes the conversion (F16, quantized) out of the inner loop, where 6 conversions
@@ -268,7 +302,7 @@ ALWAYS_INLINE uint32_t matmul_panel(uint32_t type, const mn_weight *W, const flo
 /* Tiles of the float path, chosen by T (the rows of the pass). A pass verifying k <= 8 drafted
  * tokens has T = 2..8, where 6 x 2 / 4 x 2 / 1 x 2 tiles left two to eight chains for most T, so the
  * 4-cycle FMA latency, not the two FMA pipes, set the pace (22-55 GFLOP/s of a core's ~94).
- *   T = 1      1 x 4 tiles (decode; bound by streaming the weights)
+ *   T = 1      one row of each quarter of the outputs (decode; bound by streaming the weights)
  *   T = 3      3 x 3: 9 chains, the three weight chunks held, the rows streamed past them
  *   T = 5, 6   T x 2: 10-12 chains, the two weight chunks held, the rows streamed past them
  *   T = 7, 8   4 x 3 then (T-4) x 3 over the same three outputs: 12 + 9..12 chains, weights held
@@ -300,9 +334,10 @@ ALWAYS_INLINE void matmul_typed(uint32_t type, const mn_weight *W, const float *
 #define FLOAT_TILE_NOPF(t, o, RT, OT) tile(type, W, x, ldx, y, ldy, t, o, W->data, 0, RT, OT)
     uint32_t o = ob;
     if (T == 1) {
-        for (; o + 4 <= oe; o += 4)
-            FLOAT_TILE(0, o, 0, 1, 1, 4);
-        for (; o < oe; o++)
+        const uint32_t q = (oe - ob) / 4; /* rows in each quarter */
+        for (; o < ob + q; o++)
+            tile_quarters(type, W, x, y, o, q);
+        for (o = ob + 4 * q; o < oe; o++)
             FLOAT_TILE_NOPF(0, o, 1, 1);
     } else if (T == 3 && type != MN_F16) {
         for (; o + 3 <= oe; o += 3)
@@ -647,23 +682,26 @@ ALWAYS_INLINE __m256i dot_lanes(__m256i wlo, __m256i whi, const int16_t *x)
 }
 
 /* Software prefetch of the weight stream, which the hardware prefetchers follow poorly when a tile
- * reads several rows at once. A single-row (decode) tile prefetches the same place in the rows one
- * tile further down (they are what it reads next; a SmolLM2 row is only 360 bytes); wider tiles
- * prefetch 384 bytes ahead in their own rows. Measured in A/B runs on SmolLM2 decode (before the
- * packed layout): 109-119 tok/s without prefetch, 123-137 with 384 bytes ahead, 143-147 one tile
- * ahead. */
+ * reads several adjacent rows at once. Wider tiles prefetch 384 bytes ahead in their own rows.
+ * Measured in A/B runs on SmolLM2 decode (before the packed layout): 109-119 tok/s without
+ * prefetch, 123-137 with 384 bytes ahead, 143-147 with a single-row tile prefetching the rows one
+ * tile further down. Decode now reads four rows a quarter of the outputs apart (stride), four
+ * streams the hardware follows by itself, like the float path (tile_quarters): SmolLM2 Q4_1 decode
+ * 143 -> 183 tok/s (medians of 10 alternating rounds of minions-bench-decode, batch 1); prefetching
+ * one or two rows ahead in each stream on top changed nothing. */
 #define PREFETCH_BYTES 384
 
 ALWAYS_INLINE void tile_q8(uint32_t type, const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, size_t ldy,
-                           int t0, uint32_t o0, const int RT, const int OT)
+                           int t0, uint32_t o0, uint32_t stride, const int RT, const int OT)
 {
     const int nb = (int)(W->cols / 32), ng = (nb + 7) / 8, q41 = type == MN_Q4_1;
     const size_t qb = q_quant_bytes(type), ahead = RT == 1 ? (size_t)OT * W->row_bytes : PREFETCH_BYTES;
+    const bool prefetch = stride == 1; /* rows a stride apart are streams the hardware follows */
     const uint8_t *dp[4], *mp[4], *qp[4];
     __m256 acc[4][4];
 #pragma GCC unroll 4
     for (int o = 0; o < OT; o++) {
-        dp[o] = W->data + (size_t)(o0 + o) * W->row_bytes;
+        dp[o] = W->data + (size_t)(o0 + (uint32_t)o * stride) * W->row_bytes;
         mp[o] = dp[o] + 2 * (size_t)nb;
         qp[o] = dp[o] + 2 * (size_t)nb * (1 + q41);
     }
@@ -678,7 +716,8 @@ ALWAYS_INLINE void tile_q8(uint32_t type, const mn_weight *W, const mn_q8 *xq, s
         float sc[4][4][8] __attribute__((aligned(32)));
 #pragma GCC unroll 4
         for (int o = 0; o < OT; o++) {
-            _mm_prefetch((const char *)(dp[o] + 16 * g) + ahead, _MM_HINT_T0);
+            if (prefetch)
+                _mm_prefetch((const char *)(dp[o] + 16 * g) + ahead, _MM_HINT_T0);
             __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dp[o] + 16 * g)));
 #pragma GCC unroll 4
             for (int t = 0; t < RT; t++)
@@ -688,7 +727,8 @@ ALWAYS_INLINE void tile_q8(uint32_t type, const mn_weight *W, const mn_q8 *xq, s
             const size_t b = (size_t)(8 * g + j);
 #pragma GCC unroll 4
             for (int o = 0; o < OT; o++) {
-                _mm_prefetch((const char *)(qp[o] + b * qb) + ahead, _MM_HINT_T0);
+                if (prefetch)
+                    _mm_prefetch((const char *)(qp[o] + b * qb) + ahead, _MM_HINT_T0);
                 __m256i wlo, whi;
                 load_wq(type, qp[o] + b * qb, &wlo, &whi);
 #pragma GCC unroll 4
@@ -716,11 +756,12 @@ ALWAYS_INLINE void tile_q8(uint32_t type, const mn_weight *W, const mn_q8 *xq, s
     for (int t = 0; t < RT; t++)
 #pragma GCC unroll 4
         for (int o = 0; o < OT; o++)
-            y[(size_t)(t0 + t) * ldy + o0 + o] = hsum(acc[t][o]);
+            y[(size_t)(t0 + t) * ldy + o0 + (uint32_t)o * stride] = hsum(acc[t][o]);
 }
 
 /* Cover the [T x (ob, oe)] block with integer-path tiles: outputs outer (a weight tile is read once
- * from memory and reused for every row), rows inner; 1 x 4 tiles for a single row (decode), else
+ * from memory and reused for every row), rows inner; for a single row (decode) 1 x 4 tiles of
+ * outputs a quarter of the block apart, else
  * 4 x 2, then 2 x 2 and 1 x 2 for the remaining rows (4 x 2 keeps its 8 accumulators, a row's
  * weights and the scales in the 16 registers). */
 ALWAYS_INLINE void matmul_q8_typed(uint32_t type, const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y,
@@ -728,22 +769,24 @@ ALWAYS_INLINE void matmul_q8_typed(uint32_t type, const mn_weight *W, const mn_q
 {
     uint32_t o = ob;
     if (T == 1) {
-        for (; o + 4 <= oe; o += 4)
-            tile_q8(type, W, xq, ldxq, y, ldy, 0, o, 1, 4);
+        const uint32_t q = (oe - ob) / 4; /* rows in each quarter, as the float path does */
+        for (; o < ob + q; o++)
+            tile_q8(type, W, xq, ldxq, y, ldy, 0, o, q, 1, 4);
+        o = ob + 4 * q;
     } else {
         for (; o + 2 <= oe; o += 2) {
             int t = 0;
             for (; t + 4 <= T; t += 4)
-                tile_q8(type, W, xq, ldxq, y, ldy, t, o, 4, 2);
+                tile_q8(type, W, xq, ldxq, y, ldy, t, o, 1, 4, 2);
             for (; t + 2 <= T; t += 2)
-                tile_q8(type, W, xq, ldxq, y, ldy, t, o, 2, 2);
+                tile_q8(type, W, xq, ldxq, y, ldy, t, o, 1, 2, 2);
             for (; t < T; t++)
-                tile_q8(type, W, xq, ldxq, y, ldy, t, o, 1, 2);
+                tile_q8(type, W, xq, ldxq, y, ldy, t, o, 1, 1, 2);
         }
     }
     for (; o < oe; o++)
         for (int t = 0; t < T; t++)
-            tile_q8(type, W, xq, ldxq, y, ldy, t, o, 1, 1);
+            tile_q8(type, W, xq, ldxq, y, ldy, t, o, 1, 1, 1);
 }
 
 #define DEFINE_MATMUL_Q8(name, type)                                                                 \
