@@ -65,19 +65,12 @@ ALWAYS_INLINE __m256 load_chunk(uint32_t type, const uint8_t *row, int c)
  * doubling the loads of a tile whose held side is reused (loads, not FMAs, then bound it). */
 #define IN_REGISTER(v) __asm__("" : "+x"(v))
 
-/* How many tile blocks ahead the float tiles prefetch weight rows (see prefetch_share). Cold
- * whole-model passes, one thread: without prefetch T = 5, 6 cost 2x T = 1; prefetching one block
- * ahead from the first tile only, 1.1-1.3x; spreading it over all tiles of a block helped T = 7, 8
- * (2.4x to 1.7-2x); 2 blocks ahead was a little better than 1 and no worse than 3. */
-#define PF_AHEAD 2
-
-/* One tile: RT rows (t0..) x OT outputs (o0..), RT*OT independent chains. The smaller side is held
- * in registers for a chunk and the larger one streamed past it (12 chains then need 15 registers
- * and 8 loads per 12 FMAs); either way every chain takes its chunks in column order, so the shape
- * never changes a result. Along the way it prefetches pf_lines cache lines from pf (weight rows a
- * later tile reads), spread evenly over its chunks. */
+/* One tile: RT rows (t0..) x OT outputs o0, o0 + stride, ..., RT*OT independent chains. The smaller
+ * side is held in registers for a chunk and the larger one streamed past it (12 chains then need 15
+ * registers and 8 loads per 12 FMAs); either way every chain takes its chunks in column order, so
+ * neither the shape nor the stride ever changes a result. */
 ALWAYS_INLINE void tile(uint32_t type, const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy,
-                        int t0, uint32_t o0, const uint8_t *pf, size_t pf_lines, const int RT, const int OT)
+                        int t0, uint32_t o0, uint32_t stride, const int RT, const int OT)
 {
     const int n_chunks = (int)(W->cols / 8), tail = (int)(W->cols % 8);
     const uint8_t *rows[8];
@@ -85,7 +78,7 @@ ALWAYS_INLINE void tile(uint32_t type, const mn_weight *W, const float *x, size_
     __m256 acc[8][8];
 #pragma GCC unroll 8
     for (int o = 0; o < OT; o++)
-        rows[o] = W->data + (size_t)(o0 + o) * W->row_bytes;
+        rows[o] = W->data + (size_t)(o0 + (uint32_t)o * stride) * W->row_bytes;
 #pragma GCC unroll 8
     for (int t = 0; t < RT; t++)
         xr[t] = x + (size_t)(t0 + t) * ldx;
@@ -94,13 +87,7 @@ ALWAYS_INLINE void tile(uint32_t type, const mn_weight *W, const float *x, size_
 #pragma GCC unroll 8
         for (int o = 0; o < OT; o++)
             acc[t][o] = _mm256_setzero_ps();
-    const int per_chunk = n_chunks ? (int)((pf_lines + (size_t)n_chunks - 1) / (size_t)n_chunks) : 0;
     for (int c = 0; c < n_chunks; c++) {
-        for (int j = 0; j < per_chunk; j++) {
-            size_t line = (size_t)c * (size_t)per_chunk + (size_t)j;
-            if (line < pf_lines)
-                _mm_prefetch((const char *)pf + line * 64, _MM_HINT_T0);
-        }
         if (OT <= RT) { /* weights held, activations streamed */
             __m256 w[8];
 #pragma GCC unroll 8
@@ -137,58 +124,8 @@ ALWAYS_INLINE void tile(uint32_t type, const mn_weight *W, const float *x, size_
             float s = hsum(acc[t][o]);
             for (int k = n_chunks * 8; k < n_chunks * 8 + tail; k++)
                 s = fmaf(scalar_w(type, rows[o], k), xr[t][k], s);
-            y[(size_t)(t0 + t) * ldy + o0 + o] = s;
+            y[(size_t)(t0 + t) * ldy + o0 + (uint32_t)o * stride] = s;
         }
-}
-
-/* Tile g of the G tiles over one block of OT outputs at o prefetches share g of the weight rows
- * PF_AHEAD blocks further on (clamped to oe), so the next rows arrive while this block computes. */
-ALWAYS_INLINE void prefetch_share(const mn_weight *W, uint32_t o, uint32_t OT, uint32_t oe, int g, int G,
-                                  const uint8_t **pf, size_t *lines)
-{
-    uint32_t b = o + OT * PF_AHEAD, e = b + OT < oe ? b + OT : oe;
-    *pf = W->data;
-    *lines = 0;
-    if (b >= e)
-        return;
-    size_t total = ((size_t)(e - b) * W->row_bytes + 63) / 64;
-    size_t lb = total * (size_t)g / (size_t)G, le = total * (size_t)(g + 1) / (size_t)G;
-    *pf = W->data + (size_t)b * W->row_bytes + lb * 64;
-    *lines = le - lb;
-}
-
-/* Decode (T = 1) reads every weight once: it is bound by memory. On this machine (2 threads, a read
- * loop over 512 MB) a thread reading one run of memory gets 10-12 GB/s, four runs side by side
- * 15-16; so a thread takes its rows as four quarters side by side, a tile being one row of each.
- * The hardware prefetcher follows the four streams by itself. Against the former 1 x 4 tiles over
- * adjacent rows (minions-bench-decode, batch 1, the two binaries alternating, medians of 12 rounds):
- * SmolLM2 F32 1.23x, F16 1.15x, the bundled target 1.34x; software prefetch on top lost 5-10% of
- * that, two streams gained half as much, eight lost. The chains are tile()'s. */
-ALWAYS_INLINE void tile_quarters(uint32_t type, const mn_weight *W, const float *x, float *y, uint32_t o,
-                                 uint32_t q)
-{
-    const int n_chunks = (int)(W->cols / 8), tail = (int)(W->cols % 8);
-    const uint8_t *rows[4];
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; k++)
-        rows[k] = W->data + (size_t)(o + (uint32_t)k * q) * W->row_bytes;
-    __m256 acc[4];
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; k++)
-        acc[k] = _mm256_setzero_ps();
-    for (int c = 0; c < n_chunks; c++) {
-        __m256 xv = _mm256_loadu_ps(x + c * 8);
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; k++)
-            acc[k] = _mm256_fmadd_ps(load_chunk(type, rows[k], c), xv, acc[k]);
-    }
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; k++) {
-        float v = hsum(acc[k]);
-        for (int i = n_chunks * 8; i < n_chunks * 8 + tail; i++)
-            v = fmaf(scalar_w(type, rows[k], i), x[i], v);
-        y[o + (uint32_t)k * q] = v;
-    }
 }
 
 /* Prefill (T >= PANEL_MIN_T): a block of PANEL_OT weight rows is converted to F32 once into a panel
@@ -299,111 +236,62 @@ ALWAYS_INLINE uint32_t matmul_panel(uint32_t type, const mn_weight *W, const flo
     return o;
 }
 
-/* Tiles of the float path, chosen by T (the rows of the pass). A pass verifying k <= 8 drafted
- * tokens has T = 2..8, where 6 x 2 / 4 x 2 / 1 x 2 tiles left two to eight chains for most T, so the
- * 4-cycle FMA latency, not the two FMA pipes, set the pace (22-55 GFLOP/s of a core's ~94).
- *   T = 1      one row of each quarter of the outputs (decode; bound by streaming the weights)
+/* Tiles of the float path, chosen by T (the rows of the pass). Passes of a few rows (decode, and
+ * verification's 2..9) read every weight once or nearly, so they run at the speed a thread pulls
+ * memory; here one thread reading one run of memory gets 10-12 GB/s and four runs side by side
+ * 15-16 (a read loop over 512 MB, two threads). So the tiles of these passes take their outputs a
+ * fraction of the thread's range apart: each of a tile's OT outputs lies in its own 1/OT of the
+ * range, and the hardware prefetcher follows the OT streams by itself (software prefetch on top
+ * lost 5-10% at decode).
+ *   T = 1      1 x 4: one row of each quarter
  *   T = 3      3 x 3: 9 chains, the three weight chunks held, the rows streamed past them
- *   T = 5, 6   T x 2: 10-12 chains, the two weight chunks held, the rows streamed past them
- *   T = 7, 8   4 x 3 then (T-4) x 3 over the same three outputs: 12 + 9..12 chains, weights held
- *              (16 registers, no spill once the weights are pinned with IN_REGISTER); the second
- *              tile reads the three weight rows from L1
  *   other T    2 x 6 (and one 1 x 6 when T is odd): 12 chains, the two activation chunks held and
  *              six weight chunks streamed; the six weight rows are read from memory by the first
  *              tile and from L1 by the others
- *   T >= 32    the same 2 x 6 over a panel of the six rows converted to F32 once (above)
- * 4 x 3 needs all 16 ymm registers, the others at most 15. Whole model (dim 256), 2 threads, one
- * sequence: 3 x 3 took T = 3 from 1.5-1.7 to 1.3-1.4 decode steps and 4 x 3 took T = 7, 8 from
- * 2.5 to 2.1-2.3 (held-weight 4 x 2, 3 x 4 or 3 x 3 elsewhere lost to the shapes above).
- * L2-resident 256 x 256 F32, one core: T = 2..8 at 58-78 GFLOP/s (was 22-66). F16 weights take
- * 2 x 6 for every T >= 2: held weights must be converted once per tile, and with the T = 3..8
- * shapes above F16 ran at 26-29 GFLOP/s against 40-43 with 2 x 6 (minions-bench-matmul --type
- * f16, 576 x 576, T = 5..8, one core); on SmolLM2 F16 a k = 8 verification went from 2.7-2.9 to
- * 1.9-2.2 decode steps. Outputs left past the last full tile go through tiles of the same rows
- * and fewer outputs. */
+ *   T >= 32    2 x 6 over a panel of six adjacent rows converted to F32 once (above)
+ * Outputs left past the last full stride go one at a time. Against the previous tiles, which read
+ * adjacent rows and prefetched ahead in software (1 x 4 at T = 1, 4 x 3 twice at T = 7, 8, T x 2 at
+ * T = 5, 6, contiguous 2 x 6 and 3 x 3 elsewhere), the two binaries alternating
+ * (minions-bench-decode, medians of 8-12 rounds): decode 1.12x-1.31x (the bundled target,
+ * SmolLM2 F16 and F32); a k-token verification pass after 64 tokens, k = 2..8, 7-22% faster on the
+ * bundled target, 5-22% on SmolLM2 F32, 14-28% on F16, 20-28% on draft-kjv. On an L2-resident
+ * 256 x 256 matrix (one core, minions-bench-matmul) 4 x 3 and T x 2 were faster; inside a model
+ * the weights come from further away. */
 ALWAYS_INLINE void matmul_typed(uint32_t type, const mn_weight *W, const float *x, size_t ldx, float *y,
                                 size_t ldy, int T, uint32_t ob, uint32_t oe)
 {
-#define FLOAT_TILE(t, o, g, G, RT, OT)                                                             \
-    do {                                                                                           \
-        const uint8_t *pf_;                                                                        \
-        size_t lines_;                                                                             \
-        prefetch_share(W, o, OT, oe, g, G, &pf_, &lines_);                                         \
-        tile(type, W, x, ldx, y, ldy, t, o, pf_, lines_, RT, OT);                                  \
-    } while (0)
-#define FLOAT_TILE_NOPF(t, o, RT, OT) tile(type, W, x, ldx, y, ldy, t, o, W->data, 0, RT, OT)
+#define TILE(t, o, stride, RT, OT) tile(type, W, x, ldx, y, ldy, t, o, stride, RT, OT)
     uint32_t o = ob;
     if (T == 1) {
-        const uint32_t q = (oe - ob) / 4; /* rows in each quarter */
+        const uint32_t q = (oe - ob) / 4;
         for (; o < ob + q; o++)
-            tile_quarters(type, W, x, y, o, q);
+            TILE(0, o, q, 1, 4);
         for (o = ob + 4 * q; o < oe; o++)
-            FLOAT_TILE_NOPF(0, o, 1, 1);
+            TILE(0, o, 1, 1, 1);
     } else if (T == 3 && type != MN_F16) {
-        for (; o + 3 <= oe; o += 3)
-            FLOAT_TILE(0, o, 0, 1, 3, 3);
-        if (oe - o == 2)
-            FLOAT_TILE_NOPF(0, o, 3, 2);
-        else if (oe - o == 1)
-            FLOAT_TILE_NOPF(0, o, 3, 1);
-    } else if ((T == 7 || T == 8) && type != MN_F16) {
-        for (; o + 3 <= oe; o += 3) {
-            FLOAT_TILE(0, o, 0, 2, 4, 3);
-            if (T == 7)
-                FLOAT_TILE(4, o, 1, 2, 3, 3);
-            else
-                FLOAT_TILE(4, o, 1, 2, 4, 3);
-        }
-        for (; o < oe; o++) {
-            FLOAT_TILE_NOPF(0, o, 4, 1);
-            if (T == 7)
-                FLOAT_TILE_NOPF(4, o, 3, 1);
-            else
-                FLOAT_TILE_NOPF(4, o, 4, 1);
-        }
-    } else if ((T == 5 || T == 6) && type != MN_F16) {
-        for (; o + 2 <= oe; o += 2) {
-            if (T == 5)
-                FLOAT_TILE(0, o, 0, 1, 5, 2);
-            else
-                FLOAT_TILE(0, o, 0, 1, 6, 2);
-        }
-        for (; o < oe; o++) {
-            if (T == 5)
-                FLOAT_TILE_NOPF(0, o, 5, 1);
-            else
-                FLOAT_TILE_NOPF(0, o, 6, 1);
-        }
+        const uint32_t q = (oe - ob) / 3;
+        for (; o < ob + q; o++)
+            TILE(0, o, q, 3, 3);
+        for (o = ob + 3 * q; o < oe; o++)
+            TILE(0, o, 1, 3, 1);
     } else {
-        const int G = (T + 1) / 2;
         if (T >= PANEL_MIN_T && W->cols <= PANEL_MAX_COLS)
             o = matmul_panel(type, W, x, ldx, y, ldy, T, o, oe);
-        for (; o + 6 <= oe; o += 6) {
-            int g = 0;
+        const uint32_t b = o, q = (oe - b) / 6;
+        for (; o < b + q; o++) {
             if (T & 1)
-                FLOAT_TILE(0, o, g++, G, 1, 6);
+                TILE(0, o, q, 1, 6);
             for (int t = T & 1; t < T; t += 2)
-                FLOAT_TILE(t, o, g++, G, 2, 6);
+                TILE(t, o, q, 2, 6);
         }
-#define FLOAT_REST(OT)                                                                             \
-    do {                                                                                           \
-        if (T & 1)                                                                                 \
-            FLOAT_TILE_NOPF(0, o, 1, OT);                                                          \
-        for (int t = T & 1; t < T; t += 2)                                                         \
-            FLOAT_TILE_NOPF(t, o, 2, OT);                                                          \
-    } while (0)
-        switch (oe - o) { /* the last 1..5 outputs in one narrower block (a thread's share is a multiple of 4) */
-        case 5: FLOAT_REST(5); break;
-        case 4: FLOAT_REST(4); break;
-        case 3: FLOAT_REST(3); break;
-        case 2: FLOAT_REST(2); break;
-        case 1: FLOAT_REST(1); break;
-        default: break;
+        for (o = b + 6 * q; o < oe; o++) {
+            if (T & 1)
+                TILE(0, o, 1, 1, 1);
+            for (int t = T & 1; t < T; t += 2)
+                TILE(t, o, 1, 2, 1);
         }
-#undef FLOAT_REST
     }
-#undef FLOAT_TILE
-#undef FLOAT_TILE_NOPF
+#undef TILE
 }
 
 #define DEFINE_MATMUL(name, type)                                                                 \
@@ -686,7 +574,7 @@ ALWAYS_INLINE __m256i dot_lanes(__m256i wlo, __m256i whi, const int16_t *x)
  * Measured in A/B runs on SmolLM2 decode (before the packed layout): 109-119 tok/s without
  * prefetch, 123-137 with 384 bytes ahead, 143-147 with a single-row tile prefetching the rows one
  * tile further down. Decode now reads four rows a quarter of the outputs apart (stride), four
- * streams the hardware follows by itself, like the float path (tile_quarters): SmolLM2 Q4_1 decode
+ * streams the hardware follows by itself, as in the float path (matmul_typed): SmolLM2 Q4_1 decode
  * 143 -> 183 tok/s (medians of 10 alternating rounds of minions-bench-decode, batch 1); prefetching
  * one or two rows ahead in each stream on top changed nothing. */
 #define PREFETCH_BYTES 384
