@@ -358,7 +358,8 @@ int main(int argc, char **argv)
         for (int s = 0; s < max_b; s++)
             mn_kv_seq_release(be->kv, &kv[s]);
     }
-    if (!curve) {
+    /* r = -1: the warm-up pass */
+    for (int r = -1; !curve && r < reps; r++) {
         random_tokens(toks, (uint32_t)prompt_tokens, V, 1);
         double t0 = mn_now();
         if (mn_backend_prefill(be, &kv[0], toks, (uint32_t)prompt_tokens, logits, &err) != MN_OK) {
@@ -367,20 +368,11 @@ int main(int argc, char **argv)
         }
         double dt = mn_now() - t0;
         mn_kv_seq_release(be->kv, &kv[0]);
-        printf("warm-up   %4d tokens          %9.1f tok/s (the first pass: weights mapped in, buffers touched)\n",
-               prompt_tokens, prompt_tokens / dt);
-    }
-    for (int r = 0; !curve && r < reps; r++) {
-        random_tokens(toks, (uint32_t)prompt_tokens, V, 1);
-        double t0 = mn_now();
-        if (mn_backend_prefill(be, &kv[0], toks, (uint32_t)prompt_tokens, logits, &err) != MN_OK) {
-            fprintf(stderr, "minions-bench-decode: %s\n", err.msg);
-            return 1;
-        }
-        double dt = mn_now() - t0;
-        mn_kv_seq_release(be->kv, &kv[0]);
-        printf("prefill   %4d tokens          %9.1f tok/s\n", prompt_tokens, prompt_tokens / dt);
+        printf("%s   %4d tokens          %9.1f tok/s%s\n", r < 0 ? "warm-up" : "prefill", prompt_tokens,
+               prompt_tokens / dt, r < 0 ? " (the first pass: weights mapped in, buffers touched)" : "");
         fflush(stdout);
+        if (r < 0)
+            continue;
         for (char *p = batches; *p;) {
             int B = (int)strtol(p, &p, 10);
             p += *p == ',';
