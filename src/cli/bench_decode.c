@@ -2,8 +2,9 @@
  *
  * Prints, for one GGUF file and thread count:
  *   warm-up       tok/s of the process's first prompt pass, which also maps the weights in and
- *                 touches every buffer for the first time (page faults: 40% of a cold SmolLM2 F16
- *                 prefill), so it measures start-up more than the kernels; not in the figures below
+ *                 touches every buffer for the first time (page faults: a cold SmolLM2 F16
+ *                 prefill ran at 340 tok/s, the five after it at 514-524), so it measures start-up
+ *                 more than the kernels; not in the figures below
  *   prefill       tok/s of one prompt of --prompt-tokens tokens (passes of up to 512 tokens), after
  *                 the warm-up, as llama-bench measures its own after a warm-up run
  *   decode b=B    total tok/s of B sequences decoding together, one token each per pass, after a
