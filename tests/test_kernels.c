@@ -69,9 +69,10 @@ static void check_matmul(const char *gguf, const char *tensor_kind)
     const mn_weight *ws[] = {&m->layers[0].wq, &m->layers[0].w_down, &m->output};
     for (size_t wi = 0; wi < 3; wi++) {
         const mn_weight *w = ws[wi];
-        /* every tile shape and remainder: T = 1 (four quarters, then 1 x 1), 5 and 6 (T x 2), even
-         * (2 x 6), odd (1 x 6 + 2 x 6), past 8, and 32 / 33 (prefill's panels); output ranges of
-         * every width mod 6 (and so mod 4) exercise the x 1 tiles */
+        /* every tile shape and remainder: T = 1 (1 x 4 over quarters), 3 (3 x 3 over thirds), even
+         * (2 x 6 over sixths), odd (1 x 6 + 2 x 6), past 8, and 32 / 33 (prefill's panels); output
+         * ranges of every width mod 6 (so mod 4 and 3 too) leave every remainder, which goes one
+         * output at a time */
         for (int T = 1; T <= 33; T = T == 17 ? 32 : T + 1) {
             float *x = malloc((size_t)T * w->cols * sizeof(float));
             float *y = calloc((size_t)T * w->rows, sizeof(float)), *r = calloc((size_t)T * w->rows, sizeof(float));
