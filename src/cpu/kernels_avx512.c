@@ -295,7 +295,8 @@ ALWAYS_INLINE void load_wq2(uint32_t type, const uint8_t *a, const uint8_t *b, v
 
 /* RT tokens (t0..) x OT outputs (o0.., OT <= 2 OP) in OP pair registers per token. An odd OT's
  * last pair reads its one row twice and stores the low half only. Prefetching as kernels_avx2.c's
- * tile_q8: a single-token tile one tile ahead in the same rows, wider ones 384 bytes ahead. */
+ * tile_q8 did before its decode tiles took rows a quarter apart (not measured on AVX-512
+ * hardware since): a single-token tile one tile ahead in the same rows, wider ones 384 bytes ahead. */
 ALWAYS_INLINE void tile_q8x2(uint32_t type, const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, size_t ldy,
                              int t0, uint32_t o0, const int RT, const int OT, const int OP)
 {
