@@ -238,8 +238,8 @@ ALWAYS_INLINE uint32_t matmul_panel(uint32_t type, const mn_weight *W, const flo
 
 /* Tiles of the float path, chosen by T (the rows of the pass). Passes of a few rows (decode, and
  * verification's 2..9) read every weight once or nearly, so they run at the speed a thread pulls
- * memory; here one thread reading one run of memory gets 10-12 GB/s and four runs side by side
- * 15-16 (a read loop over 512 MB, two threads). So the tiles of these passes take their outputs a
+ * memory; here two threads reading one run of memory each get 9.6-11.6 GB/s and four runs each
+ * 14.9-15.7 (tools/read-streams.c). So the tiles of these passes take their outputs a
  * fraction of the thread's range apart: each of a tile's OT outputs lies in its own 1/OT of the
  * range, and the hardware prefetcher follows the OT streams by itself (software prefetch on top
  * lost 5-10% at decode).
@@ -252,7 +252,7 @@ ALWAYS_INLINE uint32_t matmul_panel(uint32_t type, const mn_weight *W, const flo
  * Outputs left past the last full stride go one at a time. Against the previous tiles, which read
  * adjacent rows and prefetched ahead in software (1 x 4 at T = 1, 4 x 3 twice at T = 7, 8, T x 2 at
  * T = 5, 6, contiguous 2 x 6 and 3 x 3 elsewhere), the two binaries alternating
- * (minions-bench-decode, medians of 8-12 rounds): decode 1.12x-1.31x (the bundled target,
+ * (tools/ab-decode.py, medians of 8-12 rounds): decode 1.12x-1.31x (the bundled target,
  * SmolLM2 F16 and F32); a k-token verification pass after 64 tokens, k = 2..8, 7-22% faster on the
  * bundled target, 5-22% on SmolLM2 F32, 14-28% on F16, 20-28% on draft-kjv. On an L2-resident
  * 256 x 256 matrix (one core, minions-bench-matmul) 4 x 3 and T x 2 were faster; inside a model
@@ -575,7 +575,7 @@ ALWAYS_INLINE __m256i dot_lanes(__m256i wlo, __m256i whi, const int16_t *x)
  * prefetch, 123-137 with 384 bytes ahead, 143-147 with a single-row tile prefetching the rows one
  * tile further down. Decode now reads four rows a quarter of the outputs apart (stride), four
  * streams the hardware follows by itself, as in the float path (matmul_typed): SmolLM2 Q4_1 decode
- * 143 -> 183 tok/s (medians of 10 alternating rounds of minions-bench-decode, batch 1); prefetching
+ * 143 -> 183 tok/s (tools/ab-decode.py: medians of 10 alternating rounds, batch 1); prefetching
  * one or two rows ahead in each stream on top changed nothing. */
 #define PREFETCH_BYTES 384
 

@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""ab-decode.py: two or more builds of minions-bench-decode side by side, in alternating rounds.
+
+    tools/ab-decode.py --rounds 10 --models a.gguf,b.gguf old=/tmp/old/minions-bench-decode new=build/minions-bench-decode
+    tools/ab-decode.py --verify-curve --rounds 8 --models models/target.gguf old=... new=...
+
+Each round runs every build on every model (the order of the builds reversed every other round, so
+drift on a shared machine hits them alike). Default: decode tok/s of --batches sequences (16-token
+prompts, 48 tokens), printed as each build's median and its median ratio to the first build,
+round by round. With --verify-curve: the median time of a pass of k = 1..8 new tokens after 64
+tokens (minions-bench-decode --verify-curve --rounds 6 per run). This is how the kernel commits
+of 2026-11-26 compared their builds (the earlier one built in a git worktree).
+"""
+import argparse
+import re
+import statistics
+import subprocess
+
+
+def run(binary, model, args):
+    cmd = [binary, "--model", model, "--threads", str(args.threads)]
+    if args.verify_curve:
+        out = subprocess.run(cmd + ["--verify-curve", "--batches", "1", "--rounds", "6", "--ctx-tokens", "64"],
+                             capture_output=True, text=True, check=True).stdout
+        return {int(k): float(t) for k, t in re.findall(r"k (\d)\s+([\d.]+) us", out)}
+    out = subprocess.run(cmd + ["--prompt-tokens", "16", "--gen-tokens", "48", "--batches", str(args.batches)],
+                         capture_output=True, text=True, check=True).stdout
+    return float(re.search(rf"decode\s+batch\s+{args.batches} x\s+\d+ tokens\s+([\d.]+)", out).group(1))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("builds", nargs="+", help="NAME=PATH of a minions-bench-decode; the first is the base")
+    ap.add_argument("--models", required=True, help="comma-separated GGUF files")
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--batches", type=int, default=1, help="sequences decoding together")
+    ap.add_argument("--verify-curve", action="store_true")
+    args = ap.parse_args()
+    builds = [b.split("=", 1) for b in args.builds]
+    models = args.models.split(",")
+    res = {}
+    for r in range(args.rounds):
+        for m in models:
+            for name, path in builds if r % 2 == 0 else builds[::-1]:
+                res.setdefault((m, name), []).append(run(path, m, args))
+    base = builds[0][0]
+    for m in models:
+        print(m)
+        for name, _ in builds:
+            v = res[(m, name)]
+            if args.verify_curve:
+                print(f"  {name}: " + " ".join(f"k{k} {statistics.median(x[k] for x in v):.0f} us" for k in range(1, 9)))
+            else:
+                ratio = statistics.median(a / b for a, b in zip(v, res[(m, base)]))
+                print(f"  {name}: {statistics.median(v):.1f} tok/s ({ratio:.3f}x {base})")
+
+
+if __name__ == "__main__":
+    main()
