@@ -70,10 +70,11 @@ static void check_matmul(const char *gguf, const char *tensor_kind)
     for (size_t wi = 0; wi < 3; wi++) {
         const mn_weight *w = ws[wi];
         /* every tile shape and remainder: T = 1 (1 x 4 over quarters), 3 (3 x 3 over thirds), even
-         * (2 x 6 over sixths), odd (1 x 6 + 2 x 6), past 8, and 32 / 33 (prefill's panels); output
+         * (2 x 6 over sixths), odd (1 x 6 + 2 x 6), past 8, and 32, 33, 38, 71 (prefill's lane
+         * panels: rows 32 at a time, the rest in tiles of 4, 3 + 3, 3 and 1); output
          * ranges of every width mod 6 (so mod 4 and 3 too) leave every remainder, which goes one
          * output at a time */
-        for (int T = 1; T <= 33; T = T == 17 ? 32 : T + 1) {
+        for (int T = 1; T <= 71; T = T == 17 ? 32 : T == 33 ? 38 : T == 38 ? 71 : T + 1) {
             float *x = malloc((size_t)T * w->cols * sizeof(float));
             float *y = calloc((size_t)T * w->rows, sizeof(float)), *r = calloc((size_t)T * w->rows, sizeof(float));
             for (size_t i = 0; i < (size_t)T * w->cols; i++)

@@ -128,110 +128,153 @@ ALWAYS_INLINE void tile(uint32_t type, const mn_weight *W, const float *x, size_
         }
 }
 
-/* Prefill (T >= PANEL_MIN_T): a block of PANEL_OT weight rows is converted to F32 once into a panel
- * laid out chunk by chunk ([chunk][output][8 floats]), and every pair of activation rows streams
- * past it. The panel takes the conversion (F16, quantized) out of the inner loop, where 6 conversions
- * per 12 FMAs competed with the FMAs, and its one pointer with constant offsets replaces six row
- * pointers that spilled to the stack. The values are load_chunk's, in the same order, so results
- * are bit-identical to the tiles above. Rows longer than PANEL_MAX_COLS take those tiles. Same
- * binary, alternating, 2 threads, 128-token prefill (minions-bench-decode --prompt-tokens 128):
- * SmolLM2 F16 295-348 -> 348-378 tok/s, F32 251-288 -> 303-341, the bundled target 4,675-5,511 ->
- * 5,589-6,361. Packing costs more than it saves at T = 16 (F32 decode of 16 sequences 180-290 ->
- * 175-196), so panels start at 32 rows. */
-#define PANEL_OT 6
-#define PANEL_MAX_COLS 4096
+/* Prefill (T >= PANEL_MIN_T): lane panels. A block of LANE_ROWS = 24 weight rows (three groups of
+ * 8) is converted to F32 once into a panel in lane order: for group m, output o, column k = 8j + l,
+ *   panel[m][l][j][o] = w[8m + o][k]     then the tail columns: panel[m][8 * n_chunks + k'][o]
+ * so that lane l's run is, for 8 outputs side by side, the chain of accumulator lane l of the
+ * reduction order, in column order. A tile then multiplies one activation (a broadcast) by 8
+ * outputs' weights (one load) in one FMA, runs each lane's chains on their own (lanes are
+ * independent chains: running them one after another changes no chain's order), adds the eight
+ * lanes' results vertically as hsum does, 8 outputs at once, and fuses the tail columns on in
+ * order: the same bits as the row-major tiles below, with no horizontal sums and one broadcast
+ * serving three weight vectors. The values are load_chunk's, so F16 and quantized weights give
+ * what their row-major tiles give too. Against the previous prefill panels (six rows in chunk
+ * order, 2 x 6 tiles with horizontal sums), 128-token prefill 1.15-1.19x faster (docs/runtime.md).
+ * Rows of more than LANE_MAX_COLS columns, and the outputs of a thread's range past its last whole
+ * block of 24, take the row-major tiles. PANEL_MIN_T (32) was measured for those earlier panels
+ * (packing cost more than it saved at 16 rows: F32 decode of 16 sequences 180-290 -> 175-196
+ * tok/s) and kept. */
+#define LANE_ROWS 24
+#define LANE_MAX_COLS 2048
 
-ALWAYS_INLINE void pack_panel(uint32_t type, const mn_weight *W, uint32_t o0, float *panel)
-{
-    const int n_chunks = (int)(W->cols / 8);
-    const uint8_t *rows[PANEL_OT];
-    for (int o = 0; o < PANEL_OT; o++)
-        rows[o] = W->data + (size_t)(o0 + o) * W->row_bytes;
-    for (int c = 0; c < n_chunks; c++)
-#pragma GCC unroll 8
-        for (int o = 0; o < PANEL_OT; o++)
-            _mm256_store_ps(panel + ((size_t)c * PANEL_OT + (size_t)o) * 8, load_chunk(type, rows[o], c));
-}
-
-/* RT (1 or 2) rows x the panel's PANEL_OT outputs; the tail columns as in tile(). */
-ALWAYS_INLINE void tile_panel(uint32_t type, const mn_weight *W, const float *panel, const float *x, size_t ldx,
-                              float *y, size_t ldy, int t0, uint32_t o0, const int RT)
+/* Rows [o0, o0 + 24) of W into panel: each chunk of 8 rows x 8 columns transposed in registers. */
+ALWAYS_INLINE void pack_lanes(uint32_t type, const mn_weight *W, uint32_t o0, float *panel)
 {
     const int n_chunks = (int)(W->cols / 8), tail = (int)(W->cols % 8);
-    const float *xr[2] = {x + (size_t)t0 * ldx, x + (size_t)(t0 + RT - 1) * ldx};
-    __m256 acc[2][PANEL_OT];
+    const size_t gsz = (size_t)W->cols * 8;
+    for (int m = 0; m < 3; m++) {
+        const uint8_t *rows[8];
+        for (int o = 0; o < 8; o++)
+            rows[o] = W->data + (size_t)(o0 + 8 * (uint32_t)m + (uint32_t)o) * W->row_bytes;
+        float *g = panel + (size_t)m * gsz;
+        for (int c = 0; c < n_chunks; c++) {
+            __m256 r[8];
 #pragma GCC unroll 8
-    for (int t = 0; t < RT; t++)
+            for (int o = 0; o < 8; o++)
+                r[o] = load_chunk(type, rows[o], c);
+            /* 8 x 8 transpose: r[o] lane l -> t[l] lane o */
+            __m256 a0 = _mm256_unpacklo_ps(r[0], r[1]), a1 = _mm256_unpackhi_ps(r[0], r[1]);
+            __m256 a2 = _mm256_unpacklo_ps(r[2], r[3]), a3 = _mm256_unpackhi_ps(r[2], r[3]);
+            __m256 a4 = _mm256_unpacklo_ps(r[4], r[5]), a5 = _mm256_unpackhi_ps(r[4], r[5]);
+            __m256 a6 = _mm256_unpacklo_ps(r[6], r[7]), a7 = _mm256_unpackhi_ps(r[6], r[7]);
+            __m256 b0 = _mm256_shuffle_ps(a0, a2, 0x44), b1 = _mm256_shuffle_ps(a0, a2, 0xEE);
+            __m256 b2 = _mm256_shuffle_ps(a1, a3, 0x44), b3 = _mm256_shuffle_ps(a1, a3, 0xEE);
+            __m256 b4 = _mm256_shuffle_ps(a4, a6, 0x44), b5 = _mm256_shuffle_ps(a4, a6, 0xEE);
+            __m256 b6 = _mm256_shuffle_ps(a5, a7, 0x44), b7 = _mm256_shuffle_ps(a5, a7, 0xEE);
+            __m256 t[8] = {_mm256_permute2f128_ps(b0, b4, 0x20), _mm256_permute2f128_ps(b1, b5, 0x20),
+                           _mm256_permute2f128_ps(b2, b6, 0x20), _mm256_permute2f128_ps(b3, b7, 0x20),
+                           _mm256_permute2f128_ps(b0, b4, 0x31), _mm256_permute2f128_ps(b1, b5, 0x31),
+                           _mm256_permute2f128_ps(b2, b6, 0x31), _mm256_permute2f128_ps(b3, b7, 0x31)};
 #pragma GCC unroll 8
-        for (int o = 0; o < PANEL_OT; o++)
-            acc[t][o] = _mm256_setzero_ps();
-    const float *w = panel;
-    for (int c = 0; c < n_chunks; c++, w += PANEL_OT * 8) {
-        __m256 xv[2];
+            for (int l = 0; l < 8; l++)
+                _mm256_store_ps(g + ((size_t)l * n_chunks + (size_t)c) * 8, t[l]);
+        }
+        for (int k = 0; k < tail; k++)
+            for (int o = 0; o < 8; o++)
+                g[((size_t)n_chunks * 8 + (size_t)k) * 8 + (size_t)o] = scalar_w(type, rows[o], n_chunks * 8 + k);
+    }
+}
+
+/* One lane's chains for TT rows x the panel's three groups: pl is the lane's run in group 0 (the
+ * other groups' lie gsz floats on), xl the lane's first activation of row 0; the 3 TT chain results
+ * go to out[t][m]. At TT = 4 the three weight vectors are held and the rows' broadcasts streamed
+ * past them (3 + 12 + 1 registers). */
+ALWAYS_INLINE void lane_run(const float *pl, size_t gsz, int nc, const float *xl, size_t ldx, __m256 (*out)[3],
+                            const int TT)
+{
+    __m256 acc[4][3];
 #pragma GCC unroll 8
-        for (int t = 0; t < RT; t++)
-            xv[t] = _mm256_loadu_ps(xr[t] + c * 8);
+    for (int t = 0; t < TT; t++)
 #pragma GCC unroll 8
-        for (int o = 0; o < PANEL_OT; o++) {
-            __m256 wv = _mm256_load_ps(w + o * 8);
-            IN_REGISTER(wv); /* one load for both rows */
+        for (int m = 0; m < 3; m++)
+            acc[t][m] = _mm256_setzero_ps();
+    for (int j = 0; j < nc; j++, pl += 8, xl += 8) {
+        __m256 w[3];
 #pragma GCC unroll 8
-            for (int t = 0; t < RT; t++)
-                acc[t][o] = _mm256_fmadd_ps(wv, xv[t], acc[t][o]);
+        for (int m = 0; m < 3; m++) {
+            w[m] = _mm256_load_ps(pl + m * gsz);
+            IN_REGISTER(w[m]);
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; t++) {
+            __m256 xb = _mm256_broadcast_ss(xl + (size_t)t * ldx);
+#pragma GCC unroll 8
+            for (int m = 0; m < 3; m++)
+                acc[t][m] = _mm256_fmadd_ps(w[m], xb, acc[t][m]);
         }
     }
-    /* every sum first: with vectors live across scalar_w's call, GCC kept an accumulator on the
-     * stack inside the loop above */
-    float s[2][PANEL_OT];
 #pragma GCC unroll 8
-    for (int t = 0; t < RT; t++)
+    for (int t = 0; t < TT; t++)
 #pragma GCC unroll 8
-        for (int o = 0; o < PANEL_OT; o++)
-            s[t][o] = hsum(acc[t][o]);
-    for (int t = 0; t < RT; t++)
-        for (int o = 0; o < PANEL_OT; o++) {
-            const uint8_t *row = W->data + (size_t)(o0 + o) * W->row_bytes;
-            for (int k = n_chunks * 8; k < n_chunks * 8 + tail; k++)
-                s[t][o] = fmaf(scalar_w(type, row, k), xr[t][k], s[t][o]);
-            y[(size_t)(t0 + t) * ldy + o0 + o] = s[t][o];
-        }
+        for (int m = 0; m < 3; m++)
+            out[t][m] = acc[t][m];
 }
 
-/* One copy of each panel tile whatever the weight type, compiled on its own: inlined into
- * matmul_f16, GCC spilled four of the twelve accumulators to the stack and prefill ran slower than
- * without the panel. */
-static __attribute__((noinline)) void tile_panel_1(uint32_t type, const mn_weight *W, const float *panel,
-                                                   const float *x, size_t ldx, float *y, size_t ldy, uint32_t o0)
-{
-    tile_panel(type, W, panel, x, ldx, y, ldy, 0, o0, 1);
-}
+/* The three shapes (12, 9 and 3 chains), each compiled once on its own: inlined into every weight
+ * type's matmul, GCC spilled accumulators of the earlier panel tiles. */
+#define LANE_RUN(TT)                                                                                 \
+    static __attribute__((noinline)) void lane_run_##TT(const float *pl, size_t gsz, int nc, const float *xl, \
+                                                        size_t ldx, __m256(*out)[3])                  \
+    {                                                                                                \
+        lane_run(pl, gsz, nc, xl, ldx, out, TT);                                                     \
+    }
+LANE_RUN(4)
+LANE_RUN(3)
+LANE_RUN(1)
+#undef LANE_RUN
 
-static __attribute__((noinline)) void tile_panel_2(uint32_t type, const mn_weight *W, const float *panel,
-                                                   const float *x, size_t ldx, float *y, size_t ldy, int t0,
-                                                   uint32_t o0)
-{
-    tile_panel(type, W, panel, x, ldx, y, ldy, t0, o0, 2);
-}
+enum { LANE_CHUNK = 32 }; /* rows per sweep of the lanes: their chain results fit 24 KB */
 
-/* The full PANEL_OT-output blocks of [ob, oe) through panels; returns the first output left. */
-ALWAYS_INLINE uint32_t matmul_panel(uint32_t type, const mn_weight *W, const float *x, size_t ldx, float *y,
+/* The whole blocks of LANE_ROWS outputs of [ob, oe) through lane panels; returns the first output
+ * left. For each block, rows go LANE_CHUNK at a time; for each lane, every row of the chunk passes
+ * the lane's runs (an eighth of the panel, in L1 whatever the width up to LANE_MAX_COLS) in tiles
+ * of 4 (the rest as 3, 1, or 3 + 3); then each row's eight lane results are added as hsum does and
+ * the tail fused on. */
+ALWAYS_INLINE uint32_t matmul_lanes(uint32_t type, const mn_weight *W, const float *x, size_t ldx, float *y,
                                     size_t ldy, int T, uint32_t ob, uint32_t oe)
 {
-    float panel[PANEL_OT * PANEL_MAX_COLS] __attribute__((aligned(32))); /* 96 KB of the thread's stack */
+    float panel[LANE_ROWS * LANE_MAX_COLS] __attribute__((aligned(32))); /* 192 KB of the thread's stack */
+    __m256 part[8][LANE_CHUNK][3];                                        /* [lane][row][group] */
+    const int nc = (int)(W->cols / 8), tail = (int)(W->cols % 8);
+    const size_t gsz = (size_t)W->cols * 8;
     uint32_t o = ob;
-    for (; o + PANEL_OT <= oe; o += PANEL_OT) {
-        pack_panel(type, W, o, panel);
-        /* the next block's rows toward L2 while this one computes (packing reads them in bursts;
-         * not measured apart from the panels) */
-        if (o + 2 * PANEL_OT <= oe) {
-            const char *next = (const char *)W->data + (size_t)(o + PANEL_OT) * W->row_bytes;
-            for (size_t b = 0; b < PANEL_OT * W->row_bytes; b += 64)
-                _mm_prefetch(next + b, _MM_HINT_T1);
+    for (; o + LANE_ROWS <= oe; o += LANE_ROWS) {
+        pack_lanes(type, W, o, panel);
+        for (int t0 = 0; t0 < T; t0 += LANE_CHUNK) {
+            const int n = T - t0 < LANE_CHUNK ? T - t0 : LANE_CHUNK;
+            const float *xc = x + (size_t)t0 * ldx;
+            for (int l = 0; l < 8; l++) {
+                const float *pl = panel + (size_t)l * nc * 8;
+                int t = 0;
+                for (int fours = n % 4 == 2 ? n / 4 - 1 : n / 4; fours > 0; fours--, t += 4)
+                    lane_run_4(pl, gsz, nc, xc + (size_t)t * ldx + l, ldx, &part[l][t]);
+                for (; n - t >= 3; t += 3)
+                    lane_run_3(pl, gsz, nc, xc + (size_t)t * ldx + l, ldx, &part[l][t]);
+                for (; t < n; t++)
+                    lane_run_1(pl, gsz, nc, xc + (size_t)t * ldx + l, ldx, &part[l][t]);
+            }
+            for (int t = 0; t < n; t++)
+                for (int m = 0; m < 3; m++) {
+                    __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(part[0][t][m], part[4][t][m]),
+                                                           _mm256_add_ps(part[2][t][m], part[6][t][m])),
+                                             _mm256_add_ps(_mm256_add_ps(part[1][t][m], part[5][t][m]),
+                                                           _mm256_add_ps(part[3][t][m], part[7][t][m])));
+                    const float *pt = panel + m * gsz + (size_t)nc * 64, *xr = xc + (size_t)t * ldx + nc * 8;
+                    for (int k = 0; k < tail; k++)
+                        s = _mm256_fmadd_ps(_mm256_load_ps(pt + k * 8), _mm256_broadcast_ss(xr + k), s);
+                    _mm256_storeu_ps(y + (size_t)(t0 + t) * ldy + o + 8 * (uint32_t)m, s);
+                }
         }
-        if (T & 1)
-            tile_panel_1(type, W, panel, x, ldx, y, ldy, o);
-        for (int t = T & 1; t < T; t += 2)
-            tile_panel_2(type, W, panel, x, ldx, y, ldy, t, o);
     }
     return o;
 }
@@ -248,7 +291,7 @@ ALWAYS_INLINE uint32_t matmul_panel(uint32_t type, const mn_weight *W, const flo
  *   other T    2 x 6 (and one 1 x 6 when T is odd): 12 chains, the two activation chunks held and
  *              six weight chunks streamed; the six weight rows are read from memory by the first
  *              tile and from L1 by the others
- *   T >= 32    2 x 6 over a panel of six adjacent rows converted to F32 once (above)
+ *   T >= 32    blocks of 24 adjacent rows converted to F32 once into lane panels (above)
  * Outputs left past the last full stride go one at a time. Against the previous tiles, which read
  * adjacent rows and prefetched ahead in software (1 x 4 at T = 1, 4 x 3 twice at T = 7, 8, T x 2 at
  * T = 5, 6, contiguous 2 x 6 and 3 x 3 elsewhere), the two binaries alternating
@@ -275,8 +318,8 @@ ALWAYS_INLINE void matmul_typed(uint32_t type, const mn_weight *W, const float *
         for (o = ob + 3 * q; o < oe; o++)
             TILE(0, o, 1, 3, 1);
     } else {
-        if (T >= PANEL_MIN_T && W->cols <= PANEL_MAX_COLS)
-            o = matmul_panel(type, W, x, ldx, y, ldy, T, o, oe);
+        if (T >= PANEL_MIN_T && W->cols <= LANE_MAX_COLS)
+            o = matmul_lanes(type, W, x, ldx, y, ldy, T, o, oe);
         const uint32_t b = o, q = (oe - b) / 6;
         for (; o < b + q; o++) {
             if (T & 1)
