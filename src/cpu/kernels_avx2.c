@@ -145,7 +145,7 @@ ALWAYS_INLINE void tile(uint32_t type, const mn_weight *W, const float *x, size_
  * (packing cost more than it saved at 16 rows: F32 decode of 16 sequences 180-290 -> 175-196
  * tok/s) and kept. */
 #define LANE_ROWS 24
-#define LANE_MAX_COLS 2048
+#define LANE_MAX_COLS 4096
 
 /* Rows [o0, o0 + 24) of W into panel: each chunk of 8 rows x 8 columns transposed in registers. */
 ALWAYS_INLINE void pack_lanes(uint32_t type, const mn_weight *W, uint32_t o0, float *panel)
@@ -237,13 +237,13 @@ enum { LANE_CHUNK = 32 }; /* rows per sweep of the lanes: their chain results fi
 
 /* The whole blocks of LANE_ROWS outputs of [ob, oe) through lane panels; returns the first output
  * left. For each block, rows go LANE_CHUNK at a time; for each lane, every row of the chunk passes
- * the lane's runs (an eighth of the panel, in L1 whatever the width up to LANE_MAX_COLS) in tiles
+ * the lane's runs (an eighth of the panel: in L1 up to 2048 columns, 24 KB) in tiles
  * of 4 (the rest as 3, 1, or 3 + 3); then each row's eight lane results are added as hsum does and
  * the tail fused on. */
 ALWAYS_INLINE uint32_t matmul_lanes(uint32_t type, const mn_weight *W, const float *x, size_t ldx, float *y,
                                     size_t ldy, int T, uint32_t ob, uint32_t oe)
 {
-    float panel[LANE_ROWS * LANE_MAX_COLS] __attribute__((aligned(32))); /* 192 KB of the thread's stack */
+    float panel[LANE_ROWS * LANE_MAX_COLS] __attribute__((aligned(32))); /* 384 KB of the thread's stack */
     __m256 part[8][LANE_CHUNK][3];                                        /* [lane][row][group] */
     const int nc = (int)(W->cols / 8), tail = (int)(W->cols % 8);
     const size_t gsz = (size_t)W->cols * 8;
