@@ -3,13 +3,16 @@
 
     tools/ab-decode.py --rounds 10 --models a.gguf,b.gguf old=/tmp/old/minions-bench-decode new=build/minions-bench-decode
     tools/ab-decode.py --verify-curve --rounds 8 --models models/target.gguf old=... new=...
+    tools/ab-decode.py --prefill 128 --rounds 6 --models models/target.gguf old=... new=...
 
 Each round runs every build on every model (the order of the builds reversed every other round, so
 drift on a shared machine hits them alike). Default: decode tok/s of --batches sequences (16-token
 prompts, 48 tokens), printed as each build's median and its median ratio to the first build,
 round by round. With --verify-curve: the median time of a pass of k = 1..8 new tokens after 64
-tokens (minions-bench-decode --verify-curve --rounds 6 per run). This is how the kernel commits
-of 2026-11-26 compared their builds (the earlier one built in a git worktree).
+tokens (minions-bench-decode --verify-curve --rounds 6 per run). With --prefill N: prefill tok/s of
+an N-token prompt, the median of the three timed passes of each run (--repeat 3, after the
+warm-up). This is how the kernel commits of 2026-11-26 compared their builds (the earlier one
+built in a git worktree).
 """
 import argparse
 import re
@@ -23,6 +26,10 @@ def run(binary, model, args):
         out = subprocess.run(cmd + ["--verify-curve", "--batches", "1", "--rounds", "6", "--ctx-tokens", "64"],
                              capture_output=True, text=True, check=True).stdout
         return {int(k): float(t) for k, t in re.findall(r"k (\d)\s+([\d.]+) us", out)}
+    if args.prefill:
+        out = subprocess.run(cmd + ["--prompt-tokens", str(args.prefill), "--gen-tokens", "1", "--batches", "1",
+                                    "--repeat", "3"], capture_output=True, text=True, check=True).stdout
+        return statistics.median(float(v) for v in re.findall(r"prefill\s+\d+ tokens\s+([\d.]+)", out))
     out = subprocess.run(cmd + ["--prompt-tokens", "16", "--gen-tokens", "48", "--batches", str(args.batches)],
                          capture_output=True, text=True, check=True).stdout
     return float(re.search(rf"decode\s+batch\s+{args.batches} x\s+\d+ tokens\s+([\d.]+)", out).group(1))
@@ -36,6 +43,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batches", type=int, default=1, help="sequences decoding together")
     ap.add_argument("--verify-curve", action="store_true")
+    ap.add_argument("--prefill", type=int, default=0, help="prefill tok/s of an N-token prompt instead")
     args = ap.parse_args()
     builds = [b.split("=", 1) for b in args.builds]
     models = args.models.split(",")
