@@ -3,16 +3,20 @@
 
 For each prompt (the first --prompts of each set) and each round, in alternating order, one client
 at a time, greedy, --tokens tokens, 2 threads:
-  llama.cpp plain        llama-cli -no-cnv (its eval time: decode only)
+  llama.cpp plain        llama-completion -no-cnv, or llama-cli where that is all there is (older
+                         llama.cpp); its eval time: decode only
   llama.cpp speculative  llama-speculative with the set's draft, --draft-max S (its "decoded" rate)
   minions plain          minionsd, spec.enabled false (decode rate: tokens after the first / time after it)
   minions speculative    the same minionsd: the set's draft alone, the n-gram drafter alone, the
                          vote of all drafters (spec.weights sequence, spec.skip_below 0.25)
 Prints the median decode tok/s of each and each engine's speculative/plain ratio.
 
-    tools/bench-llamacpp-spec.py --llama /tmp/llama/build/bin [--rounds 5] [--tokens 64] [--sets kjv,web]
+    tools/bench-llamacpp-spec.py --llama /tmp/llama/build/bin [--rounds 5] [--tokens 64] [--sets kjv,web] [--gpu]
 
-llama.cpp is built here from its source (see docs/speculation.md); nothing is downloaded.
+llama.cpp is built here from its source (see docs/speculation.md); nothing is downloaded. With --gpu,
+llama.cpp puts every layer of target and draft on the GPU (-ngl 99, -ngld 99) and minionsd runs on its
+default backend (CUDA where a device runs it). MINIONS_BIN_DIR names the directory of minions'
+programs (default build/).
 """
 import argparse
 import json
@@ -25,26 +29,53 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "build")
 from importlib import import_module  # noqa: E402
 
 spec = import_module("bench-spec")  # the Server helper of tools/bench-spec.py
+BIN = spec.BIN
+
+
+def gpu_layers(args, *flags):
+    """llama.cpp's flags that put every layer on the GPU, with --gpu."""
+    return [x for f in flags for x in (f, "99")] if args.gpu else []
 
 
 def llama_plain(args, prompt):
-    out = subprocess.run([os.path.join(args.llama, "llama-cli"), "-m", os.path.join(ROOT, "models/target.gguf"),
+    exe = os.path.join(args.llama, "llama-completion")
+    if not os.path.exists(exe):
+        exe = os.path.join(args.llama, "llama-cli")
+    out = subprocess.run([exe, "-m", os.path.join(ROOT, "models/target.gguf"),
                           "-no-cnv", "-p", prompt, "-n", str(args.tokens), "--temp", "0", "-t", str(args.threads),
-                          "-c", "1024", "--ignore-eos"], capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    m = re.search(r"eval time =\s*([\d.]+) ms /\s*(\d+) runs", out.stderr)
+                          "-c", "1024", "--ignore-eos"] + gpu_layers(args, "-ngl"),
+                         capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    m = parsed(r"eval time =\s*([\d.]+) ms /\s*(\d+) runs", out, os.path.basename(exe))
     return int(m.group(2)) / (float(m.group(1)) / 1e3)
 
 
+def draft_length_flags(exe):
+    """The draft length flags llama-speculative takes: --spec-draft-n-max/min in newer llama.cpp (0.3.36's
+    vendored tree), which refuses the older --draft-max/min with an error."""
+    help_text = subprocess.run([exe, "--help"], capture_output=True, text=True, stdin=subprocess.DEVNULL).stdout
+    return ("--spec-draft-n-max", "--spec-draft-n-min") if "--spec-draft-n-max" in help_text else ("--draft-max",
+                                                                                                  "--draft-min")
+
+
+def parsed(pattern, out, what):
+    m = re.search(pattern, out.stderr)
+    if not m:
+        sys.exit(f"{what}: no rate in its output; its last lines:\n" + "\n".join(out.stderr.splitlines()[-8:]))
+    return m
+
+
 def llama_spec(args, prompt, draft):
-    out = subprocess.run([os.path.join(args.llama, "llama-speculative"), "-m", os.path.join(ROOT, "models/target.gguf"),
+    exe = os.path.join(args.llama, "llama-speculative")
+    n_max, n_min = draft_length_flags(exe)
+    out = subprocess.run([exe, "-m", os.path.join(ROOT, "models/target.gguf"),
                           "-md", os.path.join(ROOT, "models", draft + ".gguf"), "-p", prompt, "-n", str(args.tokens),
-                          "--draft-max", str(args.spec_length), "--draft-min", "0", "--temp", "0", "-t",
-                          str(args.threads), "-c", "1024"], capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    m = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds", out.stderr)
+                          n_max, str(args.spec_length), n_min, "0", "--temp", "0", "-t",
+                          str(args.threads), "-c", "1024"] + gpu_layers(args, "-ngl", "-ngld"),
+                         capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    m = parsed(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds", out, "llama-speculative")
     return int(m.group(1)) / float(m.group(2))
 
 
@@ -69,6 +100,7 @@ def main():
     ap.add_argument("--sets", default="kjv,web")
     ap.add_argument("--spec-length", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--gpu", action="store_true", help="llama.cpp with every layer on the GPU")
     args = ap.parse_args()
     server = spec.Server(args.spec_length, args.threads, 16)
     rates = {}

@@ -7,26 +7,32 @@
 #                    server suites), stripped (the device tool carries 64 MiB with the tree)
 #   gpu-bundle/lib   their non-system libraries (ldd), found first through LD_LIBRARY_PATH
 #   gpu-bundle/data  the fixtures the tests read
-#   gpu-bundle/py    PyPI's `regex` for that machine's python3 (3.12), which tools/ggufw.py needs to
-#                    write SmolLM2-shaped models there (their F16 file is 270 MB: too big to carry)
 #   gpu-bundle/run.sh, what to run there: `sh gpu-bundle/run.sh 2>&1 | tee $OUT/run.log`
 # Run after `make -C build all check TESTS=` (every test program built). The device tool then
-# carries gpu-bundle; move models/smollm2-draft*.gguf (31 MB) out of the tree for that call (the
-# tree and the bundle must fit 64 MiB together).
+# carries gpu-bundle (as a tar.xz: 7 MB); move models/smollm2-draft*.gguf (31 MB) out of the tree for
+# that call (the tree and what it carries must fit 64 MiB together). With LLAMA_BIN the llama.cpp
+# programs do not fit beside them (static, 45 MB as one xz even for all four): carry them in two
+# halves over two calls, as docs/gpu-runs/README.md says. tools/ggufw.py writes the SmolLM2-shaped
+# models there (their F16 file is 270 MB: too big to carry) with the numpy and regex of that
+# machine's python3.
 # run.sh, in this order, as far as its time budget allows (MINIONS_GPU_BUDGET seconds, 420 by
 # default; every step has its own limit too): the CPU kernel sets on that machine's CPU (such hosts
 # usually have AVX-512, which ours lack); test_gpu's device tests (the CUDA backend's logits against
 # the CPU's, batch invariance); greedy text on the CPU and on the default backend compared;
 # minionsd on CUDA speculating against plain greedy on CUDA; compute-sanitizer over the device
-# tests; decode speed of the bundled target on the CPU and on CUDA with and without graphs;
-# SmolLM2-shaped F16 and Q4_1 models at 1/4/16/64 sequences; a verification pass of k tokens
+# tests; decode speed of the bundled target on the CPU and on CUDA with and without graphs; this
+# build against OLD_BIN's (ab); each kernel's time in a decode step (ncu); SmolLM2-shaped F16 and
+# Q4_1 models at 1/4/16/64 sequences; a verification pass of k tokens
 # against a decode step; each kernel's share of a pass (MINIONS_CUDA_PROFILE); the server suites,
 # whose minionsd and minions-generate take CUDA there by default; the draft models on CUDA or on the
 # CPU beside a CUDA target; speculative against plain decoding on CUDA (tools/bench-spec.py).
-# With LLAMA_SRC set when packing: llama.cpp built there with CUDA, measured beside minions
-# (llamacpp; its build takes minutes: run it on its own). MINIONS_GPU_STEPS=name,name runs only
-# those steps (kernels test_gpu greedy spec sanitizer bench smollm2 verify profile suites drafts
-# llamacpp bench_spec).
+# With LLAMA_BIN set when packing (a build/bin of llama.cpp made with CUDA, e.g. here: its 190 nvcc
+# compiles take about an hour on two cores and no device time), those programs are carried and run
+# beside minions (llamacpp, llamacpp_spec); with LLAMA_SRC instead, llama.cpp is built there (minutes
+# of device time). With OLD_BIN (a build/ of an older commit), that build's minions-bench-decode runs
+# against this one's, alternating (ab). MINIONS_GPU_STEPS=name,name runs only those steps (kernels
+# test_gpu greedy spec sanitizer bench ab ncu smollm2 verify profile suites drafts llamacpp
+# llamacpp_spec bench_spec).
 set -eu
 cd "$(dirname "$0")/.."
 out=gpu-bundle
@@ -38,8 +44,18 @@ for b in minions-generate minions-bench-decode minions-bench minionsd minions-cl
   [ -x "build/$b" ] || { echo "gpu-bundle: build/$b not built (make -C build all check TESTS=)" >&2; exit 2; }
   cp "build/$b" "$out/bin/"
 done
+if [ -n "${OLD_BIN:-}" ]; then
+  cp "$OLD_BIN/minions-bench-decode" "$out/bin/minions-bench-decode.old"
+fi
 # Stripped: the device tool carries at most 64 MiB with the working tree.
 strip --strip-unneeded "$out"/bin/*
+if [ -n "${LLAMA_BIN:-}" ]; then
+  mkdir -p "$out/llama-bin"
+  for b in llama-bench llama-batched-bench llama-speculative llama-completion; do
+    [ -x "$LLAMA_BIN/$b" ] && cp "$LLAMA_BIN/$b" "$out/llama-bin/"
+  done
+  strip --strip-unneeded "$out"/llama-bin/*
+fi
 for f in gqa_f32.gguf untied_f32.gguf f16.gguf q8_0.gguf q4_0.gguf q4_1.gguf tokens.txt; do
   cp "build/tests/data/$f" "$out/data/"
 done
@@ -53,11 +69,7 @@ if [ -n "${LLAMA_SRC:-}" ]; then
     vendor tools/CMakeLists.txt $(for t in $tools; do [ -d "tools/$t" ] && echo "tools/$t"; done)) \
     >"$out/llama-src.tar.gz"
 fi
-mkdir -p "$out/py"
-python3 -m pip download regex --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
-  --no-deps -q -d "$out/py" >/dev/null 2>&1 && (cd "$out/py" && python3 -m zipfile -e regex-*.whl . && rm regex-*.whl) ||
-  echo "gpu-bundle: no regex wheel (PyPI unreachable?): the SmolLM2-shaped step will be skipped there" >&2
-ldd "$out"/bin/* | awk '$3 ~ /^\// {print $3}' | sort -u | while read -r lib; do
+ldd "$out"/bin/* $( [ -d "$out/llama-bin" ] && echo "$out"/llama-bin/*) | awk '$3 ~ /^\// {print $3}' | sort -u | while read -r lib; do
   case "$lib" in
     /usr/local/cuda/*|*/libc.so.*|*/libm.so.*|*/libpthread.so.*|*/libdl.so.*|*/librt.so.*|*/ld-linux*) ;;
     *) cp -L "$lib" "$out/lib/" ;;
@@ -112,7 +124,7 @@ ldd "$bin/test_gpu" | grep 'not found' # a library this bundle lacks there
 # random weights) written by tools/ggufw.py once; its path, or nothing when python3 lacks numpy
 smol() {
   m=$here/smol-$1.gguf
-  [ -f "$m" ] || run 60 env PYTHONPATH="$here/py" python3 "$root/tools/ggufw.py" --out "$m" --dim 576 --layers 30 \
+  [ -f "$m" ] || run 60 python3 "$root/tools/ggufw.py" --out "$m" --dim 576 --layers 30 \
     --heads 9 --kv-heads 3 --ff 1536 --vocab 49152 --type "$1" --pre smollm --ctx 2048 --seed 5 >"$res/ggufw.txt" 2>&1 ||
     { rm -f "$m"; echo "ggufw.py failed on $1 (numpy and regex for python3?):" >&2; tail -n 3 "$res/ggufw.txt" >&2; }
   [ -f "$m" ] && echo "$m"
@@ -185,6 +197,41 @@ done
 
 fi
 
+if step ab "this build's decode against OLD_BIN's, alternating, on cuda (bundled target, SmolLM2-shaped Q4_1)"; then
+  if [ -x "$bin/minions-bench-decode.old" ]; then
+    for m in "$target" "$(smol q4_1)"; do
+      [ -f "$m" ] || continue
+      for r in 1 2 3; do
+        for v in old new; do
+          b=$bin/minions-bench-decode; [ "$v" = old ] && b=$b.old
+          printf '%s %s round %s: ' "$(basename "$m" .gguf)" "$v" "$r"
+          run 40 "$b" --model "$m" --backend cuda --batches 1,16 --prompt-tokens 64 --gen-tokens 32 2>&1 |
+            tee -a "$res/ab-$v.txt" | awk '/^decode/ {printf "b%s %s  ", $3, $7} END {print ""}'
+        done
+      done
+    done
+  else echo "no OLD_BIN build in this bundle"; fi
+fi
+
+if step ncu "each kernel's time in a decode step (ncu, graph nodes profiled one by one; bundled target and SmolLM2-shaped Q4_1, 1 sequence)"; then
+  ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
+  if [ -n "$ncu" ]; then
+    for m in "$target" "$(smol q4_1)"; do
+      [ -f "$m" ] || continue
+      n=$(basename "$m" .gguf)
+      # past the warm-up, the prompt and a few decode steps: one step's launches in order, then totals
+      run 120 "$ncu" --clock-control none --graph-profiling node --metrics gpu__time_duration.sum -k regex:mn_k_ \
+        --print-units base --cache-control none --launch-skip 2000 --launch-count 300 --csv "$bin/minions-bench-decode" --model "$m" \
+        --backend cuda --batches 1 --prompt-tokens 64 --gen-tokens 64 >"$res/ncu-$n.csv" 2>"$res/ncu-$n.err"
+      echo "ncu exit $? ($n)"; grep -v '^==PROF==' "$res/ncu-$n.err" | tail -n 2
+      awk -F'","' '$0 ~ /gpu__time_duration/ {k = $5 " " $9; v = $NF; gsub(/[",]/, "", v); t[k] += v; c[k]++; all += v
+          if (++i <= 60) printf "%3d %-14s %-14s %8.2f us\n", i, $5, $9, v / 1000}
+        END {for (k in t) printf "total %-30s %4d launches %8.2f us each\n", k, c[k], t[k] / c[k] / 1000
+             printf "total all: %d launches %.1f us\n", i, all / 1000}' "$res/ncu-$n.csv"
+    done
+  else echo "no ncu here"; fi
+fi
+
 if step smollm2 "SmolLM2-shaped models (576 wide, 30 layers, 9/3 heads, ff 1536, vocab 49152, random weights)"; then
   for t in q4_1 f16; do
     m=$(smol "$t") || continue
@@ -235,8 +282,11 @@ if step drafts "the draft models on cuda or on the cpu beside a cuda target (too
   done
 fi
 
-if step llamacpp "llama.cpp built with CUDA here, beside minions on the same GPU (llama-bench, llama-batched-bench)"; then
-  if [ -f "$here/llama-src.tar.gz" ] && command -v cmake >/dev/null; then
+if step llamacpp "llama.cpp with CUDA beside minions on the same GPU (llama-bench, llama-batched-bench)"; then
+  lb=
+  if [ -x "$here/llama-bin/llama-bench" ]; then
+    lb=$here/llama-bin
+  elif [ -f "$here/llama-src.tar.gz" ] && command -v cmake >/dev/null; then
     src=$here/llama
     mkdir -p "$src" && tar -xzf "$here/llama-src.tar.gz" -C "$src"
     gen="Unix Makefiles"; command -v ninja >/dev/null && gen=Ninja
@@ -248,6 +298,8 @@ if step llamacpp "llama.cpp built with CUDA here, beside minions on the same GPU
         >"$res/llama-build.txt" 2>&1
     echo "llama.cpp configure and build exit $?"; tail -n 3 "$res/llama-build.txt" 2>/dev/null
     lb=$src/build/bin
+  fi
+  if [ -n "$lb" ]; then
     for m in "$target" "$(smol q4_1)" "$(smol f16)"; do
       [ -f "$m" ] && [ -x "$lb/llama-bench" ] || continue
       n=$(basename "$m" .gguf)
@@ -259,8 +311,16 @@ if step llamacpp "llama.cpp built with CUDA here, beside minions on the same GPU
         --gen-tokens 32 2>&1 | tee "$res/minions-$n.txt" | grep -E 'prefill|decode'
     done
   else
-    echo "no llama.cpp source in this bundle (LLAMA_SRC) or no cmake here"
+    echo "no llama.cpp in this bundle (LLAMA_BIN, LLAMA_SRC) or no cmake here"
   fi
+fi
+
+if step llamacpp_spec "llama.cpp's speculative mode with CUDA against minions' on the bundled target (tools/bench-llamacpp-spec.py)"; then
+  if [ -x "$here/llama-bin/llama-speculative" ]; then
+    run 150 python3 "$root/tools/bench-llamacpp-spec.py" --llama "$here/llama-bin" --rounds 3 --gpu \
+      >"$res/llamacpp-spec.txt" 2>&1
+    echo "bench-llamacpp-spec exit $?"; grep -E '^\|' "$res/llamacpp-spec.txt"
+  else echo "no llama-speculative in this bundle (LLAMA_BIN)"; fi
 fi
 
 if step bench_spec "speculative against plain decoding on cuda (tools/bench-spec.py)"; then
