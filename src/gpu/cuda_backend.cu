@@ -5,8 +5,8 @@
  * cache ([n_blocks][block_size][kv_dim] floats per layer and K/V, block ids shared with the host
  * pool, made without storage, that owns the tables), activations for max_tokens tokens, the pass's layout (token table,
  * flattened block tables, logits rows) and its logits. A forward pass lays the batch out on the
- * host, copies the layout up, launches the pass, copies the logits down and waits for the stream:
- * it blocks its calling thread (the compute worker, never the loop).
+ * host, copies the layout up (one copy from pinned memory), launches the pass, copies the logits
+ * down and waits for the stream: it blocks its calling thread (the compute worker, never the loop).
  *
  * The kernels' logic and the pass are tested on the host through the twin backend (gpu/twin.h,
  * tests/test_gpu.c); on a device (an H200, issue #13's sessions) the same tests, greedy text
@@ -89,9 +89,9 @@ enum { MAX_ALLOCS = 1024 }; /* device allocations of one backend: 9 per layer an
 enum { MAX_GRAPHS = 64 };
 
 /* The steps MINIONS_CUDA_PROFILE times apart. */
-enum { S_EMBED, S_RMSNORM, S_QKV, S_ROPE, S_ATTENTION, S_WO, S_GATE_UP, S_DOWN, S_LOGITS, N_STEPS };
-static const char *const step_name[N_STEPS] = {"embed", "rmsnorm", "qkv",          "rope+store", "attention",
-                                               "wo",    "gate/up+silu", "down", "logits"};
+enum { S_EMBED, S_RMSNORM, S_QKV, S_ATTENTION, S_WO, S_GATE_UP, S_DOWN, S_LOGITS, N_STEPS };
+static const char *const step_name[N_STEPS] = {"embed", "rmsnorm",      "qkv+rope+kv", "attention",
+                                               "wo",    "gate/up+silu", "down",        "logits"};
 
 typedef struct cuda_state {
     cudaStream_t stream;
@@ -100,10 +100,16 @@ typedef struct cuda_state {
     mn_gpu_model model;       /* device pointers */
     mn_gpu_layer *layers;     /* host array of device pointers */
     mn_gpu_bufs bufs;
+    /* The pass's layout goes up in one copy: h_pack (pinned host memory, so the copy is a plain
+     * DMA) holds it as d_pack does, tok | tokens | out_rows | table_off for max_tokens entries
+     * each, then pack_tables block ids (h.cap_tables may be ahead after a failure); d_tok ..
+     * d_tables point into d_pack. */
+    uint8_t *h_pack, *d_pack;
+    size_t pack_tables;
+    uint32_t cfg_max_tokens;  /* the entries of each of the pack's first four arrays */
     mn_gpu_tok *d_tok;
     int32_t *d_tokens;
     uint32_t *d_out_rows, *d_table_off, *d_tables;
-    size_t d_cap_tables;      /* block ids d_tables holds (h.cap_tables may be ahead after a failure) */
     float *d_logits;          /* [max_tokens][n_vocab] */
     mn_gpu_host_layout h;     /* host side of the layout */
     bool graphs;              /* replay captured passes (MINIONS_CUDA_GRAPHS=0: plain launches) */
@@ -197,27 +203,19 @@ static void k_rmsnorm(void *ctx, const float *x, const uint32_t *rows, const flo
 {
     cuda_state *st = (cuda_state *)ctx;
     LAUNCH(st, S_RMSNORM,
-           (mn_k_rmsnorm<<<blocks_for((size_t)T * MN_G_WARP), THREADS, 0, st->stream>>>(x, rows, w, out, n, eps, T)));
+           (mn_k_rmsnorm<<<T, MN_G_NORM_THREADS, 0, st->stream>>>(x, rows, w, out, n, eps, T)));
 }
 
-static void k_proj(void *ctx, const float *x, const mn_gpu_outs *outs, uint32_t T)
+static void k_proj(void *ctx, const float *x, const mn_gpu_outs *outs, const mn_gpu_attn *a, uint32_t T)
 {
     cuda_state *st = (cuda_state *)ctx;
-    int step = outs->w[0].data == st->model.output.data ? S_LOGITS
+    int step = outs->mode == MN_G_OUT_QKV              ? S_QKV
                : outs->mode == MN_G_OUT_SWIGLU          ? S_GATE_UP
-               : outs->mode == MN_G_OUT_STORE           ? S_QKV
+               : outs->mode == MN_G_OUT_STORE           ? S_LOGITS
                : outs->w[0].cols == st->model.hp.n_ff   ? S_DOWN
                                                         : S_WO;
-    dim3 grid(blocks_for((size_t)mn_g_out_rows(outs) * MN_G_WARP), (T + MN_G_TB - 1) / MN_G_TB); /* a warp a row */
-    LAUNCH(st, step, (mn_k_proj<<<grid, THREADS, 0, st->stream>>>(x, *outs, T)));
-}
-
-static void k_rope_store(void *ctx, const mn_gpu_attn *a, float *q, const float *k, const float *v, uint32_t T)
-{
-    cuda_state *st = (cuda_state *)ctx;
-    LAUNCH(st, S_ROPE,
-           (mn_k_rope_store<<<blocks_for((size_t)T * a->n_heads * (a->head_dim / 2)), THREADS, 0, st->stream>>>(
-               *a, q, k, v, T)));
+    dim3 grid(blocks_for((size_t)mn_g_out_rows(outs) * MN_G_WARP), (T + MN_G_TB - 1) / MN_G_TB); /* a warp each */
+    LAUNCH(st, step, (mn_k_proj<<<grid, THREADS, 0, st->stream>>>(x, *outs, a ? *a : mn_gpu_attn{}, T)));
 }
 
 static void k_attention(void *ctx, const mn_gpu_attn *a, const float *q, float *out, uint32_t T)
@@ -227,7 +225,7 @@ static void k_attention(void *ctx, const mn_gpu_attn *a, const float *q, float *
            (mn_k_attention<<<T * a->n_heads, MN_G_ATT_WARPS * MN_G_WARP, 0, st->stream>>>(*a, q, out, T)));
 }
 
-static const mn_gpu_exec device_exec = {k_embed, k_rmsnorm, k_proj, k_rope_store, k_attention};
+static const mn_gpu_exec device_exec = {k_embed, k_rmsnorm, k_proj, k_attention};
 
 /* ---- the backend ------------------------------------------------------------------------------ */
 
@@ -254,6 +252,7 @@ static void cuda_free(mn_backend *be)
         drop_graphs(st);
         for (int i = 0; i < st->n_allocs; i++)
             cudaFree(st->allocs[i]);
+        cudaFreeHost(st->h_pack);
         if (st->stream)
             cudaStreamDestroy(st->stream);
         mn_free(st->layers);
@@ -264,19 +263,58 @@ static void cuda_free(mn_backend *be)
     mn_free(be);
 }
 
-/* Room for the batch's block tables in the layout, host and device (the old device buffer stays
- * in allocs until the backend is freed: tables grow a few times at most). */
+/* Where each array of the layout starts in the pack, for max_tokens T. */
+static size_t pack_tokens_at(size_t T) { return T * sizeof(mn_gpu_tok); }
+static size_t pack_rows_at(size_t T) { return pack_tokens_at(T) + T * sizeof(int32_t); }
+static size_t pack_off_at(size_t T) { return pack_rows_at(T) + T * sizeof(uint32_t); }
+static size_t pack_tables_at(size_t T) { return pack_off_at(T) + T * sizeof(uint32_t); }
+
+/* A pack with room for cap_tables block ids, host and device, replacing the old one (whose device
+ * buffer stays in allocs until the backend is freed: tables grow a few times at most). */
+static mn_status grow_pack(cuda_state *st, size_t T, size_t cap_tables, mn_err *err)
+{
+    size_t bytes = pack_tables_at(T) + cap_tables * sizeof(uint32_t);
+    void *h = NULL, *d = NULL;
+    CUDA_TRY(cudaHostAlloc(&h, bytes, cudaHostAllocDefault));
+    mn_status s = dalloc(st, bytes, &d, err);
+    if (s != MN_OK) {
+        cudaFreeHost(h);
+        return s;
+    }
+    cudaFreeHost(st->h_pack);
+    st->h_pack = (uint8_t *)h;
+    st->d_pack = (uint8_t *)d;
+    st->pack_tables = cap_tables;
+    st->d_tok = (mn_gpu_tok *)d;
+    st->d_tokens = (int32_t *)(st->d_pack + pack_tokens_at(T));
+    st->d_out_rows = (uint32_t *)(st->d_pack + pack_rows_at(T));
+    st->d_table_off = (uint32_t *)(st->d_pack + pack_off_at(T));
+    st->d_tables = (uint32_t *)(st->d_pack + pack_tables_at(T));
+    drop_graphs(st); /* they hold the old buffer */
+    return MN_OK;
+}
+
+/* Room for the batch's block tables in the layout, host and pack. */
 static mn_status reserve_tables(cuda_state *st, const mn_batch *batch, mn_err *err)
 {
     mn_status s = mn_gpu_layout_reserve(&st->h, batch, err);
-    if (s != MN_OK || st->h.cap_tables <= st->d_cap_tables)
+    if (s != MN_OK || st->h.cap_tables <= st->pack_tables)
         return s;
-    void *d = NULL;
-    if ((s = dalloc(st, st->h.cap_tables * sizeof(uint32_t), &d, err)) != MN_OK)
-        return s;
-    st->d_tables = (uint32_t *)d;
-    st->d_cap_tables = st->h.cap_tables;
-    drop_graphs(st); /* they hold the old buffer */
+    return grow_pack(st, st->cfg_max_tokens, st->h.cap_tables, err);
+}
+
+/* The layout of the pass st->h holds, copied into the pack and up in one copy on q. */
+static mn_status upload_layout(cuda_state *st, uint32_t n_seqs, cudaStream_t q, mn_err *err)
+{
+    size_t T = st->cfg_max_tokens;
+    const mn_gpu_host_layout *h = &st->h;
+    memcpy(st->h_pack, h->tok, h->T * sizeof *h->tok);
+    memcpy(st->h_pack + pack_tokens_at(T), h->tokens, h->T * sizeof *h->tokens);
+    memcpy(st->h_pack + pack_rows_at(T), h->out_rows, h->n_out * sizeof *h->out_rows);
+    memcpy(st->h_pack + pack_off_at(T), h->table_off, n_seqs * sizeof *h->table_off);
+    memcpy(st->h_pack + pack_tables_at(T), h->tables, h->n_tables * sizeof *h->tables);
+    CUDA_TRY(cudaMemcpyAsync(st->d_pack, st->h_pack, pack_tables_at(T) + h->n_tables * sizeof *h->tables,
+                             cudaMemcpyHostToDevice, q));
     return MN_OK;
 }
 
@@ -323,13 +361,8 @@ static mn_status cuda_forward(mn_backend *be, const mn_batch *batch, float *logi
     mn_gpu_layout(batch, &st->h);
     uint32_t T = st->h.T, n_out = st->h.n_out;
     cudaStream_t q = st->stream;
-    CUDA_TRY(cudaMemcpyAsync(st->d_tok, st->h.tok, T * sizeof *st->d_tok, cudaMemcpyHostToDevice, q));
-    CUDA_TRY(cudaMemcpyAsync(st->d_tokens, st->h.tokens, T * sizeof(int32_t), cudaMemcpyHostToDevice, q));
-    CUDA_TRY(cudaMemcpyAsync(st->d_out_rows, st->h.out_rows, n_out * sizeof(uint32_t), cudaMemcpyHostToDevice, q));
-    CUDA_TRY(cudaMemcpyAsync(st->d_table_off, st->h.table_off, batch->n_seqs * sizeof(uint32_t),
-                             cudaMemcpyHostToDevice, q));
-    CUDA_TRY(cudaMemcpyAsync(st->d_tables, st->h.tables, st->h.n_tables * sizeof(uint32_t), cudaMemcpyHostToDevice,
-                             q));
+    if ((s = upload_layout(st, batch->n_seqs, q, err)) != MN_OK)
+        return s;
     mn_gpu_attn a = {st->d_tok, st->d_tables, st->d_table_off, NULL, NULL, be->kv->block_size, be->kv->kv_dim,
                      hp->head_dim, hp->n_heads, hp->n_kv_heads, hp->rope_dim, hp->rope_base};
     cudaGraphExec_t g = st->graphs ? graph_for(st, a, T, n_out) : NULL;
@@ -389,18 +422,16 @@ static mn_status setup(mn_backend *be, cuda_state *st, mn_err *err)
     struct {
         float **p;
         size_t width;
-    } bufs[] = {{&st->bufs.x, hp->dim},   {&st->bufs.xb, hp->dim},  {&st->bufs.q, qdim},
-                {&st->bufs.k, kvdim},     {&st->bufs.v, kvdim},     {&st->bufs.att, qdim},
-                {&st->bufs.ffn, hp->n_ff}, {&st->d_logits, hp->n_vocab}};
+    } bufs[] = {{&st->bufs.x, hp->dim},   {&st->bufs.xb, hp->dim},   {&st->bufs.q, qdim},
+                {&st->bufs.att, qdim},    {&st->bufs.ffn, hp->n_ff}, {&st->d_logits, hp->n_vocab}};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         void *d = NULL;
         if ((s = dalloc(st, (size_t)T * bufs[i].width * sizeof(float), &d, err)))
             return s;
         *bufs[i].p = (float *)d;
     }
-    void *tok = NULL, *tokens = NULL, *rows = NULL, *off = NULL;
-    if ((s = dalloc(st, T * sizeof(mn_gpu_tok), &tok, err)) || (s = dalloc(st, T * sizeof(int32_t), &tokens, err)) ||
-        (s = dalloc(st, T * sizeof(uint32_t), &rows, err)) || (s = dalloc(st, T * sizeof(uint32_t), &off, err)))
+    st->cfg_max_tokens = T;
+    if ((s = grow_pack(st, T, 0, err)))
         return s;
     const char *graphs = getenv("MINIONS_CUDA_GRAPHS"), *profile = getenv("MINIONS_CUDA_PROFILE");
     st->profile = profile && strcmp(profile, "0") != 0;
@@ -408,10 +439,6 @@ static mn_status setup(mn_backend *be, cuda_state *st, mn_err *err)
     if (st->profile)
         for (int i = 0; i < 2; i++)
             CUDA_TRY(cudaEventCreate(&st->ev[i]));
-    st->d_tok = (mn_gpu_tok *)tok;
-    st->d_tokens = (int32_t *)tokens;
-    st->d_out_rows = (uint32_t *)rows;
-    st->d_table_off = (uint32_t *)off;
     return MN_OK;
 }
 

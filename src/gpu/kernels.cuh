@@ -14,14 +14,14 @@
  * p % block_size (mem/kv.h's layout, with the block tables of the batch flattened into one array).
  *
  * Parallel enough for the latency of a decode step, few launches, and batch-invariant: a thread
- * per element (embedding) or RoPE pair, a warp per token (RMSNorm), a warp per output row and
- * group of up to MN_G_TB tokens (projections: Q, K and V share one launch, and gate and up one
- * that stores SwiGLU's product), a block per (token, head) (attention, its warps taking 32
- * positions at a time, a lane each). Eight launches a layer. Every sum has one fixed order that
- * depends on nothing but its own row, so a token's logits are the same bits whatever else shares
- * its pass. The twin replays warps lane by lane. cuBLAS GEMMs for F16/F32 may replace the
- * projections where measured faster and still batch-invariant; they stay for the weight types
- * cuBLAS has no GEMM for (Q8_0, Q4_0, Q4_1).
+ * per element (embedding), a warp per token (RMSNorm), a warp per output row and group of up to
+ * MN_G_TB tokens (projections: Q, K and V share one launch, which also rotates Q and K and writes
+ * K and V into the cache, and gate and up one that stores SwiGLU's product), a block per (token,
+ * head) (attention, its warps taking 32 positions at a time, a lane each). Seven launches a
+ * layer. Every sum has one fixed order that depends on nothing but its own row, so a token's
+ * logits are the same bits whatever else shares its pass. The twin replays warps lane by lane.
+ * cuBLAS GEMMs for F16/F32 may replace the projections where measured faster and still
+ * batch-invariant; they stay for the weight types cuBLAS has no GEMM for (Q8_0, Q4_0, Q4_1).
  */
 #ifndef MN_GPU_KERNELS_CUH
 #define MN_GPU_KERNELS_CUH
@@ -115,7 +115,11 @@ MN_HD void mn_g_embed(uint32_t type, const uint8_t *table, size_t row_bytes, con
  * input, not on the group or the batch: batch-invariant.
  * One launch projects one input through one to MN_G_MAX_OUTS weights of its width, and stores as
  * its mode says:
- *   MN_G_OUT_STORE       each weight's rows one after another into its own y: Q, K and V;
+ *   MN_G_OUT_STORE       each weight's rows one after another into its own y (the logits);
+ *   MN_G_OUT_QKV         Q, K and V: the warp of rows o, o + 1 (a pair of a head) sums both, rotates
+ *                        Q's and K's pair for the token's position and stores Q into y[0], K and V
+ *                        into the layer's KV cache (mn_g_qkv_store), so RoPE and the cache write
+ *                        are no launch of their own;
  *   MN_G_OUT_ACCUMULATE  y += (the residual add after the attention's and the FFN's output);
  *   MN_G_OUT_SWIGLU      two weights, gate and up: the warp of row o sums both rows o and stores
  *                        silu(gate) * up into y[0], so SwiGLU is no launch or buffer of its own. */
@@ -130,7 +134,7 @@ typedef struct mn_gpu_weight {
     const uint8_t *data;
 } mn_gpu_weight;
 
-enum { MN_G_OUT_STORE, MN_G_OUT_ACCUMULATE, MN_G_OUT_SWIGLU };
+enum { MN_G_OUT_STORE, MN_G_OUT_ACCUMULATE, MN_G_OUT_SWIGLU, MN_G_OUT_QKV };
 
 typedef struct mn_gpu_outs {
     uint32_t mode;           /* MN_G_OUT_* */
@@ -139,7 +143,7 @@ typedef struct mn_gpu_outs {
     float *y[MN_G_MAX_OUTS]; /* [tokens][w[i].rows] */
 } mn_gpu_outs;
 
-/* How many warps (output rows) a launch has. */
+/* How many warps a launch has: one per output row, or per pair of rows in MN_G_OUT_QKV. */
 MN_HD uint32_t mn_g_out_rows(const mn_gpu_outs *outs)
 {
     if (outs->mode == MN_G_OUT_SWIGLU)
@@ -147,7 +151,7 @@ MN_HD uint32_t mn_g_out_rows(const mn_gpu_outs *outs)
     uint32_t rows = 0;
     for (uint32_t i = 0; i < outs->n; i++)
         rows += outs->w[i].rows;
-    return rows;
+    return outs->mode == MN_G_OUT_QKV ? rows / 2 : rows;
 }
 
 /* Which weight of outs global row g belongs to, and its row there (false past the last). */
@@ -195,39 +199,52 @@ MN_HD void mn_g_store(float *y, uint32_t rows, int accumulate, uint32_t t, uint3
     *dst = accumulate ? *dst + s : s;
 }
 
-/* RMSNorm, a warp per token: out[t] = x[src(t)] / rms(x[src(t)]) * w, where src(t) = rows ? rows[t]
- * : t (the logits take only the rows that return logits). mn_g_rms_lane is a lane's part of the sum
- * of squares; mn_g_rms_write its elements of the output, given the total. */
+/* RMSNorm, a block of MN_G_NORM_THREADS threads per token: out[t] = x[src(t)] / rms(x[src(t)]) * w,
+ * where src(t) = rows ? rows[t] : t (the logits take only the rows that return logits). Thread i
+ * sums the squares of elements i, i + MN_G_NORM_THREADS, ... (mn_g_rms_part: a few each, loaded at
+ * once, where a warp per token waited for one load after another); each warp's 32 sums meet in the
+ * butterfly and the warps' totals are added in warp order; mn_g_rms_write writes thread i's
+ * elements of the output, given the total. */
+#define MN_G_NORM_WARPS 8
+#define MN_G_NORM_THREADS (MN_G_NORM_WARPS * MN_G_WARP)
+
 MN_HD const float *mn_g_rms_src(const float *x, const uint32_t *rows, uint32_t n, uint32_t t)
 {
     return x + (size_t)(rows ? rows[t] : t) * n;
 }
 
-MN_HD float mn_g_rms_lane(const float *r, uint32_t n, uint32_t lane)
+MN_HD float mn_g_rms_part(const float *r, uint32_t n, uint32_t i)
 {
     float ss = 0.0f;
-    for (uint32_t i = lane; i < n; i += MN_G_WARP)
-        ss += r[i] * r[i];
+#ifdef __CUDA_ARCH__
+#pragma unroll 4
+#endif
+    for (uint32_t k = i; k < n; k += MN_G_NORM_THREADS)
+        ss += r[k] * r[k];
     return ss;
 }
 
 MN_HD void mn_g_rms_write(const float *r, const float *w, float *out_row, uint32_t n, float eps, float ss,
-                          uint32_t lane)
+                          uint32_t i)
 {
     float scale = 1.0f / sqrtf(ss / (float)n + eps);
-    for (uint32_t i = lane; i < n; i += MN_G_WARP)
-        out_row[i] = r[i] * scale * w[i];
+#ifdef __CUDA_ARCH__
+#pragma unroll 4
+#endif
+    for (uint32_t k = i; k < n; k += MN_G_NORM_THREADS)
+        out_row[k] = r[k] * scale * w[k];
 }
 
-/* Rotate pair j of a head in place for position pos (adjacent pairs, as the CPU backend: the
- * angle is pos * base^(-2j/rope_dim), with that power rounded to float first). */
-MN_HD void mn_g_rope_pair(float *head, uint32_t pos, uint32_t j, uint32_t rope_dim, float base)
+/* Rotate pair j of a head, (*a, *b) = its elements 2j and 2j + 1, for position pos (adjacent pairs,
+ * as the CPU backend: the angle is pos * base^(-2j/rope_dim), with that power rounded to float
+ * first). */
+MN_HD void mn_g_rope(float *a, float *b, uint32_t pos, uint32_t j, uint32_t rope_dim, float base)
 {
     float inv_freq = (float)pow((double)base, -2.0 * (double)j / (double)rope_dim);
     double angle = (double)pos * (double)inv_freq;
-    float c = (float)cos(angle), s = (float)sin(angle), a = head[2 * j], b = head[2 * j + 1];
-    head[2 * j] = a * c - b * s;
-    head[2 * j + 1] = a * s + b * c;
+    float c = (float)cos(angle), s = (float)sin(angle), x = *a, y = *b;
+    *a = x * c - y * s;
+    *b = x * s + y * c;
 }
 
 /* Where position pos of sequence seq lives in one layer's K (or V) cache. */
@@ -237,25 +254,19 @@ MN_HD size_t mn_g_slot(const mn_gpu_attn *a, uint32_t seq, uint32_t pos)
     return ((size_t)block * a->block_size + pos % a->block_size) * a->kv_dim;
 }
 
-/* Pair j (elements 2j, 2j + 1) of query head h of token t rotated in place; for h < n_kv_heads also
- * that pair of KV head h's key and value written into the cache at the token's position, the key
- * rotated there. Pairs past rope_dim / 2 are not rotated. */
-MN_HD void mn_g_rope_store(const mn_gpu_attn *a, float *q, const float *k, const float *v, uint32_t t, uint32_t h,
-                           uint32_t j)
+/* The Q/K/V launch's store (mode MN_G_OUT_QKV): rows o and o + 1 of weight i (0 Q, 1 K, 2 V), which
+ * are elements 2j and 2j + 1 of one head, for token t, summed to (s0, s1). Q and K are rotated for
+ * the token's position (pairs past rope_dim / 2 are not); Q goes to q[t], K and V into the cache
+ * at the token's position. */
+MN_HD void mn_g_qkv_store(const mn_gpu_attn *a, float *q, uint32_t i, uint32_t o, uint32_t t, float s0, float s1)
 {
-    uint32_t hd = a->head_dim, pos = a->tok[t].pos;
-    bool rotate = j < a->rope_dim / 2;
-    if (rotate)
-        mn_g_rope_pair(q + (size_t)t * a->n_heads * hd + (size_t)h * hd, pos, j, a->rope_dim, a->rope_base);
-    if (h >= a->n_kv_heads)
-        return;
-    size_t at = mn_g_slot(a, a->tok[t].seq, pos) + (size_t)h * hd, from = (size_t)t * a->kv_dim + (size_t)h * hd;
-    for (uint32_t i = 2 * j; i < 2 * j + 2; i++) {
-        a->k[at + i] = k[from + i];
-        a->v[at + i] = v[from + i];
-    }
-    if (rotate)
-        mn_g_rope_pair(a->k + at, pos, j, a->rope_dim, a->rope_base);
+    uint32_t pos = a->tok[t].pos, j = o % a->head_dim / 2;
+    if (i < 2 && j < a->rope_dim / 2)
+        mn_g_rope(&s0, &s1, pos, j, a->rope_dim, a->rope_base);
+    float *dst = i == 0 ? q + (size_t)t * a->n_heads * a->head_dim + o
+                        : (i == 1 ? a->k : a->v) + mn_g_slot(a, a->tok[t].seq, pos) + o;
+    dst[0] = s0;
+    dst[1] = s1;
 }
 
 /* out[t][head h] = softmax(q . K / sqrt(hd)) V over the token's positions 0..pos (causal), read
@@ -296,6 +307,21 @@ MN_HD float mn_g_score_at(const mn_gpu_attn *a, const float *qh, size_t at, floa
     const float *kr = a->k + at;
     float s = 0.0f;
 #ifdef __CUDA_ARCH__
+    /* Four dimensions a load where rows start on 16 bytes (head_dim % 4 == 0: every query and K row
+     * then does), the products still added one by one in dimension order: the same bits, and a
+     * lane's K row (a different row per lane) in a quarter of the load instructions. */
+    if (a->head_dim % 4 == 0) {
+        const float4 *q4 = (const float4 *)qh, *k4 = (const float4 *)kr;
+#pragma unroll 16
+        for (uint32_t i = 0; i < a->head_dim / 4; i++) {
+            float4 x = q4[i], y = k4[i];
+            s += x.x * y.x;
+            s += x.y * y.y;
+            s += x.z * y.z;
+            s += x.w * y.w;
+        }
+        return s * scale;
+    }
 #pragma unroll 8
 #endif
     for (uint32_t i = 0; i < a->head_dim; i++)
@@ -322,23 +348,36 @@ MN_HD float mn_g_chunk_rescale(float chunk_max, float *m)
     return old;
 }
 
-/* Lane's share of the output (its dimensions only): scaled by old, then += w * v. */
+/* Lane's share of the output: its dimensions lane + 32 j below hd, acc[j]. The loops run over
+ * every j with the dimensions past hd skipped, so that acc's indices are constants once unrolled
+ * and the device keeps acc in registers (a loop bounded by hd put it in local memory). */
+#ifdef __CUDA_ARCH__
+#define MN_G_EACH_DIM _Pragma("unroll") for (uint32_t j = 0; j < MN_G_LANE_DIMS; j++)
+#else
+#define MN_G_EACH_DIM for (uint32_t j = 0; j < MN_G_LANE_DIMS; j++)
+#endif
+
+/* scaled by old */
 MN_HD void mn_g_lane_scale(float *acc, uint32_t hd, uint32_t lane, float old)
 {
-    for (uint32_t j = 0, i = lane; i < hd; j++, i += MN_G_WARP)
+    MN_G_EACH_DIM
+    if (lane + j * MN_G_WARP < hd)
         acc[j] *= old;
 }
 
+/* += w * v */
 MN_HD void mn_g_lane_acc(float *acc, const float *v, uint32_t hd, uint32_t lane, float w)
 {
-    for (uint32_t j = 0, i = lane; i < hd; j++, i += MN_G_WARP)
-        acc[j] += w * v[i];
+    MN_G_EACH_DIM
+    if (lane + j * MN_G_WARP < hd)
+        acc[j] += w * v[lane + j * MN_G_WARP];
 }
 
 MN_HD void mn_g_lane_out(float *o, const float *acc, uint32_t hd, uint32_t lane, float sum)
 {
-    for (uint32_t j = 0, i = lane; i < hd; j++, i += MN_G_WARP)
-        o[i] = acc[j] / sum;
+    MN_G_EACH_DIM
+    if (lane + j * MN_G_WARP < hd)
+        o[lane + j * MN_G_WARP] = acc[j] / sum;
 }
 
 /* Merge another warp's (m2, sum2, its whole output row acc2) into a lane's (*m, *sum, acc); a warp
@@ -350,8 +389,9 @@ MN_HD void mn_g_lane_merge(float *m, float *sum, float *acc, float m2, float sum
         return;
     float mx = m2 > *m ? m2 : *m, f1 = expf(*m - mx), f2 = expf(m2 - mx);
     *sum = *sum * f1 + sum2 * f2;
-    for (uint32_t j = 0, i = lane; i < hd; j++, i += MN_G_WARP)
-        acc[j] = acc[j] * f1 + acc2[i] * f2;
+    MN_G_EACH_DIM
+    if (lane + j * MN_G_WARP < hd)
+        acc[j] = acc[j] * f1 + acc2[lane + j * MN_G_WARP] * f2;
     *m = mx;
 }
 
@@ -378,22 +418,30 @@ __global__ void mn_k_embed(uint32_t type, const uint8_t *table, size_t row_bytes
         mn_g_embed(type, table, row_bytes, tokens, x, dim, (uint32_t)(i / dim), (uint32_t)(i % dim));
 }
 
-/* a warp per token */
+/* a block of MN_G_NORM_THREADS per token */
 __global__ void mn_k_rmsnorm(const float *x, const uint32_t *rows, const float *w, float *out, uint32_t n,
                              float eps, uint32_t T)
 {
-    uint32_t lane = threadIdx.x % MN_G_WARP, t = blockIdx.x * (blockDim.x / MN_G_WARP) + threadIdx.x / MN_G_WARP;
+    __shared__ float warp_ss[MN_G_NORM_WARPS];
+    uint32_t i = threadIdx.x, t = blockIdx.x;
     if (t >= T)
-        return; /* whole warps leave */
+        return; /* the whole block leaves */
     const float *r = mn_g_rms_src(x, rows, n, t);
-    mn_g_rms_write(r, w, out + (size_t)t * n, n, eps, mn_g_warp_sum(mn_g_rms_lane(r, n, lane)), lane);
+    float part = mn_g_warp_sum(mn_g_rms_part(r, n, i)), ss = 0.0f;
+    if (i % MN_G_WARP == 0)
+        warp_ss[i / MN_G_WARP] = part;
+    __syncthreads();
+    for (uint32_t wp = 0; wp < MN_G_NORM_WARPS; wp++)
+        ss += warp_ss[wp];
+    mn_g_rms_write(r, w, out + (size_t)t * n, n, eps, ss, i);
 }
 
 /* One warp's sums for NR weight rows of one type over nt tokens' inputs, the type fixed at compile
  * time (no branch per element) and MN_G_UNROLL of a lane's weights loaded before they are used, so
  * that a lane has that many loads in flight: a decode step's projections are a few hundred rows
  * each, too few warps to hide memory latency otherwise. Each (row, token) sum still adds its lane's
- * products in column order. */
+ * products in column order. (16 loads in flight with the last round predicated, tried on an H100,
+ * made every projection 1.3-3x slower.) */
 #define MN_G_UNROLL 8
 
 template <uint32_t TYPE, uint32_t NR>
@@ -449,9 +497,10 @@ static __device__ inline void mn_g_proj_rows(uint32_t type, const uint8_t *const
     }
 }
 
-/* grid: x over the launch's output rows (a warp each, blockDim.x / 32 per block), y over groups of
- * MN_G_TB tokens */
-__global__ void mn_k_proj(const float *x, mn_gpu_outs outs, uint32_t T)
+/* grid: x over the launch's warps (mn_g_out_rows, blockDim.x / 32 per block), y over groups of
+ * MN_G_TB tokens; a is read by MN_G_OUT_QKV only */
+__global__ void mn_k_proj(const float *x, const __grid_constant__ mn_gpu_outs outs, const __grid_constant__ mn_gpu_attn a,
+                          uint32_t T)
 {
     uint32_t lane = threadIdx.x % MN_G_WARP, t0 = blockIdx.y * MN_G_TB;
     uint32_t g = blockIdx.x * (blockDim.x / MN_G_WARP) + threadIdx.x / MN_G_WARP, i = 0, o = g;
@@ -460,6 +509,23 @@ __global__ void mn_k_proj(const float *x, mn_gpu_outs outs, uint32_t T)
     uint32_t nt = T - t0 < MN_G_TB ? T - t0 : MN_G_TB, cols = outs.w[0].cols;
     const float *xt = x + (size_t)t0 * cols;
     float s[2][MN_G_TB] = {{0}};
+    if (outs.mode == MN_G_OUT_QKV) {
+        mn_g_out_of(&outs, 2 * g, &i, &o);
+        const uint8_t *row[2] = {outs.w[i].data + (size_t)o * outs.w[i].row_bytes,
+                                 outs.w[i].data + (size_t)(o + 1) * outs.w[i].row_bytes};
+        mn_g_proj_rows<2>(outs.w[i].type, row, xt, cols, nt, lane, s);
+        float m0 = 0.0f, m1 = 0.0f; /* lane j keeps token j's sums and stores them (RoPE's sines in parallel) */
+#pragma unroll
+        for (uint32_t j = 0; j < MN_G_TB; j++)
+            if (j < nt) {
+                float s0 = mn_g_warp_sum(s[0][j]), s1 = mn_g_warp_sum(s[1][j]);
+                if (lane == j)
+                    m0 = s0, m1 = s1;
+            }
+        if (lane < nt)
+            mn_g_qkv_store(&a, outs.y[0], i, o, t0 + lane, m0, m1);
+        return;
+    }
     if (outs.mode == MN_G_OUT_SWIGLU) {
         const uint8_t *row[2] = {outs.w[0].data + (size_t)g * outs.w[0].row_bytes,
                                  outs.w[1].data + (size_t)g * outs.w[1].row_bytes};
@@ -490,16 +556,8 @@ __global__ void mn_k_proj(const float *x, mn_gpu_outs outs, uint32_t T)
         }
 }
 
-/* grid: x over tokens x query heads x pairs of a head */
-__global__ void mn_k_rope_store(mn_gpu_attn a, float *q, const float *k, const float *v, uint32_t T)
-{
-    uint32_t pairs = a.head_dim / 2, i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < T * a.n_heads * pairs)
-        mn_g_rope_store(&a, q, k, v, i / (a.n_heads * pairs), i / pairs % a.n_heads, i % pairs);
-}
-
 /* a block of MN_G_ATT_WARPS warps per (token, query head) */
-__global__ void mn_k_attention(mn_gpu_attn a, const float *q, float *out, uint32_t T)
+__global__ void mn_k_attention(const __grid_constant__ mn_gpu_attn a, const float *q, float *out, uint32_t T)
 {
     __shared__ float sm_m[MN_G_ATT_WARPS], sm_sum[MN_G_ATT_WARPS], sm_acc[MN_G_ATT_WARPS][MN_G_MAX_HEAD_DIM];
     uint32_t lane = threadIdx.x % MN_G_WARP, wp = threadIdx.x / MN_G_WARP, pair = blockIdx.x;
@@ -518,16 +576,21 @@ __global__ void mn_k_attention(mn_gpu_attn a, const float *q, float *out, uint32
         float old = mn_g_chunk_rescale(cmax, &m), w = expf(s - m);
         sum = sum * old + mn_g_warp_sum(w);
         mn_g_lane_scale(acc, hd, lane, old);
-#pragma unroll 8
-        for (uint32_t l = 0; l < n; l++)
-            mn_g_lane_acc(acc, a.v + __shfl_sync(MN_G_FULL, at, l), hd, lane, __shfl_sync(MN_G_FULL, w, l));
+#pragma unroll /* every position's loads issued before the first is used (predicated past the chunk) */
+        for (uint32_t l = 0; l < MN_G_WARP; l++) {
+            unsigned long long at_l = __shfl_sync(MN_G_FULL, at, l);
+            float w_l = __shfl_sync(MN_G_FULL, w, l);
+            if (l < n)
+                mn_g_lane_acc(acc, a.v + at_l, hd, lane, w_l);
+        }
     }
     if (lane == 0) {
         sm_m[wp] = m;
         sm_sum[wp] = sum;
     }
-    for (uint32_t j = 0, i = lane; i < hd; j++, i += MN_G_WARP)
-        sm_acc[wp][i] = acc[j];
+    MN_G_EACH_DIM
+    if (lane + j * MN_G_WARP < hd)
+        sm_acc[wp][lane + j * MN_G_WARP] = acc[j];
     __syncthreads();
     if (wp != 0)
         return;

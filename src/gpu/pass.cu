@@ -85,21 +85,20 @@ void mn_gpu_pass(const mn_gpu_exec *ex, void *ctx, const mn_gpu_model *m, const 
         a.k = L->k;
         a.v = L->v;
         ex->rmsnorm(ctx, b->x, NULL, L->attn_norm, b->xb, dim, eps, T);
-        mn_gpu_outs qkv = {MN_G_OUT_STORE, 3, {L->wq, L->wk, L->wv}, {b->q, b->k, b->v}};
-        ex->proj(ctx, b->xb, &qkv, T);
-        ex->rope_store(ctx, &a, b->q, b->k, b->v, T);
+        mn_gpu_outs qkv = {MN_G_OUT_QKV, 3, {L->wq, L->wk, L->wv}, {b->q}};
+        ex->proj(ctx, b->xb, &qkv, &a, T);
         ex->attention(ctx, &a, b->q, b->att, T);
         mn_gpu_outs wo = {MN_G_OUT_ACCUMULATE, 1, {L->wo}, {b->x}};
-        ex->proj(ctx, b->att, &wo, T);
+        ex->proj(ctx, b->att, &wo, NULL, T);
         ex->rmsnorm(ctx, b->x, NULL, L->ffn_norm, b->xb, dim, eps, T);
         mn_gpu_outs gate_up = {MN_G_OUT_SWIGLU, 2, {L->w_gate, L->w_up}, {b->ffn}};
-        ex->proj(ctx, b->xb, &gate_up, T);
+        ex->proj(ctx, b->xb, &gate_up, NULL, T);
         mn_gpu_outs down = {MN_G_OUT_ACCUMULATE, 1, {L->w_down}, {b->x}};
-        ex->proj(ctx, b->ffn, &down, T);
+        ex->proj(ctx, b->ffn, &down, NULL, T);
     }
     ex->rmsnorm(ctx, b->x, out_rows, m->output_norm, b->xb, dim, eps, n_out);
     mn_gpu_outs head = {MN_G_OUT_STORE, 1, {m->output}, {logits}};
-    ex->proj(ctx, b->xb, &head, n_out);
+    ex->proj(ctx, b->xb, &head, NULL, n_out);
 }
 
 mn_gpu_weight mn_gpu_weight_of(const mn_weight *w)

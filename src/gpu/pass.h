@@ -32,18 +32,18 @@ typedef struct mn_gpu_model {
     const mn_gpu_layer *layers; /* [n_layers], a host array whose pointers are the executor's */
 } mn_gpu_model;
 
-/* Activations, [max_tokens][width] each. */
+/* Activations, [max_tokens][width] each (K and V go straight into the cache). */
 typedef struct mn_gpu_bufs {
-    float *x, *xb, *q, *k, *v, *att, *ffn;
+    float *x, *xb, *q, *att, *ffn;
 } mn_gpu_bufs;
 
-/* One step each; ctx is the executor's own. proj: T tokens' rows of x through outs (kernels.cuh). */
+/* One step each; ctx is the executor's own. proj: T tokens' rows of x through outs (kernels.cuh),
+ * a the layer's attention for MN_G_OUT_QKV (NULL for the other modes). */
 typedef struct mn_gpu_exec {
     void (*embed)(void *ctx, const mn_gpu_weight *table, const int32_t *tokens, float *x, uint32_t dim, uint32_t T);
     void (*rmsnorm)(void *ctx, const float *x, const uint32_t *rows, const float *w, float *out, uint32_t n,
                     float eps, uint32_t T);
-    void (*proj)(void *ctx, const float *x, const mn_gpu_outs *outs, uint32_t T);
-    void (*rope_store)(void *ctx, const mn_gpu_attn *a, float *q, const float *k, const float *v, uint32_t T);
+    void (*proj)(void *ctx, const float *x, const mn_gpu_outs *outs, const mn_gpu_attn *a, uint32_t T);
     void (*attention)(void *ctx, const mn_gpu_attn *a, const float *q, float *out, uint32_t T);
 } mn_gpu_exec;
 

@@ -23,7 +23,7 @@ static void twin_free(mn_backend *be)
     twin *tw = (twin *)be->impl;
     if (tw) {
         const mn_gpu_bufs *b = &tw->bufs;
-        float *bufs[] = {b->x, b->xb, b->q, b->k, b->v, b->att, b->ffn};
+        float *bufs[] = {b->x, b->xb, b->q, b->att, b->ffn};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             mn_free(bufs[i]);
         mn_gpu_layout_free(&tw->h);
@@ -45,14 +45,17 @@ static void x_embed(void *, const mn_gpu_weight *w, const int32_t *tokens, float
 static void x_rmsnorm(void *, const float *x, const uint32_t *rows, const float *w, float *out, uint32_t n, float eps,
                       uint32_t T)
 {
-    for (uint32_t t = 0; t < T; t++) { /* a warp per token, its lanes in turn */
+    for (uint32_t t = 0; t < T; t++) { /* a block per token: its warps in turn, each warp's lanes in turn */
         const float *r = mn_g_rms_src(x, rows, n, t);
-        float p[MN_G_WARP];
-        for (uint32_t lane = 0; lane < MN_G_WARP; lane++)
-            p[lane] = mn_g_rms_lane(r, n, lane);
-        float ss = mn_g_butterfly(p);
-        for (uint32_t lane = 0; lane < MN_G_WARP; lane++)
-            mn_g_rms_write(r, w, out + (size_t)t * n, n, eps, ss, lane);
+        float ss = 0.0f;
+        for (uint32_t wp = 0; wp < MN_G_NORM_WARPS; wp++) {
+            float p[MN_G_WARP];
+            for (uint32_t lane = 0; lane < MN_G_WARP; lane++)
+                p[lane] = mn_g_rms_part(r, n, wp * MN_G_WARP + lane);
+            ss += mn_g_butterfly(p);
+        }
+        for (uint32_t i = 0; i < MN_G_NORM_THREADS; i++)
+            mn_g_rms_write(r, w, out + (size_t)t * n, n, eps, ss, i);
     }
 }
 
@@ -67,9 +70,16 @@ static float row_sum(const mn_gpu_weight *w, uint32_t o, const float *x, uint32_
 }
 
 /* Token by token: the device's groups of MN_G_TB tokens give each token the sums it has alone. */
-static void x_proj(void *, const float *x, const mn_gpu_outs *outs, uint32_t T)
+static void x_proj(void *, const float *x, const mn_gpu_outs *outs, const mn_gpu_attn *a, uint32_t T)
 {
     for (uint32_t t = 0; t < T; t++) {
+        if (outs->mode == MN_G_OUT_QKV) { /* a warp per pair of rows */
+            for (uint32_t i = 0; i < outs->n; i++)
+                for (uint32_t o = 0; o < outs->w[i].rows; o += 2)
+                    mn_g_qkv_store(a, outs->y[0], i, o, t, row_sum(&outs->w[i], o, x, t),
+                                   row_sum(&outs->w[i], o + 1, x, t));
+            continue;
+        }
         if (outs->mode == MN_G_OUT_SWIGLU) {
             for (uint32_t o = 0; o < outs->w[0].rows; o++)
                 mn_g_store(outs->y[0], outs->w[0].rows, 0, t, o,
@@ -81,14 +91,6 @@ static void x_proj(void *, const float *x, const mn_gpu_outs *outs, uint32_t T)
                 mn_g_store(outs->y[i], outs->w[i].rows, outs->mode == MN_G_OUT_ACCUMULATE, t, o,
                            row_sum(&outs->w[i], o, x, t));
     }
-}
-
-static void x_rope_store(void *, const mn_gpu_attn *a, float *q, const float *k, const float *v, uint32_t T)
-{
-    for (uint32_t t = 0; t < T; t++)
-        for (uint32_t h = 0; h < a->n_heads; h++)
-            for (uint32_t j = 0; j < a->head_dim / 2; j++)
-                mn_g_rope_store(a, q, k, v, t, h, j);
 }
 
 /* A block per (token, head): its warps in turn, each warp's lanes in turn, then warp 0's merge. */
@@ -141,7 +143,7 @@ static void x_attention(void *, const mn_gpu_attn *a, const float *q, float *out
     }
 }
 
-static const mn_gpu_exec host_exec = {x_embed, x_rmsnorm, x_proj, x_rope_store, x_attention};
+static const mn_gpu_exec host_exec = {x_embed, x_rmsnorm, x_proj, x_attention};
 
 static mn_status twin_forward(mn_backend *be, const mn_batch *batch, float *logits, mn_err *err)
 {
@@ -196,8 +198,6 @@ extern "C" mn_status mn_gpu_twin_new(const mn_model *m, const mn_backend_config 
     b->x = fbuf(T, hp->dim, &ok);
     b->xb = fbuf(T, hp->dim, &ok);
     b->q = fbuf(T, qdim, &ok);
-    b->k = fbuf(T, kvdim, &ok);
-    b->v = fbuf(T, kvdim, &ok);
     b->att = fbuf(T, qdim, &ok);
     b->ffn = fbuf(T, hp->n_ff, &ok);
     tw->layers = (mn_gpu_layer *)mn_calloc(hp->n_layers, sizeof *tw->layers);
