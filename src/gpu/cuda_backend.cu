@@ -9,15 +9,16 @@
  * down and waits for the stream: it blocks its calling thread (the compute worker, never the loop).
  *
  * The kernels' logic and the pass are tested on the host through the twin backend (gpu/twin.h,
- * tests/test_gpu.c); on a device (an H200, issue #13's sessions) the same tests, greedy text
- * against the CPU's, speculative greedy against plain greedy and compute-sanitizer have run, so
- * `auto` (mn_backend_new) takes this backend wherever a device runs it. Each pass shape is
- * captured once as a CUDA graph and replayed (below; MINIONS_CUDA_GRAPHS=0 turns it off, to
- * compare; MINIONS_CUDA_PROFILE=1 times every step with events instead and logs the totals at the
- * end). Every backend has its own stream, so the target and each draft model launch on streams of
- * their own. Still to come: cuBLAS GEMMs where they are faster and keep batch invariance,
- * completion through cudaLaunchHostFunc (a pass now waits for its stream in the compute worker's
- * thread), the sampler on the device.
+ * tests/test_gpu.c); on a device (an H200 and an H100, issue #13's sessions) the same tests,
+ * greedy text against the CPU's, speculative greedy against plain greedy and compute-sanitizer
+ * have run, so `auto` (mn_backend_new) takes this backend wherever a device runs it. Each pass
+ * shape is captured once as a CUDA graph and replayed (below; MINIONS_CUDA_GRAPHS=0 turns it off,
+ * to compare; MINIONS_CUDA_PROFILE=1 times every step with events instead and logs the totals at
+ * the end). Every backend has its own stream, so the target and each draft model launch on
+ * streams of their own. Completion is the stream waited for in the compute worker's thread, which
+ * then posts the job to its actor (a cudaLaunchHostFunc callback could not run the verdict on the
+ * logits, which needs the copy done and a thread that may call CUDA). Still to come: cuBLAS or
+ * tensor-core GEMMs where they are faster and keep batch invariance, the sampler on the device.
  *
  * Every CUDA call goes through CUDA_TRY, which turns a failure into an mn_status with the
  * expression, file and line in the message.

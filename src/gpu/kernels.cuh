@@ -14,7 +14,7 @@
  * p % block_size (mem/kv.h's layout, with the block tables of the batch flattened into one array).
  *
  * Parallel enough for the latency of a decode step, few launches, and batch-invariant: a thread
- * per element (embedding), a warp per token (RMSNorm), a warp per output row and group of up to
+ * per element (embedding), a block per token (RMSNorm), a warp per output row and group of up to
  * MN_G_TB tokens (projections: Q, K and V share one launch, which also rotates Q and K and writes
  * K and V into the cache, and gate and up one that stores SwiGLU's product), a block per (token,
  * head) (attention, its warps taking 32 positions at a time, a lane each). Seven launches a
