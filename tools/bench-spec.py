@@ -25,7 +25,7 @@ with weights fixed at 1, learning global weights, learning per-sequence weights;
 votes with spec.skip_below 0.25 (a model drafter far below a request's best sits its rounds out).
 
     tools/bench-spec.py [--rounds 5] [--tokens 64] [--sets kjv,web,devil,mixed] [--spec-length 4]
-                        [--configs plain,ngram,...] [--clients 1,16]
+                        [--configs plain,ngram,...] [--clients 1,16] [--server-arg=--pipeline]
     tools/bench-spec.py --switch        # weights over a kjv -> devil -> web stream (docs/spec-weights.png)
     tools/bench-spec.py --tuner [--drafters ngram]   # the length tuner against every fixed length
     tools/bench-spec.py --target models/cache/SmolLM2-135M-Instruct.F16.gguf --kv-blocks 512 \
@@ -60,6 +60,7 @@ TARGET = os.path.join(ROOT, "models/target.gguf")
 DRAFTS = ["draft-kjv", "draft-web", "draft-devil", "ngram"]
 KV_BLOCKS = 0  # --kv-blocks for the server; 0: its default
 DRAFT_BACKEND = ""  # --draft-backend for the server; "": the target's
+SERVER_ARGS = []  # --server-arg: more minionsd arguments (e.g. --pipeline)
 SKIP = 0.25  # spec.skip_below of the "+skip" configurations
 NGRAM_SHORT = 2  # drafter.ngram.short_len: minionsd's default
 NGRAM_MIN_N = 2  # drafter.ngram.min_n: minionsd's default
@@ -80,7 +81,7 @@ class Server:
             args += ["--kv-blocks", str(KV_BLOCKS)]
         if DRAFT_BACKEND:
             args += ["--draft-backend", DRAFT_BACKEND]
-        args += list(extra)
+        args += SERVER_ARGS + list(extra)
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
         self.addr = line.split("tcp ")[1].split()[0]
@@ -373,7 +374,7 @@ set key below horizontal
 
 
 def main():
-    global TARGET, DRAFTS, CONFIGS, KV_BLOCKS, DRAFT_BACKEND
+    global TARGET, DRAFTS, CONFIGS, KV_BLOCKS, DRAFT_BACKEND, SERVER_ARGS
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--tokens", type=int, default=64)
@@ -394,9 +395,11 @@ def main():
     ap.add_argument("--drafts", default=",".join(DRAFTS), help="drafters: names of models/*.gguf, or ngram")
     ap.add_argument("--kv-blocks", type=int, default=0, help="the server's --kv-blocks (a long-context target)")
     ap.add_argument("--draft-backend", default="", help="the server's --draft-backend (cpu, cuda): where the draft models run")
+    ap.add_argument("--server-arg", action="append", default=[],
+                    help="one more minionsd argument, repeatable: --server-arg=--pipeline")
     args = ap.parse_args()
     TARGET, DRAFTS, KV_BLOCKS = os.path.abspath(args.target), args.drafts.split(","), args.kv_blocks
-    DRAFT_BACKEND = args.draft_backend
+    DRAFT_BACKEND, SERVER_ARGS = args.draft_backend, args.server_arg
     CONFIGS = ["plain"] + DRAFTS + VOTES
     if args.switch:
         switch(args)

@@ -31,8 +31,8 @@
 # beside minions (llamacpp, llamacpp_spec); with LLAMA_SRC instead, llama.cpp is built there (minutes
 # of device time). With OLD_BIN (a build/ of an older commit), that build's minions-bench-decode runs
 # against this one's, alternating (ab). MINIONS_GPU_STEPS=name,name runs only those steps (kernels
-# test_gpu greedy spec sanitizer bench ab ncu smollm2 verify profile suites drafts llamacpp
-# llamacpp_spec bench_spec).
+# test_gpu greedy spec sanitizer bench ab ncu smollm2 verify profile suites drafts pipeline
+# llamacpp llamacpp_spec bench_spec).
 set -eu
 cd "$(dirname "$0")/.."
 out=gpu-bundle
@@ -279,6 +279,18 @@ if step drafts "the draft models on cuda or on the cpu beside a cuda target (too
     run 120 python3 "$root/tools/bench-spec.py" --rounds 2 --tokens 64 --sets kjv --configs plain,draft-kjv,vote-global \
       --clients 1,16 --spec-length 4 --draft-backend "$d" >"$res/drafts-$d.txt" 2>&1
     grep -E '^###|^\| (plain|draft|vote)' "$res/drafts-$d.txt"
+  done
+fi
+
+if step pipeline "the draft/verify pipeline on cuda: model drafts on their own worker and stream, off and on alternating (tools/bench-spec.py)"; then
+  for r in 1 2; do
+    for p in off on; do
+      a=; [ "$p" = on ] && a=--server-arg=--pipeline
+      echo "-- pipeline $p, round $r"
+      run 60 python3 "$root/tools/bench-spec.py" --rounds 2 --tokens 64 --sets kjv --configs plain,draft-kjv,vote-global \
+        --clients 1,16 --spec-length 4 --draft-backend cuda $a >"$res/pipeline-$p-$r.txt" 2>&1
+      grep -E '^###|^\| (plain|draft|vote)' "$res/pipeline-$p-$r.txt"
+    done
   done
 fi
 
