@@ -206,7 +206,8 @@ if step ab "this build's decode against OLD_BIN's, alternating, on cuda (bundled
           b=$bin/minions-bench-decode; [ "$v" = old ] && b=$b.old
           printf '%s %s round %s: ' "$(basename "$m" .gguf)" "$v" "$r"
           run 40 "$b" --model "$m" --backend cuda --batches 1,16 --prompt-tokens 64 --gen-tokens 32 2>&1 |
-            tee -a "$res/ab-$v.txt" | awk '/^decode/ {printf "b%s %s  ", $3, $7} END {print ""}'
+            tee -a "$res/ab-$v.txt" |
+            awk '/^prefill/ {printf "pp %s  ", $4} /^decode/ {printf "b%s %s  ", $3, $7} END {print ""}'
         done
       done
     done

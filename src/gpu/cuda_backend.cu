@@ -222,8 +222,13 @@ static void k_proj(void *ctx, const float *x, const mn_gpu_outs *outs, const mn_
 static void k_attention(void *ctx, const mn_gpu_attn *a, const float *q, float *out, uint32_t T)
 {
     cuda_state *st = (cuda_state *)ctx;
+    unsigned grid = T * a->n_heads, block = MN_G_ATT_WARPS * MN_G_WARP; /* a lane holds hd / 32 dims */
+    cudaStream_t s = st->stream;
     LAUNCH(st, S_ATTENTION,
-           (mn_k_attention<<<T * a->n_heads, MN_G_ATT_WARPS * MN_G_WARP, 0, st->stream>>>(*a, q, out, T)));
+           (a->head_dim <= 32    ? mn_k_attention<1><<<grid, block, 0, s>>>(*a, q, out, T)
+            : a->head_dim <= 64  ? mn_k_attention<2><<<grid, block, 0, s>>>(*a, q, out, T)
+            : a->head_dim <= 128 ? mn_k_attention<4><<<grid, block, 0, s>>>(*a, q, out, T)
+                                 : mn_k_attention<MN_G_LANE_DIMS><<<grid, block, 0, s>>>(*a, q, out, T)));
 }
 
 static const mn_gpu_exec device_exec = {k_embed, k_rmsnorm, k_proj, k_attention};

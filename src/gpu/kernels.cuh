@@ -348,40 +348,47 @@ MN_HD float mn_g_chunk_rescale(float chunk_max, float *m)
     return old;
 }
 
-/* Lane's share of the output: its dimensions lane + 32 j below hd, acc[j]. The loops run over
- * every j with the dimensions past hd skipped, so that acc's indices are constants once unrolled
- * and the device keeps acc in registers (a loop bounded by hd put it in local memory). */
+/* Lane's share of the output: its dimensions lane + 32 j below hd, acc[j] for j < D (D = hd / 32
+ * rounded up at least: the device kernel is compiled for D = 1, 2, 4, 8 and launched with the
+ * least that holds the head, so its registers stay few; the twin takes MN_G_LANE_DIMS). The loops
+ * run over every j < D with the dimensions past hd skipped, so that acc's indices are constants
+ * once unrolled and the device keeps acc in registers (a loop bounded by hd put it in local
+ * memory). */
 #ifdef __CUDA_ARCH__
-#define MN_G_EACH_DIM _Pragma("unroll") for (uint32_t j = 0; j < MN_G_LANE_DIMS; j++)
+#define MN_G_EACH_DIM(D) _Pragma("unroll") for (uint32_t j = 0; j < (D); j++)
 #else
-#define MN_G_EACH_DIM for (uint32_t j = 0; j < MN_G_LANE_DIMS; j++)
+#define MN_G_EACH_DIM(D) for (uint32_t j = 0; j < (D); j++)
 #endif
 
 /* scaled by old */
+template <uint32_t D = MN_G_LANE_DIMS>
 MN_HD void mn_g_lane_scale(float *acc, uint32_t hd, uint32_t lane, float old)
 {
-    MN_G_EACH_DIM
+    MN_G_EACH_DIM(D)
     if (lane + j * MN_G_WARP < hd)
         acc[j] *= old;
 }
 
 /* += w * v */
+template <uint32_t D = MN_G_LANE_DIMS>
 MN_HD void mn_g_lane_acc(float *acc, const float *v, uint32_t hd, uint32_t lane, float w)
 {
-    MN_G_EACH_DIM
+    MN_G_EACH_DIM(D)
     if (lane + j * MN_G_WARP < hd)
         acc[j] += w * v[lane + j * MN_G_WARP];
 }
 
+template <uint32_t D = MN_G_LANE_DIMS>
 MN_HD void mn_g_lane_out(float *o, const float *acc, uint32_t hd, uint32_t lane, float sum)
 {
-    MN_G_EACH_DIM
+    MN_G_EACH_DIM(D)
     if (lane + j * MN_G_WARP < hd)
         o[lane + j * MN_G_WARP] = acc[j] / sum;
 }
 
 /* Merge another warp's (m2, sum2, its whole output row acc2) into a lane's (*m, *sum, acc); a warp
  * that had no positions (m2 = -inf) changes nothing. */
+template <uint32_t D = MN_G_LANE_DIMS>
 MN_HD void mn_g_lane_merge(float *m, float *sum, float *acc, float m2, float sum2, const float *acc2, uint32_t hd,
                            uint32_t lane)
 {
@@ -389,7 +396,7 @@ MN_HD void mn_g_lane_merge(float *m, float *sum, float *acc, float m2, float sum
         return;
     float mx = m2 > *m ? m2 : *m, f1 = expf(*m - mx), f2 = expf(m2 - mx);
     *sum = *sum * f1 + sum2 * f2;
-    MN_G_EACH_DIM
+    MN_G_EACH_DIM(D)
     if (lane + j * MN_G_WARP < hd)
         acc[j] = acc[j] * f1 + acc2[lane + j * MN_G_WARP] * f2;
     *m = mx;
@@ -556,7 +563,9 @@ __global__ void mn_k_proj(const float *x, const __grid_constant__ mn_gpu_outs ou
         }
 }
 
-/* a block of MN_G_ATT_WARPS warps per (token, query head) */
+/* a block of MN_G_ATT_WARPS warps per (token, query head); D: the head's dimensions a lane holds */
+#define MN_G_V_BATCH 8
+template <uint32_t D>
 __global__ void mn_k_attention(const __grid_constant__ mn_gpu_attn a, const float *q, float *out, uint32_t T)
 {
     __shared__ float sm_m[MN_G_ATT_WARPS], sm_sum[MN_G_ATT_WARPS], sm_acc[MN_G_ATT_WARPS][MN_G_MAX_HEAD_DIM];
@@ -565,7 +574,7 @@ __global__ void mn_k_attention(const __grid_constant__ mn_gpu_attn a, const floa
         return; /* the whole block leaves */
     uint32_t t = pair / a.n_heads, h = pair % a.n_heads, hd = a.head_dim;
     const float *qh = mn_g_query(&a, q, t, h);
-    float acc[MN_G_LANE_DIMS] = {0}, m = -INFINITY, sum = 0.0f, scale = 1.0f / sqrtf((float)hd);
+    float acc[D] = {0}, m = -INFINITY, sum = 0.0f, scale = 1.0f / sqrtf((float)hd);
     for (uint32_t c = wp * MN_G_WARP; c <= a.tok[t].pos; c += MN_G_ATT_WARPS * MN_G_WARP) {
         /* the lane's position's row in the cache (K's and V's alike), looked up once */
         uint32_t n = mn_g_chunk_len(&a, t, c);
@@ -575,28 +584,42 @@ __global__ void mn_k_attention(const __grid_constant__ mn_gpu_attn a, const floa
             cmax = fmaxf(cmax, __shfl_xor_sync(MN_G_FULL, cmax, off));
         float old = mn_g_chunk_rescale(cmax, &m), w = expf(s - m);
         sum = sum * old + mn_g_warp_sum(w);
-        mn_g_lane_scale(acc, hd, lane, old);
-#pragma unroll /* every position's loads issued before the first is used (predicated past the chunk) */
-        for (uint32_t l = 0; l < MN_G_WARP; l++) {
-            unsigned long long at_l = __shfl_sync(MN_G_FULL, at, l);
-            float w_l = __shfl_sync(MN_G_FULL, w, l);
-            if (l < n)
-                mn_g_lane_acc(acc, a.v + at_l, hd, lane, w_l);
+        mn_g_lane_scale<D>(acc, hd, lane, old);
+        /* the chunk's value rows MN_G_V_BATCH positions at a time, a batch's loads all issued before
+         * its first product (one position after another, each load waited for the last's product);
+         * the products still added in position order, as mn_g_lane_acc adds them */
+        for (uint32_t l0 = 0; l0 < n; l0 += MN_G_V_BATCH) {
+            float vv[MN_G_V_BATCH][D], wv[MN_G_V_BATCH];
+#pragma unroll
+            for (uint32_t u = 0; u < MN_G_V_BATCH; u++) {
+                unsigned long long at_l = __shfl_sync(MN_G_FULL, at, (l0 + u) % MN_G_WARP);
+                wv[u] = __shfl_sync(MN_G_FULL, w, (l0 + u) % MN_G_WARP);
+                MN_G_EACH_DIM(D)
+                vv[u][j] = l0 + u < n && lane + j * MN_G_WARP < hd ? a.v[at_l + lane + j * MN_G_WARP] : 0.0f;
+            }
+#pragma unroll
+            for (uint32_t u = 0; u < MN_G_V_BATCH; u++) {
+                if (l0 + u < n) {
+                    MN_G_EACH_DIM(D)
+                    if (lane + j * MN_G_WARP < hd)
+                        acc[j] += wv[u] * vv[u][j];
+                }
+            }
         }
     }
     if (lane == 0) {
         sm_m[wp] = m;
         sm_sum[wp] = sum;
     }
-    MN_G_EACH_DIM
+    MN_G_EACH_DIM(D)
     if (lane + j * MN_G_WARP < hd)
         sm_acc[wp][lane + j * MN_G_WARP] = acc[j];
     __syncthreads();
     if (wp != 0)
         return;
     for (uint32_t w2 = 1; w2 < MN_G_ATT_WARPS; w2++)
-        mn_g_lane_merge(&m, &sum, acc, sm_m[w2], sm_sum[w2], sm_acc[w2], hd, lane);
-    mn_g_lane_out(out + (size_t)t * a.n_heads * hd + (size_t)h * hd, acc, hd, lane, sum);
+        mn_g_lane_merge<D>(&m, &sum, acc, sm_m[w2], sm_sum[w2], sm_acc[w2], hd, lane);
+    mn_g_lane_out<D>(out + (size_t)t * a.n_heads * hd + (size_t)h * hd, acc, hd, lane, sum);
 }
 #endif
 
