@@ -271,14 +271,17 @@ MN_HD void mn_g_qkv_store(const mn_gpu_attn *a, float *q, uint32_t i, uint32_t o
 
 /* out[t][head h] = softmax(q . K / sqrt(hd)) V over the token's positions 0..pos (causal), read
  * through its sequence's block table; query head h reads KV head h / (n_heads / n_kv_heads).
- * The positions go in chunks of 32, chunk c to warp c % MN_G_ATT_WARPS of the (token, head)'s
- * block. In a chunk lane l takes position c * 32 + l: its score is its own dot product (in
- * dimension order); the chunk's maximum and its sum of weights meet across the warp (the sum in the
- * butterfly); an online softmax (a running maximum, no score buffer) rescales the warp's output so
- * far; then lane l adds, for its head dimensions l, l + 32, ... (MN_G_LANE_DIMS of them at most),
- * the chunk's weighted values in position order. Last, warp 0 merges the others' (maximum, sum,
- * output) into its own in warp order. Which warp takes which positions depends on the position
- * alone, so the result is the same bits in any batch. */
+ * The positions go in chunks of C (mn_g_att_chunk: the fewest of 4, 8, 16, 32 that give no warp
+ * more than one chunk, else 32), chunk i to warp i % MN_G_ATT_WARPS of the (token, head)'s block,
+ * so that a short context keeps all 8 warps busy instead of a few (with 32 a chunk, the others
+ * waited at the block's barrier). In a chunk lane l < C takes its l-th position: its score is its
+ * own dot product (in dimension order); the chunk's maximum and its sum of weights meet across the
+ * warp (the sum in the butterfly, the lanes past the chunk adding 0); an online softmax (a running
+ * maximum, no score buffer) rescales the warp's output so far; then lane l adds, for its head
+ * dimensions l, l + 32, ... (MN_G_LANE_DIMS of them at most), the chunk's weighted values in
+ * position order. Last, warp 0 merges the others' (maximum, sum, output) into its own in warp
+ * order. C and which warp takes which positions depend on the token's own position alone, so the
+ * result is the same bits in any batch. */
 #define MN_G_MAX_HEAD_DIM 256
 #define MN_G_LANE_DIMS (MN_G_MAX_HEAD_DIM / MN_G_WARP)
 #define MN_G_ATT_WARPS 8
@@ -294,11 +297,20 @@ MN_HD size_t mn_g_head_at(const mn_gpu_attn *a, uint32_t t, uint32_t h, uint32_t
     return mn_g_slot(a, a->tok[t].seq, p) + (size_t)(h / (a->n_heads / a->n_kv_heads)) * a->head_dim;
 }
 
-/* How many positions the chunk starting at c holds for token t (1..MN_G_WARP). */
-MN_HD uint32_t mn_g_chunk_len(const mn_gpu_attn *a, uint32_t t, uint32_t c)
+/* Positions a chunk of token t holds: 4, 8, 16 or 32, by the token's own position alone. */
+MN_HD uint32_t mn_g_att_chunk(const mn_gpu_attn *a, uint32_t t)
+{
+    uint32_t C = 4;
+    while (C < MN_G_WARP && MN_G_ATT_WARPS * C < a->tok[t].pos + 1)
+        C *= 2;
+    return C;
+}
+
+/* How many positions the chunk starting at c holds for token t (1..C). */
+MN_HD uint32_t mn_g_chunk_len(const mn_gpu_attn *a, uint32_t t, uint32_t c, uint32_t C)
 {
     uint32_t left = a->tok[t].pos + 1 - c;
-    return left < MN_G_WARP ? left : MN_G_WARP;
+    return left < C ? left : C;
 }
 
 /* scale * (q . K row at), in dimension order. */
@@ -329,11 +341,11 @@ MN_HD float mn_g_score_at(const mn_gpu_attn *a, const float *qh, size_t at, floa
     return s * scale;
 }
 
-/* Lane's score in the chunk starting at c: scale * (q . K[c + lane]), or -inf past the chunk. */
+/* Lane's score in the chunk of C starting at c: scale * (q . K[c + lane]), or -inf past the chunk. */
 MN_HD float mn_g_lane_score(const mn_gpu_attn *a, const float *qh, uint32_t t, uint32_t h, uint32_t c,
-                            uint32_t lane, float scale)
+                            uint32_t C, uint32_t lane, float scale)
 {
-    if (lane >= mn_g_chunk_len(a, t, c))
+    if (lane >= mn_g_chunk_len(a, t, c, C))
         return -INFINITY;
     return mn_g_score_at(a, qh, mn_g_head_at(a, t, h, c + lane), scale);
 }
@@ -575,9 +587,10 @@ __global__ void mn_k_attention(const __grid_constant__ mn_gpu_attn a, const floa
     uint32_t t = pair / a.n_heads, h = pair % a.n_heads, hd = a.head_dim;
     const float *qh = mn_g_query(&a, q, t, h);
     float acc[D] = {0}, m = -INFINITY, sum = 0.0f, scale = 1.0f / sqrtf((float)hd);
-    for (uint32_t c = wp * MN_G_WARP; c <= a.tok[t].pos; c += MN_G_ATT_WARPS * MN_G_WARP) {
+    uint32_t C = mn_g_att_chunk(&a, t);
+    for (uint32_t c = wp * C; c <= a.tok[t].pos; c += MN_G_ATT_WARPS * C) {
         /* the lane's position's row in the cache (K's and V's alike), looked up once */
-        uint32_t n = mn_g_chunk_len(&a, t, c);
+        uint32_t n = mn_g_chunk_len(&a, t, c, C);
         unsigned long long at = lane < n ? mn_g_head_at(&a, t, h, c + lane) : 0;
         float s = lane < n ? mn_g_score_at(&a, qh, at, scale) : -INFINITY, cmax = s;
         for (uint32_t off = MN_G_WARP / 2; off > 0; off /= 2)

@@ -107,10 +107,11 @@ static void x_attention(void *, const mn_gpu_attn *a, const float *q, float *out
             memset(acc[wp], 0, sizeof acc[wp]);
             m[wp] = -INFINITY;
             sum[wp] = 0.0f;
-            for (uint32_t c = wp * MN_G_WARP; c <= a->tok[t].pos; c += NW * MN_G_WARP) {
+            uint32_t C = mn_g_att_chunk(a, t);
+            for (uint32_t c = wp * C; c <= a->tok[t].pos; c += NW * C) {
                 float s[MN_G_WARP], w[MN_G_WARP], cmax = -INFINITY;
                 for (uint32_t lane = 0; lane < MN_G_WARP; lane++) {
-                    s[lane] = mn_g_lane_score(a, qh, t, h, c, lane, scale);
+                    s[lane] = mn_g_lane_score(a, qh, t, h, c, C, lane, scale);
                     cmax = fmaxf(cmax, s[lane]); /* a maximum has one value in any order */
                 }
                 float old = mn_g_chunk_rescale(cmax, &m[wp]);
@@ -121,7 +122,7 @@ static void x_attention(void *, const mn_gpu_attn *a, const float *q, float *out
                 sum[wp] = sum[wp] * old + mn_g_butterfly(part);
                 for (uint32_t lane = 0; lane < MN_G_WARP; lane++) {
                     mn_g_lane_scale(acc[wp][lane], hd, lane, old);
-                    for (uint32_t l = 0, n = mn_g_chunk_len(a, t, c); l < n; l++)
+                    for (uint32_t l = 0, n = mn_g_chunk_len(a, t, c, C); l < n; l++)
                         mn_g_lane_acc(acc[wp][lane], a->v + mn_g_head_at(a, t, h, c + l), hd, lane, w[l]);
                 }
             }
