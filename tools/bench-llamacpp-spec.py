@@ -5,7 +5,7 @@ For each prompt (the first --prompts of each set) and each round, in alternating
 at a time, greedy, --tokens tokens, 2 threads:
   llama.cpp plain        llama-completion -no-cnv, or llama-cli where that is all there is (older
                          llama.cpp); its eval time: decode only
-  llama.cpp speculative  llama-speculative with the set's draft, --draft-max S (its "decoded" rate)
+  llama.cpp speculative  llama-speculative with the set's draft, draft length S (its "decoded" rate)
   minions plain          minionsd, spec.enabled false (decode rate: tokens after the first / time after it)
   minions speculative    the same minionsd: the set's draft alone, the n-gram drafter alone, the
                          vote of all drafters (spec.weights sequence, spec.skip_below 0.25)
@@ -19,6 +19,7 @@ default backend (CUDA where a device runs it). MINIONS_BIN_DIR names the directo
 programs (default build/).
 """
 import argparse
+import functools
 import json
 import os
 import re
@@ -52,6 +53,7 @@ def llama_plain(args, prompt):
     return int(m.group(2)) / (float(m.group(1)) / 1e3)
 
 
+@functools.cache  # asked once per binary, not once per run
 def draft_length_flags(exe):
     """The draft length flags llama-speculative takes: --spec-draft-n-max/min in newer llama.cpp (0.3.36's
     vendored tree), which refuses the older --draft-max/min with an error."""
