@@ -1,7 +1,9 @@
 /* test_kernels.c - every kernel set this CPU runs (generic C, AVX2, AVX-512) against the scalar
  * twins, bit for bit (every type, every tile shape), dequantization and half floats, the KV block
- * pool, the sampler. */
+ * pool, the sampler, the pages the CPU backend copies the weights into. */
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "cpu/matmul.h"
@@ -10,6 +12,7 @@
 #include "model/quant.h"
 #include "model/sampler.h"
 #include "testutil.h"
+#include "util/alloc.h"
 
 enum { MAX_SETS = 8 };
 static const char *kernel_sets[MAX_SETS];
@@ -532,4 +535,55 @@ Test(pool, split_is_a_partition)
             }
             cr_assert_eq(next, n);
         }
+}
+
+/* ---- the weights' pages (util/alloc.h) ---- */
+
+/* The VmFlags line of the mapping that holds p in /proc/self/smaps ("" when not found). */
+static void vm_flags_of(const void *p, char *out, size_t cap)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    char line[512];
+    bool inside = false;
+    *out = '\0';
+    while (f && fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) /* a mapping's first line */
+            inside = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+        else if (inside && strncmp(line, "VmFlags:", 8) == 0) {
+            snprintf(out, cap, "%s", line + 8);
+            break;
+        }
+    }
+    if (f)
+        fclose(f);
+}
+
+/* 2 MiB-aligned, zero-filled, writable to the last byte, and marked for huge pages wherever the
+ * kernel has them (smaps' "hg" flag: MADV_HUGEPAGE; whether the kernel found a free huge page is its
+ * business, the advice is ours). */
+Test(kernels, weight_pages_are_aligned_zeroed_and_advised)
+{
+    cr_assert_null(mn_alloc_pages(0));
+    const size_t sizes[] = {1, 4096, ((size_t)2 << 20) - 1, (size_t)2 << 20, ((size_t)5 << 20) + 123};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        size_t n = sizes[i];
+        uint8_t *p = mn_alloc_pages(n);
+        cr_assert_not_null(p, "%zu bytes", n);
+        cr_assert_eq((uintptr_t)p % ((uintptr_t)2 << 20), 0, "%zu bytes at %p", n, (void *)p);
+        for (size_t j = 0; j < n; j += 4093)
+            cr_assert_eq(p[j], 0);
+        cr_assert_eq(p[n - 1], 0);
+        memset(p, 0xab, n);
+        cr_assert_eq(p[n - 1], 0xab);
+        char flags[512];
+        vm_flags_of(p, flags, sizeof flags);
+        cr_assert(*flags, "no smaps entry for %p", (void *)p);
+        FILE *thp = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+        if (thp) {
+            cr_assert(strstr(flags, " hg") != NULL, "%zu bytes: VmFlags%s", n, flags);
+            fclose(thp);
+        }
+        mn_free_pages(p, n);
+    }
 }
