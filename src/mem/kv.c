@@ -3,6 +3,12 @@
 
 #include "util/alloc.h"
 
+/* The bytes of one layer's K (or V): checked against overflow when the pool was made. */
+static size_t layer_bytes(const mn_kv_pool *p)
+{
+    return (size_t)p->n_blocks * p->block_size * p->kv_dim * sizeof(float);
+}
+
 static mn_status pool_new(uint32_t n_layers, uint32_t kv_dim, uint32_t block_size, uint32_t n_blocks, int storage,
                           mn_kv_pool **out, mn_err *err)
 {
@@ -27,8 +33,8 @@ static mn_status pool_new(uint32_t n_layers, uint32_t kv_dim, uint32_t block_siz
         if (!p->k || !p->v)
             goto nomem;
         for (uint32_t l = 0; l < n_layers; l++) {
-            p->k[l] = mn_aligned_calloc(64, per_layer);
-            p->v[l] = mn_aligned_calloc(64, per_layer);
+            p->k[l] = mn_alloc_pages(per_layer);
+            p->v[l] = mn_alloc_pages(per_layer);
             if (!p->k[l] || !p->v[l])
                 goto nomem;
         }
@@ -63,9 +69,9 @@ void mn_kv_pool_free(mn_kv_pool *p)
         return;
     for (uint32_t l = 0; l < p->n_layers; l++) {
         if (p->k)
-            mn_free(p->k[l]);
+            mn_free_pages(p->k[l], layer_bytes(p));
         if (p->v)
-            mn_free(p->v[l]);
+            mn_free_pages(p->v[l], layer_bytes(p));
     }
     mn_free(p->k);
     mn_free(p->v);

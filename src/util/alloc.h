@@ -16,7 +16,8 @@ void *mn_realloc(void *p, size_t n);
  * With jemalloc, pages fresh from the system are not touched here (they are zero already). */
 void *mn_aligned_calloc(size_t align, size_t n);
 void mn_free(void *p);
-/* n zero-filled bytes for large, long-lived data that passes stream over (model weights): private
+/* n zero-filled bytes for large, long-lived data that passes stream over (the CPU backend's weights,
+ * the KV pool): private
  * pages from the system, 2 MiB-aligned, which the kernel is asked to back with transparent huge
  * pages (MADV_HUGEPAGE; Linux's default THP mode, "madvise", gives them only on request). A pass over
  * 20 MB of weights then needs 10 TLB entries instead of 5,000, more than the core's second-level TLB
