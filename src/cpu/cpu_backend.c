@@ -38,8 +38,8 @@ typedef struct cpu_state {
     float *scores;   /* [n_threads][heads per KV head][n_ctx] attention scratch */
     const float **rows; /* [n_threads][n_ctx] K or V rows of the positions being attended */
     float *inv_freq; /* [rope_dim/2] */
-    /* the model's projections, copied into `copy` (owned, packed_bytes, huge pages): the quantized
-     * ones repacked for mn_matmul_q8, the others as they are */
+    /* the model's projections, copied into `copy` (owned, copy_bytes, mn_alloc_pages): the
+     * quantized ones repacked for mn_matmul_q8, the others as they are */
     cpu_layer *w;    /* [n_layers] */
     mn_weight output;
     uint8_t *copy;
@@ -352,8 +352,8 @@ static void take_weight(const mn_weight *src, mn_weight *dst, uint8_t **at)
 /* The model's projections into st->w and st->output, copied once at start-up into huge pages
  * (mn_alloc_pages), quantized ones repacked. Every pass streams them all, and the model's own
  * bytes (the GGUF file, mapped) lie in 4 KiB pages: a pass over the bundled target's 19.5 MB then
- * misses the second-level TLB on nearly every page (4,760 pages, 2,048 entries on this Zen 3), over
- * the copy on 10. Verification passes of the bundled target ran 1.06-1.11x faster on the copy,
+ * misses the second-level TLB on nearly every page (4,760 pages; a Zen 3 core has 2,048 entries),
+ * over the copy on 10. Verification passes of the bundled target ran 1.06-1.11x faster on the copy,
  * its decode about 1.05x (docs/runtime.md). The mapping's pages stay clean and reclaimable; the
  * token embedding, of which a pass reads a row per token, is read from it. */
 static mn_status take_weights(cpu_state *st, const mn_model *m, mn_err *err)

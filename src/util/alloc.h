@@ -17,12 +17,13 @@ void *mn_realloc(void *p, size_t n);
 void *mn_aligned_calloc(size_t align, size_t n);
 void mn_free(void *p);
 /* n zero-filled bytes for large, long-lived data that passes stream over (the CPU backend's weights,
- * the KV pool): private
- * pages from the system, 2 MiB-aligned, which the kernel is asked to back with transparent huge
- * pages (MADV_HUGEPAGE; Linux's default THP mode, "madvise", gives them only on request). A pass over
- * 20 MB of weights then needs 10 TLB entries instead of 5,000, more than the core's second-level TLB
- * holds (docs/runtime.md). Where the kernel has no THP, ordinary pages: the same bytes, only slower.
- * Free with mn_free_pages(p, n), n as allocated. NULL on failure (n = 0 included). Thread-safe. */
+ * the KV pool), 2 MiB-aligned, which the kernel is asked to back with transparent huge pages
+ * (MADV_HUGEPAGE; Linux's default THP mode, "madvise", gives them only on request). A pass over 20
+ * MB of weights then needs 10 TLB entries, where 4 KiB pages need 5,000, more than a core's
+ * second-level TLB holds (docs/runtime.md). Private pages straight from the system with jemalloc
+ * (committed when first written), the C library's memory in the sanitizer builds (so ASan checks
+ * every access); where the kernel has no THP, ordinary pages: the same bytes, only slower. Free
+ * with mn_free_pages(p, n), n as allocated. NULL on failure (n = 0 included). Thread-safe. */
 void *mn_alloc_pages(size_t n);
 void mn_free_pages(void *p, size_t n);
 /* A NUL-terminated copy of the first n bytes of s. */
