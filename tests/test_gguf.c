@@ -1,6 +1,9 @@
 /* test_gguf.c - the GGUF reader and the model loader against valid, truncated, bit-flipped and
- * deliberately broken files. Run under ASan as part of the test command: any out-of-bounds read
+ * deliberately broken files, and the advice that drops a mapped file's pages. Run under ASan as part of the test command: any out-of-bounds read
  * fails the run. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "model/gguf.h"
@@ -201,4 +204,57 @@ Test(model, unknown_pre_tokenizer_is_named)
     cr_assert_eq(mn_model_from_gguf(f, "renamed", &m, &err), MN_UNSUPPORTED);
     cr_assert(strstr(err.msg, "pre-tokenizer 'defaulX'"), "%s", err.msg);
     free(buf);
+}
+
+/* The resident kB of the mapping that holds p, from /proc/self/smaps (-1: not found). */
+static long rss_kb_of(const void *p)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    char line[512];
+    bool inside = false;
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) /* a mapping's first line */
+            inside = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+        else if (inside && sscanf(line, "Rss: %ld kB", &kb) == 1)
+            break;
+    }
+    if (f)
+        fclose(f);
+    return kb;
+}
+
+/* A backend that took its own copy drops the file's pages (cpu_backend.c): they leave the resident
+ * set, and what is read afterwards is still the file's bytes. */
+Test(gguf, dropped_pages_leave_the_resident_set_and_read_back_unchanged)
+{
+    gguf_file *f;
+    mn_err err = {{0}};
+    cr_assert_eq(gguf_open_file(fixture("gqa_f32.gguf"), &f, &err), MN_OK, "%s", err.msg);
+    size_t n = gguf_n_tensors(f), total = 0;
+    uint8_t **before = calloc(n, sizeof *before);
+    for (size_t i = 0; i < n; i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        before[i] = malloc(t->nbytes);
+        memcpy(before[i], t->data, t->nbytes); /* every page touched: resident */
+        total += t->nbytes;
+    }
+    const void *any = gguf_tensor_at(f, 0)->data;
+    long resident = rss_kb_of(any);
+    cr_assert_geq(resident * 1024, (long)total * 9 / 10, "%ld kB resident of %zu bytes", resident, total);
+    for (size_t i = 0; i < n; i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        gguf_drop_pages(f, t->data, t->nbytes);
+    }
+    gguf_drop_pages(f, (const uint8_t *)any - (1 << 30), 4096); /* outside the file: ignored */
+    long dropped = rss_kb_of(any);
+    cr_assert_lt(dropped, resident / 4, "%ld kB resident after the drop, %ld before", dropped, resident);
+    for (size_t i = 0; i < n; i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        cr_assert_eq(memcmp(before[i], t->data, t->nbytes), 0, "tensor %s changed", t->name);
+        free(before[i]);
+    }
+    free(before);
+    gguf_close(f);
 }

@@ -346,6 +346,17 @@ void gguf_close(gguf_file *f)
     mn_free(f);
 }
 
+void gguf_drop_pages(const gguf_file *f, const void *p, size_t n)
+{
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = (uintptr_t)p, hi = lo + n;
+    if (!f->mapped || !n || lo < (uintptr_t)f->base || hi > (uintptr_t)f->base + f->len)
+        return;
+    lo = (lo + page - 1) / page * page; /* whole pages only: a neighbour's bytes stay */
+    hi = hi / page * page;
+    if (lo < hi)
+        (void)madvise((void *)lo, hi - lo, MADV_DONTNEED); /* advice: a failure changes nothing */
+}
+
 uint32_t gguf_version(const gguf_file *f) { return f->version; }
 size_t gguf_n_kv(const gguf_file *f) { return f->n_kv; }
 const gguf_kv *gguf_kv_at(const gguf_file *f, size_t i) { return i < f->n_kv ? &f->kvs[i] : NULL; }

@@ -69,6 +69,12 @@ typedef struct gguf_file gguf_file;
 mn_status gguf_open_file(const char *path, gguf_file **out, mn_err *err);
 mn_status gguf_open_mem(const void *buf, size_t len, gguf_file **out, mn_err *err);
 void gguf_close(gguf_file *f);
+/* Advice that the bytes [p, p + n) of f will not be read again soon (a backend took its own copy):
+ * the whole pages inside that range leave this process's resident set (MADV_DONTNEED on the
+ * read-only mapping; the page cache keeps them while memory allows, and a later read faults them
+ * back in, unchanged unless the file itself changed). Nothing happens for gguf_open_mem buffers.
+ * Any thread. */
+void gguf_drop_pages(const gguf_file *f, const void *p, size_t n);
 
 uint32_t gguf_version(const gguf_file *f);
 size_t gguf_n_kv(const gguf_file *f);
