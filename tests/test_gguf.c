@@ -206,22 +206,13 @@ Test(model, unknown_pre_tokenizer_is_named)
     free(buf);
 }
 
-/* The resident kB of the mapping that holds p, from /proc/self/smaps (-1: not found). */
+/* The resident kB of the mapping that holds p (-1: not found). */
 static long rss_kb_of(const void *p)
 {
-    FILE *f = fopen("/proc/self/smaps", "r");
-    char line[512];
-    bool inside = false;
+    char rss[64];
     long kb = -1;
-    while (f && fgets(line, sizeof line, f)) {
-        unsigned long lo, hi;
-        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) /* a mapping's first line */
-            inside = (uintptr_t)p >= lo && (uintptr_t)p < hi;
-        else if (inside && sscanf(line, "Rss: %ld kB", &kb) == 1)
-            break;
-    }
-    if (f)
-        fclose(f);
+    if (smaps_field(p, "Rss:", rss, sizeof rss))
+        sscanf(rss, "%ld", &kb);
     return kb;
 }
 

@@ -539,26 +539,6 @@ Test(pool, split_is_a_partition)
 
 /* ---- the weights' pages (util/alloc.h) ---- */
 
-/* The VmFlags line of the mapping that holds p in /proc/self/smaps ("" when not found). */
-static void vm_flags_of(const void *p, char *out, size_t cap)
-{
-    FILE *f = fopen("/proc/self/smaps", "r");
-    char line[512];
-    bool inside = false;
-    *out = '\0';
-    while (f && fgets(line, sizeof line, f)) {
-        unsigned long lo, hi;
-        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) /* a mapping's first line */
-            inside = (uintptr_t)p >= lo && (uintptr_t)p < hi;
-        else if (inside && strncmp(line, "VmFlags:", 8) == 0) {
-            snprintf(out, cap, "%s", line + 8);
-            break;
-        }
-    }
-    if (f)
-        fclose(f);
-}
-
 /* 2 MiB-aligned, zero-filled, writable to the last byte, and marked for huge pages wherever the
  * kernel has them (smaps' "hg" flag: MADV_HUGEPAGE; whether the kernel found a free huge page is its
  * business, the advice is ours). */
@@ -577,8 +557,7 @@ Test(kernels, weight_pages_are_aligned_zeroed_and_advised)
         memset(p, 0xab, n);
         cr_assert_eq(p[n - 1], 0xab);
         char flags[512];
-        vm_flags_of(p, flags, sizeof flags);
-        cr_assert(*flags, "no smaps entry for %p", (void *)p);
+        cr_assert(smaps_field(p, "VmFlags:", flags, sizeof flags), "no smaps entry for %p", (void *)p);
         FILE *thp = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
         if (thp) {
             cr_assert(strstr(flags, " hg") != NULL, "%zu bytes: VmFlags%s", n, flags);

@@ -1,11 +1,14 @@
-/* testutil.h - helpers shared by the test suites: fixture paths and file loading.
+/* testutil.h - helpers shared by the test suites: fixture paths, file loading, /proc/self/smaps.
  * Fixtures live in $MINIONS_TEST_DATA (made by tests/make-fixtures.sh before the suites run). */
 #ifndef MN_TESTUTIL_H
 #define MN_TESTUTIL_H
 
 #include <criterion/criterion.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "model/model.h"
 #include "runtime/registry.h"
@@ -19,6 +22,27 @@ static inline const char *path_in(const char *env, const char *dflt, const char 
     char *b = buf[next++ % 8];
     snprintf(b, 1024, "%s/%s", dir ? dir : dflt, name);
     return b;
+}
+
+/* The rest of the line `key` (e.g. "Rss:", "VmFlags:") of the mapping that holds p, from
+ * /proc/self/smaps, into out; false (out empty) when there is none. */
+static inline bool smaps_field(const void *p, const char *key, char *out, size_t cap)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    char line[512];
+    bool inside = false, found = false;
+    size_t klen = strlen(key);
+    *out = '\0';
+    while (f && !found && fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) /* a mapping's first line */
+            inside = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+        else if (inside && strncmp(line, key, klen) == 0)
+            found = snprintf(out, cap, "%s", line + klen) >= 0;
+    }
+    if (f)
+        fclose(f);
+    return found;
 }
 
 /* A built fixture (tests/make-fixtures.sh). */

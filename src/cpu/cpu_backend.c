@@ -341,15 +341,16 @@ static size_t weight_bytes(const mn_weight *w) { return ((size_t)w->rows * w->ro
  * on SmolLM2 F32: 1,339 MB; with the drop 925, and 691 when the passes read the mapping). */
 static void take_weight(const mn_weight *src, mn_weight *dst, uint8_t **at, const gguf_file *file)
 {
+    size_t n = (size_t)src->rows * src->row_bytes;
     *dst = *src;
     if (mn_weight_uses_q8(src))
         mn_q8_pack(src, *at, dst);
     else {
-        memcpy(*at, src->data, (size_t)src->rows * src->row_bytes);
+        memcpy(*at, src->data, n);
         dst->data = *at;
     }
     *at += weight_bytes(src);
-    gguf_drop_pages(file, src->data, (size_t)src->rows * src->row_bytes);
+    gguf_drop_pages(file, src->data, n);
 }
 
 /* The model's projections into st->w and st->output, copied once at start-up into huge pages
