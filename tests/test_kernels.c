@@ -166,6 +166,54 @@ static void check_softmax(void)
 }
 Test(kernels, softmax_matches_libm_and_depends_only_on_the_scores) { on_every_set(check_softmax); }
 
+/* The plain loop mn_vec_argmax replaces: the first largest element, NaNs passed over. */
+static int32_t argmax_ref(const float *x, int n)
+{
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}
+
+/* Rows of every length up to 100 and a vocabulary's, with the maximum tied at two places (either
+ * side of a vector's edge), signed zeros as the largest, and NaNs: first, in the middle, last in
+ * every lane, and all. */
+static void check_argmax(void)
+{
+    enum { V = 49152 };
+    static float x[V];
+    uint64_t r = 7;
+    for (int n = 1; n <= V; n = n < 100 ? n + 1 : (n == 100 ? V : V + 1)) {
+        for (int kind = 0; kind < 7; kind++) {
+            for (int i = 0; i < n; i++) {
+                r = r * 6364136223846793005u + 1442695040888963407u;
+                x[i] = (float)(int32_t)(r >> 33) / 1e8f - (kind == 3 ? 100.0f : 0.0f);
+            }
+            int a = (int)(r % (uint64_t)n), b = (int)((r >> 20) % (uint64_t)n);
+            if (kind == 1 || kind == 2) /* a tie of the largest value */
+                x[a] = x[b] = 1e9f;
+            if (kind == 3) /* every element negative but two zeros of either sign */
+                x[a] = -0.0f, x[b] = 0.0f;
+            if (kind == 2) /* and a NaN before both */
+                x[a < b ? a / 2 : b / 2] = NAN;
+            if (kind == 4)
+                x[0] = NAN;
+            if (kind == 5)
+                for (int i = 0; i < n; i++)
+                    x[i] = NAN;
+            if (kind == 6 && n > 32) { /* the largest early, every lane's last elements NaN */
+                x[a % (n - 32)] = 1e9f;
+                for (int i = n - 32; i < n; i++)
+                    x[i] = NAN;
+            }
+            cr_assert_eq(mn_vec_argmax(x, n), argmax_ref(x, n), "n=%d kind=%d", n, kind);
+        }
+    }
+    cr_assert_eq(mn_vec_argmax(x, 0), 0);
+}
+Test(kernels, argmax_is_the_first_largest_element) { on_every_set(check_argmax); }
+
 static void check_swiglu(void)
 {
     float g[100], u[100], y[100], z[100];

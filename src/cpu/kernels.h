@@ -47,6 +47,7 @@ typedef struct mn_cpu_kernels {
     void (*weighted_sum)(float *out, size_t ldo, const float *w, size_t ldw, int n_heads, const float *const *rows,
                          int n_rows, int n);
     void (*axpy)(float *y, float a, const float *x, int n);
+    int32_t (*argmax)(const float *x, int n);
 } mn_cpu_kernels;
 
 extern const mn_cpu_kernels mn_kernels_generic; /* plain C: every CPU; the reference of the others */

@@ -432,6 +432,36 @@ ALWAYS_INLINE __m256 exp_ps(__m256 x)
     return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
+/* generic_argmax with 32 lanes in four registers (vmaxps(v, m) is v > m ? v : m, NaN-passing as
+ * the generic compare), then the first index equal to the maximum, 8 compared at a time. */
+static int32_t avx2_argmax(const float *x, int n)
+{
+    __m256 m[4];
+    for (int r = 0; r < 4; r++)
+        m[r] = _mm256_set1_ps(x[0]);
+    int i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int r = 0; r < 4; r++)
+            m[r] = _mm256_max_ps(_mm256_loadu_ps(x + i + 8 * r), m[r]);
+    float lanes[32], mx = x[0];
+    for (int r = 0; r < 4; r++)
+        _mm256_storeu_ps(lanes + 8 * r, m[r]);
+    for (int l = 0; l < 32; l++)
+        mx = lanes[l] > mx ? lanes[l] : mx;
+    for (; i < n; i++)
+        mx = x[i] > mx ? x[i] : mx;
+    const __m256 vm = _mm256_set1_ps(mx);
+    for (i = 0; i + 8 <= n; i += 8) {
+        int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), vm, _CMP_EQ_OQ));
+        if (hit)
+            return i + __builtin_ctz((unsigned)hit);
+    }
+    for (; i < n; i++)
+        if (x[i] == mx)
+            return i;
+    return 0; /* mx is x[0], a NaN */
+}
+
 static float avx2_softmax(float *x, int n, float scale)
 {
     const __m256 vs = _mm256_set1_ps(scale);
@@ -759,6 +789,7 @@ const mn_cpu_kernels mn_kernels_avx2 = {
     .swiglu = avx2_swiglu,
     .weighted_sum = avx2_weighted_sum,
     .axpy = avx2_axpy,
+    .argmax = avx2_argmax,
 };
 
 #else /* not x86-64: a table no CPU uses */

@@ -210,6 +210,28 @@ static void generic_axpy(float *y, float a, const float *x, int n)
         y[k] = fmaf(a, x[k], y[k]);
 }
 
+/* The maximum in 16 lanes (element i joins lane i % 16: no lane waits on another), x[0] where it
+ * is a NaN (no element is greater), then the first element equal to it. */
+static int32_t generic_argmax(const float *x, int n)
+{
+    enum { L = 16 };
+    float lane[L], mx = x[0];
+    for (int l = 0; l < L; l++)
+        lane[l] = x[0];
+    int i = 0;
+    for (; i + L <= n; i += L)
+        for (int l = 0; l < L; l++)
+            lane[l] = x[i + l] > lane[l] ? x[i + l] : lane[l];
+    for (int l = 0; l < L; l++)
+        mx = lane[l] > mx ? lane[l] : mx;
+    for (; i < n; i++)
+        mx = x[i] > mx ? x[i] : mx;
+    for (i = 0; i < n; i++)
+        if (x[i] == mx)
+            return i;
+    return 0; /* mx is x[0], a NaN */
+}
+
 static int generic_usable(void) { return 1; }
 
 const mn_cpu_kernels mn_kernels_generic = {
@@ -224,4 +246,5 @@ const mn_cpu_kernels mn_kernels_generic = {
     .swiglu = generic_swiglu,
     .weighted_sum = generic_weighted_sum,
     .axpy = generic_axpy,
+    .argmax = generic_argmax,
 };

@@ -41,6 +41,7 @@ static void compose(mn_cpu_kernels *k, const mn_cpu_kernels *t)
     FILL(swiglu)
     FILL(weighted_sum)
     FILL(axpy)
+    FILL(argmax)
 #undef FILL
 }
 
@@ -122,6 +123,7 @@ float mn_dot(const float *a, const float *b, int n) { return K()->dot(a, b, n); 
 void mn_dots(const float *a, const float *const *b, int n_b, int n, float *out) { K()->dots(a, b, n_b, n, out); }
 
 float mn_softmax(float *x, int n, float scale) { return K()->softmax(x, n, scale); }
+int32_t mn_vec_argmax(const float *x, int n) { return n > 0 ? K()->argmax(x, n) : 0; }
 
 void mn_swiglu(float *gate, const float *up, int n) { K()->swiglu(gate, up, n); }
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/matmul.h"
 #include "util/alloc.h"
 
 typedef struct cand {
@@ -71,14 +72,7 @@ void mn_sampler_free(mn_sampler *s)
     }
 }
 
-int32_t mn_argmax(const float *logits, uint32_t n)
-{
-    int32_t best = 0;
-    for (uint32_t i = 1; i < n; i++)
-        if (logits[i] > logits[best])
-            best = (int32_t)i;
-    return best;
-}
+int32_t mn_argmax(const float *logits, uint32_t n) { return mn_vec_argmax(logits, (int)n); }
 
 static int by_prob_desc(const void *a, const void *b)
 {

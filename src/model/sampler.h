@@ -28,6 +28,7 @@ int32_t mn_sampler_next(mn_sampler *s, const float *logits);
  * acceptance rules that need p (spec/accept.h) and for tests of the sampled distribution. */
 void mn_sampler_probs(mn_sampler *s, const float *logits, float *p);
 
+/* The index of the first largest logit, NaNs passed over (cpu/matmul.h's mn_vec_argmax). */
 int32_t mn_argmax(const float *logits, uint32_t n);
 
 /* A token's log-probability under the model's own distribution (softmax of the logits at
