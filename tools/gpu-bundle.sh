@@ -21,7 +21,8 @@
 # the CPU's, batch invariance); greedy text on the CPU and on the default backend compared;
 # minionsd on CUDA speculating against plain greedy on CUDA; compute-sanitizer over the device
 # tests; decode speed of the bundled target on the CPU and on CUDA with and without graphs; this
-# build against OLD_BIN's (ab); each kernel's time in a decode step (ncu); SmolLM2-shaped F16 and
+# build against OLD_BIN's (ab); the projections over many tokens of quantized weights against
+# the ones for few (wide: decode and verification passes, alternating); each kernel's time in a decode step (ncu); SmolLM2-shaped F16 and
 # Q4_1 models at 1/4/16/64 sequences; a verification pass of k tokens
 # against a decode step; each kernel's share of a pass (MINIONS_CUDA_PROFILE); the server suites,
 # whose minionsd and minions-generate take CUDA there by default; the draft models on CUDA or on the
@@ -31,7 +32,7 @@
 # beside minions (llamacpp, llamacpp_spec); with LLAMA_SRC instead, llama.cpp is built there (minutes
 # of device time). With OLD_BIN (a build/ of an older commit), that build's minions-bench-decode runs
 # against this one's, alternating (ab). MINIONS_GPU_STEPS=name,name runs only those steps (kernels
-# test_gpu greedy spec sanitizer bench ab ncu smollm2 verify profile suites drafts pipeline
+# test_gpu greedy spec sanitizer bench ab wide ncu smollm2 verify profile suites drafts pipeline
 # llamacpp llamacpp_spec bench_spec).
 set -eu
 cd "$(dirname "$0")/.."
@@ -212,6 +213,25 @@ if step ab "this build's decode against OLD_BIN's, alternating, on cuda (bundled
       done
     done
   else echo "no OLD_BIN build in this bundle"; fi
+fi
+
+if step wide "projections over many tokens: mn_k_proj_wide for quantized weights (default) against mn_k_proj alone (MINIONS_CUDA_WIDE=0), alternating"; then
+  for m in "$(smol q4_1)" "$(smol f16)" "$target"; do
+    [ -f "$m" ] || continue
+    for r in 1 2 3; do
+      for v in 0 1; do
+        printf '%s wide=%s round %s: ' "$(basename "$m" .gguf)" "$v" "$r"
+        run 60 env MINIONS_CUDA_WIDE=$v "$bin/minions-bench-decode" --model "$m" --backend cuda --batches 1,4,16,64 \
+          --prompt-tokens 64 --gen-tokens 32 2>&1 | tee -a "$res/wide-$v.txt" |
+          awk '/^prefill/ {printf "pp %s  ", $4} /^decode/ {printf "b%s %s (fwd %s)  ", $3, $7, $NF} END {print ""}'
+      done
+    done
+  done
+  for v in 0 1; do
+    echo "-- verification passes, smol-q4_1, wide=$v"
+    run 60 env MINIONS_CUDA_WIDE=$v "$bin/minions-bench-decode" --model "$(smol q4_1)" --backend cuda --verify-curve \
+      --batches 1,16 --rounds 3 2>&1 | tee "$res/verify-wide-$v.txt" | grep -E '^plain|^verify'
+  done
 fi
 
 if step ncu "each kernel's time in a decode step (ncu, graph nodes profiled one by one; bundled target and SmolLM2-shaped Q4_1, 1 sequence)"; then

@@ -14,10 +14,12 @@
  * have run, so `auto` (mn_backend_new) takes this backend wherever a device runs it. Each pass
  * shape is captured once as a CUDA graph and replayed (below; MINIONS_CUDA_GRAPHS=0 turns it off,
  * to compare; MINIONS_CUDA_PROFILE=1 times every step with events instead and logs the totals at
- * the end). Every backend has its own stream, so the target and each draft model launch on
- * streams of their own. Completion is the stream waited for in the compute worker's thread, which
- * then posts the job to its actor (a cudaLaunchHostFunc callback could not run the verdict on the
- * logits, which needs the copy done and a thread that may call CUDA). Still to come: cuBLAS or
+ * the end). Passes of many tokens project quantized weights through mn_k_proj_wide (WIDE_T;
+ * MINIONS_CUDA_WIDE=0 keeps them on mn_k_proj, to compare: the same bits either way). Every
+ * backend has its own stream, so the target and each draft model launch on streams of their own.
+ * Completion is the stream waited for in the compute worker's thread, which then posts the job to
+ * its actor (a cudaLaunchHostFunc callback could not run the verdict on the logits, which needs
+ * the copy done and a thread that may call CUDA). Still to come: cuBLAS or
  * tensor-core GEMMs where they are faster and keep batch invariance, the sampler on the device.
  *
  * Every CUDA call goes through CUDA_TRY, which turns a failure into an mn_status with the
@@ -115,6 +117,7 @@ typedef struct cuda_state {
     mn_gpu_host_layout h;     /* host side of the layout */
     bool graphs;              /* replay captured passes (MINIONS_CUDA_GRAPHS=0: plain launches) */
     bool profile;             /* MINIONS_CUDA_PROFILE=1: every step timed (graphs off), logged at the end */
+    bool wide;                /* mn_k_proj_wide for quantized weights from WIDE_T tokens (MINIONS_CUDA_WIDE=0: never) */
     cudaEvent_t ev[2];
     double step_ms[N_STEPS];
     uint64_t step_n[N_STEPS];
@@ -207,6 +210,16 @@ static void k_rmsnorm(void *ctx, const float *x, const uint32_t *rows, const flo
            (mn_k_rmsnorm<<<T, MN_G_NORM_THREADS, 0, st->stream>>>(x, rows, w, out, n, eps, T)));
 }
 
+/* Passes of this many tokens or more project quantized weights through mn_k_proj_wide, a warp per 4
+ * rows (2 pairs) and 8 tokens. Measured on an H200 against mn_k_proj alone (docs/gpu-runs/
+ * 2026-11-27-h200-wide.log, -argmax-wide.log): 4 x 8 makes a SmolLM2-shaped Q4_1 model's forward
+ * pass over 64 sequences 1.17x as fast and its 64-token prefill 1.24x, and leaves 16 sequences
+ * where they were; on F16 and F32 weights it gained nothing (0.9x on the bundled target), and
+ * shapes of 2 x 16, 4 x 16 and 8 x 8 were slower everywhere. */
+enum { WIDE_T = 16, WIDE_NR = 4, WIDE_TB = 8 };
+
+static bool quantized(uint32_t type) { return type == MN_Q8_0 || type == MN_Q4_0 || type == MN_Q4_1; }
+
 static void k_proj(void *ctx, const float *x, const mn_gpu_outs *outs, const mn_gpu_attn *a, uint32_t T)
 {
     cuda_state *st = (cuda_state *)ctx;
@@ -215,8 +228,16 @@ static void k_proj(void *ctx, const float *x, const mn_gpu_outs *outs, const mn_
                : outs->mode == MN_G_OUT_STORE           ? S_LOGITS
                : outs->w[0].cols == st->model.hp.n_ff   ? S_DOWN
                                                         : S_WO;
-    dim3 grid(blocks_for((size_t)mn_g_out_rows(outs) * MN_G_WARP), (T + MN_G_TB - 1) / MN_G_TB); /* a warp each */
-    LAUNCH(st, step, (mn_k_proj<<<grid, THREADS, 0, st->stream>>>(x, *outs, a ? *a : mn_gpu_attn{}, T)));
+    mn_gpu_attn at = a ? *a : mn_gpu_attn{};
+    if (st->wide && T >= WIDE_T && quantized(outs->w[0].type)) {
+        uint32_t per_warp = outs->mode == MN_G_OUT_QKV || outs->mode == MN_G_OUT_SWIGLU ? WIDE_NR / 2 : WIDE_NR;
+        size_t warps = (mn_g_out_rows(outs) + per_warp - 1) / per_warp;
+        dim3 grid(blocks_for(warps * MN_G_WARP), (T + WIDE_TB - 1) / WIDE_TB);
+        LAUNCH(st, step, (mn_k_proj_wide<WIDE_NR, WIDE_TB><<<grid, THREADS, 0, st->stream>>>(x, *outs, at, T)));
+    } else {
+        dim3 grid(blocks_for((size_t)mn_g_out_rows(outs) * MN_G_WARP), (T + MN_G_TB - 1) / MN_G_TB); /* a warp each */
+        LAUNCH(st, step, (mn_k_proj<<<grid, THREADS, 0, st->stream>>>(x, *outs, at, T)));
+    }
 }
 
 static void k_attention(void *ctx, const mn_gpu_attn *a, const float *q, float *out, uint32_t T)
@@ -442,6 +463,8 @@ static mn_status setup(mn_backend *be, cuda_state *st, mn_err *err)
     const char *graphs = getenv("MINIONS_CUDA_GRAPHS"), *profile = getenv("MINIONS_CUDA_PROFILE");
     st->profile = profile && strcmp(profile, "0") != 0;
     st->graphs = !st->profile && (!graphs || strcmp(graphs, "0") != 0);
+    const char *wide = getenv("MINIONS_CUDA_WIDE");
+    st->wide = !wide || strcmp(wide, "0") != 0;
     if (st->profile)
         for (int i = 0; i < 2; i++)
             CUDA_TRY(cudaEventCreate(&st->ev[i]));

@@ -17,9 +17,10 @@
  * per element (embedding), a block per token (RMSNorm), a warp per output row and group of up to
  * MN_G_TB tokens (projections: Q, K and V share one launch, which also rotates Q and K and writes
  * K and V into the cache, and gate and up one that stores SwiGLU's product), a block per (token,
- * head) (attention, its warps taking 32 positions at a time, a lane each). Seven launches a
- * layer. Every sum has one fixed order that depends on nothing but its own row, so a token's
- * logits are the same bits whatever else shares its pass. The twin replays warps lane by lane.
+ * head) (attention, its warps taking 32 positions at a time, a lane each); passes of many tokens
+ * may take the projections a warp per 4 rows and 8 tokens instead (mn_k_proj_wide), the same sums
+ * in the same order. Seven launches a layer. Every sum has one fixed order that depends on nothing
+ * but its own row, so a token's logits are the same bits whatever else shares its pass. The twin replays warps lane by lane.
  * cuBLAS GEMMs for F16/F32 may replace the projections where measured faster and still
  * batch-invariant; they stay for the weight types cuBLAS has no GEMM for (Q8_0, Q4_0, Q4_1).
  */
@@ -463,9 +464,9 @@ __global__ void mn_k_rmsnorm(const float *x, const uint32_t *rows, const float *
  * made every projection 1.3-3x slower.) */
 #define MN_G_UNROLL 8
 
-template <uint32_t TYPE, uint32_t NR>
+template <uint32_t TYPE, uint32_t NR, uint32_t TB>
 static __device__ inline void mn_g_proj_warp(const uint8_t *const *row, const float *xt, uint32_t cols, uint32_t nt,
-                                             uint32_t lane, float (*s)[MN_G_TB])
+                                             uint32_t lane, float (*s)[TB])
 {
     uint32_t k = lane;
     for (; k + (MN_G_UNROLL - 1) * MN_G_WARP < cols; k += MN_G_UNROLL * MN_G_WARP) {
@@ -478,7 +479,7 @@ static __device__ inline void mn_g_proj_warp(const uint8_t *const *row, const fl
 #pragma unroll
         for (uint32_t u = 0; u < MN_G_UNROLL; u++)
 #pragma unroll
-            for (uint32_t j = 0; j < MN_G_TB; j++)
+            for (uint32_t j = 0; j < TB; j++)
                 if (j < nt) {
                     float xv = xt[(size_t)j * cols + k + u * MN_G_WARP];
 #pragma unroll
@@ -492,7 +493,7 @@ static __device__ inline void mn_g_proj_warp(const uint8_t *const *row, const fl
         for (uint32_t r = 0; r < NR; r++)
             w[r] = mn_g_weight(TYPE, row[r], k);
 #pragma unroll
-        for (uint32_t j = 0; j < MN_G_TB; j++)
+        for (uint32_t j = 0; j < TB; j++)
             if (j < nt) {
                 float xv = xt[(size_t)j * cols + k];
 #pragma unroll
@@ -502,16 +503,16 @@ static __device__ inline void mn_g_proj_warp(const uint8_t *const *row, const fl
     }
 }
 
-template <uint32_t NR>
+template <uint32_t NR, uint32_t TB = MN_G_TB>
 static __device__ inline void mn_g_proj_rows(uint32_t type, const uint8_t *const *row, const float *xt, uint32_t cols,
-                                             uint32_t nt, uint32_t lane, float (*s)[MN_G_TB])
+                                             uint32_t nt, uint32_t lane, float (*s)[TB])
 {
     switch (type) {
-    case MN_F32: mn_g_proj_warp<MN_F32, NR>(row, xt, cols, nt, lane, s); break;
-    case MN_F16: mn_g_proj_warp<MN_F16, NR>(row, xt, cols, nt, lane, s); break;
-    case MN_Q8_0: mn_g_proj_warp<MN_Q8_0, NR>(row, xt, cols, nt, lane, s); break;
-    case MN_Q4_0: mn_g_proj_warp<MN_Q4_0, NR>(row, xt, cols, nt, lane, s); break;
-    case MN_Q4_1: mn_g_proj_warp<MN_Q4_1, NR>(row, xt, cols, nt, lane, s); break;
+    case MN_F32: mn_g_proj_warp<MN_F32, NR, TB>(row, xt, cols, nt, lane, s); break;
+    case MN_F16: mn_g_proj_warp<MN_F16, NR, TB>(row, xt, cols, nt, lane, s); break;
+    case MN_Q8_0: mn_g_proj_warp<MN_Q8_0, NR, TB>(row, xt, cols, nt, lane, s); break;
+    case MN_Q4_0: mn_g_proj_warp<MN_Q4_0, NR, TB>(row, xt, cols, nt, lane, s); break;
+    case MN_Q4_1: mn_g_proj_warp<MN_Q4_1, NR, TB>(row, xt, cols, nt, lane, s); break;
     default: break;
     }
 }
@@ -573,6 +574,103 @@ __global__ void mn_k_proj(const float *x, const __grid_constant__ mn_gpu_outs ou
             if (lane == 0)
                 mn_g_store(outs.y[i], outs.w[i].rows, outs.mode == MN_G_OUT_ACCUMULATE, t0 + j, o, sum);
         }
+}
+
+/* The butterfly of N sums at once (N a multiple of 32), as a reduce-scatter: in each round a lane
+ * keeps the half of its sums its partner (lane ^ half) does not, adds the partner's share of that
+ * half and hands over the other, so 32 sums take 31 shuffles instead of 160. Every addition is the
+ * butterfly's own, in its order (the lane's sum + its partner's, rounds 16, 8, ..., 1): the same
+ * bits as mn_g_warp_sum. Lane l ends with sum 32 c + l of chunk c in out[c]. */
+template <uint32_t N>
+static __device__ inline void mn_g_warp_sums(float *v, uint32_t lane, float *out)
+{
+#pragma unroll
+    for (uint32_t c = 0; c < N / MN_G_WARP; c++) {
+        float *p = v + c * MN_G_WARP;
+#pragma unroll
+        for (uint32_t round = 0; round < 5; round++) { /* 32 = 2^5 */
+            uint32_t half = MN_G_WARP / 2 >> round;
+            bool upper = lane & half;
+#pragma unroll
+            for (uint32_t i = 0; i < half; i++) {
+                float keep = upper ? p[i + half] : p[i], give = upper ? p[i] : p[i + half];
+                p[i] = keep + __shfl_xor_sync(MN_G_FULL, give, half);
+            }
+        }
+        out[c] = p[0];
+    }
+}
+
+/* Weight row r of the wide warp whose first unit (row, or pair of Q/K/V, or row of gate and up) is
+ * g0: its weight *wi and row *wo there; false past the last unit (*wi, *wo then name the warp's
+ * first row, summed and dropped, which keeps the loops free of branches). */
+static __device__ inline bool mn_g_wide_row(const mn_gpu_outs *outs, uint32_t n_out, uint32_t g0, uint32_t r,
+                                            uint32_t *wi, uint32_t *wo)
+{
+    bool paired = outs->mode == MN_G_OUT_QKV || outs->mode == MN_G_OUT_SWIGLU;
+    uint32_t g = paired ? g0 + r / 2 : g0 + r, half = paired ? r % 2 : 0;
+    bool live = g < n_out;
+    if (!live)
+        g = g0, half = 0;
+    if (outs->mode == MN_G_OUT_SWIGLU) {
+        *wi = half, *wo = g;
+    } else {
+        mn_g_out_of(outs, paired ? 2 * g : g, wi, wo);
+        *wo += half;
+    }
+    return live;
+}
+
+/* Projections over many tokens (a verification batch, many sequences' decode step, a prompt): the
+ * same sums as mn_k_proj, in the same order, so a token's bits do not depend on which of the two
+ * its pass took. A warp takes NR weight rows (NR rows; NR / 2 pairs of rows of Q/K/V; NR / 2 rows
+ * of gate and up) and TB tokens: each input element it loads serves NR rows and each dequantized
+ * weight TB tokens, where mn_k_proj loads both for one or two rows and 8 tokens, and the NR * TB
+ * sums meet in mn_g_warp_sums. Sum r * TB + j is row r's for token j. */
+template <uint32_t NR, uint32_t TB>
+__global__ void __launch_bounds__(128) mn_k_proj_wide(const float *x, const __grid_constant__ mn_gpu_outs outs,
+                                                      const __grid_constant__ mn_gpu_attn a, uint32_t T)
+{
+    static_assert(NR % 2 == 0 && NR * TB % MN_G_WARP == 0 && TB < MN_G_WARP && MN_G_WARP % TB == 0,
+                  "a pair's two sums in one chunk of 32");
+    bool paired = outs.mode == MN_G_OUT_QKV || outs.mode == MN_G_OUT_SWIGLU;
+    uint32_t lane = threadIdx.x % MN_G_WARP, t0 = blockIdx.y * TB, n_out = mn_g_out_rows(&outs);
+    uint32_t g0 = (blockIdx.x * (blockDim.x / MN_G_WARP) + threadIdx.x / MN_G_WARP) * (paired ? NR / 2 : NR);
+    if (t0 >= T || g0 >= n_out)
+        return; /* a whole warp leaves together */
+    uint32_t nt = T - t0 < TB ? T - t0 : TB, cols = outs.w[0].cols, wi[NR], wo;
+    const uint8_t *row[NR];
+    bool one_type = true;
+#pragma unroll
+    for (uint32_t r = 0; r < NR; r++) {
+        mn_g_wide_row(&outs, n_out, g0, r, &wi[r], &wo);
+        row[r] = outs.w[wi[r]].data + (size_t)wo * outs.w[wi[r]].row_bytes;
+        one_type = one_type && outs.w[wi[r]].type == outs.w[wi[0]].type;
+    }
+    const float *xt = x + (size_t)t0 * cols;
+    float s[NR][TB] = {{0}};
+    if (one_type) {
+        mn_g_proj_rows<NR, TB>(outs.w[wi[0]].type, row, xt, cols, nt, lane, s);
+    } else {
+#pragma unroll
+        for (uint32_t r = 0; r < NR; r++)
+            mn_g_proj_rows<1, TB>(outs.w[wi[r]].type, row + r, xt, cols, nt, lane, s + r);
+    }
+    float sum[NR * TB / MN_G_WARP];
+    mn_g_warp_sums<NR * TB>(&s[0][0], lane, sum);
+#pragma unroll
+    for (uint32_t c = 0; c < NR * TB / MN_G_WARP; c++) {
+        uint32_t idx = c * MN_G_WARP + lane, r = idx / TB, j = idx % TB, i, o;
+        float second = __shfl_xor_sync(MN_G_FULL, sum[c], TB); /* row r ^ 1's sum: a pair's other half */
+        if (!mn_g_wide_row(&outs, n_out, g0, r, &i, &o) || j >= nt || (paired && r % 2))
+            continue;
+        if (outs.mode == MN_G_OUT_QKV)
+            mn_g_qkv_store(&a, outs.y[0], i, o, t0 + j, sum[c], second);
+        else if (outs.mode == MN_G_OUT_SWIGLU)
+            mn_g_store(outs.y[0], outs.w[0].rows, 0, t0 + j, o, mn_g_silu_mul(sum[c], second));
+        else
+            mn_g_store(outs.y[i], outs.w[i].rows, outs.mode == MN_G_OUT_ACCUMULATE, t0 + j, o, sum[c]);
+    }
 }
 
 /* a block of MN_G_ATT_WARPS warps per (token, query head); D: the head's dimensions a lane holds */
