@@ -95,7 +95,7 @@ static float *batched_logits(const mn_model *m, int threads)
             seqs[s] = (mn_batch_seq){.kv = &kv[s], .tokens = toks[s], .n_tokens = n, .want_all_logits = true};
             rows += n;
         }
-        mn_batch batch = {seqs, B};
+        mn_batch batch = {seqs, B, NULL};
         CHECK(mn_backend_forward(b, &batch, all + (size_t)step * B * 4 * V, &err) == MN_OK, "forward: %s", err.msg);
         (void)rows;
     }

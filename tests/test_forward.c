@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cpu/matmul.h"
+#include "model/sampler.h"
 #include "testutil.h"
 
 #define N_TOK 40
@@ -28,7 +29,7 @@ static float *run_sequence(mn_backend *b, const int32_t *toks, int n, int chunk)
         int step = n - done < chunk ? n - done : chunk;
         cr_assert_eq(mn_kv_reserve(b->kv, &kv, kv.len + (uint32_t)step), MN_OK);
         mn_batch_seq s = {.kv = &kv, .tokens = toks + done, .n_tokens = (uint32_t)step, .want_all_logits = true};
-        mn_batch batch = {&s, 1};
+        mn_batch batch = {&s, 1, NULL};
         cr_assert_eq(mn_backend_forward(b, &batch, out + (size_t)done * V, &err), MN_OK, "%s", err.msg);
     }
     mn_kv_seq_release(b->kv, &kv);
@@ -150,7 +151,7 @@ static void check_invariance(const char *gguf, int threads)
             }
             row += all ? (uint32_t)step : 1;
         }
-        mn_batch batch = {seqs, (uint32_t)n};
+        mn_batch batch = {seqs, (uint32_t)n, NULL};
         cr_assert_eq(mn_backend_forward(b, &batch, out, &err), MN_OK, "%s", err.msg);
         memcpy(batched + (size_t)fed[3] * V, out + (size_t)ours_row * V, (size_t)ours_n * V * sizeof(float));
         for (int i = 0; i < n; i++)
@@ -253,14 +254,14 @@ Test(forward, rollback_equals_never_seen)
         /* the real tokens */
         cr_assert_eq(mn_kv_reserve(b->kv, &kv, n + step), MN_OK);
         mn_batch_seq s = {.kv = &kv, .tokens = toks + n, .n_tokens = step, .want_all_logits = true};
-        mn_batch batch = {&s, 1};
+        mn_batch batch = {&s, 1, NULL};
         cr_assert_eq(mn_backend_forward(b, &batch, got + (size_t)n * V, &err), MN_OK);
         n += step;
         /* rejected drafts: append 11 junk tokens (crossing block boundaries), then roll back */
         uint32_t blocks_before = kv.n_blocks;
         cr_assert_eq(mn_kv_reserve(b->kv, &kv, n + 11), MN_OK);
         mn_batch_seq j = {.kv = &kv, .tokens = junk, .n_tokens = 11, .want_all_logits = true};
-        mn_batch jb = {&j, 1};
+        mn_batch jb = {&j, 1, NULL};
         cr_assert_eq(mn_backend_forward(b, &jb, out, &err), MN_OK);
         cr_assert_eq(kv.len, n + 11);
         mn_kv_truncate(b->kv, &kv, n);
@@ -286,7 +287,7 @@ Test(forward, rejects_malformed_batches)
     mn_kv_seq kv = {0};
     int32_t toks[20] = {1, 2, 3};
     mn_batch_seq s = {.kv = &kv, .tokens = toks, .n_tokens = 3};
-    mn_batch batch = {&s, 1};
+    mn_batch batch = {&s, 1, NULL};
     cr_assert_eq(mn_backend_forward(b, &batch, out, &err), MN_INVALID, "unreserved positions must be refused");
     cr_assert_eq(mn_kv_reserve(b->kv, &kv, 20), MN_OK);
     s.n_tokens = 20;
@@ -296,9 +297,17 @@ Test(forward, rejects_malformed_batches)
     cr_assert_eq(mn_backend_forward(b, &batch, out, &err), MN_INVALID, "token outside the vocabulary");
     toks[1] = 2;
     mn_batch_seq twice[2] = {s, s};
-    mn_batch tb = {twice, 2};
+    mn_batch tb = {twice, 2, NULL};
     cr_assert_eq(mn_backend_forward(b, &tb, out, &err), MN_INVALID, "a sequence twice in one batch");
+    s.argmax_only = true;
+    cr_assert_eq(mn_backend_forward(b, &batch, out, &err), MN_INVALID, "argmax_only and no room for the argmax");
+    int32_t am[3];
+    batch.argmax = am;
+    s.want_all_logits = true;
     cr_assert_eq(kv.len, 0, "a refused batch changes nothing");
+    cr_assert_eq(mn_backend_forward(b, &batch, out, &err), MN_OK, "%s", err.msg);
+    for (uint32_t r = 0; r < 3; r++) /* filled from the logits on the CPU */
+        cr_assert_eq(am[r], mn_argmax(out + (size_t)r * m->hp.n_vocab, m->hp.n_vocab));
     cr_assert_eq(mn_kv_reserve(b->kv, &kv, 1000), MN_BUSY, "the pool holds only 8 blocks of 4");
     mn_kv_seq_release(b->kv, &kv);
     free(out);

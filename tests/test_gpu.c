@@ -5,13 +5,15 @@
  * across block boundaries, a 300-position context, and every weight type. Each logits row must
  * match the CPU's within 1e-3 of its largest magnitude (issue #13's bar for the device), and the
  * greedy token must be the same wherever the CPU's top-2 margin is wider than that. And a
- * sequence's logits must be the same bits alone and in any batch (batch invariance). The twin
- * needs no GPU. */
+ * sequence's logits must be the same bits alone and in any batch (batch invariance). Every pass
+ * also asks for each row's argmax, which must be mn_argmax of that side's own row; on a device, the
+ * rows of a sequence that wants only its argmax must stay where they were. The twin needs no GPU. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gpu/twin.h"
+#include "model/sampler.h"
 #include "testutil.h"
 
 enum { N_SEQ = 3, BLOCK = 4, BLOCKS = 96, MAX_T = 64 };
@@ -20,6 +22,7 @@ typedef struct side {
     mn_backend *be;
     mn_kv_seq kv[N_SEQ];
     float *logits;
+    int32_t argmax[MAX_T];
 } side;
 
 static mn_backend_config config(const mn_model *m)
@@ -71,9 +74,13 @@ static uint32_t pass(side *sd, const int32_t *const *toks, const uint32_t *n, co
         cr_assert_eq(mn_kv_reserve(sd->be->kv, &sd->kv[s], sd->kv[s].len + n[s]), MN_OK);
         seqs[k++] = (mn_batch_seq){.kv = &sd->kv[s], .tokens = toks[s], .n_tokens = n[s], .want_all_logits = all[s]};
     }
-    mn_batch batch = {seqs, k};
+    mn_batch batch = {seqs, k, sd->argmax};
     cr_assert_eq(mn_backend_forward(sd->be, &batch, sd->logits, &err), MN_OK, "%s: %s", sd->be->ops->name, err.msg);
-    return mn_batch_n_logits(&batch);
+    uint32_t rows = mn_batch_n_logits(&batch), V = sd->be->model->hp.n_vocab;
+    for (uint32_t r = 0; r < rows; r++)
+        cr_assert_eq(sd->argmax[r], mn_argmax(sd->logits + (size_t)r * V, V), "%s: row %u's argmax",
+                     sd->be->ops->name, r);
+    return rows;
 }
 
 static uint32_t argmax(const float *r, uint32_t V, float *margin)
@@ -271,6 +278,33 @@ static void check_invariance(const char *path, mn_backend *(*make)(const mn_mode
 Test(gpu_twin, batch_invariant_q4_1) { check_invariance(fixture("q4_1.gguf"), twin_backend); }
 Test(gpu_twin, batch_invariant_f16) { check_invariance(fixture("f16.gguf"), twin_backend); }
 
+/* The argmax block's logic (mn_k_argmax, run thread by thread) against mn_argmax on rows that
+ * make it work: ties in different threads' strides and in one thread's, signed zeros, NaNs first,
+ * inside and everywhere, and rows shorter than the block. */
+Test(gpu_twin, argmax_is_the_first_largest_logit)
+{
+    enum { V = 1000 };
+    static float x[V];
+    for (uint32_t n = 1; n <= V; n += n < 300 ? 1 : 233)
+        for (int kind = 0; kind < 6; kind++) {
+            for (uint32_t i = 0; i < n; i++)
+                x[i] = sinf((float)(i * 7 + n)) - (kind == 3 ? 10.0f : 0.0f);
+            uint32_t a = (n * 37) % n, b = (n * 91 + 5) % n;
+            if (kind == 1) /* a tie of the largest, usually in two threads' strides */
+                x[a] = x[b] = 5.0f;
+            if (kind == 2) /* a tie in one thread's stride, after a NaN */
+                x[a] = NAN, x[(a + 256) % n] = x[(a + 512) % n] = 5.0f;
+            if (kind == 3) /* every element negative but two zeros of either sign */
+                x[a] = 0.0f, x[b] = -0.0f;
+            if (kind == 4)
+                x[0] = NAN;
+            if (kind == 5)
+                for (uint32_t i = 0; i < n; i++)
+                    x[i] = NAN;
+            cr_assert_eq(mn_gpu_twin_argmax(x, n), mn_argmax(x, n), "n=%u kind=%d", n, kind);
+        }
+}
+
 /* The same checks on the device (skipped without one): what a GPU session runs first. */
 Test(gpu_device, matches_cpu_gqa_tied_f32) { check_model(fixture("gqa_f32.gguf"), device_backend); }
 Test(gpu_device, matches_cpu_f16) { check_model(fixture("f16.gguf"), device_backend); }
@@ -297,6 +331,48 @@ Test(gpu_device, matches_cpu_smollm2_shaped, .timeout = 600)
 }
 
 Test(gpu_device, long_context_gqa_f32) { check_long(fixture("gqa_f32.gguf"), device_backend); }
+
+/* A sequence that wants only its argmax gets it, and its rows are not copied down: the buffer keeps
+ * what it held there, while the other sequence's rows arrive. */
+Test(gpu_device, argmax_only_rows_stay_on_the_device)
+{
+    side cpu, dev;
+    mn_model *m = open_sides(fixture("q4_1.gguf"), cpu_side, device_backend, &cpu, &dev);
+    uint32_t V = m->hp.n_vocab;
+    int32_t buf[N_SEQ][MAX_T];
+    pseudo_tokens(&buf[0][0], N_SEQ, MAX_T, V, 5, 29, 3);
+    mn_batch_seq seqs[2];
+    mn_err err = {{0}};
+    float held; /* what the buffer holds before the pass: 0x7f7f7f7f, 3.4e38 */
+    memset(&held, 0x7f, sizeof held);
+    for (side *sd = &cpu; sd; sd = sd == &cpu ? &dev : NULL) {
+        for (uint32_t s = 0; s < 2; s++) {
+            cr_assert_eq(mn_kv_reserve(sd->be->kv, &sd->kv[s], 6), MN_OK);
+            seqs[s] = (mn_batch_seq){.kv = &sd->kv[s], .tokens = buf[s], .n_tokens = 6, .want_all_logits = true,
+                                     .argmax_only = s == 0};
+        }
+        memset(sd->logits, 0x7f, (size_t)12 * V * sizeof(float));
+        mn_batch batch = {seqs, 2, sd->argmax};
+        cr_assert_eq(mn_backend_forward(sd->be, &batch, sd->logits, &err), MN_OK, "%s", err.msg);
+    }
+    for (uint32_t r = 0; r < 12; r++) {
+        float margin;
+        const float *c = cpu.logits + (size_t)r * V, *d = dev.logits + (size_t)r * V;
+        uint32_t want = argmax(c, V, &margin);
+        cr_assert(dev.argmax[r] == (int32_t)want || margin <= 1e-3f * fabsf(c[want]), "row %u: argmax %d, cpu %u", r,
+                  dev.argmax[r], want);
+        for (uint32_t i = 0; r < 6 && i < V; i++)
+            cr_assert(memcmp(&d[i], &held, sizeof held) == 0, "row %u came down", r);
+        if (r >= 6)
+            cr_assert(fabsf(d[want] - c[want]) <= 1e-3f * fabsf(c[want]) + 1e-3f, "row %u did not come down", r);
+    }
+    cr_assert_eq(mn_kv_reserve(dev.be->kv, &dev.kv[0], 7), MN_OK);
+    seqs[0].n_tokens = 1;
+    cr_assert_eq(mn_backend_forward(dev.be, &(mn_batch){seqs, 1, NULL}, dev.logits, &err), MN_INVALID,
+                 "argmax_only with no room for the argmax");
+    cr_assert(strstr(err.msg, "argmax"), "%s", err.msg);
+    close_sides(m, &cpu, &dev);
+}
 Test(gpu_device, long_context_q4_1) { check_long(fixture("q4_1.gguf"), device_backend); }
 Test(gpu_device, batch_invariant_q4_1) { check_invariance(fixture("q4_1.gguf"), device_backend); }
 Test(gpu_device, batch_invariant_f16) { check_invariance(fixture("f16.gguf"), device_backend); }

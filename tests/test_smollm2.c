@@ -42,7 +42,7 @@ static void check_top1(const char *path, const char *top2, const char *label)
     for (int done = 0; done < N; done += 256) {
         cr_assert_eq(mn_kv_reserve(b->kv, &kv, (uint32_t)done + 256), MN_OK);
         mn_batch_seq s = {.kv = &kv, .tokens = toks + done, .n_tokens = 256, .want_all_logits = true};
-        mn_batch batch = {&s, 1};
+        mn_batch batch = {&s, 1, NULL};
         cr_assert_eq(mn_backend_forward(b, &batch, logits, &err), MN_OK, "%s", err.msg);
         for (int i = 0; i < 256; i++) {
             int best, second;

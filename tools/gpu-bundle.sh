@@ -198,17 +198,19 @@ done
 
 fi
 
-if step ab "this build's decode against OLD_BIN's, alternating, on cuda (bundled target, SmolLM2-shaped Q4_1)"; then
+# MINIONS_AB_BATCHES: the batch sizes (1,16 by default)
+if step ab "this build's decode against OLD_BIN's, alternating, on cuda (bundled target, SmolLM2-shaped Q4_1 and F16)"; then
   if [ -x "$bin/minions-bench-decode.old" ]; then
-    for m in "$target" "$(smol q4_1)"; do
+    for m in "$target" "$(smol q4_1)" "$(smol f16)"; do
       [ -f "$m" ] || continue
       for r in 1 2 3; do
         for v in old new; do
           b=$bin/minions-bench-decode; [ "$v" = old ] && b=$b.old
           printf '%s %s round %s: ' "$(basename "$m" .gguf)" "$v" "$r"
-          run 40 "$b" --model "$m" --backend cuda --batches 1,16 --prompt-tokens 64 --gen-tokens 32 2>&1 |
+          run 40 "$b" --model "$m" --backend cuda --batches "${MINIONS_AB_BATCHES:-1,16}" --prompt-tokens 64 \
+            --gen-tokens 32 2>&1 |
             tee -a "$res/ab-$v.txt" |
-            awk '/^prefill/ {printf "pp %s  ", $4} /^decode/ {printf "b%s %s  ", $3, $7} END {print ""}'
+            awk '/^prefill/ {printf "pp %s  ", $4} /^decode/ {printf "b%s %s (fwd %s)  ", $3, $7, $NF} END {print ""}'
         done
       done
     done
@@ -317,7 +319,7 @@ fi
 
 if step llamacpp "llama.cpp with CUDA beside minions on the same GPU (llama-bench, llama-batched-bench)"; then
   lb=
-  if [ -x "$here/llama-bin/llama-bench" ]; then
+  if [ -x "$here/llama-bin/llama-batched-bench" ]; then
     lb=$here/llama-bin
   elif [ -f "$here/llama-src.tar.gz" ] && command -v cmake >/dev/null; then
     src=$here/llama
@@ -333,15 +335,19 @@ if step llamacpp "llama.cpp with CUDA beside minions on the same GPU (llama-benc
     lb=$src/build/bin
   fi
   if [ -n "$lb" ]; then
+    # llama-bench where it was carried too; MINIONS_LLAMA_ROUNDS rounds of the rest, alternating
     for m in "$target" "$(smol q4_1)" "$(smol f16)"; do
-      [ -f "$m" ] && [ -x "$lb/llama-bench" ] || continue
+      [ -f "$m" ] || continue
       n=$(basename "$m" .gguf)
       echo "-- $n: llama-bench (pp64, tg32), llama-batched-bench (64 + 32 tokens, 1/4/16/64 sequences), minions"
-      run 90 "$lb/llama-bench" -m "$m" -ngl 99 -p 64 -n 32 -r 3 -o md 2>&1 | tee "$res/llama-bench-$n.txt" | grep '^|'
-      run 120 "$lb/llama-batched-bench" -m "$m" -ngl 99 -c 8192 -npp 64 -ntg 32 -npl 1,4,16,64 2>&1 |
-        tee "$res/llama-batched-$n.txt" | grep '^|'
-      run 90 "$bin/minions-bench-decode" --model "$m" --backend cuda --batches 1,4,16,64 --prompt-tokens 64 \
-        --gen-tokens 32 2>&1 | tee "$res/minions-$n.txt" | grep -E 'prefill|decode'
+      [ -x "$lb/llama-bench" ] &&
+        run 90 "$lb/llama-bench" -m "$m" -ngl 99 -p 64 -n 32 -r 3 -o md 2>&1 | tee "$res/llama-bench-$n.txt" | grep '^|'
+      for r in $(seq "${MINIONS_LLAMA_ROUNDS:-1}"); do
+        run 120 "$lb/llama-batched-bench" -m "$m" -ngl 99 -c 8192 -npp 64 -ntg 32 -npl 1,4,16,64 2>&1 |
+          tee -a "$res/llama-batched-$n.txt" | grep '^|'
+        run 90 "$bin/minions-bench-decode" --model "$m" --backend cuda --batches 1,4,16,64 --prompt-tokens 64 \
+          --gen-tokens 32 2>&1 | tee -a "$res/minions-$n.txt" | grep -E 'prefill|decode'
+      done
     done
   else
     echo "no llama.cpp in this bundle (LLAMA_BIN, LLAMA_SRC) or no cmake here"

@@ -21,7 +21,8 @@ typedef struct draft_job {
     uint32_t *cap;           /* [max_batch] their draft lengths */
     mn_batch_seq *seqs;      /* [max_batch] one pass */
     uint32_t *who;           /* [max_batch] index into live of each pass entry */
-    float *logits;           /* [max_batch][n_vocab] */
+    float *logits;           /* [max_batch][n_vocab]: left unwritten by a GPU backend (the drafts are greedy) */
+    int32_t *argmax;         /* [max_batch]: each row's argmax, the draft token */
     mn_status st;
     mn_err err;
 } draft_job;
@@ -84,7 +85,7 @@ static void roll_back(mn_req_draft *x, const mn_req *r)
 static mn_status draft_passes(draft_job *j, uint32_t n_live, uint32_t index)
 {
     mn_backend *be = j->be;
-    uint32_t n_vocab = be->model->hp.n_vocab, max_cap = 0;
+    uint32_t max_cap = 0;
     for (uint32_t i = 0; i < n_live; i++)
         max_cap = j->cap[i] > max_cap ? j->cap[i] : max_cap;
     for (;;) { /* catch-up: passes within the backend's token budget, every sequence unpadded */
@@ -97,19 +98,20 @@ static mn_status draft_passes(draft_job *j, uint32_t n_live, uint32_t index)
                 continue;
             uint32_t take = behind < budget ? behind : budget;
             budget -= take;
-            j->seqs[nb] = (mn_batch_seq){.kv = &x->kv, .tokens = r->toks.ids + x->kv.len, .n_tokens = take};
+            j->seqs[nb] = (mn_batch_seq){.kv = &x->kv, .tokens = r->toks.ids + x->kv.len, .n_tokens = take,
+                                         .argmax_only = true};
             j->who[nb++] = i;
         }
         if (!nb)
             break;
-        mn_status st = mn_backend_forward(be, &(mn_batch){j->seqs, nb}, j->logits, &j->err);
+        mn_status st = mn_backend_forward(be, &(mn_batch){j->seqs, nb, j->argmax}, j->logits, &j->err);
         if (st != MN_OK)
             return st;
         for (uint32_t b = 0; b < nb; b++) {
             mn_req *r = j->live[j->who[b]];
             mn_req_draft *x = &r->spec.d[index];
             if (x->kv.len == r->toks.n)
-                x->prop[0] = mn_argmax(j->logits + (size_t)b * n_vocab, n_vocab);
+                x->prop[0] = j->argmax[b];
         }
     }
     for (uint32_t pos = 1; pos < max_cap; pos++) {
@@ -117,15 +119,16 @@ static mn_status draft_passes(draft_job *j, uint32_t n_live, uint32_t index)
         for (uint32_t i = 0; i < n_live; i++) {
             mn_req_draft *x = &j->live[i]->spec.d[index];
             if (j->cap[i] > pos) {
-                j->seqs[nb] = (mn_batch_seq){.kv = &x->kv, .tokens = &x->prop[pos - 1], .n_tokens = 1};
+                j->seqs[nb] = (mn_batch_seq){.kv = &x->kv, .tokens = &x->prop[pos - 1], .n_tokens = 1,
+                                             .argmax_only = true};
                 j->who[nb++] = i;
             }
         }
-        mn_status st = mn_backend_forward(be, &(mn_batch){j->seqs, nb}, j->logits, &j->err);
+        mn_status st = mn_backend_forward(be, &(mn_batch){j->seqs, nb, j->argmax}, j->logits, &j->err);
         if (st != MN_OK)
             return st;
         for (uint32_t b = 0; b < nb; b++)
-            j->live[j->who[b]]->spec.d[index].prop[pos] = mn_argmax(j->logits + (size_t)b * n_vocab, n_vocab);
+            j->live[j->who[b]]->spec.d[index].prop[pos] = j->argmax[b];
     }
     return MN_OK;
 }
@@ -218,7 +221,8 @@ mn_status mn_drafter_new(const mn_drafter_config *cfg, mn_drafter **out, mn_err 
         j->seqs = mn_calloc(n, sizeof *j->seqs);
         j->who = mn_calloc(n, sizeof *j->who);
         j->logits = mn_calloc((size_t)n * cfg->be->model->hp.n_vocab, sizeof *j->logits);
-        if (!j->live || !j->cap || !j->seqs || !j->who || !j->logits) {
+        j->argmax = mn_calloc(n, sizeof *j->argmax);
+        if (!j->live || !j->cap || !j->seqs || !j->who || !j->logits || !j->argmax) {
             mn_drafter_free(d);
             return mn_fail(err, MN_NOMEM, "drafter: out of memory for %u sequences", n);
         }
@@ -239,6 +243,7 @@ void mn_drafter_free(mn_drafter *d)
     mn_free(d->job.seqs);
     mn_free(d->job.who);
     mn_free(d->job.logits);
+    mn_free(d->job.argmax);
     mn_ngram_cache_free(&d->cache);
     mn_free(d);
 }

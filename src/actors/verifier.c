@@ -20,6 +20,7 @@ typedef struct step_job {
     mn_req **reqs;          /* [n] */
     bool *sample;           /* [n] the pass reaches the end of the request's known tokens */
     float *logits;          /* [rows][n_vocab]: a row per sequence, or per token of a verified draft */
+    int32_t *argmax;        /* [rows]: each row's argmax, from the pass (greedy requests' rows stay on a GPU) */
     uint32_t n;
     double seconds;         /* the job's duration */
     mn_status st;
@@ -58,6 +59,7 @@ struct mn_verifier {
 typedef struct draw_ctx {
     mn_sampler *smp;
     const float *logits;    /* the request's rows */
+    const int32_t *argmax;  /* their argmax, when smp is greedy (its draw) */
     uint32_t n_vocab;
 } draw_ctx;
 
@@ -65,17 +67,17 @@ typedef struct draw_ctx {
 static int32_t draw_row(void *ctx, uint32_t row)
 {
     draw_ctx *d = ctx;
-    return mn_sampler_next(d->smp, d->logits + (size_t)row * d->n_vocab);
+    return d->argmax ? d->argmax[row] : mn_sampler_next(d->smp, d->logits + (size_t)row * d->n_vocab);
 }
 
 /* On the worker: the target's verdict on r's draft (rows lg[0..n_draft]), into spec.kept, by the
  * coupled rule (spec/accept.h: greedy or sampled, the tokens plain decoding would emit); the
  * rejected positions are rolled back from its KV length (their blocks stay reserved). */
-static void verify(step_job *s, mn_req *r, const float *lg)
+static void verify(step_job *s, mn_req *r, const float *lg, const int32_t *am)
 {
     uint32_t nd = r->spec.n_draft;
     const int32_t *draft = r->spec.vtoks + 1;
-    draw_ctx d = {r->smp, lg, s->be->model->hp.n_vocab};
+    draw_ctx d = {r->smp, lg, mn_sampler_greedy(r->smp) ? am : NULL, s->be->model->hp.n_vocab};
     mn_accept_result res = mn_accept_coupled(draft, nd, draw_row, &d);
     memcpy(r->spec.kept, draft, res.n_accepted * sizeof *draft);
     r->spec.kept[res.n_accepted] = res.next;
@@ -90,7 +92,7 @@ static void step_run(mn_job *job)
 {
     step_job *s = (step_job *)job;
     double t0 = mn_now();
-    mn_batch batch = {s->seqs, s->n};
+    mn_batch batch = {s->seqs, s->n, s->argmax};
     s->st = mn_backend_forward(s->be, &batch, s->logits, &s->err);
     if (s->st != MN_OK)
         return;
@@ -99,9 +101,10 @@ static void step_run(mn_job *job)
     for (uint32_t i = 0; i < s->n; i++) {
         mn_req *r = s->reqs[i];
         const float *lg = s->logits + row * n_vocab;
+        const int32_t *am = s->argmax + row;
         row += s->seqs[i].want_all_logits ? s->seqs[i].n_tokens : 1;
         if (s->sample[i])
-            verify(s, r, lg); /* with no draft: plain decoding's one draw */
+            verify(s, r, lg, am); /* with no draft: plain decoding's one draw */
     }
     s->seconds = mn_now() - t0;
 }
@@ -124,8 +127,9 @@ mn_status mn_verifier_new(const mn_verifier_config *cfg, mn_verifier **out, mn_e
     v->step.reqs = mn_calloc(cap, sizeof *v->step.reqs);
     v->step.sample = mn_calloc(cap, sizeof *v->step.sample);
     v->step.logits = mn_calloc(rows * n_vocab, sizeof(float));
+    v->step.argmax = mn_calloc(rows, sizeof *v->step.argmax);
     v->round.reqs = mn_calloc(cap, sizeof *v->round.reqs);
-    if (!v->running || !v->step.seqs || !v->step.reqs || !v->step.sample || !v->step.logits ||
+    if (!v->running || !v->step.seqs || !v->step.reqs || !v->step.sample || !v->step.logits || !v->step.argmax ||
         !v->round.reqs) {
         mn_verifier_free(v);
         return mn_fail(err, MN_NOMEM, "verifier: out of memory for %u sequences", cap);
@@ -150,6 +154,7 @@ void mn_verifier_free(mn_verifier *v)
     mn_free(v->step.reqs);
     mn_free(v->step.sample);
     mn_free(v->step.logits);
+    mn_free(v->step.argmax);
     mn_free(v->round.reqs);
     mn_free(v);
 }
@@ -371,6 +376,10 @@ static bool start_step(mn_verifier *v)
         st->seqs[k] = (mn_batch_seq){.kv = &r->kv, .tokens = r->spec.vtoks, .n_tokens = 1 + r->spec.n_draft,
                                      .want_all_logits = true};
     }
+    /* rows nobody reads (a prompt chunk) or that a greedy draw reads only the argmax of (no log-
+     * probabilities asked) need not come down from a GPU */
+    for (uint32_t k = 0; k < n; k++)
+        st->seqs[k].argmax_only = !st->sample[k] || (mn_sampler_greedy(st->reqs[k]->smp) && !st->reqs[k]->kept_lp);
     /* the length shaped the step when every sequence in it was drafted at it, or, at length 0 (plain
      * decoding, no round), when every one was decoding: without the latter a tuner that tried 0
      * would never see another step at 0, and stay there */

@@ -180,7 +180,7 @@ int main(int argc, char **argv)
         if (produced == (uint32_t)max_tokens || kv.len + 1 > want)
             break;
         mn_batch_seq seq = {.kv = &kv, .tokens = &next, .n_tokens = 1};
-        mn_batch batch = {&seq, 1};
+        mn_batch batch = {&seq, 1, NULL};
         if (mn_kv_reserve(be->kv, &kv, kv.len + 1) != MN_OK ||
             mn_backend_forward(be, &batch, logits, &err) != MN_OK) {
             fprintf(stderr, "\nminions-generate: %s\n", err.msg[0] ? err.msg : "KV pool exhausted");

@@ -20,7 +20,8 @@
  * Completion is the stream waited for in the compute worker's thread, which then posts the job to
  * its actor (a cudaLaunchHostFunc callback could not run the verdict on the logits, which needs
  * the copy done and a thread that may call CUDA). Still to come: cuBLAS or
- * tensor-core GEMMs where they are faster and keep batch invariance, the sampler on the device.
+ * tensor-core GEMMs where they are faster and keep batch invariance, sampling on the device (greedy
+ * rows are reduced to their argmax there, and only the rows still wanted come down).
  *
  * Every CUDA call goes through CUDA_TRY, which turns a failure into an mn_status with the
  * expression, file and line in the message.
@@ -92,9 +93,9 @@ enum { MAX_ALLOCS = 1024 }; /* device allocations of one backend: 9 per layer an
 enum { MAX_GRAPHS = 64 };
 
 /* The steps MINIONS_CUDA_PROFILE times apart. */
-enum { S_EMBED, S_RMSNORM, S_QKV, S_ATTENTION, S_WO, S_GATE_UP, S_DOWN, S_LOGITS, N_STEPS };
-static const char *const step_name[N_STEPS] = {"embed", "rmsnorm",      "qkv+rope+kv", "attention",
-                                               "wo",    "gate/up+silu", "down",        "logits"};
+enum { S_EMBED, S_RMSNORM, S_QKV, S_ATTENTION, S_WO, S_GATE_UP, S_DOWN, S_LOGITS, S_ARGMAX, N_STEPS };
+static const char *const step_name[N_STEPS] = {"embed", "rmsnorm",      "qkv+rope+kv", "attention", "wo",
+                                               "gate/up+silu", "down",  "logits",      "argmax"};
 
 typedef struct cuda_state {
     cudaStream_t stream;
@@ -114,6 +115,7 @@ typedef struct cuda_state {
     int32_t *d_tokens;
     uint32_t *d_out_rows, *d_table_off, *d_tables;
     float *d_logits;          /* [max_tokens][n_vocab] */
+    int32_t *d_argmax;        /* [max_tokens]: each logits row's argmax, when the batch asks for it */
     mn_gpu_host_layout h;     /* host side of the layout */
     bool graphs;              /* replay captured passes (MINIONS_CUDA_GRAPHS=0: plain launches) */
     bool profile;             /* MINIONS_CUDA_PROFILE=1: every step timed (graphs off), logged at the end */
@@ -378,6 +380,28 @@ static cudaGraphExec_t graph_for(cuda_state *st, mn_gpu_attn a, uint32_t T, uint
     return exec;
 }
 
+/* The logits rows down to the host, but those of sequences that want only their argmax: each run
+ * of consecutive rows still wanted in one copy on q. */
+static mn_status copy_logits(cuda_state *st, const mn_batch *batch, float *logits, uint32_t n_vocab, cudaStream_t q,
+                             mn_err *err)
+{
+    size_t row = 0, from = 0, run = 0; /* rows [from, from + run) wanted and not yet copied */
+    for (uint32_t i = 0; i <= batch->n_seqs; i++) {
+        const mn_batch_seq *s = i < batch->n_seqs ? &batch->seqs[i] : NULL;
+        size_t n = s ? (s->want_all_logits ? s->n_tokens : 1) : 0;
+        if (s && !(batch->argmax && s->argmax_only)) {
+            from = run ? from : row;
+            run += n;
+        } else if (run) {
+            size_t at = from * n_vocab, bytes = run * n_vocab * sizeof(float);
+            CUDA_TRY(cudaMemcpyAsync(logits + at, st->d_logits + at, bytes, cudaMemcpyDeviceToHost, q));
+            run = 0;
+        }
+        row += n;
+    }
+    return MN_OK;
+}
+
 static mn_status cuda_forward(mn_backend *be, const mn_batch *batch, float *logits, mn_err *err)
 {
     cuda_state *st = (cuda_state *)be->impl;
@@ -399,14 +423,19 @@ static mn_status cuda_forward(mn_backend *be, const mn_batch *batch, float *logi
     } else {
         mn_gpu_pass(&device_exec, st, &st->model, &st->bufs, a, st->d_tokens, T, st->d_out_rows, n_out, st->d_logits);
     }
+    if (batch->argmax) { /* a launch after the graph's (which then serves both kinds of pass) */
+        LAUNCH(st, S_ARGMAX,
+               (mn_k_argmax<<<n_out, MN_G_ARGMAX_THREADS, 0, q>>>(st->d_logits, hp->n_vocab, st->d_argmax, n_out)));
+        CUDA_TRY(cudaMemcpyAsync(batch->argmax, st->d_argmax, n_out * sizeof(int32_t), cudaMemcpyDeviceToHost, q));
+    }
     CUDA_TRY(cudaGetLastError());
-    CUDA_TRY(cudaMemcpyAsync(logits, st->d_logits, (size_t)n_out * hp->n_vocab * sizeof(float),
-                             cudaMemcpyDeviceToHost, q));
+    if ((s = copy_logits(st, batch, logits, hp->n_vocab, q, err)) != MN_OK)
+        return s;
     CUDA_TRY(cudaStreamSynchronize(q));
     return MN_OK;
 }
 
-static const mn_backend_ops cuda_ops = {"cuda", cuda_forward, cuda_free};
+static const mn_backend_ops cuda_ops = {"cuda", cuda_forward, cuda_free, true};
 
 /* Weights, KV, activations and the layout on the device. */
 static mn_status setup(mn_backend *be, cuda_state *st, mn_err *err)
@@ -457,6 +486,10 @@ static mn_status setup(mn_backend *be, cuda_state *st, mn_err *err)
             return s;
         *bufs[i].p = (float *)d;
     }
+    void *d = NULL;
+    if ((s = dalloc(st, (size_t)T * sizeof(int32_t), &d, err)))
+        return s;
+    st->d_argmax = (int32_t *)d;
     st->cfg_max_tokens = T;
     if ((s = grow_pack(st, T, 0, err)))
         return s;

@@ -415,6 +415,36 @@ MN_HD void mn_g_lane_merge(float *m, float *sum, float *acc, float m2, float sum
     *m = mx;
 }
 
+/* ---- argmax ---------------------------------------------------------------------------------- *
+ * A row's first largest element, NaNs passed over (model/sampler.h's mn_argmax), by a block of
+ * MN_G_ARGMAX_THREADS: thread i scans elements i, i + MN_G_ARGMAX_THREADS, ... keeping the first
+ * largest it meets (mn_g_argmax_scan); the threads' candidates meet pairwise, the larger winning
+ * and of equal ones the lower index (mn_g_argmax_meet: a total order, so the order of meeting
+ * changes nothing); a row whose first element is NaN answers 0, as the CPU's loop does. */
+#define MN_G_ARGMAX_THREADS 256
+#define MN_G_NONE 0xffffffffu
+
+MN_HD void mn_g_argmax_scan(const float *row, uint32_t n, uint32_t i, float *m, uint32_t *at)
+{
+    *m = -INFINITY, *at = MN_G_NONE;
+    for (uint32_t k = i; k < n; k += MN_G_ARGMAX_THREADS) {
+        float x = row[k];
+        if (x == x && (*at == MN_G_NONE || x > *m))
+            *m = x, *at = k;
+    }
+}
+
+MN_HD void mn_g_argmax_meet(float *m, uint32_t *at, float m2, uint32_t at2)
+{
+    if (at2 != MN_G_NONE && (*at == MN_G_NONE || m2 > *m || (m2 == *m && at2 < *at)))
+        *m = m2, *at = at2;
+}
+
+MN_HD int32_t mn_g_argmax_answer(const float *row, uint32_t at)
+{
+    return row[0] != row[0] || at == MN_G_NONE ? 0 : (int32_t)at;
+}
+
 /* ---- device wrappers: one thread per grid index ----------------------------------------------- *
  * Compiled by the one file that launches them (cuda_backend.cu defines MN_GPU_KERNELS); the twin
  * includes only the bodies. */
@@ -671,6 +701,30 @@ __global__ void __launch_bounds__(128) mn_k_proj_wide(const float *x, const __gr
         else
             mn_g_store(outs.y[i], outs.w[i].rows, outs.mode == MN_G_OUT_ACCUMULATE, t0 + j, o, sum[c]);
     }
+}
+
+/* a block of MN_G_ARGMAX_THREADS per row: out[r] = the argmax of logits row r */
+__global__ void mn_k_argmax(const float *logits, uint32_t n_vocab, int32_t *out, uint32_t rows)
+{
+    __shared__ float sm_m[MN_G_ARGMAX_THREADS / MN_G_WARP];
+    __shared__ uint32_t sm_at[MN_G_ARGMAX_THREADS / MN_G_WARP];
+    uint32_t i = threadIdx.x, r = blockIdx.x;
+    if (r >= rows)
+        return; /* the whole block leaves */
+    const float *row = logits + (size_t)r * n_vocab;
+    float m;
+    uint32_t at;
+    mn_g_argmax_scan(row, n_vocab, i, &m, &at);
+    for (uint32_t off = MN_G_WARP / 2; off > 0; off /= 2)
+        mn_g_argmax_meet(&m, &at, __shfl_xor_sync(MN_G_FULL, m, off), __shfl_xor_sync(MN_G_FULL, at, off));
+    if (i % MN_G_WARP == 0)
+        sm_m[i / MN_G_WARP] = m, sm_at[i / MN_G_WARP] = at;
+    __syncthreads();
+    if (i != 0)
+        return;
+    for (uint32_t w = 1; w < MN_G_ARGMAX_THREADS / MN_G_WARP; w++)
+        mn_g_argmax_meet(&m, &at, sm_m[w], sm_at[w]);
+    out[r] = mn_g_argmax_answer(row, at);
 }
 
 /* a block of MN_G_ATT_WARPS warps per (token, query head); D: the head's dimensions a lane holds */

@@ -146,6 +146,22 @@ static void x_attention(void *, const mn_gpu_attn *a, const float *q, float *out
 
 static const mn_gpu_exec host_exec = {x_embed, x_rmsnorm, x_proj, x_attention};
 
+/* mn_k_argmax's block on one row: every thread's scan, their candidates met in thread order (the
+ * device's warps meet them in another, which a total order makes the same answer). */
+extern "C" int32_t mn_gpu_twin_argmax(const float *row, uint32_t n)
+{
+    float m;
+    uint32_t at;
+    mn_g_argmax_scan(row, n, 0, &m, &at);
+    for (uint32_t i = 1; i < MN_G_ARGMAX_THREADS; i++) {
+        float m2;
+        uint32_t at2;
+        mn_g_argmax_scan(row, n, i, &m2, &at2);
+        mn_g_argmax_meet(&m, &at, m2, at2);
+    }
+    return mn_g_argmax_answer(row, at);
+}
+
 static mn_status twin_forward(mn_backend *be, const mn_batch *batch, float *logits, mn_err *err)
 {
     twin *tw = (twin *)be->impl;
@@ -158,10 +174,12 @@ static mn_status twin_forward(mn_backend *be, const mn_batch *batch, float *logi
     mn_gpu_attn a = {l->tok, l->tables, l->table_off, NULL, NULL, be->kv->block_size, be->kv->kv_dim,
                      hp->head_dim, hp->n_heads, hp->n_kv_heads, hp->rope_dim, hp->rope_base};
     mn_gpu_pass(&host_exec, NULL, &tw->model, &tw->bufs, a, l->tokens, l->T, l->out_rows, l->n_out, logits);
+    for (uint32_t r = 0; batch->argmax && r < l->n_out; r++)
+        batch->argmax[r] = mn_gpu_twin_argmax(logits + (size_t)r * hp->n_vocab, hp->n_vocab);
     return MN_OK;
 }
 
-static const mn_backend_ops twin_ops = {"cuda-twin", twin_forward, twin_free};
+static const mn_backend_ops twin_ops = {"cuda-twin", twin_forward, twin_free, true};
 
 static float *fbuf(size_t rows, size_t cols, int *ok)
 {

@@ -24,6 +24,10 @@ extern "C" {
 
 mn_status mn_gpu_twin_new(const mn_model *m, const mn_backend_config *cfg, mn_backend **out, mn_err *err);
 
+/* The CUDA backend's argmax of one row (kernels.cuh's mn_k_argmax), its block run thread by
+ * thread: what the twin fills batch.argmax with, and what tests hold against mn_argmax. */
+int32_t mn_gpu_twin_argmax(const float *row, uint32_t n);
+
 #ifdef __cplusplus
 }
 #endif

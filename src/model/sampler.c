@@ -108,6 +108,8 @@ static uint32_t nucleus(mn_sampler *s, const float *logits, double *mass)
     return keep;
 }
 
+bool mn_sampler_greedy(const mn_sampler *s) { return s->par.temperature <= 0.0f; }
+
 int32_t mn_sampler_next(mn_sampler *s, const float *logits)
 {
     if (s->par.temperature <= 0.0f)

@@ -7,6 +7,7 @@
 #ifndef MN_SAMPLER_H
 #define MN_SAMPLER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "util/status.h"
@@ -22,6 +23,8 @@ typedef struct mn_sampler mn_sampler;
 mn_status mn_sampler_new(uint32_t n_vocab, const mn_sampler_params *params, mn_sampler **out);
 void mn_sampler_free(mn_sampler *s);
 int32_t mn_sampler_next(mn_sampler *s, const float *logits);
+/* Whether s is greedy: mn_sampler_next is then mn_argmax of the logits, and draws nothing. */
+bool mn_sampler_greedy(const mn_sampler *s);
 
 /* The distribution mn_sampler_next draws from, written to p[0..n_vocab): after temperature and
  * top_p, 0 outside the nucleus, summing to 1 up to rounding. Greedy: one-hot on the argmax. For

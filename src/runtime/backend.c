@@ -3,6 +3,8 @@
 
 #include <unistd.h>
 
+#include "model/sampler.h"
+
 mn_backend_config mn_backend_defaults(const mn_model *m, uint32_t n_ctx_total)
 {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -40,6 +42,9 @@ mn_status mn_backend_forward(mn_backend *b, const mn_batch *batch, float *logits
         const mn_batch_seq *s = &batch->seqs[i];
         if (!s->kv || !s->tokens || s->n_tokens == 0)
             return mn_fail(err, MN_INVALID, "forward: sequence %u has no tokens or no cache", i);
+        if (s->argmax_only && !batch->argmax)
+            return mn_fail(err, MN_INVALID, "forward: sequence %u wants only the argmax, and the batch has no "
+                           "room for it", i);
         uint64_t end = (uint64_t)s->kv->len + s->n_tokens;
         if (end > b->model->hp.n_ctx)
             return mn_fail(err, MN_INVALID, "forward: sequence %u would reach position %llu past the context of %u",
@@ -59,10 +64,15 @@ mn_status mn_backend_forward(mn_backend *b, const mn_batch *batch, float *logits
         return mn_fail(err, MN_INVALID, "forward: %llu tokens exceed the pass limit of %u",
                        (unsigned long long)total, b->cfg.max_tokens);
     mn_status st = b->ops->forward(b, batch, logits, err);
-    if (st == MN_OK) /* the pass wrote K/V for the new positions: they are the sequence's now */
-        for (uint32_t i = 0; i < batch->n_seqs; i++)
-            batch->seqs[i].kv->len += batch->seqs[i].n_tokens;
-    return st;
+    if (st != MN_OK)
+        return st;
+    /* the pass wrote K/V for the new positions: they are the sequence's now */
+    for (uint32_t i = 0; i < batch->n_seqs; i++)
+        batch->seqs[i].kv->len += batch->seqs[i].n_tokens;
+    if (batch->argmax && !b->ops->argmax)
+        for (uint32_t r = 0, n = mn_batch_n_logits(batch), V = b->model->hp.n_vocab; r < n; r++)
+            batch->argmax[r] = mn_argmax(logits + (size_t)r * V, V);
+    return MN_OK;
 }
 
 mn_status mn_backend_prefill(mn_backend *b, mn_kv_seq *kv, const int32_t *tokens, uint32_t n, float *logits,
@@ -78,7 +88,7 @@ mn_status mn_backend_prefill(mn_backend *b, mn_kv_seq *kv, const int32_t *tokens
     for (uint32_t done = 0; done < n;) {
         uint32_t step = n - done < b->cfg.max_tokens ? n - done : b->cfg.max_tokens;
         mn_batch_seq seq = {.kv = kv, .tokens = tokens + done, .n_tokens = step};
-        mn_batch batch = {&seq, 1};
+        mn_batch batch = {&seq, 1, NULL};
         mn_status s = mn_backend_forward(b, &batch, logits, err);
         if (s != MN_OK)
             return s;

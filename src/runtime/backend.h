@@ -8,6 +8,10 @@
  *
  * Output: logits rows, sequence by sequence in batch order: all n_tokens rows for a sequence with
  * want_all_logits, otherwise only its last token's row. mn_batch_n_logits says how many rows.
+ * With batch.argmax, also each row's argmax (mn_argmax's: the first largest logit); a sequence
+ * that wants nothing else (argmax_only: greedy decoding and drafting) may have its logits rows
+ * left unwritten, which spares a GPU backend copying them down (CUDA computes the argmax on the
+ * device and copies only the rows still wanted).
  *
  * Invariance: a sequence's logits are bit-identical whatever else is in the batch and however its
  * tokens are split into passes (the CPU backend guarantees it; see src/cpu/matmul.h).
@@ -32,11 +36,13 @@ typedef struct mn_batch_seq {
     const int32_t *tokens;   /* [n_tokens] new tokens */
     uint32_t n_tokens;       /* >= 1 */
     bool want_all_logits;    /* logits for every new token (verification) or only the last */
+    bool argmax_only;        /* only batch.argmax of its rows is wanted: its logits rows may stay unwritten */
 } mn_batch_seq;
 
 typedef struct mn_batch {
     const mn_batch_seq *seqs;
     uint32_t n_seqs;
+    int32_t *argmax;         /* NULL, or mn_batch_n_logits entries: each row's argmax (required by argmax_only) */
 } mn_batch;
 
 typedef enum mn_backend_kind {
@@ -63,6 +69,7 @@ typedef struct mn_backend_ops {
     /* the pass over a validated batch; mn_backend_forward advances the lengths when it succeeds */
     mn_status (*forward)(mn_backend *b, const mn_batch *batch, float *logits, mn_err *err);
     void (*free)(mn_backend *b);
+    bool argmax;             /* forward fills batch->argmax; else mn_backend_forward does, from the logits */
 } mn_backend_ops;
 
 struct mn_backend {
@@ -83,7 +90,9 @@ void mn_backend_free(mn_backend *b);
 uint32_t mn_batch_n_logits(const mn_batch *batch);
 
 /* Validate the batch (sizes, reserved positions, context length) and run the pass. logits holds
- * mn_batch_n_logits(batch) * n_vocab floats. MN_INVALID (nothing computed) for a malformed batch. */
+ * mn_batch_n_logits(batch) * n_vocab floats (rows of argmax_only sequences may be left as they
+ * were). MN_INVALID (nothing computed) for a malformed batch, argmax_only without batch->argmax
+ * included. */
 mn_status mn_backend_forward(mn_backend *b, const mn_batch *batch, float *logits, mn_err *err);
 
 /* Reserve KV for and feed tokens[0..n) to one sequence in passes of at most max_tokens; the last
