@@ -524,6 +524,73 @@ Test(sampler, greedy_takes_first_max_and_sampling_is_seeded)
     mn_sampler_free(a);
 }
 
+/* The nucleus the plain way: every weight expf((l - max) / T), all sorted (more probable first,
+ * then the lower id), the shortest prefix holding top_p of the mass, normalised. */
+typedef struct ref_cand {
+    float p;
+    int32_t id;
+} ref_cand;
+
+static int ref_desc(const void *a, const void *b)
+{
+    const ref_cand *x = a, *y = b;
+    return x->p != y->p ? (x->p < y->p ? 1 : -1) : x->id - y->id;
+}
+
+static void ref_nucleus(const float *l, uint32_t n, float T, float top_p, float *out)
+{
+    ref_cand *c = malloc(n * sizeof *c);
+    float mx = l[mn_argmax(l, n)];
+    double sum = 0.0, acc = 0.0;
+    for (uint32_t i = 0; i < n; i++) {
+        c[i] = (ref_cand){expf((l[i] - mx) / T), (int32_t)i};
+        sum += c[i].p;
+    }
+    qsort(c, n, sizeof *c, ref_desc);
+    uint32_t keep = 0;
+    while (keep < n) {
+        acc += c[keep++].p;
+        if (acc >= top_p * sum)
+            break;
+    }
+    memset(out, 0, n * sizeof *out);
+    for (uint32_t i = 0; i < keep; i++)
+        out[c[i].id] = (float)(c[i].p / acc);
+    free(c);
+}
+
+/* The sampler finds the nucleus among the most probable few (growing their number until they hold
+ * top_p of the mass) instead of sorting the whole vocabulary: the same distribution, bit for bit,
+ * over a vocabulary of 49,152 with many tied logits, peaked, flat and all equal, nuclei small and
+ * whole. */
+Test(sampler, nucleus_is_the_full_sorts_bit_for_bit)
+{
+    enum { V = 49152 };
+    float *l = malloc(V * sizeof *l), *got = malloc(V * sizeof *got), *want = malloc(V * sizeof *want);
+    uint64_t r = 11;
+    const float tops[] = {0.3f, 0.9f, 0.99f, 0.99999f};
+    for (int shape = 0; shape < 3; shape++) {
+        for (uint32_t i = 0; i < V; i++) {
+            r = r * 6364136223846793005u + 1442695040888963407u;
+            float u = (float)(r >> 40) / (float)(1u << 24);
+            l[i] = shape == 2 ? 1.5f /* one tie: the nucleus is the lowest ids */
+                   : shape ? roundf(u * 64.0f) / 16.0f : roundf(u * u * u * u * 400.0f) / 8.0f; /* ties aplenty */
+        }
+        for (size_t t = 0; t < sizeof tops / sizeof *tops; t++) {
+            mn_sampler_params p = {.temperature = 0.7f, .top_p = tops[t], .seed = 3};
+            mn_sampler *s;
+            cr_assert_eq(mn_sampler_new(V, &p, &s), MN_OK);
+            mn_sampler_probs(s, l, got);
+            ref_nucleus(l, V, 0.7f, tops[t], want);
+            cr_assert(memcmp(got, want, V * sizeof *got) == 0, "shape %d top_p %g: another nucleus", shape, tops[t]);
+            mn_sampler_free(s);
+        }
+    }
+    free(l);
+    free(got);
+    free(want);
+}
+
 /* ---- the fork-join pool: every run calls each thread index exactly once, runs never overlap ---- */
 #include <stdatomic.h>
 

@@ -82,8 +82,48 @@ static int by_prob_desc(const void *a, const void *b)
     return x->id - y->id;
 }
 
+/* Whether a comes before b in the nucleus's order (by_prob_desc's): more probable first, then the
+ * lower id. A total order: ids are unique. */
+static bool before(const cand *a, const cand *b) { return a->p > b->p || (a->p == b->p && a->id < b->id); }
+
+static void swap_cand(cand *a, cand *b)
+{
+    cand t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* Rearrange c[0..n) so that its k first in `before`'s order fill c[0..k), in some order
+ * (quickselect, the pivot the median of three). */
+static void select_first(cand *c, uint32_t n, uint32_t k)
+{
+    uint32_t lo = 0, hi = n; /* c[0..lo) are among the k first, c[hi..n) are not */
+    while (lo < k && k < hi) {
+        cand *a = &c[lo], *m = &c[lo + (hi - lo) / 2], *z = &c[hi - 1];
+        cand pv = before(a, m) ? (before(m, z) ? *m : before(a, z) ? *z : *a)
+                               : (before(a, z) ? *a : before(m, z) ? *z : *m);
+        uint32_t i = lo;
+        for (uint32_t j = lo; j < hi; j++)
+            if (before(&c[j], &pv))
+                swap_cand(&c[i++], &c[j]);
+        if (i >= k) { /* the pivot is not among them */
+            hi = i;
+            continue;
+        }
+        for (uint32_t j = i; j < hi; j++) /* the pivot next: it is */
+            if (c[j].id == pv.id) {
+                swap_cand(&c[i], &c[j]);
+                break;
+            }
+        lo = i + 1;
+    }
+}
+
 /* Fill s->c with the nucleus, most probable first when top_p < 1: unnormalised weights; returns
- * how many are kept and their sum in *mass. */
+ * how many are kept and their sum in *mass. The nucleus is usually a few hundred tokens of a
+ * vocabulary of tens of thousands, so only the first k in order are found (select_first) and
+ * sorted, k growing until they hold top_p of the mass: the same prefix as sorting them all (8.5
+ * ms a token over SmolLM2's 49,152 entries), in a fraction of the time. */
 static uint32_t nucleus(mn_sampler *s, const float *logits, double *mass)
 {
     float mx = logits[mn_argmax(logits, s->n)];
@@ -94,15 +134,19 @@ static uint32_t nucleus(mn_sampler *s, const float *logits, double *mass)
         sum += s->c[i].p;
     }
     uint32_t keep = s->n;
-    if (s->par.top_p < 1.0f) {
-        qsort(s->c, s->n, sizeof *s->c, by_prob_desc);
+    for (uint32_t k = s->n < 256 ? s->n : 256; s->par.top_p < 1.0f; k = k > s->n / 8 ? s->n : 8 * k) {
+        select_first(s->c, s->n, k);
+        qsort(s->c, k, sizeof *s->c, by_prob_desc);
         double acc = 0.0;
-        for (keep = 0; keep < s->n;) {
+        bool held = false;
+        for (keep = 0; keep < k && !held;) {
             acc += s->c[keep++].p;
-            if (acc >= s->par.top_p * sum)
-                break;
+            held = acc >= s->par.top_p * sum;
         }
-        sum = acc;
+        if (held || k == s->n) {
+            sum = acc;
+            break;
+        }
     }
     *mass = sum;
     return keep;
