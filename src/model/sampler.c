@@ -122,8 +122,8 @@ static void select_first(cand *c, uint32_t n, uint32_t k)
 /* Fill s->c with the nucleus, most probable first when top_p < 1: unnormalised weights; returns
  * how many are kept and their sum in *mass. The nucleus is usually a few hundred tokens of a
  * vocabulary of tens of thousands, so only the first k in order are found (select_first) and
- * sorted, k growing until they hold top_p of the mass: the same prefix as sorting them all (8.5
- * ms a token over SmolLM2's 49,152 entries), in a fraction of the time. */
+ * sorted, k growing until they hold top_p of the mass: the same prefix as sorting them all (6.6-8.7
+ * ms a token over SmolLM2's 49,152 entries; tools/bench-sampler.c), in a fraction of the time. */
 static uint32_t nucleus(mn_sampler *s, const float *logits, double *mass)
 {
     float mx = logits[mn_argmax(logits, s->n)];
