@@ -119,7 +119,7 @@ typedef struct cuda_state {
     mn_gpu_host_layout h;     /* host side of the layout */
     bool graphs;              /* replay captured passes (MINIONS_CUDA_GRAPHS=0: plain launches) */
     bool profile;             /* MINIONS_CUDA_PROFILE=1: every step timed (graphs off), logged at the end */
-    bool wide;                /* mn_k_proj_wide for quantized weights from WIDE_T tokens (MINIONS_CUDA_WIDE=0: never) */
+    bool wide;                /* quantized weights through mn_k_proj_wide from WIDE_T tokens (MINIONS_CUDA_WIDE=0: no) */
     cudaEvent_t ev[2];
     double step_ms[N_STEPS];
     uint64_t step_n[N_STEPS];
@@ -215,9 +215,9 @@ static void k_rmsnorm(void *ctx, const float *x, const uint32_t *rows, const flo
 /* Passes of this many tokens or more project quantized weights through mn_k_proj_wide, a warp per 4
  * rows (2 pairs) and 8 tokens. Measured on an H200 against mn_k_proj alone (docs/gpu-runs/
  * 2026-11-27-h200-wide.log, -argmax-wide.log): 4 x 8 makes a SmolLM2-shaped Q4_1 model's forward
- * pass over 64 sequences 1.17x as fast and its 64-token prefill 1.24x, and leaves 16 sequences
- * where they were; on F16 and F32 weights it gained nothing (0.9x on the bundled target), and
- * shapes of 2 x 16, 4 x 16 and 8 x 8 were slower everywhere. */
+ * pass over 64 sequences 1.16x as fast and its 64-token prefill 1.23x, and leaves 16 sequences
+ * where they were; on F16 and F32 weights it gained nothing (the bundled target's prefill 0.88x);
+ * shapes of 2 x 16, 4 x 16 and 8 x 8 made 64-sequence Q4_1 decode 0.71-0.79x as fast. */
 enum { WIDE_T = 16, WIDE_NR = 4, WIDE_TB = 8 };
 
 static bool quantized(uint32_t type) { return type == MN_Q8_0 || type == MN_Q4_0 || type == MN_Q4_1; }
