@@ -289,7 +289,7 @@ Test(gpu_twin, argmax_is_the_first_largest_logit)
         for (int kind = 0; kind < 6; kind++) {
             for (uint32_t i = 0; i < n; i++)
                 x[i] = sinf((float)(i * 7 + n)) - (kind == 3 ? 10.0f : 0.0f);
-            uint32_t a = (n * 37) % n, b = (n * 91 + 5) % n;
+            uint32_t a = (7 * n / 3 + 11) % n, b = (n / 2 + 3) % n; /* two places, apart */
             if (kind == 1) /* a tie of the largest, usually in two threads' strides */
                 x[a] = x[b] = 5.0f;
             if (kind == 2) /* a tie in one thread's stride, after a NaN */
