@@ -74,17 +74,16 @@ void mn_sampler_free(mn_sampler *s)
 
 int32_t mn_argmax(const float *logits, uint32_t n) { return mn_vec_argmax(logits, (int)n); }
 
+/* Whether a comes before b in the nucleus's order: more probable first, then the lower id. A total
+ * order: ids are unique. */
+static bool before(const cand *a, const cand *b) { return a->p > b->p || (a->p == b->p && a->id < b->id); }
+
+/* qsort's form of `before`. */
 static int by_prob_desc(const void *a, const void *b)
 {
     const cand *x = a, *y = b;
-    if (x->p != y->p)
-        return x->p < y->p ? 1 : -1;
-    return x->id - y->id;
+    return before(x, y) ? -1 : before(y, x) ? 1 : 0;
 }
-
-/* Whether a comes before b in the nucleus's order (by_prob_desc's): more probable first, then the
- * lower id. A total order: ids are unique. */
-static bool before(const cand *a, const cand *b) { return a->p > b->p || (a->p == b->p && a->id < b->id); }
 
 static void swap_cand(cand *a, cand *b)
 {
