@@ -10,6 +10,7 @@
 #include "mem/kv.h"
 #include "model/dtype.h"
 #include "model/quant.h"
+#include "model/draw.h"
 #include "model/sampler.h"
 #include "testutil.h"
 #include "util/alloc.h"
@@ -524,38 +525,39 @@ Test(sampler, greedy_takes_first_max_and_sampling_is_seeded)
     mn_sampler_free(a);
 }
 
-/* The nucleus the plain way: every weight expf((l - max) / T), all sorted (more probable first,
- * then the lower id), the shortest prefix holding top_p of the mass, normalised. */
+/* The nucleus the plain way: every token's weight (model/draw.h), all sorted (heavier first, then
+ * the lower id), the shortest prefix holding what top_p needs, each weight over the prefix's. */
 typedef struct ref_cand {
-    float p;
+    uint64_t w;
     int32_t id;
 } ref_cand;
 
 static int ref_desc(const void *a, const void *b)
 {
     const ref_cand *x = a, *y = b;
-    return x->p != y->p ? (x->p < y->p ? 1 : -1) : x->id - y->id;
+    return x->w != y->w ? (x->w < y->w ? 1 : -1) : x->id - y->id;
 }
 
 static void ref_nucleus(const float *l, uint32_t n, float T, float top_p, float *out)
 {
     ref_cand *c = malloc(n * sizeof *c);
     float mx = l[mn_argmax(l, n)];
-    double sum = 0.0, acc = 0.0;
+    uint64_t sum = 0, acc = 0;
     for (uint32_t i = 0; i < n; i++) {
-        c[i] = (ref_cand){expf((l[i] - mx) / T), (int32_t)i};
-        sum += c[i].p;
+        c[i] = (ref_cand){mn_draw_weight(l[i], mx, mn_draw_scale(T)), (int32_t)i};
+        sum += c[i].w;
     }
     qsort(c, n, sizeof *c, ref_desc);
     uint32_t keep = 0;
     while (keep < n) {
-        acc += c[keep++].p;
-        if (acc >= top_p * sum)
+        acc += c[keep++].w;
+        if (acc >= mn_draw_need(top_p, sum))
             break;
     }
     memset(out, 0, n * sizeof *out);
     for (uint32_t i = 0; i < keep; i++)
-        out[c[i].id] = (float)(c[i].p / acc);
+        if (c[i].w)
+            out[c[i].id] = (float)((double)c[i].w / (double)acc);
     free(c);
 }
 
@@ -589,6 +591,75 @@ Test(sampler, nucleus_is_the_full_sorts_bit_for_bit)
     free(l);
     free(got);
     free(want);
+}
+
+/* A token's weight (model/draw.h): the largest logit weighs 2^40 exactly, the others 2^40 times
+ * 2^((l - max) / T log2 e) within 2e-6 down to 2^-20 of it (the float rounding of the exponent,
+ * |t| <= 41; integer truncation below), never more for a lower logit, and nothing for NaN, -inf
+ * and what is 2^-40 below the first. */
+Test(sampler, weights_are_softmax_in_integers)
+{
+    const uint64_t one = (uint64_t)1 << MN_DRAW_ONE_BITS;
+    float s = mn_draw_scale(0.7f), s1 = mn_draw_scale(1.0f);
+    cr_assert_eq(mn_draw_weight(3.5f, 3.5f, s), one);
+    cr_assert_eq(mn_draw_weight(NAN, 3.5f, s), 0);
+    cr_assert_eq(mn_draw_weight(-INFINITY, 3.5f, s), 0);
+    cr_assert_eq(mn_draw_weight(3.5f - 40.0f, 3.5f, s1), 0, "e^-40 is below 2^-40");
+    uint64_t last = one;
+    for (float d = 0.0f; d < 28.0f; d += 0.001f) { /* e^-28 ~ 2^-40.4 */
+        float x = 1.0f - d;
+        uint64_t w = mn_draw_weight(x, 1.0f, s1);
+        double want = ldexp(exp2(((double)x - 1.0) * 1.4426950408889634), MN_DRAW_ONE_BITS);
+        cr_assert(w <= last, "d=%g: %llu after %llu", (double)d, (unsigned long long)w, (unsigned long long)last);
+        if (want >= ldexp(1.0, 20))
+            cr_assert(fabs((double)w - want) <= 2e-6 * want, "d=%g: %llu, want %.1f", (double)d, (unsigned long long)w,
+                      want);
+        last = w;
+    }
+    cr_assert_eq(mn_draw_need(1.0f, 12345), 12345);
+    cr_assert_eq(mn_draw_need(0.5f, 12345), 6173);
+    cr_assert_eq(mn_draw_need(1e-9f, 12345), 1);
+    cr_assert_eq(mn_draw_point(0.0, 10), 0);
+    const uint64_t masses[] = {1, 3, ((uint64_t)1 << 55) + 1};
+    for (int i = 0; i < 3; i++)
+        cr_assert_lt(mn_draw_point(1.0 - 0x1.0p-53, masses[i]), masses[i]);
+}
+
+/* A draw walks the nucleus in id order: uniforms spread evenly over [0, 1) pick each token as often
+ * as mn_sampler_probs says, to within one in K; and a sampler's draws are mn_draw_row's with its
+ * next uniforms (mn_sampler_peek), which mn_sampler_skip then uses up. */
+Test(sampler, draws_follow_the_probabilities_and_the_uniforms)
+{
+    enum { V = 500, K = 20000 };
+    static float l[V], p[V];
+    static int counts[V];
+    for (uint32_t i = 0; i < V; i++)
+        l[i] = 4.0f * sinf((float)i * 0.37f) + (i % 7 == 0 ? 2.0f : 0.0f);
+    const float tops[] = {1.0f, 0.9f, 0.3f};
+    mn_draw_space *space = mn_draw_space_new(V);
+    for (size_t t = 0; t < 3; t++) {
+        mn_sampler_params sp = {.temperature = 0.8f, .top_p = tops[t], .seed = 5};
+        mn_sampler *a, *b;
+        cr_assert_eq(mn_sampler_new(V, &sp, &a), MN_OK);
+        cr_assert_eq(mn_sampler_new(V, &sp, &b), MN_OK);
+        mn_sampler_probs(a, l, p);
+        memset(counts, 0, sizeof counts);
+        for (int k = 0; k < K; k++)
+            counts[mn_draw_row(space, l, 0.8f, tops[t], (k + 0.5) / K)]++;
+        for (uint32_t i = 0; i < V; i++)
+            cr_assert(fabs(counts[i] - (double)p[i] * K) <= 1.0 + 1e-6 * K, "top_p %g token %u: %d of %d, p %g",
+                      (double)tops[t], i, counts[i], K, (double)p[i]);
+        double u[6];
+        mn_sampler_peek(a, 6, u);
+        for (int i = 0; i < 6; i++)
+            cr_assert_eq(mn_sampler_next(b, l), mn_draw_row(space, l, 0.8f, tops[t], u[i]));
+        mn_sampler_skip(a, 6);
+        for (int i = 0; i < 20; i++)
+            cr_assert_eq(mn_sampler_next(a, l), mn_sampler_next(b, l), "skip leaves the generator where draws would");
+        mn_sampler_free(a);
+        mn_sampler_free(b);
+    }
+    mn_draw_space_free(space);
 }
 
 /* ---- the fork-join pool: every run calls each thread index exactly once, runs never overlap ---- */

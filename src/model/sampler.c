@@ -6,18 +6,24 @@
 #include <string.h>
 
 #include "cpu/matmul.h"
+#include "model/draw.h"
 #include "util/alloc.h"
 
 typedef struct cand {
-    float p;
+    uint64_t w;
     int32_t id;
 } cand;
 
-struct mn_sampler {
+struct mn_draw_space {
     uint32_t n;
+    uint64_t *w; /* [n] each token's weight (model/draw.h), by id */
+    cand *c;     /* [n] the same, reordered to find the nucleus */
+};
+
+struct mn_sampler {
     mn_sampler_params par;
     mn_rng rng;
-    cand *c;   /* [n] */
+    mn_draw_space *d;
 };
 
 static uint64_t splitmix(uint64_t *x)
@@ -48,14 +54,33 @@ double mn_rng_uniform(mn_rng *r)
     return (double)(out >> 11) * 0x1.0p-53;
 }
 
+mn_draw_space *mn_draw_space_new(uint32_t n_vocab)
+{
+    mn_draw_space *d = mn_calloc(1, sizeof *d);
+    if (!d || !(d->w = mn_malloc((size_t)n_vocab * sizeof *d->w)) || !(d->c = mn_malloc((size_t)n_vocab * sizeof *d->c))) {
+        mn_draw_space_free(d);
+        return NULL;
+    }
+    d->n = n_vocab;
+    return d;
+}
+
+void mn_draw_space_free(mn_draw_space *d)
+{
+    if (d) {
+        mn_free(d->w);
+        mn_free(d->c);
+        mn_free(d);
+    }
+}
+
 mn_status mn_sampler_new(uint32_t n_vocab, const mn_sampler_params *params, mn_sampler **out)
 {
     mn_sampler *s = mn_calloc(1, sizeof *s);
-    if (!s || !(s->c = mn_malloc((size_t)n_vocab * sizeof *s->c))) {
+    if (!s || !(s->d = mn_draw_space_new(n_vocab))) {
         mn_free(s);
         return MN_NOMEM;
     }
-    s->n = n_vocab;
     s->par = *params;
     if (!(s->par.top_p > 0.0f) || s->par.top_p > 1.0f)
         s->par.top_p = 1.0f;
@@ -67,16 +92,16 @@ mn_status mn_sampler_new(uint32_t n_vocab, const mn_sampler_params *params, mn_s
 void mn_sampler_free(mn_sampler *s)
 {
     if (s) {
-        mn_free(s->c);
+        mn_draw_space_free(s->d);
         mn_free(s);
     }
 }
 
 int32_t mn_argmax(const float *logits, uint32_t n) { return mn_vec_argmax(logits, (int)n); }
 
-/* Whether a comes before b in the nucleus's order: more probable first, then the lower id. A total
- * order: ids are unique. */
-static bool before(const cand *a, const cand *b) { return a->p > b->p || (a->p == b->p && a->id < b->id); }
+/* Whether a comes before b in the nucleus's order: heavier first, then the lower id. A total order:
+ * ids are unique. */
+static bool before(const cand *a, const cand *b) { return a->w > b->w || (a->w == b->w && a->id < b->id); }
 
 /* qsort's form of `before`. */
 static int by_prob_desc(const void *a, const void *b)
@@ -118,67 +143,103 @@ static void select_first(cand *c, uint32_t n, uint32_t k)
     }
 }
 
-/* Fill s->c with the nucleus, most probable first when top_p < 1: unnormalised weights; returns
- * how many are kept and their sum in *mass. The nucleus is usually a few hundred tokens of a
+/* The nucleus of a row (model/draw.h), every token's weight left in d->w. At top_p 1 it is every
+ * token of some weight (theta 0). Otherwise the nucleus is usually a few hundred tokens of a
  * vocabulary of tens of thousands, so only the first k in order are found (select_first) and
- * sorted, k growing until they hold top_p of the mass: the same prefix as sorting them all (6.6-8.7
+ * sorted, k growing until they hold what is needed: the same prefix as sorting them all (6.6-8.7
  * ms a token over SmolLM2's 49,152 entries; tools/bench-sampler.c), in a fraction of the time. */
-static uint32_t nucleus(mn_sampler *s, const float *logits, double *mass)
+static mn_draw_nucleus nucleus(mn_draw_space *d, const float *logits, float temperature, float top_p)
 {
-    float mx = logits[mn_argmax(logits, s->n)];
-    double sum = 0.0;
-    for (uint32_t i = 0; i < s->n; i++) {
-        s->c[i].p = expf((logits[i] - mx) / s->par.temperature);
-        s->c[i].id = (int32_t)i;
-        sum += s->c[i].p;
+    uint32_t n = d->n;
+    float mx = logits[mn_argmax(logits, n)];
+    float scale = mn_draw_scale(temperature);
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        d->w[i] = mn_draw_weight(logits[i], mx, scale);
+        total += d->w[i];
     }
-    uint32_t keep = s->n;
-    for (uint32_t k = s->n < 256 ? s->n : 256; s->par.top_p < 1.0f; k = k > s->n / 8 ? s->n : 8 * k) {
-        select_first(s->c, s->n, k);
-        qsort(s->c, k, sizeof *s->c, by_prob_desc);
-        double acc = 0.0;
-        bool held = false;
-        for (keep = 0; keep < k && !held;) {
-            acc += s->c[keep++].p;
-            held = acc >= s->par.top_p * sum;
+    uint64_t need = mn_draw_need(top_p, total);
+    if (need == total)
+        return (mn_draw_nucleus){0, 0, total};
+    for (uint32_t i = 0; i < n; i++)
+        d->c[i] = (cand){d->w[i], (int32_t)i};
+    for (uint32_t k = n < 256 ? n : 256;; k = k > n / 8 ? n : 8 * k) {
+        select_first(d->c, n, k);
+        qsort(d->c, k, sizeof *d->c, by_prob_desc);
+        uint64_t acc = 0;
+        for (uint32_t keep = 0; keep < k;) {
+            acc += d->c[keep++].w;
+            if (acc < need)
+                continue;
+            uint64_t theta = d->c[keep - 1].w, ties = 0;
+            while (ties < keep && d->c[keep - 1 - ties].w == theta)
+                ties++;
+            return (mn_draw_nucleus){theta, ties, acc};
         }
-        if (held || k == s->n) {
-            sum = acc;
-            break;
+    } /* k reaches n, where acc reaches total >= need */
+}
+
+/* The nucleus's token at point r in [0, mass): its members in id order, the first whose running
+ * weight passes r. */
+static int32_t walk(const mn_draw_space *d, mn_draw_nucleus pl, uint64_t r)
+{
+    uint64_t acc = 0, seen = 0;
+    int32_t last = 0;
+    for (uint32_t i = 0; i < d->n; i++)
+        if (mn_draw_held(d->w[i], pl.theta, &seen, pl.ties)) {
+            acc += d->w[i];
+            last = (int32_t)i;
+            if (r < acc)
+                break;
         }
-    }
-    *mass = sum;
-    return keep;
+    return last;
+}
+
+int32_t mn_draw_row(mn_draw_space *d, const float *logits, float temperature, float top_p, double u)
+{
+    mn_draw_nucleus pl = nucleus(d, logits, temperature, top_p);
+    return pl.mass ? walk(d, pl, mn_draw_point(u, pl.mass)) : mn_argmax(logits, d->n);
 }
 
 bool mn_sampler_greedy(const mn_sampler *s) { return s->par.temperature <= 0.0f; }
 
+mn_sampler_params mn_sampler_settings(const mn_sampler *s) { return s->par; }
+
 int32_t mn_sampler_next(mn_sampler *s, const float *logits)
 {
     if (s->par.temperature <= 0.0f)
-        return mn_argmax(logits, s->n);
-    double sum;
-    uint32_t keep = nucleus(s, logits, &sum);
-    double r = mn_rng_uniform(&s->rng) * sum, acc = 0.0;
-    for (uint32_t i = 0; i < keep; i++) {
-        acc += s->c[i].p;
-        if (r < acc)
-            return s->c[i].id;
-    }
-    return s->c[keep - 1].id;
+        return mn_argmax(logits, s->d->n);
+    return mn_draw_row(s->d, logits, s->par.temperature, s->par.top_p, mn_rng_uniform(&s->rng));
+}
+
+void mn_sampler_peek(const mn_sampler *s, uint32_t n, double *u)
+{
+    mn_rng r = s->rng;
+    for (uint32_t i = 0; i < n; i++)
+        u[i] = mn_rng_uniform(&r);
+}
+
+void mn_sampler_skip(mn_sampler *s, uint32_t n)
+{
+    while (n-- > 0)
+        mn_rng_uniform(&s->rng);
 }
 
 void mn_sampler_probs(mn_sampler *s, const float *logits, float *p)
 {
-    memset(p, 0, (size_t)s->n * sizeof *p);
-    if (s->par.temperature <= 0.0f) {
-        p[mn_argmax(logits, s->n)] = 1.0f;
+    uint32_t n = s->d->n;
+    memset(p, 0, (size_t)n * sizeof *p);
+    mn_draw_nucleus pl = {0};
+    if (s->par.temperature > 0.0f)
+        pl = nucleus(s->d, logits, s->par.temperature, s->par.top_p);
+    if (!pl.mass) {
+        p[mn_argmax(logits, n)] = 1.0f;
         return;
     }
-    double sum;
-    uint32_t keep = nucleus(s, logits, &sum);
-    for (uint32_t i = 0; i < keep; i++)
-        p[s->c[i].id] = (float)(s->c[i].p / sum);
+    uint64_t seen = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (mn_draw_held(s->d->w[i], pl.theta, &seen, pl.ties))
+            p[i] = (float)((double)s->d->w[i] / (double)pl.mass);
 }
 
 void mn_logprobs(const float *logits, uint32_t n, int32_t token, uint32_t k, mn_logprob *out)
