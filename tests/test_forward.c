@@ -299,12 +299,33 @@ Test(forward, rejects_malformed_batches)
     mn_batch_seq twice[2] = {s, s};
     mn_batch tb = {twice, 2, NULL};
     cr_assert_eq(mn_backend_forward(b, &tb, out, &err), MN_INVALID, "a sequence twice in one batch");
-    s.argmax_only = true;
-    cr_assert_eq(mn_backend_forward(b, &batch, out, &err), MN_INVALID, "argmax_only and no room for the argmax");
+    s.pick_only = true;
+    cr_assert_eq(mn_backend_forward(b, &batch, out, &err), MN_INVALID, "pick_only and no room for the tokens");
+    s.pick_only = false;
+    double u[3] = {0.1, 0.5, 0.999};
+    mn_draw bad[] = {{0.0f, 1.0f, u}, {1.0f, 0.0f, u}, {1.0f, 1.5f, u}, {NAN, 1.0f, u}, {1.0f, 1.0f, NULL}};
     int32_t am[3];
-    batch.argmax = am;
+    batch.pick = am;
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        s.draw = &bad[i];
+        cr_assert_eq(mn_backend_forward(b, &batch, out, &err), MN_INVALID, "draw %zu must be refused", i);
+        cr_assert(strstr(err.msg, "draw"), "%s", err.msg);
+    }
+    batch.pick = NULL;
+    s.draw = &(mn_draw){0.8f, 0.9f, u};
+    cr_assert_eq(mn_backend_forward(b, &batch, out, &err), MN_INVALID, "a draw and no room for the tokens");
+    batch.pick = am;
     s.want_all_logits = true;
     cr_assert_eq(kv.len, 0, "a refused batch changes nothing");
+    cr_assert_eq(mn_backend_forward(b, &batch, out, &err), MN_OK, "%s", err.msg);
+    mn_draw_space *space = mn_draw_space_new(m->hp.n_vocab);
+    for (uint32_t r = 0; r < 3; r++) /* drawn from the logits on the CPU */
+        cr_assert_eq(am[r], mn_draw_row(space, out + (size_t)r * m->hp.n_vocab, 0.8f, 0.9f, u[r]));
+    mn_draw_space_free(space);
+    mn_kv_truncate(b->kv, &kv, 0);
+    cr_assert_eq(mn_kv_reserve(b->kv, &kv, 3), MN_OK);
+    s.draw = NULL;
+    s.pick_only = true;
     cr_assert_eq(mn_backend_forward(b, &batch, out, &err), MN_OK, "%s", err.msg);
     for (uint32_t r = 0; r < 3; r++) /* filled from the logits on the CPU */
         cr_assert_eq(am[r], mn_argmax(out + (size_t)r * m->hp.n_vocab, m->hp.n_vocab));

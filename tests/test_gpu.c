@@ -6,8 +6,10 @@
  * match the CPU's within 1e-3 of its largest magnitude (issue #13's bar for the device), and the
  * greedy token must be the same wherever the CPU's top-2 margin is wider than that. And a
  * sequence's logits must be the same bits alone and in any batch (batch invariance). Every pass
- * also asks for each row's argmax, which must be mn_argmax of that side's own row; on a device, the
- * rows of a sequence that wants only its argmax must stay where they were. The twin needs no GPU. */
+ * also asks for each row's token: the first sequence's and the second's are drawn (at top_p 0.9
+ * and 1), the third's are its argmax, and each must be mn_draw_row's or mn_argmax's on that side's
+ * own row; on a device, the rows of a sequence that wants only its picks must stay where they
+ * were. The twin needs no GPU. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,8 +24,21 @@ typedef struct side {
     mn_backend *be;
     mn_kv_seq kv[N_SEQ];
     float *logits;
-    int32_t argmax[MAX_T];
+    int32_t pick[MAX_T];
+    uint32_t passes;
 } side;
+
+/* How sequence s is picked in every pass: drawn (at two settings) or its argmax (NULL). */
+static const mn_draw *draw_of(uint32_t s, double *u)
+{
+    static mn_draw d[2];
+    d[0] = (mn_draw){0.8f, 0.9f, u};
+    d[1] = (mn_draw){1.3f, 1.0f, u};
+    return s < 2 ? &d[s] : NULL;
+}
+
+/* The uniform of row r of pass p of sequence s: spread over [0, 1). */
+static double uniform_at(uint32_t p, uint32_t s, uint32_t r) { return fmod(0.6180339887 * (p * 131 + s * 17 + r + 1), 1.0); }
 
 static mn_backend_config config(const mn_model *m)
 {
@@ -66,20 +81,32 @@ static mn_backend *device_backend(const mn_model *m)
 static uint32_t pass(side *sd, const int32_t *const *toks, const uint32_t *n, const bool *all)
 {
     mn_batch_seq seqs[N_SEQ];
-    uint32_t k = 0;
+    double u[N_SEQ][MAX_T];
+    uint32_t k = 0, V = sd->be->model->hp.n_vocab;
     mn_err err = {{0}};
     for (uint32_t s = 0; s < N_SEQ; s++) {
         if (!n[s])
             continue;
         cr_assert_eq(mn_kv_reserve(sd->be->kv, &sd->kv[s], sd->kv[s].len + n[s]), MN_OK);
-        seqs[k++] = (mn_batch_seq){.kv = &sd->kv[s], .tokens = toks[s], .n_tokens = n[s], .want_all_logits = all[s]};
+        for (uint32_t r = 0; r < n[s]; r++)
+            u[s][r] = uniform_at(sd->passes, s, r);
+        seqs[k++] = (mn_batch_seq){.kv = &sd->kv[s], .tokens = toks[s], .n_tokens = n[s], .want_all_logits = all[s],
+                                   .draw = draw_of(s, u[s])};
     }
-    mn_batch batch = {seqs, k, sd->argmax};
+    sd->passes++;
+    mn_batch batch = {seqs, k, sd->pick};
     cr_assert_eq(mn_backend_forward(sd->be, &batch, sd->logits, &err), MN_OK, "%s: %s", sd->be->ops->name, err.msg);
-    uint32_t rows = mn_batch_n_logits(&batch), V = sd->be->model->hp.n_vocab;
-    for (uint32_t r = 0; r < rows; r++)
-        cr_assert_eq(sd->argmax[r], mn_argmax(sd->logits + (size_t)r * V, V), "%s: row %u's argmax",
-                     sd->be->ops->name, r);
+    uint32_t rows = 0;
+    mn_draw_space *space = mn_draw_space_new(V);
+    for (uint32_t i = 0; i < k; i++)
+        for (uint32_t j = 0; j < (seqs[i].want_all_logits ? seqs[i].n_tokens : 1); j++, rows++) {
+            const float *row = sd->logits + (size_t)rows * V;
+            const mn_draw *d = seqs[i].draw;
+            int32_t want = d ? mn_draw_row(space, row, d->temperature, d->top_p, d->u[j]) : mn_argmax(row, V);
+            cr_assert_eq(sd->pick[rows], want, "%s: row %u's %s", sd->be->ops->name, rows, d ? "draw" : "argmax");
+        }
+    mn_draw_space_free(space);
+    cr_assert_eq(rows, mn_batch_n_logits(&batch));
     return rows;
 }
 
@@ -305,6 +332,46 @@ Test(gpu_twin, argmax_is_the_first_largest_logit)
         }
 }
 
+/* The draw block's logic (mn_k_draw, run thread by thread) against mn_draw_row on rows that make
+ * it work: shorter and longer than the block, peaked, flat, tied (the nucleus ending inside a tie
+ * spread over many threads' ids), NaNs and -inf, and a row whose maximum is +inf (no weight: the
+ * argmax); nuclei of one token up to all; uniforms from 0 to the largest below 1. */
+Test(gpu_twin, draw_is_the_cpus_draw)
+{
+    enum { V = 3000 };
+    static float x[V];
+    static uint64_t w[V];
+    const float tops[] = {1.0f, 0.999f, 0.9f, 0.5f, 1e-6f}, temps[] = {0.25f, 1.0f, 2.5f};
+    const double us[] = {0.0, 0.013, 0.25, 0.5, 0.77, 0.999, 1.0 - 0x1.0p-53};
+    mn_draw_space *space = mn_draw_space_new(V);
+    uint32_t lengths[] = {1, 2, 255, 256, 257, 1000, V};
+    for (size_t li = 0; li < sizeof lengths / sizeof *lengths; li++)
+        for (int kind = 0; kind < 6; kind++) {
+            uint32_t n = lengths[li];
+            for (uint32_t i = 0; i < n; i++) {
+                float sn = sinf((float)(i * 7 + n));
+                x[i] = kind == 0 ? 8.0f * sn * sn * sn                       /* peaked */
+                       : kind == 1 ? 0.5f * sn                               /* flat */
+                       : kind == 2 ? roundf(sn * 3.0f)                        /* ties aplenty */
+                       : kind == 3 ? (i % 3 == 1 ? NAN : i % 3 == 2 ? -INFINITY : sn)
+                       : kind == 4 ? 1.0f                                      /* one tie of all */
+                                   : (i == n / 2 ? INFINITY : sn);
+            }
+            mn_draw_space_free(space);
+            space = mn_draw_space_new(n);
+            int32_t am = mn_argmax(x, n);
+            for (size_t t = 0; t < sizeof tops / sizeof *tops; t++)
+                for (size_t T = 0; T < sizeof temps / sizeof *temps; T++)
+                    for (size_t k = 0; k < sizeof us / sizeof *us; k++) {
+                        int32_t want = mn_draw_row(space, x, temps[T], tops[t], us[k]);
+                        int32_t got = mn_gpu_twin_draw(x, n, am, temps[T], tops[t], us[k], w);
+                        cr_assert_eq(got, want, "n=%u kind=%d top_p=%g T=%g u=%g: %d, the CPU %d", n, kind,
+                                     (double)tops[t], (double)temps[T], us[k], got, want);
+                    }
+        }
+    mn_draw_space_free(space);
+}
+
 /* The same checks on the device (skipped without one): what a GPU session runs first. */
 Test(gpu_device, matches_cpu_gqa_tied_f32) { check_model(fixture("gqa_f32.gguf"), device_backend); }
 Test(gpu_device, matches_cpu_f16) { check_model(fixture("f16.gguf"), device_backend); }
@@ -334,7 +401,7 @@ Test(gpu_device, long_context_gqa_f32) { check_long(fixture("gqa_f32.gguf"), dev
 
 /* A sequence that wants only its argmax gets it, and its rows are not copied down: the buffer keeps
  * what it held there, while the other sequence's rows arrive. */
-Test(gpu_device, argmax_only_rows_stay_on_the_device)
+Test(gpu_device, pick_only_rows_stay_on_the_device)
 {
     side cpu, dev;
     mn_model *m = open_sides(fixture("q4_1.gguf"), cpu_side, device_backend, &cpu, &dev);
@@ -349,18 +416,18 @@ Test(gpu_device, argmax_only_rows_stay_on_the_device)
         for (uint32_t s = 0; s < 2; s++) {
             cr_assert_eq(mn_kv_reserve(sd->be->kv, &sd->kv[s], 6), MN_OK);
             seqs[s] = (mn_batch_seq){.kv = &sd->kv[s], .tokens = buf[s], .n_tokens = 6, .want_all_logits = true,
-                                     .argmax_only = s == 0};
+                                     .pick_only = s == 0};
         }
         memset(sd->logits, 0x7f, (size_t)12 * V * sizeof(float));
-        mn_batch batch = {seqs, 2, sd->argmax};
+        mn_batch batch = {seqs, 2, sd->pick};
         cr_assert_eq(mn_backend_forward(sd->be, &batch, sd->logits, &err), MN_OK, "%s", err.msg);
     }
     for (uint32_t r = 0; r < 12; r++) {
         float margin;
         const float *c = cpu.logits + (size_t)r * V, *d = dev.logits + (size_t)r * V;
         uint32_t want = argmax(c, V, &margin);
-        cr_assert(dev.argmax[r] == (int32_t)want || margin <= 1e-3f * fabsf(c[want]), "row %u: argmax %d, cpu %u", r,
-                  dev.argmax[r], want);
+        cr_assert(dev.pick[r] == (int32_t)want || margin <= 1e-3f * fabsf(c[want]), "row %u: argmax %d, cpu %u", r,
+                  dev.pick[r], want);
         for (uint32_t i = 0; r < 6 && i < V; i++)
             cr_assert(memcmp(&d[i], &held, sizeof held) == 0, "row %u came down", r);
         if (r >= 6)
@@ -369,8 +436,8 @@ Test(gpu_device, argmax_only_rows_stay_on_the_device)
     cr_assert_eq(mn_kv_reserve(dev.be->kv, &dev.kv[0], 7), MN_OK);
     seqs[0].n_tokens = 1;
     cr_assert_eq(mn_backend_forward(dev.be, &(mn_batch){seqs, 1, NULL}, dev.logits, &err), MN_INVALID,
-                 "argmax_only with no room for the argmax");
-    cr_assert(strstr(err.msg, "argmax"), "%s", err.msg);
+                 "pick_only with no room for the tokens");
+    cr_assert(strstr(err.msg, "picked"), "%s", err.msg);
     close_sides(m, &cpu, &dev);
 }
 Test(gpu_device, long_context_q4_1) { check_long(fixture("q4_1.gguf"), device_backend); }

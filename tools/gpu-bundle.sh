@@ -22,7 +22,8 @@
 # minionsd on CUDA speculating against plain greedy on CUDA; compute-sanitizer over the device
 # tests; decode speed of the bundled target on the CPU and on CUDA with and without graphs; this
 # build against OLD_BIN's (ab); the projections over many tokens of quantized weights against
-# the ones for few (wide: decode and verification passes, alternating); each kernel's time in a decode step (ncu); SmolLM2-shaped F16 and
+# the ones for few (wide: decode and verification passes, alternating); sampled decoding with the
+# draws on the device against rows drawn on the host (draw); each kernel's time in a decode step (ncu); SmolLM2-shaped F16 and
 # Q4_1 models at 1/4/16/64 sequences; a verification pass of k tokens
 # against a decode step; each kernel's share of a pass (MINIONS_CUDA_PROFILE); the server suites,
 # whose minionsd and minions-generate take CUDA there by default; the draft models on CUDA or on the
@@ -32,7 +33,7 @@
 # beside minions (llamacpp, llamacpp_spec); with LLAMA_SRC instead, llama.cpp is built there (minutes
 # of device time). With OLD_BIN (a build/ of an older commit), that build's minions-bench-decode runs
 # against this one's, alternating (ab). MINIONS_GPU_STEPS=name,name runs only those steps (kernels
-# test_gpu greedy spec sanitizer bench ab wide ncu smollm2 verify profile suites drafts pipeline
+# test_gpu greedy spec sanitizer bench ab wide draw ncu smollm2 verify profile suites drafts pipeline
 # llamacpp llamacpp_spec bench_spec).
 set -eu
 cd "$(dirname "$0")/.."
@@ -233,6 +234,30 @@ if step wide "projections over many tokens: mn_k_proj_wide for quantized weights
     echo "-- verification passes, smol-q4_1, wide=$v"
     run 60 env MINIONS_CUDA_WIDE=$v "$bin/minions-bench-decode" --model "$(smol q4_1)" --backend cuda --verify-curve \
       --batches 1,16 --rounds 3 2>&1 | tee "$res/verify-wide-$v.txt" | grep -E '^plain|^verify'
+  done
+fi
+
+if step draw "sampled decoding on cuda: tokens drawn on the device against rows brought down and drawn on the host (--host-draw), alternating"; then
+  for m in "$target" "$(smol q4_1)" "$(smol f16)"; do
+    [ -f "$m" ] || continue
+    for p in 0.9 1; do
+      [ "$p" = 1 ] && [ "$m" != "$here/smol-q4_1.gguf" ] && continue
+      for r in 1 2; do
+        for v in device host; do
+          h=; [ "$v" = host ] && h=--host-draw
+          printf '%s top_p %s %s round %s: ' "$(basename "$m" .gguf)" "$p" "$v" "$r"
+          run 60 "$bin/minions-bench-decode" --model "$m" --backend cuda --batches 1,4,16,64 --prompt-tokens 64 \
+            --gen-tokens 32 --temperature 0.8 --top-p "$p" $h 2>&1 | tee -a "$res/draw-$v.txt" |
+            awk '/^decode/ {printf "b%s %s (step %s fwd %s)  ", $3, $7, $(NF-3), $NF} END {print ""}'
+        done
+      done
+    done
+  done
+  echo "-- each launch's time, smol-q4_1 at top_p 0.9 and 1 (MINIONS_CUDA_PROFILE=1)"
+  for p in 0.9 1; do
+    run 60 env MINIONS_CUDA_PROFILE=1 "$bin/minions-bench-decode" --model "$(smol q4_1)" --backend cuda --batches 1,16 \
+      --prompt-tokens 64 --gen-tokens 32 --temperature 0.8 --top-p "$p" 2>&1 | tee "$res/profile-draw-$p.txt" |
+      grep -E 'argmax|draw|logits|decode'
   done
 fi
 

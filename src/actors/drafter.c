@@ -22,7 +22,7 @@ typedef struct draft_job {
     mn_batch_seq *seqs;      /* [max_batch] one pass */
     uint32_t *who;           /* [max_batch] index into live of each pass entry */
     float *logits;           /* [max_batch][n_vocab]: left unwritten by a GPU backend (the drafts are greedy) */
-    int32_t *argmax;         /* [max_batch]: each row's argmax, the draft token */
+    int32_t *pick;           /* [max_batch]: each row's argmax, the draft token */
     mn_status st;
     mn_err err;
 } draft_job;
@@ -99,19 +99,19 @@ static mn_status draft_passes(draft_job *j, uint32_t n_live, uint32_t index)
             uint32_t take = behind < budget ? behind : budget;
             budget -= take;
             j->seqs[nb] = (mn_batch_seq){.kv = &x->kv, .tokens = r->toks.ids + x->kv.len, .n_tokens = take,
-                                         .argmax_only = true};
+                                         .pick_only = true};
             j->who[nb++] = i;
         }
         if (!nb)
             break;
-        mn_status st = mn_backend_forward(be, &(mn_batch){j->seqs, nb, j->argmax}, j->logits, &j->err);
+        mn_status st = mn_backend_forward(be, &(mn_batch){j->seqs, nb, j->pick}, j->logits, &j->err);
         if (st != MN_OK)
             return st;
         for (uint32_t b = 0; b < nb; b++) {
             mn_req *r = j->live[j->who[b]];
             mn_req_draft *x = &r->spec.d[index];
             if (x->kv.len == r->toks.n)
-                x->prop[0] = j->argmax[b];
+                x->prop[0] = j->pick[b];
         }
     }
     for (uint32_t pos = 1; pos < max_cap; pos++) {
@@ -120,15 +120,15 @@ static mn_status draft_passes(draft_job *j, uint32_t n_live, uint32_t index)
             mn_req_draft *x = &j->live[i]->spec.d[index];
             if (j->cap[i] > pos) {
                 j->seqs[nb] = (mn_batch_seq){.kv = &x->kv, .tokens = &x->prop[pos - 1], .n_tokens = 1,
-                                             .argmax_only = true};
+                                             .pick_only = true};
                 j->who[nb++] = i;
             }
         }
-        mn_status st = mn_backend_forward(be, &(mn_batch){j->seqs, nb, j->argmax}, j->logits, &j->err);
+        mn_status st = mn_backend_forward(be, &(mn_batch){j->seqs, nb, j->pick}, j->logits, &j->err);
         if (st != MN_OK)
             return st;
         for (uint32_t b = 0; b < nb; b++)
-            j->live[j->who[b]]->spec.d[index].prop[pos] = j->argmax[b];
+            j->live[j->who[b]]->spec.d[index].prop[pos] = j->pick[b];
     }
     return MN_OK;
 }
@@ -221,8 +221,8 @@ mn_status mn_drafter_new(const mn_drafter_config *cfg, mn_drafter **out, mn_err 
         j->seqs = mn_calloc(n, sizeof *j->seqs);
         j->who = mn_calloc(n, sizeof *j->who);
         j->logits = mn_calloc((size_t)n * cfg->be->model->hp.n_vocab, sizeof *j->logits);
-        j->argmax = mn_calloc(n, sizeof *j->argmax);
-        if (!j->live || !j->cap || !j->seqs || !j->who || !j->logits || !j->argmax) {
+        j->pick = mn_calloc(n, sizeof *j->pick);
+        if (!j->live || !j->cap || !j->seqs || !j->who || !j->logits || !j->pick) {
             mn_drafter_free(d);
             return mn_fail(err, MN_NOMEM, "drafter: out of memory for %u sequences", n);
         }
@@ -243,7 +243,7 @@ void mn_drafter_free(mn_drafter *d)
     mn_free(d->job.seqs);
     mn_free(d->job.who);
     mn_free(d->job.logits);
-    mn_free(d->job.argmax);
+    mn_free(d->job.pick);
     mn_ngram_cache_free(&d->cache);
     mn_free(d);
 }

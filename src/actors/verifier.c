@@ -20,7 +20,10 @@ typedef struct step_job {
     mn_req **reqs;          /* [n] */
     bool *sample;           /* [n] the pass reaches the end of the request's known tokens */
     float *logits;          /* [rows][n_vocab]: a row per sequence, or per token of a verified draft */
-    int32_t *argmax;        /* [rows]: each row's argmax, from the pass (greedy requests' rows stay on a GPU) */
+    int32_t *pick;          /* [rows]: each row's token from the pass: its argmax, or its draw on a backend
+                             * that picks (a GPU; the CPU's rows are drawn as the verdict needs them) */
+    mn_draw *draws;         /* [n] how a sampled request's rows are drawn by such a backend */
+    double *u;              /* [rows] their uniforms: the next ones of the request's sampler */
     uint32_t n;
     double seconds;         /* the job's duration */
     mn_status st;
@@ -59,26 +62,31 @@ struct mn_verifier {
 typedef struct draw_ctx {
     mn_sampler *smp;
     const float *logits;    /* the request's rows */
-    const int32_t *argmax;  /* their argmax, when smp is greedy (its draw) */
+    const int32_t *pick;    /* their tokens, when the pass picked them (greedy, or drawn by the backend) */
     uint32_t n_vocab;
 } draw_ctx;
 
-/* The target's own token at verified position `row`, drawn exactly as plain decoding draws it. */
+/* The target's own token at verified position `row`, drawn exactly as plain decoding draws it: the
+ * pass's pick (the argmax, or the draw with the request's next uniform), or the sampler's draw. */
 static int32_t draw_row(void *ctx, uint32_t row)
 {
     draw_ctx *d = ctx;
-    return d->argmax ? d->argmax[row] : mn_sampler_next(d->smp, d->logits + (size_t)row * d->n_vocab);
+    return d->pick ? d->pick[row] : mn_sampler_next(d->smp, d->logits + (size_t)row * d->n_vocab);
 }
 
-/* On the worker: the target's verdict on r's draft (rows lg[0..n_draft]), into spec.kept, by the
- * coupled rule (spec/accept.h: greedy or sampled, the tokens plain decoding would emit); the
- * rejected positions are rolled back from its KV length (their blocks stay reserved). */
-static void verify(step_job *s, mn_req *r, const float *lg, const int32_t *am)
+/* On the worker: the target's verdict on r's draft (rows lg[0..n_draft], their picks pk; drawn:
+ * the backend drew them), into spec.kept, by the coupled rule (spec/accept.h: greedy or sampled,
+ * the tokens plain decoding would emit); the rejected positions are rolled back from its KV length
+ * (their blocks stay reserved), and a sampler whose draws the backend made uses up the uniforms of
+ * those the rule took. */
+static void verify(step_job *s, mn_req *r, const float *lg, const int32_t *pk, bool drawn)
 {
     uint32_t nd = r->spec.n_draft;
     const int32_t *draft = r->spec.vtoks + 1;
-    draw_ctx d = {r->smp, lg, mn_sampler_greedy(r->smp) ? am : NULL, s->be->model->hp.n_vocab};
+    draw_ctx d = {r->smp, lg, drawn || mn_sampler_greedy(r->smp) ? pk : NULL, s->be->model->hp.n_vocab};
     mn_accept_result res = mn_accept_coupled(draft, nd, draw_row, &d);
+    if (drawn)
+        mn_sampler_skip(r->smp, res.n_accepted + 1);
     memcpy(r->spec.kept, draft, res.n_accepted * sizeof *draft);
     r->spec.kept[res.n_accepted] = res.next;
     r->spec.n_kept = res.n_accepted + 1;
@@ -87,12 +95,26 @@ static void verify(step_job *s, mn_req *r, const float *lg, const int32_t *am)
         mn_logprobs(lg + (size_t)j * d.n_vocab, d.n_vocab, r->spec.kept[j], r->p.top_logprobs, &r->kept_lp[j]);
 }
 
-/* On the worker: one target pass, then each finished sequence's next tokens. */
+/* On the worker: one target pass (on a backend that picks, each sampled request's rows drawn by it
+ * with the request's next uniforms), then each finished sequence's next tokens. */
 static void step_run(mn_job *job)
 {
     step_job *s = (step_job *)job;
     double t0 = mn_now();
-    mn_batch batch = {s->seqs, s->n, s->argmax};
+    double *u = s->u;
+    for (uint32_t i = 0; i < s->n; i++) {
+        mn_req *r = s->reqs[i];
+        s->seqs[i].draw = NULL;
+        if (!s->sample[i] || mn_sampler_greedy(r->smp) || !s->be->ops->pick)
+            continue;
+        uint32_t rows = s->seqs[i].want_all_logits ? s->seqs[i].n_tokens : 1;
+        mn_sampler_params p = mn_sampler_settings(r->smp);
+        mn_sampler_peek(r->smp, rows, u);
+        s->draws[i] = (mn_draw){p.temperature, p.top_p, u};
+        s->seqs[i].draw = &s->draws[i];
+        u += rows;
+    }
+    mn_batch batch = {s->seqs, s->n, s->pick};
     s->st = mn_backend_forward(s->be, &batch, s->logits, &s->err);
     if (s->st != MN_OK)
         return;
@@ -101,10 +123,10 @@ static void step_run(mn_job *job)
     for (uint32_t i = 0; i < s->n; i++) {
         mn_req *r = s->reqs[i];
         const float *lg = s->logits + row * n_vocab;
-        const int32_t *am = s->argmax + row;
+        const int32_t *pk = s->pick + row;
         row += s->seqs[i].want_all_logits ? s->seqs[i].n_tokens : 1;
         if (s->sample[i])
-            verify(s, r, lg, am); /* with no draft: plain decoding's one draw */
+            verify(s, r, lg, pk, s->seqs[i].draw); /* with no draft: plain decoding's one draw */
     }
     s->seconds = mn_now() - t0;
 }
@@ -127,9 +149,12 @@ mn_status mn_verifier_new(const mn_verifier_config *cfg, mn_verifier **out, mn_e
     v->step.reqs = mn_calloc(cap, sizeof *v->step.reqs);
     v->step.sample = mn_calloc(cap, sizeof *v->step.sample);
     v->step.logits = mn_calloc(rows * n_vocab, sizeof(float));
-    v->step.argmax = mn_calloc(rows, sizeof *v->step.argmax);
+    v->step.pick = mn_calloc(rows, sizeof *v->step.pick);
+    v->step.draws = mn_calloc(cap, sizeof *v->step.draws);
+    v->step.u = mn_calloc(rows, sizeof *v->step.u);
     v->round.reqs = mn_calloc(cap, sizeof *v->round.reqs);
-    if (!v->running || !v->step.seqs || !v->step.reqs || !v->step.sample || !v->step.logits || !v->step.argmax ||
+    if (!v->running || !v->step.seqs || !v->step.reqs || !v->step.sample || !v->step.logits || !v->step.pick ||
+        !v->step.draws || !v->step.u ||
         !v->round.reqs) {
         mn_verifier_free(v);
         return mn_fail(err, MN_NOMEM, "verifier: out of memory for %u sequences", cap);
@@ -154,7 +179,9 @@ void mn_verifier_free(mn_verifier *v)
     mn_free(v->step.reqs);
     mn_free(v->step.sample);
     mn_free(v->step.logits);
-    mn_free(v->step.argmax);
+    mn_free(v->step.pick);
+    mn_free(v->step.draws);
+    mn_free(v->step.u);
     mn_free(v->round.reqs);
     mn_free(v);
 }
@@ -376,10 +403,13 @@ static bool start_step(mn_verifier *v)
         st->seqs[k] = (mn_batch_seq){.kv = &r->kv, .tokens = r->spec.vtoks, .n_tokens = 1 + r->spec.n_draft,
                                      .want_all_logits = true};
     }
-    /* rows nobody reads (a prompt chunk) or that a greedy draw reads only the argmax of (no log-
-     * probabilities asked) need not come down from a GPU */
-    for (uint32_t k = 0; k < n; k++)
-        st->seqs[k].argmax_only = !st->sample[k] || (mn_sampler_greedy(st->reqs[k]->smp) && !st->reqs[k]->kept_lp);
+    /* rows nobody reads (a prompt chunk) or whose tokens the pass picks (greedy, or drawn by a
+     * backend that picks; no log-probabilities asked) need not come down from a GPU */
+    for (uint32_t k = 0; k < n; k++) {
+        mn_req *r = st->reqs[k];
+        st->seqs[k].pick_only =
+            !st->sample[k] || (!r->kept_lp && (mn_sampler_greedy(r->smp) || v->cfg.be->ops->pick));
+    }
     /* the length shaped the step when every sequence in it was drafted at it, or, at length 0 (plain
      * decoding, no round), when every one was decoding: without the latter a tuner that tried 0
      * would never see another step at 0, and stay there */

@@ -15,7 +15,10 @@
  *                 (a[i] = b[i] + s c[i] over 3 x 128 MiB, one slice per thread, best of 5; 12 bytes
  *                 an element, as STREAM counts it, write-allocate traffic not counted) and a read
  *                 probe (the sum of one 128 MiB array: weights are only read), so the memory-bound
- *                 regime is visible
+ *                 regime is visible. Each token is the row's argmax, or with --temperature T > 0
+ *                 drawn at T and --top-p by the pass (a GPU draws on the device, model/draw.h), or
+ *                 with --host-draw by mn_draw_row here from rows the pass brings back: the same
+ *                 tokens, the way a GPU backend served sampled requests before it could draw
  * With --verify-curve, instead: the cost of a speculative verification pass. After a --ctx-tokens
  * prompt each, B sequences (each B in --batches) bring k new tokens each (k = 1..8, all logits
  * wanted) in one pass, which is then rolled back (mn_kv_truncate), so every pass sees the same
@@ -264,6 +267,8 @@ int main(int argc, char **argv)
 {
     const char *model_path = NULL;
     int threads = 0, prompt_tokens = 512, ctx_tokens = 32, gen_tokens = 64, reps = 1, curve = 0, rounds = 200;
+    int host_draw = 0;
+    float temperature = 0.0f, top_p = 1.0f;
     char batches[128] = "1,4,16";
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},        {"threads", required_argument, 0, 't'},
@@ -271,7 +276,9 @@ int main(int argc, char **argv)
         {"gen-tokens", required_argument, 0, 'g'},   {"batches", required_argument, 0, 'b'},
         {"repeat", required_argument, 0, 'r'},       {"help", no_argument, 0, 'h'},
         {"verify-curve", no_argument, 0, 'v'},       {"rounds", required_argument, 0, 'n'},
-        {"backend", required_argument, 0, 'B'},      {0, 0, 0, 0},
+        {"backend", required_argument, 0, 'B'},      {"temperature", required_argument, 0, 'T'},
+        {"top-p", required_argument, 0, 'P'},        {"host-draw", no_argument, 0, 'H'},
+        {0, 0, 0, 0},
     };
     int kind = MN_BACKEND_AUTO;
     for (int c; (c = getopt_long(argc, argv, "m:t:p:c:g:b:r:hvn:", opts, NULL)) != -1;) {
@@ -291,15 +298,23 @@ int main(int argc, char **argv)
         case 'r': reps = atoi(optarg); break;
         case 'v': curve = 1; break;
         case 'n': rounds = atoi(optarg); break;
+        case 'T': temperature = strtof(optarg, NULL); break;
+        case 'P': top_p = strtof(optarg, NULL); break;
+        case 'H': host_draw = 1; break;
         default:
             fprintf(stderr, "usage: minions-bench-decode --model FILE [--threads N] [--prompt-tokens N]\n"
                             "       [--ctx-tokens N] [--gen-tokens N] [--batches 1,4,16] [--repeat N]\n"
-                            "       [--verify-curve [--rounds N]] [--backend auto|cpu|cuda]\n");
+                            "       [--verify-curve [--rounds N]] [--backend auto|cpu|cuda]\n"
+                            "       [--temperature T [--top-p P] [--host-draw]]\n");
             return c == 'h' ? 0 : 2;
         }
     }
     if (!model_path || prompt_tokens < 1 || ctx_tokens < 1 || gen_tokens < 1 || reps < 1 || rounds < 1) {
         fprintf(stderr, "minions-bench-decode: --model is required and counts must be positive\n");
+        return 2;
+    }
+    if (!(temperature >= 0.0f) || !(top_p > 0.0f && top_p <= 1.0f)) {
+        fprintf(stderr, "minions-bench-decode: --temperature must be >= 0 and --top-p in (0, 1]\n");
         return 2;
     }
     mn_err err = {{0}};
@@ -331,8 +346,13 @@ int main(int argc, char **argv)
     int32_t *toks = mn_malloc((size_t)total * sizeof(int32_t));
     mn_kv_seq *kv = mn_calloc((size_t)max_b, sizeof *kv);
     mn_batch_seq *seqs = mn_calloc((size_t)max_b, sizeof *seqs);
-    int32_t *picked = mn_calloc((size_t)max_b, sizeof *picked); /* each sequence's argmax: its next token */
-    if (!logits || !toks || !kv || !seqs || !picked) {
+    int32_t *picked = mn_calloc((size_t)max_b, sizeof *picked); /* each sequence's next token */
+    double *u = mn_calloc((size_t)max_b, sizeof *u);           /* its draw's uniform */
+    mn_draw *draws = mn_calloc((size_t)max_b, sizeof *draws);
+    mn_draw_space *space = mn_draw_space_new(V);
+    mn_rng rng;
+    mn_rng_seed(&rng, 7);
+    if (!logits || !toks || !kv || !seqs || !picked || !u || !draws || !space) {
         fprintf(stderr, "minions-bench-decode: out of memory\n");
         return 1;
     }
@@ -340,6 +360,10 @@ int main(int argc, char **argv)
            (unsigned long long)mn_model_n_params(m), m->hp.dim, m->hp.n_layers, m->hp.n_heads, m->hp.n_kv_heads, V,
            mn_dtype_get(m->layers[0].wq.type)->name);
     printf("backend %s, %d threads, CPU kernels %s\n", be->ops->name, cfg.n_threads, mn_cpu_kernels_name());
+    if (temperature > 0.0f)
+        printf("tokens drawn at temperature %g, top_p %g, %s\n", (double)temperature, (double)top_p,
+               host_draw ? "on the host from the rows (--host-draw)" : "by the pass");
+    bool draw = temperature > 0.0f && !host_draw, greedy = temperature <= 0.0f;
     double wbytes = weight_bytes(m), triad = 0, readbw = 0;
     if (!curve) {
         memory_probes(cfg.n_threads, &triad, &readbw);
@@ -398,15 +422,20 @@ int main(int argc, char **argv)
                         fprintf(stderr, "minions-bench-decode: the KV pool is too small\n");
                         return 1;
                     }
-                    seqs[s] = (mn_batch_seq){.kv = &kv[s], .tokens = &next[s], .n_tokens = 1, .argmax_only = true};
+                    u[s] = mn_rng_uniform(&rng);
+                    draws[s] = (mn_draw){temperature, top_p, &u[s]};
+                    seqs[s] = (mn_batch_seq){.kv = &kv[s], .tokens = &next[s], .n_tokens = 1,
+                                             .pick_only = greedy || draw, .draw = draw ? &draws[s] : NULL};
                 }
-                mn_batch batch = {seqs, (uint32_t)B, picked}; /* greedy: only the argmax is wanted */
+                mn_batch batch = {seqs, (uint32_t)B, picked}; /* the rows come down only to be drawn here */
                 double tf = mn_now();
                 if (mn_backend_forward(be, &batch, logits, &err) != MN_OK) {
                     fprintf(stderr, "minions-bench-decode: %s\n", err.msg);
                     return 1;
                 }
                 t_fwd += mn_now() - tf;
+                for (int s = 0; !greedy && !draw && s < B; s++)
+                    picked[s] = mn_draw_row(space, logits + (size_t)s * V, temperature, top_p, u[s]);
                 memcpy(next, picked, (size_t)B * sizeof *next);
             }
             dt = mn_now() - t0;
@@ -421,6 +450,9 @@ int main(int argc, char **argv)
         }
     }
     mn_free(picked);
+    mn_free(u);
+    mn_free(draws);
+    mn_draw_space_free(space);
     mn_free(seqs);
     mn_free(kv);
     mn_free(toks);

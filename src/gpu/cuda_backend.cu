@@ -19,9 +19,10 @@
  * backend has its own stream, so the target and each draft model launch on streams of their own.
  * Completion is the stream waited for in the compute worker's thread, which then posts the job to
  * its actor (a cudaLaunchHostFunc callback could not run the verdict on the logits, which needs
- * the copy done and a thread that may call CUDA). Still to come: cuBLAS or
- * tensor-core GEMMs where they are faster and keep batch invariance, sampling on the device (greedy
- * rows are reduced to their argmax there, and only the rows still wanted come down).
+ * the copy done and a thread that may call CUDA). Each row's token is picked on the device (its
+ * argmax, or a sequence's draw with the caller's uniforms: mn_k_draw, model/draw.h's rule), and
+ * only the rows still wanted come down. Still to come: cuBLAS or tensor-core GEMMs where they are
+ * faster and keep batch invariance.
  *
  * Every CUDA call goes through CUDA_TRY, which turns a failure into an mn_status with the
  * expression, file and line in the message.
@@ -93,9 +94,9 @@ enum { MAX_ALLOCS = 1024 }; /* device allocations of one backend: 9 per layer an
 enum { MAX_GRAPHS = 64 };
 
 /* The steps MINIONS_CUDA_PROFILE times apart. */
-enum { S_EMBED, S_RMSNORM, S_QKV, S_ATTENTION, S_WO, S_GATE_UP, S_DOWN, S_LOGITS, S_ARGMAX, N_STEPS };
-static const char *const step_name[N_STEPS] = {"embed", "rmsnorm",      "qkv+rope+kv", "attention", "wo",
-                                               "gate/up+silu", "down",  "logits",      "argmax"};
+enum { S_EMBED, S_RMSNORM, S_QKV, S_ATTENTION, S_WO, S_GATE_UP, S_DOWN, S_LOGITS, S_ARGMAX, S_DRAW, N_STEPS };
+static const char *const step_name[N_STEPS] = {"embed",        "rmsnorm", "qkv+rope+kv", "attention", "wo",
+                                               "gate/up+silu", "down",    "logits",      "argmax",    "draw"};
 
 typedef struct cuda_state {
     cudaStream_t stream;
@@ -115,7 +116,9 @@ typedef struct cuda_state {
     int32_t *d_tokens;
     uint32_t *d_out_rows, *d_table_off, *d_tables;
     float *d_logits;          /* [max_tokens][n_vocab] */
-    int32_t *d_argmax;        /* [max_tokens]: each logits row's argmax, when the batch asks for it */
+    int32_t *d_pick;          /* [max_tokens]: each logits row's token (argmax or draw), when the batch asks */
+    mn_gpu_draw *h_draws, *d_draws; /* [max_tokens]: the rows to draw (pinned on the host) */
+    uint64_t *d_weights;      /* [MN_G_DRAW_ROWS][n_vocab]: mn_k_draw's scratch, made on the first draw */
     mn_gpu_host_layout h;     /* host side of the layout */
     bool graphs;              /* replay captured passes (MINIONS_CUDA_GRAPHS=0: plain launches) */
     bool profile;             /* MINIONS_CUDA_PROFILE=1: every step timed (graphs off), logged at the end */
@@ -282,6 +285,7 @@ static void cuda_free(mn_backend *be)
         for (int i = 0; i < st->n_allocs; i++)
             cudaFree(st->allocs[i]);
         cudaFreeHost(st->h_pack);
+        cudaFreeHost(st->h_draws);
         if (st->stream)
             cudaStreamDestroy(st->stream);
         mn_free(st->layers);
@@ -389,7 +393,7 @@ static mn_status copy_logits(cuda_state *st, const mn_batch *batch, float *logit
     for (uint32_t i = 0; i <= batch->n_seqs; i++) {
         const mn_batch_seq *s = i < batch->n_seqs ? &batch->seqs[i] : NULL;
         size_t n = s ? (s->want_all_logits ? s->n_tokens : 1) : 0;
-        if (s && !(batch->argmax && s->argmax_only)) {
+        if (s && !(batch->pick && s->pick_only)) {
             from = run ? from : row;
             run += n;
         } else if (run) {
@@ -399,6 +403,45 @@ static mn_status copy_logits(cuda_state *st, const mn_batch *batch, float *logit
         }
         row += n;
     }
+    return MN_OK;
+}
+
+/* The rows of sequences with a draw into st->h_draws; how many. */
+static uint32_t gather_draws(cuda_state *st, const mn_batch *batch)
+{
+    uint32_t n = 0, row = 0;
+    for (uint32_t i = 0; i < batch->n_seqs; i++) {
+        const mn_batch_seq *s = &batch->seqs[i];
+        uint32_t rows = s->want_all_logits ? s->n_tokens : 1;
+        for (uint32_t j = 0; s->draw && j < rows; j++)
+            st->h_draws[n++] = mn_gpu_draw{row + j, s->draw->temperature, s->draw->top_p, s->draw->u[j]};
+        row += rows;
+    }
+    return n;
+}
+
+/* Each row's token into batch->pick: every row's argmax, then the draws over theirs, MN_G_DRAW_ROWS
+ * rows a launch (the scratch's). */
+static mn_status pick(cuda_state *st, const mn_batch *batch, uint32_t n_out, uint32_t n_vocab, cudaStream_t q,
+                      mn_err *err)
+{
+    LAUNCH(st, S_ARGMAX, (mn_k_argmax<<<n_out, MN_G_ARGMAX_THREADS, 0, q>>>(st->d_logits, n_vocab, st->d_pick, n_out)));
+    uint32_t n = gather_draws(st, batch);
+    if (n && !st->d_weights) {
+        void *d = NULL;
+        mn_status s = dalloc(st, (size_t)MN_G_DRAW_ROWS * n_vocab * sizeof(uint64_t), &d, err);
+        if (s != MN_OK)
+            return s;
+        st->d_weights = (uint64_t *)d;
+    }
+    if (n)
+        CUDA_TRY(cudaMemcpyAsync(st->d_draws, st->h_draws, n * sizeof *st->h_draws, cudaMemcpyHostToDevice, q));
+    for (uint32_t at = 0; at < n; at += MN_G_DRAW_ROWS) {
+        uint32_t rows = n - at < MN_G_DRAW_ROWS ? n - at : MN_G_DRAW_ROWS;
+        LAUNCH(st, S_DRAW, (mn_k_draw<<<rows, MN_G_DRAW_THREADS, 0, q>>>(st->d_logits, n_vocab, st->d_draws + at,
+                                                                         st->d_weights, st->d_pick)));
+    }
+    CUDA_TRY(cudaMemcpyAsync(batch->pick, st->d_pick, n_out * sizeof(int32_t), cudaMemcpyDeviceToHost, q));
     return MN_OK;
 }
 
@@ -423,11 +466,9 @@ static mn_status cuda_forward(mn_backend *be, const mn_batch *batch, float *logi
     } else {
         mn_gpu_pass(&device_exec, st, &st->model, &st->bufs, a, st->d_tokens, T, st->d_out_rows, n_out, st->d_logits);
     }
-    if (batch->argmax) { /* a launch after the graph's (which then serves both kinds of pass) */
-        LAUNCH(st, S_ARGMAX,
-               (mn_k_argmax<<<n_out, MN_G_ARGMAX_THREADS, 0, q>>>(st->d_logits, hp->n_vocab, st->d_argmax, n_out)));
-        CUDA_TRY(cudaMemcpyAsync(batch->argmax, st->d_argmax, n_out * sizeof(int32_t), cudaMemcpyDeviceToHost, q));
-    }
+    /* launches after the graph's (which then serves every kind of pass) */
+    if (batch->pick && (s = pick(st, batch, n_out, hp->n_vocab, q, err)) != MN_OK)
+        return s;
     CUDA_TRY(cudaGetLastError());
     if ((s = copy_logits(st, batch, logits, hp->n_vocab, q, err)) != MN_OK)
         return s;
@@ -489,7 +530,11 @@ static mn_status setup(mn_backend *be, cuda_state *st, mn_err *err)
     void *d = NULL;
     if ((s = dalloc(st, (size_t)T * sizeof(int32_t), &d, err)))
         return s;
-    st->d_argmax = (int32_t *)d;
+    st->d_pick = (int32_t *)d;
+    if ((s = dalloc(st, (size_t)T * sizeof(mn_gpu_draw), &d, err)))
+        return s;
+    st->d_draws = (mn_gpu_draw *)d;
+    CUDA_TRY(cudaMallocHost((void **)&st->h_draws, (size_t)T * sizeof(mn_gpu_draw)));
     st->cfg_max_tokens = T;
     if ((s = grow_pack(st, T, 0, err)))
         return s;

@@ -162,6 +162,43 @@ extern "C" int32_t mn_gpu_twin_argmax(const float *row, uint32_t n)
     return mn_g_argmax_answer(row, at);
 }
 
+/* mn_k_draw's block on one row: its threads one after another at each of the kernel's steps (the
+ * device adds their sums in another order: integers, the same totals). */
+extern "C" int32_t mn_gpu_twin_draw(const float *row, uint32_t n, int32_t argmax, float temperature, float top_p,
+                                    double u, uint64_t *w)
+{
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < MN_G_DRAW_THREADS; i++)
+        total += mn_g_draw_weigh(row, n, i, row[argmax], temperature, w);
+    if (!total)
+        return argmax;
+    uint64_t need = mn_draw_need(top_p, total), lo, hi, s_hi = 0;
+    mn_g_draw_range(total, need, n, &lo, &hi);
+    for (bool more = need < total; more;) {
+        uint64_t probe[MN_G_DRAW_PROBES], sums[MN_G_DRAW_SUMS] = {0}, part[MN_G_DRAW_SUMS];
+        for (uint32_t j = 0; j < MN_G_DRAW_PROBES; j++)
+            probe[j] = mn_g_draw_probe(lo, hi, j);
+        for (uint32_t i = 0; i < MN_G_DRAW_THREADS; i++) {
+            mn_g_draw_heavy(w, n, i, lo, hi, probe, part);
+            for (uint32_t j = 0; j < MN_G_DRAW_SUMS; j++)
+                sums[j] += part[j];
+        }
+        more = mn_g_draw_narrow(need, probe, sums, &lo, &hi, &s_hi);
+    }
+    mn_draw_nucleus nu = mn_g_draw_plan(need, total, lo, s_hi);
+    uint64_t r = mn_draw_point(u, nu.mass), seen = 0, before = 0;
+    for (uint32_t i = 0; i < MN_G_DRAW_THREADS; i++) {
+        uint32_t b, e;
+        mn_g_draw_span(n, i, &b, &e);
+        uint64_t held = mn_g_draw_held(w, b, e, nu, seen);
+        if (before <= r && r - before < held)
+            return mn_g_draw_walk(w, b, e, nu, seen, r - before);
+        seen += mn_g_draw_tied(w, b, e, nu.theta);
+        before += held;
+    }
+    return -1; /* r < mass: not reached */
+}
+
 static mn_status twin_forward(mn_backend *be, const mn_batch *batch, float *logits, mn_err *err)
 {
     twin *tw = (twin *)be->impl;
@@ -174,8 +211,20 @@ static mn_status twin_forward(mn_backend *be, const mn_batch *batch, float *logi
     mn_gpu_attn a = {l->tok, l->tables, l->table_off, NULL, NULL, be->kv->block_size, be->kv->kv_dim,
                      hp->head_dim, hp->n_heads, hp->n_kv_heads, hp->rope_dim, hp->rope_base};
     mn_gpu_pass(&host_exec, NULL, &tw->model, &tw->bufs, a, l->tokens, l->T, l->out_rows, l->n_out, logits);
-    for (uint32_t r = 0; batch->argmax && r < l->n_out; r++)
-        batch->argmax[r] = mn_gpu_twin_argmax(logits + (size_t)r * hp->n_vocab, hp->n_vocab);
+    uint64_t *w = NULL;
+    for (uint32_t i = 0, r = 0; batch->pick && i < batch->n_seqs; i++) {
+        const mn_batch_seq *sq = &batch->seqs[i];
+        if (sq->draw && !w && !(w = (uint64_t *)mn_malloc((size_t)hp->n_vocab * sizeof *w)))
+            return mn_fail(err, MN_NOMEM, "cuda twin: out of memory");
+        for (uint32_t j = 0; j < (sq->want_all_logits ? sq->n_tokens : 1); j++, r++) {
+            const float *row = logits + (size_t)r * hp->n_vocab;
+            batch->pick[r] = mn_gpu_twin_argmax(row, hp->n_vocab);
+            if (sq->draw)
+                batch->pick[r] = mn_gpu_twin_draw(row, hp->n_vocab, batch->pick[r], sq->draw->temperature,
+                                                  sq->draw->top_p, sq->draw->u[j], w);
+        }
+    }
+    mn_free(w);
     return MN_OK;
 }
 

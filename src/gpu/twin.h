@@ -25,8 +25,14 @@ extern "C" {
 mn_status mn_gpu_twin_new(const mn_model *m, const mn_backend_config *cfg, mn_backend **out, mn_err *err);
 
 /* The CUDA backend's argmax of one row (kernels.cuh's mn_k_argmax), its block run thread by
- * thread: what the twin fills batch.argmax with, and what tests hold against mn_argmax. */
+ * thread: what the twin fills batch.pick with (its draws start from it), and what tests hold against mn_argmax. */
 int32_t mn_gpu_twin_argmax(const float *row, uint32_t n);
+
+/* The CUDA backend's draw from one row (kernels.cuh's mn_k_draw) at temperature and top_p with the
+ * uniform u, given the row's argmax, its block run thread by thread, w a scratch of n weights: what
+ * the twin fills a drawn row's pick with, and what tests hold against mn_draw_row. */
+int32_t mn_gpu_twin_draw(const float *row, uint32_t n, int32_t argmax, float temperature, float top_p, double u,
+                         uint64_t *w);
 
 #ifdef __cplusplus
 }

@@ -21,8 +21,10 @@ mn_backend_config mn_backend_defaults(const mn_model *m, uint32_t n_ctx_total)
 
 void mn_backend_free(mn_backend *b)
 {
-    if (b)
+    if (b) {
+        mn_draw_space_free(b->draws);
         b->ops->free(b);
+    }
 }
 
 uint32_t mn_batch_n_logits(const mn_batch *batch)
@@ -31,6 +33,20 @@ uint32_t mn_batch_n_logits(const mn_batch *batch)
     for (uint32_t i = 0; i < batch->n_seqs; i++)
         n += batch->seqs[i].want_all_logits ? batch->seqs[i].n_tokens : 1;
     return n;
+}
+
+/* batch->pick from the rows, for a backend that cannot pick: each row's argmax, or its draw. */
+static void pick_rows(mn_backend *b, const mn_batch *batch, const float *logits)
+{
+    uint32_t V = b->model->hp.n_vocab, row = 0;
+    for (uint32_t i = 0; i < batch->n_seqs; i++) {
+        const mn_batch_seq *s = &batch->seqs[i];
+        for (uint32_t j = 0, n = s->want_all_logits ? s->n_tokens : 1; j < n; j++, row++) {
+            const float *l = logits + (size_t)row * V;
+            batch->pick[row] = s->draw ? mn_draw_row(b->draws, l, s->draw->temperature, s->draw->top_p, s->draw->u[j])
+                                       : mn_argmax(l, V);
+        }
+    }
 }
 
 mn_status mn_backend_forward(mn_backend *b, const mn_batch *batch, float *logits, mn_err *err)
@@ -42,9 +58,13 @@ mn_status mn_backend_forward(mn_backend *b, const mn_batch *batch, float *logits
         const mn_batch_seq *s = &batch->seqs[i];
         if (!s->kv || !s->tokens || s->n_tokens == 0)
             return mn_fail(err, MN_INVALID, "forward: sequence %u has no tokens or no cache", i);
-        if (s->argmax_only && !batch->argmax)
-            return mn_fail(err, MN_INVALID, "forward: sequence %u wants only the argmax, and the batch has no "
-                           "room for it", i);
+        if ((s->pick_only || s->draw) && !batch->pick)
+            return mn_fail(err, MN_INVALID, "forward: sequence %u wants its rows picked, and the batch has no "
+                           "room for the tokens", i);
+        if (s->draw && (!(s->draw->temperature > 0.0f) || !(s->draw->top_p > 0.0f && s->draw->top_p <= 1.0f) ||
+                        !s->draw->u))
+            return mn_fail(err, MN_INVALID, "forward: sequence %u's draw has temperature %g, top_p %g%s", i,
+                           (double)s->draw->temperature, (double)s->draw->top_p, s->draw->u ? "" : " and no uniforms");
         uint64_t end = (uint64_t)s->kv->len + s->n_tokens;
         if (end > b->model->hp.n_ctx)
             return mn_fail(err, MN_INVALID, "forward: sequence %u would reach position %llu past the context of %u",
@@ -63,15 +83,18 @@ mn_status mn_backend_forward(mn_backend *b, const mn_batch *batch, float *logits
     if (total > b->cfg.max_tokens)
         return mn_fail(err, MN_INVALID, "forward: %llu tokens exceed the pass limit of %u",
                        (unsigned long long)total, b->cfg.max_tokens);
+    if (batch->pick && !b->ops->pick && !b->draws)
+        for (uint32_t i = 0; i < batch->n_seqs; i++)
+            if (batch->seqs[i].draw && !(b->draws = mn_draw_space_new(b->model->hp.n_vocab)))
+                return mn_fail(err, MN_NOMEM, "forward: no memory to draw from %u logits", b->model->hp.n_vocab);
     mn_status st = b->ops->forward(b, batch, logits, err);
     if (st != MN_OK)
         return st;
     /* the pass wrote K/V for the new positions: they are the sequence's now */
     for (uint32_t i = 0; i < batch->n_seqs; i++)
         batch->seqs[i].kv->len += batch->seqs[i].n_tokens;
-    if (batch->argmax && !b->ops->argmax)
-        for (uint32_t r = 0, n = mn_batch_n_logits(batch), V = b->model->hp.n_vocab; r < n; r++)
-            batch->argmax[r] = mn_argmax(logits + (size_t)r * V, V);
+    if (batch->pick && !b->ops->pick)
+        pick_rows(b, batch, logits);
     return MN_OK;
 }
 

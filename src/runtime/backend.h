@@ -8,10 +8,12 @@
  *
  * Output: logits rows, sequence by sequence in batch order: all n_tokens rows for a sequence with
  * want_all_logits, otherwise only its last token's row. mn_batch_n_logits says how many rows.
- * With batch.argmax, also each row's argmax (mn_argmax's: the first largest logit); a sequence
- * that wants nothing else (argmax_only: greedy decoding and drafting) may have its logits rows
- * left unwritten, which spares a GPU backend copying them down (CUDA computes the argmax on the
- * device and copies only the rows still wanted).
+ * With batch.pick, also each row's token: its argmax (mn_argmax's: the first largest logit), or
+ * for a sequence with a draw, row i's token drawn at the draw's temperature and top_p with the
+ * uniform u[i] (model/sampler.h's mn_draw_row, bit for bit). A sequence that wants nothing else
+ * (pick_only: decoding without log-probabilities, drafting) may have its logits rows left
+ * unwritten, which spares a GPU backend copying them down (CUDA picks on the device and copies
+ * only the rows still wanted).
  *
  * Invariance: a sequence's logits are bit-identical whatever else is in the batch and however its
  * tokens are split into passes (the CPU backend guarantees it; see src/cpu/matmul.h).
@@ -31,18 +33,26 @@
 #include "model/model.h"
 #include "util/status.h"
 
+/* How a sequence's rows are drawn: one uniform per row. */
+typedef struct mn_draw {
+    float temperature;       /* > 0 */
+    float top_p;             /* (0, 1] */
+    const double *u;         /* [the sequence's rows]: each in [0, 1) */
+} mn_draw;
+
 typedef struct mn_batch_seq {
     mn_kv_seq *kv;           /* the sequence's cache; len advances by n_tokens */
     const int32_t *tokens;   /* [n_tokens] new tokens */
     uint32_t n_tokens;       /* >= 1 */
     bool want_all_logits;    /* logits for every new token (verification) or only the last */
-    bool argmax_only;        /* only batch.argmax of its rows is wanted: its logits rows may stay unwritten */
+    bool pick_only;          /* only batch.pick of its rows is wanted: its logits rows may stay unwritten */
+    const mn_draw *draw;     /* NULL: its rows' pick is their argmax; else their draw (needs batch.pick) */
 } mn_batch_seq;
 
 typedef struct mn_batch {
     const mn_batch_seq *seqs;
     uint32_t n_seqs;
-    int32_t *argmax;         /* NULL, or mn_batch_n_logits entries: each row's argmax (required by argmax_only) */
+    int32_t *pick;           /* NULL, or mn_batch_n_logits entries: each row's token (required by pick_only and draw) */
 } mn_batch;
 
 typedef enum mn_backend_kind {
@@ -69,13 +79,15 @@ typedef struct mn_backend_ops {
     /* the pass over a validated batch; mn_backend_forward advances the lengths when it succeeds */
     mn_status (*forward)(mn_backend *b, const mn_batch *batch, float *logits, mn_err *err);
     void (*free)(mn_backend *b);
-    bool argmax;             /* forward fills batch->argmax; else mn_backend_forward does, from the logits */
+    bool pick;               /* forward fills batch->pick; else mn_backend_forward does, from the logits */
 } mn_backend_ops;
 
 struct mn_backend {
     const mn_backend_ops *ops;
     const mn_model *model;   /* borrowed: must outlive the backend */
     mn_kv_pool *kv;          /* owned: the model's paged KV memory */
+    struct mn_draw_space *draws; /* owned: scratch of mn_backend_forward's draws for a backend that
+                                  * cannot pick, made on the first (freed by mn_backend_free) */
     mn_backend_config cfg;
     void *impl;
 };
@@ -90,9 +102,10 @@ void mn_backend_free(mn_backend *b);
 uint32_t mn_batch_n_logits(const mn_batch *batch);
 
 /* Validate the batch (sizes, reserved positions, context length) and run the pass. logits holds
- * mn_batch_n_logits(batch) * n_vocab floats (rows of argmax_only sequences may be left as they
- * were). MN_INVALID (nothing computed) for a malformed batch, argmax_only without batch->argmax
- * included. */
+ * mn_batch_n_logits(batch) * n_vocab floats (rows of pick_only sequences may be left as they
+ * were). MN_INVALID (nothing computed) for a malformed batch: pick_only or a draw without
+ * batch->pick, a draw's temperature not above 0 or top_p outside (0, 1] included. MN_NOMEM when
+ * the first draw on a backend that cannot pick finds no memory for its scratch. */
 mn_status mn_backend_forward(mn_backend *b, const mn_batch *batch, float *logits, mn_err *err);
 
 /* Reserve KV for and feed tokens[0..n) to one sequence in passes of at most max_tokens; the last
