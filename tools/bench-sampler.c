@@ -3,7 +3,9 @@
  * temperature 0.8 with top_p 1, 0.95 and 0.9. Not part of the build; against a build's library:
  *
  *   gcc -O2 -Isrc -Ibuild tools/bench-sampler.c build/libminions.a -o /tmp/bench-sampler \
- *       -lm -lpthread -ljemalloc && /tmp/bench-sampler
+ *       -lm -lpthread -ljemalloc -L/usr/local/cuda/lib64 -lcudart -lcublas -lstdc++ && /tmp/bench-sampler
+ *
+ * (the CUDA libraries where the build has CUDA, as configure's default does when nvcc is found)
  *
  * Two logit shapes: Gaussian (standard deviation 3, a peaked distribution as a trained model's)
  * and flat (5 u^3 - 2 for u uniform in [0, 1], as a random-weight model's), 64 rows each for the

@@ -64,7 +64,7 @@ MN_DRAW_FN uint64_t mn_draw_weight(float x, float mx, float scale)
     p = MN_DRAW_ADD(MN_DRAW_MUL(p, f), 2.4022651e-01f);
     p = MN_DRAW_ADD(MN_DRAW_MUL(p, f), 6.9314718e-01f);
     p = MN_DRAW_ADD(MN_DRAW_MUL(p, f), 1.0f);
-    uint64_t m = (uint64_t)MN_DRAW_MUL(p, 16777216.0f); /* 2^f * 2^24, in [2^23.5, 2^24.5] */
+    uint64_t m = (uint32_t)(int32_t)MN_DRAW_MUL(p, 16777216.0f); /* 2^f * 2^24 in [2^23.5, 2^24.5]: an int */
     int shift = MN_DRAW_ONE_BITS - 24 + (int)k;          /* k in [-41, 0] */
     return shift >= 0 ? m << shift : shift > -64 ? m >> -shift : 0;
 }
