@@ -137,10 +137,7 @@ void mn_axpy(float *y, float a, const float *x, int n) { K()->axpy(y, a, x, n); 
 
 /* ---- 16-bit activations: quantization and packing (layouts in kernels_generic.c) ------------- */
 
-int mn_weight_uses_q8(const mn_weight *W)
-{
-    return W->type == MN_Q8_0 || W->type == MN_Q4_0 || W->type == MN_Q4_1;
-}
+int mn_weight_uses_q8(const mn_weight *W) { return mn_dtype_quantized(W->type); }
 
 size_t mn_q8_groups(size_t n) { return (n / 32 + 7) / 8; }
 

@@ -223,8 +223,6 @@ static void k_rmsnorm(void *ctx, const float *x, const uint32_t *rows, const flo
  * shapes of 2 x 16, 4 x 16 and 8 x 8 made 64-sequence Q4_1 decode 0.71-0.79x as fast. */
 enum { WIDE_T = 16, WIDE_NR = 4, WIDE_TB = 8 };
 
-static bool quantized(uint32_t type) { return type == MN_Q8_0 || type == MN_Q4_0 || type == MN_Q4_1; }
-
 static void k_proj(void *ctx, const float *x, const mn_gpu_outs *outs, const mn_gpu_attn *a, uint32_t T)
 {
     cuda_state *st = (cuda_state *)ctx;
@@ -234,7 +232,7 @@ static void k_proj(void *ctx, const float *x, const mn_gpu_outs *outs, const mn_
                : outs->w[0].cols == st->model.hp.n_ff   ? S_DOWN
                                                         : S_WO;
     mn_gpu_attn at = a ? *a : mn_gpu_attn{};
-    if (st->wide && T >= WIDE_T && quantized(outs->w[0].type)) {
+    if (st->wide && T >= WIDE_T && mn_dtype_quantized(outs->w[0].type)) {
         uint32_t per_warp = outs->mode == MN_G_OUT_QKV || outs->mode == MN_G_OUT_SWIGLU ? WIDE_NR / 2 : WIDE_NR;
         size_t warps = (mn_g_out_rows(outs) + per_warp - 1) / per_warp;
         dim3 grid(blocks_for(warps * MN_G_WARP), (T + WIDE_TB - 1) / WIDE_TB);

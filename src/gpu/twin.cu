@@ -210,12 +210,13 @@ static mn_status twin_forward(mn_backend *be, const mn_batch *batch, float *logi
     mn_gpu_layout(batch, l);
     mn_gpu_attn a = {l->tok, l->tables, l->table_off, NULL, NULL, be->kv->block_size, be->kv->kv_dim,
                      hp->head_dim, hp->n_heads, hp->n_kv_heads, hp->rope_dim, hp->rope_base};
+    uint64_t *w = NULL; /* the draws' scratch row, before the pass so that a failure computes nothing */
+    for (uint32_t i = 0; batch->pick && !w && i < batch->n_seqs; i++)
+        if (batch->seqs[i].draw && !(w = (uint64_t *)mn_malloc((size_t)hp->n_vocab * sizeof *w)))
+            return mn_fail(err, MN_NOMEM, "cuda twin: out of memory");
     mn_gpu_pass(&host_exec, NULL, &tw->model, &tw->bufs, a, l->tokens, l->T, l->out_rows, l->n_out, logits);
-    uint64_t *w = NULL;
     for (uint32_t i = 0, r = 0; batch->pick && i < batch->n_seqs; i++) {
         const mn_batch_seq *sq = &batch->seqs[i];
-        if (sq->draw && !w && !(w = (uint64_t *)mn_malloc((size_t)hp->n_vocab * sizeof *w)))
-            return mn_fail(err, MN_NOMEM, "cuda twin: out of memory");
         for (uint32_t j = 0; j < (sq->want_all_logits ? sq->n_tokens : 1); j++, r++) {
             const float *row = logits + (size_t)r * hp->n_vocab;
             batch->pick[r] = mn_gpu_twin_argmax(row, hp->n_vocab);

@@ -41,6 +41,11 @@ typedef struct mn_dtype_info {
 /* Information on type id t, or NULL for an id this engine cannot even size. */
 const mn_dtype_info *mn_dtype_get(uint32_t t);
 
+/* Whether t is one of the block-quantized types the engine computes with (Q8_0, Q4_0, Q4_1: a
+ * scale, and for Q4_1 a minimum, per 32 elements), which the CPU multiplies with 16-bit activations
+ * and the CUDA backend projects through its wide kernel over many tokens. */
+static inline int mn_dtype_quantized(uint32_t t) { return t == MN_Q8_0 || t == MN_Q4_0 || t == MN_Q4_1; }
+
 /* Bytes of one row of n elements of type t (n must be a multiple of the block size). */
 static inline size_t mn_dtype_row_bytes(const mn_dtype_info *info, uint64_t n)
 {
