@@ -8,9 +8,9 @@
 
 #include "cpu/matmul.h"
 #include "mem/kv.h"
+#include "model/draw.h"
 #include "model/dtype.h"
 #include "model/quant.h"
-#include "model/draw.h"
 #include "model/sampler.h"
 #include "testutil.h"
 #include "util/alloc.h"
@@ -214,6 +214,38 @@ static void check_argmax(void)
     cr_assert_eq(mn_vec_argmax(x, 0), 0);
 }
 Test(kernels, argmax_is_the_first_largest_element) { on_every_set(check_argmax); }
+
+/* The draw weights of every set against model/draw.h's scalar mn_draw_weight, bit for bit and their
+ * sum: rows of every length to 40 and a vocabulary's, logits spread over the whole range of
+ * exponents (down past 2^-40 of the first), at several temperatures, with NaN, -inf and +inf among
+ * them, and exponents at the half-way points of the rounding (t = k + 1/2 exactly). */
+static void check_draw_weights(void)
+{
+    enum { V = 49152 };
+    static float x[V];
+    static uint64_t w[V];
+    uint64_t r = 3;
+    const float temps[] = {0.05f, 0.7f, 1.0f, 2.5f};
+    for (int n = 1; n <= V; n = n < 40 ? n + 1 : (n == 40 ? V : V + 1))
+        for (size_t ti = 0; ti < sizeof temps / sizeof *temps; ti++) {
+            float mx = 4.0f, scale = mn_draw_scale(temps[ti]);
+            for (int i = 0; i < n; i++) {
+                r = r * 6364136223846793005u + 1442695040888963407u;
+                x[i] = mx - (float)(r >> 40) / (float)(1u << 24) * 40.0f * temps[ti];
+            }
+            x[r % (uint64_t)n] = mx;
+            if (n > 10)
+                x[1] = NAN, x[3] = -INFINITY, x[5] = INFINITY, x[7] = mx - 0.5f / scale, x[9] = mx - 20.5f / scale;
+            uint64_t sum = 0;
+            for (int i = 0; i < n; i++)
+                sum += mn_draw_weight(x[i], mx, scale);
+            cr_assert_eq(mn_draw_weights(x, n, mx, scale, w), sum, "n=%d T=%g: the sum", n, (double)temps[ti]);
+            for (int i = 0; i < n; i++)
+                cr_assert_eq(w[i], mn_draw_weight(x[i], mx, scale), "n=%d T=%g i=%d (x=%a)", n, (double)temps[ti], i,
+                             (double)x[i]);
+        }
+}
+Test(kernels, draw_weights_are_the_scalar_rules) { on_every_set(check_draw_weights); }
 
 static void check_swiglu(void)
 {

@@ -48,6 +48,7 @@ typedef struct mn_cpu_kernels {
                          int n_rows, int n);
     void (*axpy)(float *y, float a, const float *x, int n);
     int32_t (*argmax)(const float *x, int n);
+    uint64_t (*draw_weights)(const float *x, int n, float mx, float scale, uint64_t *w);
 } mn_cpu_kernels;
 
 extern const mn_cpu_kernels mn_kernels_generic; /* plain C: every CPU; the reference of the others */

@@ -29,6 +29,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "model/draw.h"
 #include "model/dtype.h"
 #include "model/quant.h"
 
@@ -232,6 +233,15 @@ static int32_t generic_argmax(const float *x, int n)
     return 0; /* mx is x[0], a NaN */
 }
 
+/* model/draw.h's weight of every element; their sum (integers: exact in any order) */
+static uint64_t generic_draw_weights(const float *x, int n, float mx, float scale, uint64_t *w)
+{
+    uint64_t sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += w[i] = mn_draw_weight(x[i], mx, scale);
+    return sum;
+}
+
 static int generic_usable(void) { return 1; }
 
 const mn_cpu_kernels mn_kernels_generic = {
@@ -247,4 +257,5 @@ const mn_cpu_kernels mn_kernels_generic = {
     .weighted_sum = generic_weighted_sum,
     .axpy = generic_axpy,
     .argmax = generic_argmax,
+    .draw_weights = generic_draw_weights,
 };

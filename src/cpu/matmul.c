@@ -42,6 +42,7 @@ static void compose(mn_cpu_kernels *k, const mn_cpu_kernels *t)
     FILL(weighted_sum)
     FILL(axpy)
     FILL(argmax)
+    FILL(draw_weights)
 #undef FILL
 }
 
@@ -124,6 +125,10 @@ void mn_dots(const float *a, const float *const *b, int n_b, int n, float *out) 
 
 float mn_softmax(float *x, int n, float scale) { return K()->softmax(x, n, scale); }
 int32_t mn_vec_argmax(const float *x, int n) { return n > 0 ? K()->argmax(x, n) : 0; }
+uint64_t mn_draw_weights(const float *x, int n, float mx, float scale, uint64_t *w)
+{
+    return K()->draw_weights(x, n, mx, scale, w);
+}
 
 void mn_swiglu(float *gate, const float *up, int n) { K()->swiglu(gate, up, n); }
 

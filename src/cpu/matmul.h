@@ -87,6 +87,10 @@ float mn_softmax(float *x, int n, float scale);
  * (210 us over a 49,152-entry vocabulary on a Zen 3 core, 64 of them a step for 64 sequences),
  * done as a maximum in independent lanes and then a search for its first index. */
 int32_t mn_vec_argmax(const float *x, int n);
+/* w[i] = model/draw.h's mn_draw_weight(x[i], mx, scale) for i < n, in vector lanes where the CPU
+ * has them (the same operations, so the same bits); returns the weights' sum. The sampler's pass
+ * over a row: 49,152 calls of the scalar function cost about what expf over the row did. */
+uint64_t mn_draw_weights(const float *x, int n, float mx, float scale, uint64_t *w);
 /* gate[i] = silu(gate[i]) * up[i] = gate[i] / (1 + exp(-gate[i])) * up[i], with the vector exp of
  * mn_softmax; every element alike, whatever its index. */
 void mn_swiglu(float *gate, const float *up, int n);

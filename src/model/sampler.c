@@ -152,12 +152,7 @@ static mn_draw_nucleus nucleus(mn_draw_space *d, const float *logits, float temp
 {
     uint32_t n = d->n;
     float mx = logits[mn_argmax(logits, n)];
-    float scale = mn_draw_scale(temperature);
-    uint64_t total = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        d->w[i] = mn_draw_weight(logits[i], mx, scale);
-        total += d->w[i];
-    }
+    uint64_t total = mn_draw_weights(logits, (int)n, mx, mn_draw_scale(temperature), d->w);
     uint64_t need = mn_draw_need(top_p, total);
     if (need == total)
         return (mn_draw_nucleus){0, 0, total};
