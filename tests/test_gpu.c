@@ -99,7 +99,7 @@ static uint32_t pass(side *sd, const int32_t *const *toks, const uint32_t *n, co
     uint32_t rows = 0;
     mn_draw_space *space = mn_draw_space_new(V);
     for (uint32_t i = 0; i < k; i++)
-        for (uint32_t j = 0; j < (seqs[i].want_all_logits ? seqs[i].n_tokens : 1); j++, rows++) {
+        for (uint32_t j = 0; j < mn_batch_seq_rows(&seqs[i]); j++, rows++) {
             const float *row = sd->logits + (size_t)rows * V;
             const mn_draw *d = seqs[i].draw;
             int32_t want = d ? mn_draw_row(space, row, d->temperature, d->top_p, d->u[j]) : mn_argmax(row, V);

@@ -127,7 +127,7 @@ typedef struct mn_req {
     int32_t end_of_turn;      /* intake: p.end_of_turn's control token, -1 for none: it ends r as eos does */
     uint32_t kv_need;         /* intake: positions reserved at admission (its whole length + window) */
     mn_kv_seq kv;             /* kvmem owns the table; positions [0, kv.len) hold toks[0, kv.len) */
-    mn_sampler *smp;          /* intake creates; the step job uses */
+    mn_sampler *smp;          /* intake creates; the verifier peeks its uniforms for a step, the step job draws */
     mn_req_spec spec;
     /* output text and how much of it went out */
     char *text;               /* verifier: decoded pieces, truncated at a stop string */

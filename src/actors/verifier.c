@@ -95,25 +95,11 @@ static void verify(step_job *s, mn_req *r, const float *lg, const int32_t *pk, b
         mn_logprobs(lg + (size_t)j * d.n_vocab, d.n_vocab, r->spec.kept[j], r->p.top_logprobs, &r->kept_lp[j]);
 }
 
-/* On the worker: one target pass (on a backend that picks, each sampled request's rows drawn by it
- * with the request's next uniforms), then each finished sequence's next tokens. */
+/* On the worker: one target pass, then each finished sequence's next tokens. */
 static void step_run(mn_job *job)
 {
     step_job *s = (step_job *)job;
     double t0 = mn_now();
-    double *u = s->u;
-    for (uint32_t i = 0; i < s->n; i++) {
-        mn_req *r = s->reqs[i];
-        s->seqs[i].draw = NULL;
-        if (!s->sample[i] || mn_sampler_greedy(r->smp) || !s->be->ops->pick)
-            continue;
-        uint32_t rows = s->seqs[i].want_all_logits ? s->seqs[i].n_tokens : 1;
-        mn_sampler_params p = mn_sampler_settings(r->smp);
-        mn_sampler_peek(r->smp, rows, u);
-        s->draws[i] = (mn_draw){p.temperature, p.top_p, u};
-        s->seqs[i].draw = &s->draws[i];
-        u += rows;
-    }
     mn_batch batch = {s->seqs, s->n, s->pick};
     s->st = mn_backend_forward(s->be, &batch, s->logits, &s->err);
     if (s->st != MN_OK)
@@ -124,7 +110,7 @@ static void step_run(mn_job *job)
         mn_req *r = s->reqs[i];
         const float *lg = s->logits + row * n_vocab;
         const int32_t *pk = s->pick + row;
-        row += s->seqs[i].want_all_logits ? s->seqs[i].n_tokens : 1;
+        row += mn_batch_seq_rows(&s->seqs[i]);
         if (s->sample[i])
             verify(s, r, lg, pk, s->seqs[i].draw); /* with no draft: plain decoding's one draw */
     }
@@ -403,12 +389,21 @@ static bool start_step(mn_verifier *v)
         st->seqs[k] = (mn_batch_seq){.kv = &r->kv, .tokens = r->spec.vtoks, .n_tokens = 1 + r->spec.n_draft,
                                      .want_all_logits = true};
     }
-    /* rows nobody reads (a prompt chunk) or whose tokens the pass picks (greedy, or drawn by a
-     * backend that picks; no log-probabilities asked) need not come down from a GPU */
+    /* a backend that picks (a GPU) draws a sampled request's rows with the request's next uniforms;
+     * rows nobody reads (a prompt chunk) or whose tokens the pass picks (greedy or drawn, no log-
+     * probabilities asked) need not come down from it */
+    double *u = st->u;
     for (uint32_t k = 0; k < n; k++) {
         mn_req *r = st->reqs[k];
-        st->seqs[k].pick_only =
-            !st->sample[k] || (!r->kept_lp && (mn_sampler_greedy(r->smp) || v->cfg.be->ops->pick));
+        if (st->sample[k] && !mn_sampler_greedy(r->smp) && v->cfg.be->ops->pick) {
+            uint32_t rows = mn_batch_seq_rows(&st->seqs[k]);
+            mn_sampler_params p = mn_sampler_settings(r->smp);
+            mn_sampler_peek(r->smp, rows, u);
+            st->draws[k] = (mn_draw){p.temperature, p.top_p, u};
+            st->seqs[k].draw = &st->draws[k];
+            u += rows;
+        }
+        st->seqs[k].pick_only = !st->sample[k] || (!r->kept_lp && (mn_sampler_greedy(r->smp) || st->seqs[k].draw));
     }
     /* the length shaped the step when every sequence in it was drafted at it, or, at length 0 (plain
      * decoding, no round), when every one was decoding: without the latter a tuner that tried 0

@@ -469,10 +469,10 @@ static int32_t avx2_argmax(const float *x, int n)
  * -41 (and NaNs) weigh 0. */
 static uint64_t avx2_draw_weights(const float *x, int n, float mx, float scale, uint64_t *w)
 {
-    static const float c[8] = {1.5252734e-05f, 1.5403530e-04f, 1.3333558e-03f, 9.6181291e-03f,
-                               5.5504109e-02f, 2.4022651e-01f, 6.9314718e-01f, 1.0f};
-    const __m256 vmx = _mm256_set1_ps(-mx), vs = _mm256_set1_ps(scale), round = _mm256_set1_ps(12582912.0f);
+    static const float c[MN_DRAW_POLY_N] = MN_DRAW_POLY;
+    const __m256 vmx = _mm256_set1_ps(-mx), vs = _mm256_set1_ps(scale), round = _mm256_set1_ps(MN_DRAW_ROUND);
     const __m256 floor = _mm256_set1_ps(-(float)MN_DRAW_ONE_BITS - 1.0f);
+    const __m256 mant = _mm256_set1_ps((float)(1 << MN_DRAW_MANT_BITS));
     __m256i sum = _mm256_setzero_si256();
     int i = 0;
     for (; i + 8 <= n; i += 8) {
@@ -480,13 +480,13 @@ static uint64_t avx2_draw_weights(const float *x, int n, float mx, float scale, 
         __m256 valid = _mm256_cmp_ps(t, floor, _CMP_GT_OQ);
         __m256 k = _mm256_sub_ps(_mm256_add_ps(t, round), round), f = _mm256_sub_ps(t, k);
         __m256 p = _mm256_set1_ps(c[0]);
-        for (int j = 1; j < 8; j++)
+        for (int j = 1; j < MN_DRAW_POLY_N; j++)
             p = _mm256_add_ps(_mm256_mul_ps(p, f), _mm256_set1_ps(c[j]));
-        __m256i m = _mm256_and_si256(_mm256_cvttps_epi32(_mm256_mul_ps(p, _mm256_set1_ps(16777216.0f))),
-                                     _mm256_castps_si256(valid));
+        __m256i m = _mm256_and_si256(_mm256_cvttps_epi32(_mm256_mul_ps(p, mant)), _mm256_castps_si256(valid));
         __m256i s = _mm256_add_epi32(_mm256_cvttps_epi32(_mm256_and_ps(k, valid)),
-                                     _mm256_set1_epi32(MN_DRAW_ONE_BITS - 24));
-        __m256i ls = _mm256_max_epi32(s, _mm256_setzero_si256()), rs = _mm256_max_epi32(_mm256_sub_epi32(_mm256_setzero_si256(), s), _mm256_setzero_si256());
+                                     _mm256_set1_epi32(MN_DRAW_ONE_BITS - MN_DRAW_MANT_BITS));
+        const __m256i zero = _mm256_setzero_si256();
+        __m256i ls = _mm256_max_epi32(s, zero), rs = _mm256_max_epi32(_mm256_sub_epi32(zero, s), zero);
         for (int h = 0; h < 2; h++) {
             __m256i mh = _mm256_cvtepu32_epi64(h ? _mm256_extracti128_si256(m, 1) : _mm256_castsi256_si128(m));
             __m256i lh = _mm256_cvtepu32_epi64(h ? _mm256_extracti128_si256(ls, 1) : _mm256_castsi256_si128(ls));

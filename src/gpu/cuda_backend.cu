@@ -390,7 +390,7 @@ static mn_status copy_logits(cuda_state *st, const mn_batch *batch, float *logit
     size_t row = 0, from = 0, run = 0; /* rows [from, from + run) wanted and not yet copied */
     for (uint32_t i = 0; i <= batch->n_seqs; i++) {
         const mn_batch_seq *s = i < batch->n_seqs ? &batch->seqs[i] : NULL;
-        size_t n = s ? (s->want_all_logits ? s->n_tokens : 1) : 0;
+        size_t n = s ? mn_batch_seq_rows(s) : 0;
         if (s && !(batch->pick && s->pick_only)) {
             from = run ? from : row;
             run += n;
@@ -410,7 +410,7 @@ static uint32_t gather_draws(cuda_state *st, const mn_batch *batch)
     uint32_t n = 0, row = 0;
     for (uint32_t i = 0; i < batch->n_seqs; i++) {
         const mn_batch_seq *s = &batch->seqs[i];
-        uint32_t rows = s->want_all_logits ? s->n_tokens : 1;
+        uint32_t rows = mn_batch_seq_rows(s);
         for (uint32_t j = 0; s->draw && j < rows; j++)
             st->h_draws[n++] = mn_gpu_draw{row + j, s->draw->temperature, s->draw->top_p, s->draw->u[j]};
         row += rows;

@@ -459,7 +459,7 @@ MN_HD int32_t mn_g_argmax_answer(const float *row, uint32_t at)
  *  3. thread i takes the ids [i C, i C + C), C = ceil(n / MN_G_DRAW_THREADS) (mn_g_draw_span): the
  *     prefix, in thread order, of its counts of tokens weighing theta says which of the nucleus's
  *     ties are its, the prefix of its nucleus weights whose ids hold the point; that thread walks
- *     them (mn_g_draw_walk).
+ *     them (mn_draw_walk).
  * Each pass waits on loads from L2 (a row's weights are 384 KB at SmolLM2's vocabulary), so the
  * fewer passes and the more loads in flight the better: a block of 256 threads and plain bisection
  * from [1, 2^40] made a draw at top_p 0.9 take 800 us on an H200 (41 passes), 1,024 threads and
@@ -571,8 +571,8 @@ MN_HD uint64_t mn_g_draw_tied(const uint64_t *w, uint32_t b, uint32_t e, uint64_
     return c;
 }
 
-/* The nucleus's weight in [b, e), `seen` of its ties being before b; with r (below it) the id of
- * [b, e) where the running weight passes r, else -1. */
+/* The nucleus's weight in [b, e), `seen` of its ties being before b (model/draw.h's mn_draw_walk
+ * then finds the token in the span holding the point). */
 MN_HD uint64_t mn_g_draw_held(const uint64_t *w, uint32_t b, uint32_t e, mn_draw_nucleus nu, uint64_t seen)
 {
     uint64_t sum = 0;
@@ -582,15 +582,6 @@ MN_HD uint64_t mn_g_draw_held(const uint64_t *w, uint32_t b, uint32_t e, mn_draw
     for (uint32_t k = b; k < e; k++)
         sum += mn_draw_held(w[k], nu.theta, &seen, nu.ties) ? w[k] : 0;
     return sum;
-}
-
-MN_HD int32_t mn_g_draw_walk(const uint64_t *w, uint32_t b, uint32_t e, mn_draw_nucleus nu, uint64_t seen, uint64_t r)
-{
-    uint64_t acc = 0;
-    for (uint32_t k = b; k < e; k++)
-        if (mn_draw_held(w[k], nu.theta, &seen, nu.ties) && r < (acc += w[k]))
-            return (int32_t)k;
-    return -1;
 }
 
 /* ---- device wrappers: one thread per grid index ----------------------------------------------- *
@@ -966,7 +957,7 @@ __global__ void mn_k_draw(const float *logits, uint32_t n_vocab, const mn_gpu_dr
     uint64_t held = mn_g_draw_held(w, b, e, nu, seen), before = mn_d_block_before(held, sm);
     uint64_t r = mn_draw_point(d.u, nu.mass);
     if (before <= r && r - before < held)
-        pick[d.row] = mn_g_draw_walk(w, b, e, nu, seen, r - before);
+        pick[d.row] = mn_draw_walk(w, b, e, nu, seen, r - before);
 }
 
 /* a block of MN_G_ATT_WARPS warps per (token, query head); D: the head's dimensions a lane holds */

@@ -192,7 +192,7 @@ extern "C" int32_t mn_gpu_twin_draw(const float *row, uint32_t n, int32_t argmax
         mn_g_draw_span(n, i, &b, &e);
         uint64_t held = mn_g_draw_held(w, b, e, nu, seen);
         if (before <= r && r - before < held)
-            return mn_g_draw_walk(w, b, e, nu, seen, r - before);
+            return mn_draw_walk(w, b, e, nu, seen, r - before);
         seen += mn_g_draw_tied(w, b, e, nu.theta);
         before += held;
     }
@@ -217,7 +217,7 @@ static mn_status twin_forward(mn_backend *be, const mn_batch *batch, float *logi
     mn_gpu_pass(&host_exec, NULL, &tw->model, &tw->bufs, a, l->tokens, l->T, l->out_rows, l->n_out, logits);
     for (uint32_t i = 0, r = 0; batch->pick && i < batch->n_seqs; i++) {
         const mn_batch_seq *sq = &batch->seqs[i];
-        for (uint32_t j = 0; j < (sq->want_all_logits ? sq->n_tokens : 1); j++, r++) {
+        for (uint32_t j = 0; j < mn_batch_seq_rows(sq); j++, r++) {
             const float *row = logits + (size_t)r * hp->n_vocab;
             batch->pick[r] = mn_gpu_twin_argmax(row, hp->n_vocab);
             if (sq->draw)

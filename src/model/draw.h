@@ -39,7 +39,13 @@
 #define MN_DRAW_DIV(a, b) ((a) / (b))
 #endif
 
-#define MN_DRAW_ONE_BITS 40 /* the largest logit's weight is 2^40 */
+#define MN_DRAW_ONE_BITS 40       /* the largest logit's weight is 2^40 */
+#define MN_DRAW_ROUND 12582912.0f /* 1.5 * 2^23: adding and subtracting it rounds |t| < 2^22 to even */
+#define MN_DRAW_MANT_BITS 24      /* 2^f in [2^-1/2, 2^1/2] is scaled by 2^24 to an int */
+/* 2^f's Taylor coefficients, ln2^7 / 7! down to ln2^0 / 0!, for Horner's rule */
+#define MN_DRAW_POLY {1.5252734e-05f, 1.5403530e-04f, 1.3333558e-03f, 9.6181291e-03f, \
+                      5.5504109e-02f, 2.4022651e-01f, 6.9314718e-01f, 1.0f}
+#define MN_DRAW_POLY_N 8
 
 /* What a row's logits are scaled by before 2^: log2 e / temperature (temperature > 0), one float
  * division for the row. */
@@ -55,17 +61,17 @@ MN_DRAW_FN uint64_t mn_draw_weight(float x, float mx, float scale)
     float t = MN_DRAW_MUL(MN_DRAW_ADD(x, -mx), scale);
     if (!(t > -(float)MN_DRAW_ONE_BITS - 1.0f))
         return 0;
-    float k = MN_DRAW_ADD(MN_DRAW_ADD(t, 12582912.0f), -12582912.0f), f = MN_DRAW_ADD(t, -k); /* f exact */
-    float p = 1.5252734e-05f; /* ln2^7 / 7!, then down to ln2^0 / 0! */
-    p = MN_DRAW_ADD(MN_DRAW_MUL(p, f), 1.5403530e-04f);
-    p = MN_DRAW_ADD(MN_DRAW_MUL(p, f), 1.3333558e-03f);
-    p = MN_DRAW_ADD(MN_DRAW_MUL(p, f), 9.6181291e-03f);
-    p = MN_DRAW_ADD(MN_DRAW_MUL(p, f), 5.5504109e-02f);
-    p = MN_DRAW_ADD(MN_DRAW_MUL(p, f), 2.4022651e-01f);
-    p = MN_DRAW_ADD(MN_DRAW_MUL(p, f), 6.9314718e-01f);
-    p = MN_DRAW_ADD(MN_DRAW_MUL(p, f), 1.0f);
-    uint64_t m = (uint32_t)(int32_t)MN_DRAW_MUL(p, 16777216.0f); /* 2^f * 2^24 in [2^23.5, 2^24.5]: an int */
-    int shift = MN_DRAW_ONE_BITS - 24 + (int)k;          /* k in [-41, 0] */
+    float k = MN_DRAW_ADD(MN_DRAW_ADD(t, MN_DRAW_ROUND), -MN_DRAW_ROUND), f = MN_DRAW_ADD(t, -k); /* f exact */
+    const float c[MN_DRAW_POLY_N] = MN_DRAW_POLY;
+    float p = c[0];
+#ifdef __CUDA_ARCH__
+#pragma unroll
+#endif
+    for (int j = 1; j < MN_DRAW_POLY_N; j++)
+        p = MN_DRAW_ADD(MN_DRAW_MUL(p, f), c[j]);
+    /* 2^f * 2^24 in [2^23.5, 2^24.5]: an int */
+    uint64_t m = (uint32_t)(int32_t)MN_DRAW_MUL(p, (float)(1 << MN_DRAW_MANT_BITS));
+    int shift = MN_DRAW_ONE_BITS - MN_DRAW_MANT_BITS + (int)k; /* k in [-41, 0] */
     return shift >= 0 ? m << shift : shift > -64 ? m >> -shift : 0;
 }
 
@@ -107,6 +113,18 @@ typedef struct mn_draw_nucleus {
 MN_DRAW_FN int mn_draw_held(uint64_t w, uint64_t theta, uint64_t *seen, uint64_t ties)
 {
     return w > theta || (w == theta && w != 0 && (*seen)++ < ties);
+}
+
+/* The walk over ids [b, e) of weights w, `seen` of the nucleus's ties lying before b: the id where
+ * the nucleus's running weight passes r, or -1 when its weight in [b, e) does not. */
+MN_DRAW_FN int32_t mn_draw_walk(const uint64_t *w, uint32_t b, uint32_t e, mn_draw_nucleus nu, uint64_t seen,
+                                uint64_t r)
+{
+    uint64_t acc = 0;
+    for (uint32_t k = b; k < e; k++)
+        if (mn_draw_held(w[k], nu.theta, &seen, nu.ties) && r < (acc += w[k]))
+            return (int32_t)k;
+    return -1;
 }
 
 #endif

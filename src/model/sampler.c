@@ -174,26 +174,11 @@ static mn_draw_nucleus nucleus(mn_draw_space *d, const float *logits, float temp
     } /* k reaches n, where acc reaches total >= need */
 }
 
-/* The nucleus's token at point r in [0, mass): its members in id order, the first whose running
- * weight passes r. */
-static int32_t walk(const mn_draw_space *d, mn_draw_nucleus pl, uint64_t r)
-{
-    uint64_t acc = 0, seen = 0;
-    int32_t last = 0;
-    for (uint32_t i = 0; i < d->n; i++)
-        if (mn_draw_held(d->w[i], pl.theta, &seen, pl.ties)) {
-            acc += d->w[i];
-            last = (int32_t)i;
-            if (r < acc)
-                break;
-        }
-    return last;
-}
-
 int32_t mn_draw_row(mn_draw_space *d, const float *logits, float temperature, float top_p, double u)
 {
     mn_draw_nucleus pl = nucleus(d, logits, temperature, top_p);
-    return pl.mass ? walk(d, pl, mn_draw_point(u, pl.mass)) : mn_argmax(logits, d->n);
+    /* the point lies below the nucleus's weight: the walk over every id finds it */
+    return pl.mass ? mn_draw_walk(d->w, 0, d->n, pl, 0, mn_draw_point(u, pl.mass)) : mn_argmax(logits, d->n);
 }
 
 bool mn_sampler_greedy(const mn_sampler *s) { return s->par.temperature <= 0.0f; }

@@ -31,7 +31,7 @@ uint32_t mn_batch_n_logits(const mn_batch *batch)
 {
     uint32_t n = 0;
     for (uint32_t i = 0; i < batch->n_seqs; i++)
-        n += batch->seqs[i].want_all_logits ? batch->seqs[i].n_tokens : 1;
+        n += mn_batch_seq_rows(&batch->seqs[i]);
     return n;
 }
 
@@ -41,7 +41,7 @@ static void pick_rows(mn_backend *b, const mn_batch *batch, const float *logits)
     uint32_t V = b->model->hp.n_vocab, row = 0;
     for (uint32_t i = 0; i < batch->n_seqs; i++) {
         const mn_batch_seq *s = &batch->seqs[i];
-        for (uint32_t j = 0, n = s->want_all_logits ? s->n_tokens : 1; j < n; j++, row++) {
+        for (uint32_t j = 0, n = mn_batch_seq_rows(s); j < n; j++, row++) {
             const float *l = logits + (size_t)row * V;
             batch->pick[row] = s->draw ? mn_draw_row(b->draws, l, s->draw->temperature, s->draw->top_p, s->draw->u[j])
                                        : mn_argmax(l, V);

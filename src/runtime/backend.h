@@ -98,6 +98,9 @@ mn_backend_config mn_backend_defaults(const mn_model *m, uint32_t n_ctx_total);
 
 void mn_backend_free(mn_backend *b);
 
+/* Rows of logits sequence s produces: all of its tokens' with want_all_logits, else its last's. */
+static inline uint32_t mn_batch_seq_rows(const mn_batch_seq *s) { return s->want_all_logits ? s->n_tokens : 1; }
+
 /* Rows of logits the batch produces. */
 uint32_t mn_batch_n_logits(const mn_batch *batch);
 
