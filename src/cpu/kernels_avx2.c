@@ -393,10 +393,12 @@ static void avx2_dots(const float *a, const float *const *b, int n_b, int n, flo
     int j = 0;
     for (; j + 8 <= n_b; j += 8) { /* eight independent chains keep both FMA pipes busy */
         __m256 acc[8];
+#pragma GCC unroll 8
         for (int i = 0; i < 8; i++)
             acc[i] = _mm256_setzero_ps();
         for (int k = 0; k < full; k += 8) {
             __m256 va = _mm256_loadu_ps(a + k);
+#pragma GCC unroll 8
             for (int i = 0; i < 8; i++)
                 acc[i] = _mm256_fmadd_ps(va, _mm256_loadu_ps(b[j + i] + k), acc[i]);
         }
@@ -571,21 +573,28 @@ ALWAYS_INLINE void weighted_sum_g(float *out, size_t ldo, const float *w, size_t
     int i = 0;
     for (; i + 32 <= n; i += 32) {
         __m256 acc[2][4];
+#pragma GCC unroll 2
         for (int h = 0; h < G; h++)
+#pragma GCC unroll 4
             for (int c = 0; c < 4; c++)
                 acc[h][c] = _mm256_setzero_ps();
         for (int j = 0; j < n_rows; j++) {
             const float *r = rows[j] + i;
             __m256 v[4];
+#pragma GCC unroll 4
             for (int c = 0; c < 4; c++)
                 v[c] = _mm256_loadu_ps(r + 8 * c);
+#pragma GCC unroll 2
             for (int h = 0; h < G; h++) {
                 __m256 a = _mm256_set1_ps(w[(size_t)h * ldw + j]);
+#pragma GCC unroll 4
                 for (int c = 0; c < 4; c++)
                     acc[h][c] = _mm256_fmadd_ps(a, v[c], acc[h][c]);
             }
         }
+#pragma GCC unroll 2
         for (int h = 0; h < G; h++)
+#pragma GCC unroll 4
             for (int c = 0; c < 4; c++)
                 _mm256_storeu_ps(out + (size_t)h * ldo + i + 8 * c, acc[h][c]);
     }
