@@ -387,6 +387,11 @@ ALWAYS_INLINE __m128 hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3)
     return _mm_add_ps(_mm_add_ps(s0, s2), _mm_add_ps(s1, s3));
 }
 
+/* The attention kernels below index arrays of vectors in short loops. GCC at -O2 does not unroll
+ * them by itself, and then keeps the arrays on the stack: every FMA became a load, the FMA and a
+ * store, chained through memory (tools/bench-attention.c, 32-float heads over 72 keys: dots
+ * 251-403 -> 104-113 ns, a two-head weighted sum 850-948 -> 107-112). Hence the unroll pragmas,
+ * as in the matrix tiles above; `objdump -d` of each should show no stack access in its FMA loops. */
 static void avx2_dots(const float *a, const float *const *b, int n_b, int n, float *out)
 {
     const int full = n / 8 * 8;
