@@ -36,7 +36,7 @@ typedef struct cpu_state {
     float *up;       /* [n_ff] */
     float *rope_cs;  /* [rope_dim] cos, sin interleaved per pair */
     float *scores;   /* [n_threads][heads per KV head][n_ctx] attention scratch */
-    const float **rows; /* [n_threads][n_ctx] K or V rows of the positions being attended */
+    const float **rows; /* [n_threads][2][n_ctx] K and V rows of the positions being attended */
     float *inv_freq; /* [rope_dim/2] */
     /* the model's projections, copied into `copy` (owned, copy_bytes, mn_alloc_pages): the
      * quantized ones repacked for mn_matmul_q8, the others as they are */
@@ -150,18 +150,20 @@ static void rope_and_store(pass *p)
 /* ---- region: causal attention, one (token, KV head) pair at a time -----------------------------
  * A pair covers the query heads that share the KV head (grouped-query attention), so its K and V
  * rows are located once and each V row is loaded once for the group. Pairs go to threads
- * round-robin: later tokens attend over more positions, so contiguous ranges would leave the first
- * thread idle. Each score and each output element is reduced in one fixed order whatever the
- * grouping (mn_dots equals mn_dot bit for bit), so results stay batch-invariant. */
+ * round-robin, KV head by KV head: later tokens attend over more positions, so contiguous ranges
+ * would leave the first thread idle, and a thread's next pair is mostly the same sequence's and
+ * head's, whose rows it has located already up to the last pair's position. Each score and each
+ * output element is reduced in one fixed order whatever the grouping (mn_dots equals mn_dot bit for
+ * bit), so results stay batch-invariant. */
 
-/* rows[i] = the head-g slice of K (or V) at positions 0..n-1 of a sequence, block by block. */
+/* rows[i] = the head-g slice of K (or V) at positions from..n-1 of a sequence, block by block. */
 static void gather_rows(const float **rows, const float *base, const mn_kv_pool *kv, const mn_kv_seq *seq,
-                        uint32_t n, size_t head_off)
+                        uint32_t from, uint32_t n, size_t head_off)
 {
     uint32_t bs = kv->block_size;
-    for (uint32_t b = 0, i = 0; i < n; b++) {
+    for (uint32_t b = from / bs, i = from; i < n; b++) {
         const float *blk = base + ((size_t)seq->blocks[b] * bs) * kv->kv_dim + head_off;
-        for (uint32_t slot = 0; slot < bs && i < n; slot++, i++)
+        for (uint32_t slot = i % bs; slot < bs && i < n; slot++, i++)
             rows[i] = blk + (size_t)slot * kv->kv_dim;
     }
 }
@@ -173,20 +175,29 @@ static void region_attention(void *arg, int ith, int nth)
     cpu_state *st = p->st;
     uint32_t hd = hp->head_dim, qdim = hp->n_heads * hd, group = hp->n_heads / hp->n_kv_heads;
     float *sc = st->scores + (size_t)ith * group * hp->n_ctx; /* [group][n_ctx] */
-    const float **rows = st->rows + (size_t)ith * hp->n_ctx;
+    const float **krows = st->rows + (size_t)ith * 2 * hp->n_ctx, **vrows = krows + hp->n_ctx;
     float scale = 1.0f / sqrtf((float)hd), sum[group];
+    /* the rows located last: for which sequence and KV head, positions 0..n-1; pairs go KV head
+     * by KV head, so the next pair of the same sequence locates only the positions this one adds */
+    const mn_kv_seq *seq_at = NULL;
+    uint32_t g_at = 0, n_at = 0;
     for (uint32_t pair = (uint32_t)ith; pair < p->T * hp->n_kv_heads; pair += (uint32_t)nth) {
-        uint32_t t = pair / hp->n_kv_heads, g = pair % hp->n_kv_heads, n = st->tok_pos[t] + 1;
+        uint32_t g = pair / p->T, t = pair % p->T, n = st->tok_pos[t] + 1;
         const mn_kv_seq *seq = p->batch->seqs[st->tok_seq[t]].kv;
         const float *q = st->q + (size_t)t * qdim + (size_t)g * group * hd;
-        gather_rows(rows, p->kv->k[p->layer], p->kv, seq, n, (size_t)g * hd);
+        if (seq != seq_at || g != g_at)
+            seq_at = seq, g_at = g, n_at = 0;
+        if (n > n_at) {
+            gather_rows(krows, p->kv->k[p->layer], p->kv, seq, n_at, n, (size_t)g * hd);
+            gather_rows(vrows, p->kv->v[p->layer], p->kv, seq, n_at, n, (size_t)g * hd);
+            n_at = n;
+        }
         for (uint32_t h = 0; h < group; h++) {
-            mn_dots(q + (size_t)h * hd, rows, (int)n, (int)hd, sc + (size_t)h * hp->n_ctx);
+            mn_dots(q + (size_t)h * hd, krows, (int)n, (int)hd, sc + (size_t)h * hp->n_ctx);
             sum[h] = mn_softmax(sc + (size_t)h * hp->n_ctx, (int)n, scale);
         }
-        gather_rows(rows, p->kv->v[p->layer], p->kv, seq, n, (size_t)g * hd);
         float *out = st->att + (size_t)t * qdim + (size_t)g * group * hd;
-        mn_weighted_sum(out, hd, sc, hp->n_ctx, (int)group, rows, (int)n, (int)hd);
+        mn_weighted_sum(out, hd, sc, hp->n_ctx, (int)group, vrows, (int)n, (int)hd);
         for (uint32_t h = 0; h < group; h++) {
             float inv = 1.0f / sum[h];
             for (uint32_t i = 0; i < hd; i++)
@@ -441,7 +452,7 @@ mn_status mn_cpu_backend_new(const mn_model *m, const mn_backend_config *cfg, mn
     st->rope_cs = fbuf(T, hp->rope_dim, &ok);
     st->scores = fbuf((size_t)cfg->n_threads * (hp->n_heads / hp->n_kv_heads), hp->n_ctx, &ok);
     st->inv_freq = fbuf(1, hp->rope_dim / 2, &ok);
-    st->rows = mn_calloc((size_t)cfg->n_threads * hp->n_ctx, sizeof *st->rows);
+    st->rows = mn_calloc((size_t)cfg->n_threads * 2 * hp->n_ctx, sizeof *st->rows);
     st->tok_seq = mn_calloc(T, sizeof(uint32_t));
     st->tok_pos = mn_calloc(T, sizeof(uint32_t));
     st->out_rows = mn_calloc(T, sizeof(uint32_t));
