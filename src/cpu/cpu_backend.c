@@ -182,7 +182,10 @@ static void region_attention(void *arg, int ith, int nth)
     const mn_kv_seq *seq_at = NULL;
     uint32_t g_at = 0, n_at = 0;
     for (uint32_t pair = (uint32_t)ith; pair < p->T * hp->n_kv_heads; pair += (uint32_t)nth) {
-        uint32_t g = pair / p->T, t = pair % p->T, n = st->tok_pos[t] + 1;
+        /* KV head by KV head, each head's tokens rotated by the head: with two threads each takes
+         * every other token of a head, and the other half of the next head's, so that both attend
+         * over every sequence, whatever its context */
+        uint32_t g = pair / p->T, t = (pair % p->T + g) % p->T, n = st->tok_pos[t] + 1;
         const mn_kv_seq *seq = p->batch->seqs[st->tok_seq[t]].kv;
         const float *q = st->q + (size_t)t * qdim + (size_t)g * group * hd;
         if (seq != seq_at || g != g_at)
