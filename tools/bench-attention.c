@@ -13,16 +13,9 @@
  * after 64 tokens) and 512 (a long prompt). */
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "cpu/matmul.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "util/clock.h"
 
 static int cmp(const void *a, const void *b)
 {
@@ -49,27 +42,27 @@ int main(void)
                 rows[i] = keys + (size_t)i * hd;
             double t[4][ROUNDS];
             for (int r = 0; r < ROUNDS; r++) {
-                double t0 = now();
+                double t0 = mn_now();
                 for (int c = 0; c < CALLS; c++) {
                     mn_dots(q, rows, n, hd, sc);
                     __asm__ volatile("" ::: "memory");
                 }
-                double t1 = now();
+                double t1 = mn_now();
                 for (int c = 0; c < CALLS; c++) {
                     mn_softmax(sc, n, 0.01f);
                     __asm__ volatile("" ::: "memory");
                 }
-                double t2 = now();
+                double t2 = mn_now();
                 for (int c = 0; c < CALLS; c++) {
                     mn_weighted_sum(out, (size_t)hd, sc, (size_t)n, 1, rows, n, hd);
                     __asm__ volatile("" ::: "memory");
                 }
-                double t3 = now();
+                double t3 = mn_now();
                 for (int c = 0; c < CALLS; c++) {
                     mn_weighted_sum(out, (size_t)hd, sc, 0, 2, rows, n, hd); /* both heads read sc */
                     __asm__ volatile("" ::: "memory");
                 }
-                double t4 = now();
+                double t4 = mn_now();
                 t[0][r] = t1 - t0, t[1][r] = t2 - t1, t[2][r] = t3 - t2, t[3][r] = t4 - t3;
             }
             double med[4];

@@ -14,18 +14,11 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "model/sampler.h"
+#include "util/clock.h"
 
 enum { V = 49152, ROWS = 64, DRAWS = 50 };
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 /* The argmax as it was: each step compares against x[best], a load that waits on the last step. */
 static int32_t plain_argmax(const float *x, uint32_t n)
@@ -53,13 +46,13 @@ int main(void)
         printf("%s logits\n", shape == 0 ? "gaussian" : "flat");
         for (int round = 0; round < 3; round++) {
             volatile int32_t sink = 0;
-            double t0 = now();
+            double t0 = mn_now();
             for (int r = 0; r < ROWS; r++)
                 sink += plain_argmax(l + (size_t)r * V, V);
-            double t1 = now();
+            double t1 = mn_now();
             for (int r = 0; r < ROWS; r++)
                 sink += mn_argmax(l + (size_t)r * V, V);
-            double t2 = now();
+            double t2 = mn_now();
             printf("  argmax: plain loop %6.1f us, mn_argmax %6.1f us", (t1 - t0) / ROWS * 1e6, (t2 - t1) / ROWS * 1e6);
             const float tops[] = {1.0f, 0.95f, 0.9f};
             for (int k = 0; k < 3; k++) {
@@ -67,10 +60,10 @@ int main(void)
                 mn_sampler *s;
                 if (mn_sampler_new(V, &p, &s) != MN_OK)
                     return 1;
-                double t = now();
+                double t = mn_now();
                 for (int d = 0; d < DRAWS; d++)
                     sink += mn_sampler_next(s, l + (size_t)(d % ROWS) * V);
-                printf("   top_p %.2f %7.1f us", tops[k], (now() - t) / DRAWS * 1e6);
+                printf("   top_p %.2f %7.1f us", tops[k], (mn_now() - t) / DRAWS * 1e6);
                 mn_sampler_free(s);
             }
             printf("\n");
