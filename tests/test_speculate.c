@@ -955,3 +955,80 @@ Test(speculate, draft_threads_are_checked_at_start_up, .timeout = 120)
     refused((const char *[]){"--draft", "ngram", "--draft-threads", "1", NULL}, "no draft model");
     refused((const char *[]){"--draft-threads", "x", NULL}, "bad option value");
 }
+
+/* --step-trace: a line per step, whose figures add up to what the requests got (their done lines),
+ * in time order; a path that cannot be written is refused at start-up. */
+Test(speculate, step_trace_accounts_for_every_step, .timeout = 300)
+{
+    char dir[] = "/tmp/minions-trace-XXXXXX", path[1100];
+    cr_assert(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/steps.jsonl", dir);
+    server s;
+    server_start(&s, (const char *[]){"--draft", "ngram", "--step-trace", path, NULL});
+    tconn c;
+    connect_to(s.tcp, &c);
+    json_int_t prompt = 0, completion = 0, drafted = 0;
+    static const char *const lines[] = {
+        "{\"id\":\"a\",\"prompt\":\"one two three four one two three four one two three four\",\"max_tokens\":40}",
+        "{\"id\":\"b\",\"prompt\":\"And God said\",\"max_tokens\":12,\"speculate\":false}",
+    };
+    for (int i = 0; i < 2; i++) {
+        send_line(&c, lines[i]);
+        json_t *o = await(&c, i ? "b" : "a");
+        json_t *usage = json_object_get(o, "usage");
+        prompt += json_integer_value(json_object_get(usage, "prompt_tokens")) - 1; /* the last one is sampled */
+        completion += json_integer_value(json_object_get(usage, "completion_tokens"));
+        drafted += json_integer_value(json_object_get(json_object_get(o, "spec"), "drafted"));
+        json_decref(o);
+    }
+    cr_assert_gt(drafted, 0, "the n-gram drafter proposed nothing on a repeating prompt");
+    tconn_close(&c);
+    server_stop(&s); /* frees the engine: the trace is complete */
+
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "no trace at %s", path);
+    char buf[1024];
+    json_int_t sum_prompt = 0, sum_produced = 0, sum_drafted = 0, n = 0;
+    double last_back = 0;
+    while (fgets(buf, sizeof buf, f)) {
+        json_error_t e;
+        json_t *o = json_loads(buf, 0, &e);
+        cr_assert(o, "trace line %lld is not JSON: %s", (long long)n + 1, e.text);
+        json_int_t step, seqs, tokens, p, d, produced, len;
+        double submit, start, end, back;
+        json_t *round;
+        int measured;
+        cr_assert_eq(json_unpack_ex(o, &e, JSON_STRICT, "{s:I, s:f, s:f, s:f, s:f, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:b}",
+                                    "step", &step, "submit", &submit, "start", &start, "end", &end, "back", &back,
+                                    "round", &round, "seqs", &seqs, "tokens", &tokens, "prompt", &p, "drafted", &d,
+                                    "produced", &produced, "s", &len, "measured", &measured),
+                     0, "trace line %lld: %s", (long long)n + 1, e.text);
+        cr_assert_eq(step, ++n);
+        cr_assert(last_back <= submit && submit <= start && start <= end && end <= back, "step %lld: times out of order",
+                  (long long)step);
+        if (!json_is_null(round)) {
+            double t0 = json_real_value(json_array_get(round, 0)), t1 = json_real_value(json_array_get(round, 1));
+            cr_assert(last_back <= t0 && t0 <= t1 && t1 <= submit, "step %lld: its round is not before it", (long long)step);
+        }
+        json_int_t sampled = tokens - p - d; /* the sequences that reached their newest token */
+        cr_assert(seqs >= 1 && sampled >= 0 && sampled <= seqs, "step %lld: tokens %lld of %lld sequences", (long long)step,
+                  (long long)tokens, (long long)seqs);
+        cr_assert(produced >= sampled && produced <= sampled + d, "step %lld: produced %lld", (long long)step,
+                  (long long)produced);
+        cr_assert(d == 0 || len > 0, "step %lld: drafts at length 0", (long long)step);
+        sum_prompt += p, sum_produced += produced, sum_drafted += d;
+        last_back = back;
+        json_decref(o);
+    }
+    fclose(f);
+    cr_assert_gt(n, 0);
+    cr_assert_eq(sum_prompt, prompt, "prompt tokens: the trace %lld, the requests %lld", (long long)sum_prompt,
+                 (long long)prompt);
+    cr_assert_eq(sum_produced, completion, "produced: the trace %lld, the requests %lld", (long long)sum_produced,
+                 (long long)completion);
+    cr_assert_eq(sum_drafted, drafted, "drafted: the trace %lld, the requests %lld", (long long)sum_drafted,
+                 (long long)drafted);
+    unlink(path);
+    rmdir(dir);
+    refused((const char *[]){"--step-trace", "/nonexistent/steps.jsonl", NULL}, "step trace");
+}

@@ -5,6 +5,7 @@
 
 #include <event2/event.h>
 #include <event2/thread.h>
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -55,6 +56,7 @@ struct mn_engine {
     mn_voter *voter;
     mn_tuner_actor *tuner;
     mn_pubsock *events;
+    FILE *step_trace;            /* --step-trace, lent to the verifier */
     mn_addr addr;                /* the mailboxes and kicks, lent to every actor */
     mn_kick kvmem_kick, verifier_kick;
     mn_client_actor *client;
@@ -282,7 +284,8 @@ static mn_status new_actors(mn_engine *e, uint32_t n_blocks, mn_err *err)
         kc.draft_pools[i] = e->drafts[i].be ? e->drafts[i].be->kv : NULL;
     mn_verifier_config vc = {.be = e->be, .worker = e->worker, .max_batch = cfg->max_batch,
                              .max_held = cfg->max_batch + cfg->max_queue, .spec_enabled = true,
-                             .pipeline = cfg->pipeline, .spec_length = cfg->spec_length, .addr = &e->addr};
+                             .pipeline = cfg->pipeline, .spec_length = cfg->spec_length,
+                             .step_trace = e->step_trace, .addr = &e->addr};
     if ((s = mn_intake_new(&ic, &e->intake, err)) != MN_OK || (s = mn_kvmem_new(&kc, &e->kvmem, err)) != MN_OK ||
         (s = mn_verifier_new(&vc, &e->verifier, err)) != MN_OK ||
         (s = mn_client_actor_new(e->base, &cc, &e->client, err)) != MN_OK ||
@@ -445,6 +448,10 @@ mn_status mn_engine_new(const mn_engine_config *cfg, mn_engine **out, mn_err *er
     bc.pool = e->pool;
     if (cfg->events_addr && (st = mn_pubsock_new(cfg->events_addr, cfg->socket_mode, &e->events, err)) != MN_OK)
         goto fail;
+    if (cfg->step_trace && !(e->step_trace = fopen(cfg->step_trace, "w"))) {
+        st = mn_fail(err, MN_IO, "engine: cannot write the step trace %s: %s", cfg->step_trace, strerror(errno));
+        goto fail;
+    }
     if ((st = mn_backend_new(e->model, &bc, &e->be, err)) != MN_OK || (st = load_drafts(e, &bc, err)) != MN_OK ||
         (st = mn_worker_new("mn-compute", WORKER_JOBS + e->n_drafts, &e->worker, err)) != MN_OK ||
         (e->draft_threads && (st = mn_worker_new("mn-draft", e->n_drafts, &e->draft_worker, err)) != MN_OK) ||
@@ -494,6 +501,8 @@ void mn_engine_free(mn_engine *e)
     mn_worker_free(e->worker); /* joins: no completion can arrive after this */
     mn_worker_free(e->draft_worker);
     mn_verifier_free(e->verifier);
+    if (e->step_trace)
+        fclose(e->step_trace);
     mn_voter_free(e->voter);
     mn_tuner_actor_free(e->tuner);
     mn_kvmem_free(e->kvmem);

@@ -66,6 +66,8 @@ typedef struct mn_engine_config {
     float skip_below;          /* live: spec.skip_below (voter.h) */
     uint32_t ngram_cache;      /* tokens of the n-gram drafter's shared cache (spec/ngram.h); 0: none */
     const char *events_addr;   /* --events: nanomsg PUB address, or NULL */
+    const char *step_trace;    /* --step-trace: the file that gets a line per target step
+                                * (verifier.h), or NULL */
     int tuner_mode;            /* mn_tuner_mode (live: tuner.mode) */
     mn_tuner_params tuner;     /* the length tuner's rule (live: tuner.s_min, ...) */
     bool pipeline;             /* live: pipeline.enabled (verifier.h) */

@@ -6,6 +6,7 @@
  * may be larger by the paused requests of clients not reading. */
 #include "actors/verifier.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <string.h>
 
@@ -26,6 +27,8 @@ typedef struct step_job {
     double *u;              /* [rows] their uniforms: the next ones of the request's sampler */
     uint32_t n;
     double seconds;         /* the job's duration */
+    double t_submit, t_start, t_end; /* handed to the worker; the job ran (the step trace) */
+    double round_t0, round_t1; /* the round whose drafts it verifies: planned, voted (0: none) */
     mn_status st;
     mn_err err;
 } step_job;
@@ -45,6 +48,7 @@ struct mn_verifier {
     uint32_t step_s;        /* the length this step's drafts were made at */
     bool step_measured;     /* every sequence was drafted: the length shaped the step */
     double t_plan;          /* when the last round was planned */
+    double t_voted;         /* when its drafts came back */
     double round_seconds;   /* the last round's drafting time: planned to voted */
     double step_draft_seconds; /* that of the round whose drafts this step verifies */
     uint32_t pool_batch;    /* B: the pool's bound when the last round was planned */
@@ -99,7 +103,7 @@ static void verify(step_job *s, mn_req *r, const float *lg, const int32_t *pk, b
 static void step_run(mn_job *job)
 {
     step_job *s = (step_job *)job;
-    double t0 = mn_now();
+    double t0 = s->t_start = mn_now();
     mn_batch batch = {s->seqs, s->n, s->pick};
     s->st = mn_backend_forward(s->be, &batch, s->logits, &s->err);
     if (s->st != MN_OK)
@@ -114,7 +118,8 @@ static void step_run(mn_job *job)
         if (s->sample[i])
             verify(s, r, lg, pk, s->seqs[i].draw); /* with no draft: plain decoding's one draw */
     }
-    s->seconds = mn_now() - t0;
+    s->t_end = mn_now();
+    s->seconds = s->t_end - t0;
 }
 
 mn_status mn_verifier_new(const mn_verifier_config *cfg, mn_verifier **out, mn_err *err)
@@ -412,6 +417,9 @@ static bool start_step(mn_verifier *v)
     v->step_measured = v->cfg.addr->tuner && (drafted == n || plain);
     v->step_s = plain ? 0 : v->round_s;
     v->step_draft_seconds = plain ? 0 : v->round_seconds;
+    st->round_t0 = drafted ? v->t_plan : 0;
+    st->round_t1 = drafted ? v->t_voted : 0;
+    st->t_submit = mn_now();
     v->stepping = true;
     mn_status rc = mn_worker_submit(v->cfg.worker, &st->job);
     if (rc == MN_OK)
@@ -447,7 +455,8 @@ static void schedule(mn_verifier *v)
 static void voted(mn_verifier *v)
 {
     v->drafting = false;
-    v->round_seconds = mn_now() - v->t_plan;
+    v->t_voted = mn_now();
+    v->round_seconds = v->t_voted - v->t_plan;
     for (uint32_t k = 0; k < v->round.n; k++)
         v->round.reqs[k]->phase = MN_PHASE_DRAFTED;
     schedule(v);
@@ -535,6 +544,13 @@ static void report(mn_verifier *v)
 static void step_done(mn_verifier *v)
 {
     step_job *s = &v->step;
+    double back = mn_now();
+    uint32_t drafted = 0, sampled = 0, tokens = 0; /* the trace's, counted before requests leave */
+    for (uint32_t k = 0; k < s->n; k++) {
+        drafted += s->reqs[k]->spec.n_draft;
+        sampled += s->sample[k];
+        tokens += s->seqs[k].n_tokens;
+    }
     v->stepping = false;
     v->steps++;
     for (uint32_t k = 0; k < s->n; k++)
@@ -564,6 +580,16 @@ static void step_done(mn_verifier *v)
     }
     v->tokens += produced;
     *second_bucket(v) += produced;
+    if (v->cfg.step_trace && s->st == MN_OK) {
+        char round[64] = "null";
+        if (s->round_t0 > 0)
+            snprintf(round, sizeof round, "[%.6f,%.6f]", s->round_t0, s->round_t1);
+        fprintf(v->cfg.step_trace,
+                "{\"step\":%" PRIu64 ",\"submit\":%.6f,\"start\":%.6f,\"end\":%.6f,\"back\":%.6f,\"round\":%s,"
+                "\"seqs\":%u,\"tokens\":%u,\"prompt\":%u,\"drafted\":%u,\"produced\":%u,\"s\":%u,\"measured\":%s}\n",
+                v->steps, s->t_submit, s->t_start, s->t_end, back, round, s->n, tokens, tokens - sampled - drafted,
+                drafted, produced, v->step_s, v->step_measured ? "true" : "false");
+    }
     schedule(v);
 }
 

@@ -38,6 +38,17 @@
  * length, the drafting time of the last round (planned to voted), pass time and tokens produced
  * (MN_MSG_MEASURED).
  *
+ * The step trace (--step-trace): with a file, every step that comes back writes one JSON line to
+ * it, times in seconds of the monotonic clock (mn_now, CLOCK_MONOTONIC):
+ *   {"step":N,"submit":T,"start":T,"end":T,"back":T,"round":[T,T]|null,"seqs":N,"tokens":N,
+ *    "prompt":N,"drafted":N,"produced":N,"s":N,"measured":B}
+ * submit: handed to the worker; start/end: the pass (and acceptance) on the worker; back: the loop
+ * took the result; round: planned and voted, of the round whose drafts the step verifies (null
+ * without drafts); tokens: the pass's (prompt + one per sampled sequence + drafted); produced:
+ * tokens the step gave its requests; s: the length its drafts were made at; measured: reported
+ * to the tuner. The time between a line's back and the next submit is the loop's (streaming,
+ * scheduling, a round). Buffered; complete once the engine is freed.
+ *
  * Messages in: START (mn_req), STEP_DONE (its job), VOTED (its round), KICK, SET, STATS. Out:
  * RELEASE to kvmem (through the voter when there is one), FLUSH to the client actor, DRAFT to the
  * voter, MEASURED to the tuner, the step job to the worker.
@@ -45,6 +56,8 @@
  */
 #ifndef MN_VERIFIER_H
 #define MN_VERIFIER_H
+
+#include <stdio.h>
 
 #include "actors/msg.h"
 #include "actors/request.h"
@@ -59,6 +72,7 @@ typedef struct mn_verifier_config {
     bool spec_enabled;           /* spec.enabled (live): draft when there are drafters (addr->voter) */
     bool pipeline;               /* pipeline.enabled (live): draft one group while verifying another */
     uint32_t spec_length;        /* tokens drafted per verification, 0..16, until the tuner says */
+    FILE *step_trace;            /* borrowed: a line per step (above), or NULL */
     const mn_addr *addr;         /* borrowed */
 } mn_verifier_config;
 

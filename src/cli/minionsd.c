@@ -66,6 +66,8 @@ static void usage(FILE *f)
             "                         the target's (default: with --pipeline a quarter, at least 1; else 0)\n"
             "      --events ADDR      nanomsg PUB socket (ipc://PATH or tcp://127.0.0.1:N) for weight changes,\n"
             "                         tuner decisions and finished requests\n"
+            "      --step-trace FILE  one JSON line per target step into FILE: its times, sequences and\n"
+            "                         tokens (tools/bench-steps.py reads it; docs/server.md)\n"
             "Environment: MINIONS_CPU=avx512|avx2|generic picks the CPU kernels (default: the widest\n"
             "this CPU runs; all give the same bits, docs/runtime.md)\n");
 }
@@ -141,7 +143,8 @@ int main(int argc, char **argv)
         {"pipeline", no_argument, 0, 'P'},        {"draft-threads", required_argument, 0, 'd'},
         {"http", required_argument, 0, 'w'},      {"api-key", required_argument, 0, 'A'},
         {"api-key-file", required_argument, 0, 'F'}, {"http-timeout", required_argument, 0, 'O'},
-        {"ngram-cache", required_argument, 0, 'N'}, {"help", no_argument, 0, 'h'},
+        {"ngram-cache", required_argument, 0, 'N'}, {"step-trace", required_argument, 0, 'R'},
+        {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     for (int c; (c = getopt_long(argc, argv, "m:t:h", opts, NULL)) != -1;) {
@@ -174,6 +177,7 @@ int main(int argc, char **argv)
         case 's': ok = parse_int(optarg, 0, MN_SPEC_MAX_LEN, &v), cfg.spec_length = (uint32_t)v; break;
         case 'W': ok = (cfg.weights_mode = mn_weights_mode_parse(optarg)) >= 0; break;
         case 'e': cfg.events_addr = optarg; break;
+        case 'R': cfg.step_trace = optarg; break;
         case 'P': cfg.pipeline = true; break;
         case 'd': ok = parse_int(optarg, 0, 255, &v), cfg.draft_threads = (int)v; break;
         case 'N':

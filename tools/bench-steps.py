@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""bench-steps.py: where a served run's time goes, step by step, plain decoding beside speculation.
+
+One minionsd per configuration, each writing its step trace (--step-trace: a JSON line per target
+step, src/actors/verifier.h), served in alternating rounds by minions-bench (the order rotates
+every round, one server busy at a time). Each step is assigned to the run it fell in, and for each
+configuration, prompt set and client count the medians over rounds of:
+
+  tok/s        the client's throughput (prefill included)
+  pass %       target passes (and acceptance, on the worker) over the run's span
+  us/pass tok  pass time per token the passes computed (prompt, own and drafted tokens)
+  us/token     pass time per token produced
+  tok/pass     tokens the passes computed per token produced (drafts kept and lost included)
+  prompt %     share of pass time in steps that carry prompt tokens
+  seqs         sequences per step, weighted by pass time (how full the batch ran)
+  hand-off us  per step: handed to the worker -> pass starts, pass ends -> the loop has it
+  loop us      per step: the loop's own time between steps (streaming, scheduling), rounds excluded
+  round us     per step: drafting (planned -> voted)
+
+Configurations: plain (no drafter), ngram (the n-gram drafter, no shared cache: rounds repeat
+their prompts), vote (the three bundled drafts and ngram), each optionally +tuner (adaptive,
+sequence rule); speculating ones at --spec-length.
+
+    tools/bench-steps.py [--configs plain,ngram,ngram+tuner] [--sets kjv,mixed] [--clients 1,16]
+                         [--rounds 4] [--requests1 16] [--requests16 128] [--tokens 64]
+
+Needs build/minionsd and build/minions-bench (MINIONS_BIN_DIR names another folder).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.environ.get("MINIONS_BIN_DIR") or os.path.join(ROOT, "build")
+DRAFTS = {"ngram": ["ngram"], "vote": ["draft-kjv", "draft-web", "draft-devil", "ngram"]}
+COLUMNS = ["tok/s", "pass %", "us/pass tok", "us/token", "tok/pass", "prompt %", "seqs", "hand-off us",
+           "loop us", "round us"]
+
+
+class Server:
+    def __init__(self, config, args, workdir):
+        name, _, tuner = config.partition("+")
+        self.trace = os.path.join(workdir, config + ".jsonl")
+        cmd = [os.path.join(BIN, "minionsd"), "--model", os.path.join(ROOT, "models/target.gguf"), "--port", "0",
+               "--admin", "none", "--threads", str(args.threads), "--max-batch", "16",
+               "--spec-length", str(args.spec_length), "--ngram-cache", "0", "--step-trace", self.trace]
+        if name != "plain":
+            for d in DRAFTS[name]:
+                cmd += ["--draft", d if d == "ngram" else os.path.join(ROOT, "models", d + ".gguf")]
+        if tuner:
+            cmd += ["--tuner", "adaptive,rule=sequence"]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        self.addr = self.proc.stdout.readline().split("tcp ")[1].split()[0]
+
+    def stop(self):
+        """SIGTERM drains and frees the engine, which completes the trace."""
+        self.proc.terminate()
+        self.proc.wait()
+        with open(self.trace) as f:
+            return [json.loads(line) for line in f]
+
+
+def serve(server, prompts, clients, requests, tokens):
+    t0 = time.monotonic()  # the trace's clock (CLOCK_MONOTONIC)
+    out = subprocess.run([os.path.join(BIN, "minions-bench"), "--addr", server.addr, "--clients", str(clients),
+                          "--prompts", prompts, "--requests", str(requests), "--max-tokens", str(tokens)],
+                         capture_output=True, text=True, check=True).stdout
+    return {"t0": t0, "t1": time.monotonic(), "tok_per_s": json.loads(out.strip().splitlines()[-1])["tok_per_s"]}
+
+
+def breakdown(run, steps):
+    """The columns of one run from its steps (those handed to the worker within it)."""
+    st = [s for s in steps if run["t0"] <= s["submit"] <= run["t1"]]
+    if not st:
+        return None
+    pass_s = [s["end"] - s["start"] for s in st]
+    busy, n = sum(pass_s), len(st)
+    rounds = sum(s["round"][1] - s["round"][0] for s in st if s["round"])
+    # between one step's back and the next one's submit: the loop, and the round when there is one
+    between = sum(b["submit"] - a["back"] for a, b in zip(st, st[1:]))
+    produced = sum(s["produced"] for s in st)
+    tokens = sum(s["tokens"] for s in st)
+    return {
+        "tok/s": run["tok_per_s"],
+        "pass %": 100 * busy / (st[-1]["back"] - st[0]["submit"]),
+        "us/pass tok": 1e6 * busy / tokens,
+        "us/token": 1e6 * busy / max(produced, 1),
+        "tok/pass": tokens / max(produced, 1),
+        "prompt %": 100 * sum(p for p, s in zip(pass_s, st) if s["prompt"]) / busy,
+        "seqs": sum(p * s["seqs"] for p, s in zip(pass_s, st)) / busy,
+        "hand-off us": 1e6 * sum(s["start"] - s["submit"] + s["back"] - s["end"] for s in st) / n,
+        "loop us": 1e6 * (between - rounds) / n,
+        "round us": 1e6 * rounds / n,
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--configs", default="plain,ngram,ngram+tuner")
+    ap.add_argument("--sets", default="kjv,mixed")
+    ap.add_argument("--clients", default="1,16")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--requests1", type=int, default=16)
+    ap.add_argument("--requests16", type=int, default=128)
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--spec-length", type=int, default=6)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    configs = args.configs.split(",")
+    clients = [int(c) for c in args.clients.split(",")]
+    workdir = tempfile.mkdtemp(prefix="minions-bench-steps-")
+    servers = {c: Server(c, args, workdir) for c in configs}
+    runs = []  # (config, set, clients, run)
+    try:
+        for r in range(args.rounds):
+            order = configs[r % len(configs):] + configs[:r % len(configs)]
+            for s in args.sets.split(","):
+                prompts = os.path.join(ROOT, "prompts", s + ".jsonl")
+                for c in order:
+                    for k in clients:
+                        run = serve(servers[c], prompts, k, args.requests1 if k == 1 else args.requests16, args.tokens)
+                        runs.append((c, s, k, run))
+            print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
+    finally:
+        traces = {c: srv.stop() for c, srv in servers.items()}
+    rows = {}
+    for c, s, k, run in runs:
+        b = breakdown(run, traces[c])
+        if b:
+            rows.setdefault((s, k, c), []).append(b)
+    lines = [f"minionsd, bundled target, {args.tokens} tokens per request, greedy, {args.threads} threads, "
+             f"spec.length {args.spec_length}; medians of {args.rounds} alternating rounds "
+             f"(`{' '.join(['tools/bench-steps.py'] + sys.argv[1:])}`)", "",
+             "| set | clients | config | " + " | ".join(COLUMNS) + " |", "|---|---:|---|" + "---:|" * len(COLUMNS)]
+    for s in args.sets.split(","):
+        for k in clients:
+            for c in configs:
+                med = {col: statistics.median(b[col] for b in rows.get((s, k, c), [])) for col in COLUMNS}
+                lines.append(f"| {s} | {k} | {c} | " + " | ".join(
+                    f"{med[col]:.2f}" if col in ("tok/pass", "seqs") else f"{med[col]:.0f}" for col in COLUMNS) + " |")
+    print("\n".join(lines))
+    out = os.path.join(BIN, "bench-steps")
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "results.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
