@@ -19,7 +19,8 @@ configuration, prompt set and client count the medians over rounds of:
 
 Configurations: plain (no drafter), ngram (the n-gram drafter, no shared cache: rounds repeat
 their prompts), vote (the three bundled drafts and ngram), each optionally +tuner (adaptive,
-sequence rule); speculating ones at --spec-length.
+sequence rule); speculating ones at --spec-length. CONFIG@DIR runs DIR's minionsd (two builds side
+by side: plain@/tmp/old/build,plain).
 
     tools/bench-steps.py [--configs plain,ngram,ngram+tuner] [--sets kjv,mixed] [--clients 1,16]
                          [--rounds 4] [--requests1 16] [--requests16 128] [--tokens 64]
@@ -44,9 +45,10 @@ COLUMNS = ["tok/s", "pass %", "us/pass tok", "us/token", "tok/pass", "prompt %",
 
 class Server:
     def __init__(self, config, args, workdir):
-        name, _, tuner = config.partition("+")
-        self.trace = os.path.join(workdir, config + ".jsonl")
-        cmd = [os.path.join(BIN, "minionsd"), "--model", os.path.join(ROOT, "models/target.gguf"), "--port", "0",
+        name, _, bindir = config.partition("@")
+        name, _, tuner = name.partition("+")
+        self.trace = os.path.join(workdir, config.replace("/", "_") + ".jsonl")
+        cmd = [os.path.join(bindir or BIN, "minionsd"), "--model", os.path.join(ROOT, "models/target.gguf"), "--port", "0",
                "--admin", "none", "--threads", str(args.threads), "--max-batch", "16",
                "--spec-length", str(args.spec_length), "--ngram-cache", "0", "--step-trace", self.trace]
         if name != "plain":
