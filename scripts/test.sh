@@ -35,8 +35,9 @@ make -s -C build -j"$jobs" check || status=1
 build build-asan --enable-werror --enable-asan
 make -s -C build-asan -j"$jobs" check FIXTURE_DIR="$top/build/tests/data" || status=1
 build build-tsan --enable-werror --enable-tsan
+# (only stress_threads is built of the test programs: the Criterion suites cannot start under TSan)
 make -s -C build-tsan -j"$jobs" check FIXTURE_DIR="$top/build/tests/data" \
-  TESTS="tests/stress_threads" || status=1
+  TESTS="tests/stress_threads" check_PROGRAMS="tests/stress_threads" || status=1
 # The server suites once more against the TSan minionsd: the Criterion runner is the normal build's
 # (it cannot start under TSan), the daemon it starts is TSan's, and a race report makes the daemon
 # exit non-zero, which the suites check at every shutdown. What runs there is what exercises
@@ -48,7 +49,7 @@ make -s -C build-tsan -j"$jobs" check FIXTURE_DIR="$top/build/tests/data" \
 # the code paths of the bundled drafts' tests on a 30x larger target).
 # A hung run is killed after 25 minutes (here each takes 5-10).
 hang="timeout --kill-after=30 1500"
-(cd build && MINIONS_BIN_DIR="$top/build-tsan" MINIONS_SRCDIR="$top" CRITERION_JOBS=2 \
+(cd build && MINIONS_BIN_DIR="$top/build-tsan" MINIONS_SANITIZED_DAEMON=1 MINIONS_SRCDIR="$top" CRITERION_JOBS=2 \
   $hang ./tests/test_server --filter 'server/!(bad_input*|line_too_long*|socket_paths*|admin_fuzz*|stop_strings*|drain_timeout*|a_second_signal*|admin_drain*|sighup*|paused*)' \
   >"$top/build-tsan/tests/test_server.log" 2>&1) || status=1
 (cd build && MINIONS_BIN_DIR="$top/build-tsan" MINIONS_SRCDIR="$top" MINIONS_TEST_DATA="$top/build/tests/data" \
