@@ -47,7 +47,7 @@ make -s -C build-tsan -j"$jobs" check FIXTURE_DIR="$top/build/tests/data" \
 # length tuner (loop-only, no thread of its own) run in the other two builds, the SmolLM2 drafts'
 # test in the normal build only (CI time: TSan runs the daemon ~10x slower; the SmolLM2 test runs
 # the code paths of the bundled drafts' tests on a 30x larger target).
-# A hung run is killed after 25 minutes (here each takes 5-10).
+# A hung run is killed after 25 minutes (here each takes 2-5).
 hang="timeout --kill-after=30 1500"
 (cd build && MINIONS_BIN_DIR="$top/build-tsan" MINIONS_SANITIZED_DAEMON=1 MINIONS_SRCDIR="$top" CRITERION_JOBS=2 \
   $hang ./tests/test_server --filter 'server/!(bad_input*|line_too_long*|socket_paths*|admin_fuzz*|stop_strings*|drain_timeout*|a_second_signal*|admin_drain*|sighup*|paused*)' \
