@@ -48,7 +48,6 @@ struct mn_verifier {
     uint32_t step_s;        /* the length this step's drafts were made at */
     bool step_measured;     /* every sequence was drafted: the length shaped the step */
     double t_plan;          /* when the last round was planned */
-    double t_voted;         /* when its drafts came back */
     double round_seconds;   /* the last round's drafting time: planned to voted */
     double step_draft_seconds; /* that of the round whose drafts this step verifies */
     uint32_t pool_batch;    /* B: the pool's bound when the last round was planned */
@@ -418,7 +417,7 @@ static bool start_step(mn_verifier *v)
     v->step_s = plain ? 0 : v->round_s;
     v->step_draft_seconds = plain ? 0 : v->round_seconds;
     st->round_t0 = drafted ? v->t_plan : 0;
-    st->round_t1 = drafted ? v->t_voted : 0;
+    st->round_t1 = drafted ? v->t_plan + v->round_seconds : 0;
     st->t_submit = mn_now();
     v->stepping = true;
     mn_status rc = mn_worker_submit(v->cfg.worker, &st->job);
@@ -455,8 +454,7 @@ static void schedule(mn_verifier *v)
 static void voted(mn_verifier *v)
 {
     v->drafting = false;
-    v->t_voted = mn_now();
-    v->round_seconds = v->t_voted - v->t_plan;
+    v->round_seconds = mn_now() - v->t_plan;
     for (uint32_t k = 0; k < v->round.n; k++)
         v->round.reqs[k]->phase = MN_PHASE_DRAFTED;
     schedule(v);
