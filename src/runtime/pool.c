@@ -15,10 +15,11 @@
 #endif
 
 /* Waiting (a worker for the next run, the caller for the workers): PAUSE_ROUNDS of pause loops
- * (~100 us: the gaps inside a pass), then sched_yield until SPIN_ROUNDS (~1 ms), then a worker
- * sleeps. The yields cost nothing on idle cores, but where the pool shares its cores with other
- * work, the thread waited for may be queued behind the waiter on the same core: spinning there held
- * the core for a whole time slice per run (a served pass 80x slower beside two busy processes). */
+ * (50-80 us here: the gaps inside a pass), then sched_yield until SPIN_ROUNDS, then a worker
+ * sleeps. A yield is a system call (0.65 us here), so a worker yields for ~12 ms before it sleeps.
+ * The yields cost nothing on idle cores, but where the pool shares its cores with other work, the
+ * thread waited for may be queued behind the waiter on the same core, and spinning there could
+ * hold the core for a time slice per run (docs/runtime.md, "Sharing the cores"). */
 #define PAUSE_ROUNDS 2000
 #define SPIN_ROUNDS 20000
 
