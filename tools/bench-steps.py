@@ -20,10 +20,11 @@ configuration, prompt set and client count the medians over rounds of:
 Configurations: plain (no drafter), ngram (the n-gram drafter, no shared cache: rounds repeat
 their prompts), vote (the three bundled drafts and ngram), each optionally +tuner (adaptive,
 sequence rule); speculating ones at --spec-length. CONFIG@DIR runs DIR's minionsd (two builds side
-by side: plain@/tmp/old/build,plain).
+by side: plain@/tmp/old/build,plain). --busy N keeps N busy-looping processes running beside the
+servers for the whole run: the engine on cores it shares with other work.
 
     tools/bench-steps.py [--configs plain,ngram,ngram+tuner] [--sets kjv,mixed] [--clients 1,16]
-                         [--rounds 4] [--requests1 16] [--requests16 128] [--tokens 64]
+                         [--rounds 4] [--requests1 16] [--requests16 128] [--tokens 64] [--busy 0]
 
 Needs build/minionsd and build/minions-bench (MINIONS_BIN_DIR names another folder).
 """
@@ -112,11 +113,13 @@ def main():
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--spec-length", type=int, default=6)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--busy", type=int, default=0, help="busy-looping processes beside the servers")
     args = ap.parse_args()
     configs = args.configs.split(",")
     clients = [int(c) for c in args.clients.split(",")]
     workdir = tempfile.mkdtemp(prefix="minions-bench-steps-")
     servers = {c: Server(c, args, workdir) for c in configs}
+    busy = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(args.busy)]
     runs = []  # (config, set, clients, run)
     try:
         for r in range(args.rounds):
@@ -129,6 +132,8 @@ def main():
                         runs.append((c, s, k, run))
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
     finally:
+        for b in busy:
+            b.kill()
         traces = {c: srv.stop() for c, srv in servers.items()}
     rows = {}
     for c, s, k, run in runs:
@@ -136,7 +141,7 @@ def main():
         if b:
             rows.setdefault((s, k, c), []).append(b)
     lines = [f"minionsd, bundled target, {args.tokens} tokens per request, greedy, {args.threads} threads, "
-             f"spec.length {args.spec_length}; medians of {args.rounds} alternating rounds "
+             f"spec.length {args.spec_length}, {args.busy} busy processes beside; medians of {args.rounds} alternating rounds "
              f"(`{' '.join(['tools/bench-steps.py'] + sys.argv[1:])}`)", "",
              "| set | clients | config | " + " | ".join(COLUMNS) + " |", "|---|---:|---|" + "---:|" * len(COLUMNS)]
     for s in args.sets.split(","):

@@ -1,9 +1,10 @@
-/* pool.c - fork-join compute pool: a generation counter announces work, a pending counter joins. */
+/* pool.c - fork-join compute pool: a run's calls are claimed from one atomic word, a counter joins. */
 #include "runtime/pool.h"
 
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 
 #include "util/alloc.h"
 
@@ -14,12 +15,13 @@
 #define CPU_RELAX() ((void)0)
 #endif
 
-/* Waiting (a worker for the next run, the caller for the workers): PAUSE_ROUNDS of pause loops
- * (50-80 us here: the gaps inside a pass), then sched_yield until SPIN_ROUNDS, then a worker
+/* Waiting (a worker for the next run, the caller for calls under way): PAUSE_ROUNDS of pause
+ * loops (50-80 us here: the gaps inside a pass), then sched_yield until SPIN_ROUNDS, then a worker
  * sleeps. A yield is a system call (0.65 us here), so a worker yields for ~12 ms before it sleeps.
- * The yields cost nothing on idle cores, but where the pool shares its cores with other work, the
- * thread waited for may be queued behind the waiter on the same core, and spinning there could
- * hold the core for a time slice per run (docs/runtime.md, "Sharing the cores"). */
+ * The yields cost nothing on idle cores; where the pool shares its cores with other work, the
+ * thread waited for may be queued behind the waiter on the same core. Claiming (below) keeps the
+ * caller from waiting for a worker that has not started; these yields are for one that has
+ * (docs/runtime.md, "Sharing the cores"). */
 #define PAUSE_ROUNDS 2000
 #define SPIN_ROUNDS 20000
 
@@ -38,53 +40,80 @@ typedef struct worker {
     pthread_t th;
 } worker;
 
+/* A run's calls are claimed, not assigned: `work` holds the run's number (high half) and the next
+ * index to hand out (low half), and whichever thread is on a core takes the next one. So a worker
+ * that is asleep, or queued behind other processes on a shared core, is simply not waited for:
+ * the caller runs the indices nobody took, and the join waits only for calls already under way. */
 struct mn_pool {
-    int n;                      /* threads, the caller included */
+    int n;                      /* calls per run: the pool's threads, the caller included */
     worker *workers;            /* [n - 1] */
     int started;                /* workers actually created */
-    atomic_uint gen;            /* bumped for every run and for stop */
-    atomic_int pending;         /* workers still inside the current run */
+    uint32_t run;               /* the caller's count of runs */
+    _Atomic uint64_t work;      /* run << 32 | next index to claim; a new run is announced here */
+    atomic_int done;            /* calls of the current run that have returned */
     atomic_int stop;
     atomic_int sleepers;        /* workers blocked (or about to block) on cv */
-    mn_pool_fn fn;              /* published before gen is bumped */
+    mn_pool_fn fn;              /* published before work moves to the run */
     void *ctx;
     pthread_mutex_t mu;
     pthread_cond_t cv;
 };
 
+static uint32_t run_of(uint64_t w) { return (uint32_t)(w >> 32); }
+
+/* The next index of run `run`, or -1 when all are taken or that run is over. */
+static int claim(mn_pool *p, uint32_t run)
+{
+    uint64_t w = atomic_load_explicit(&p->work, memory_order_acquire);
+    while (run_of(w) == run && (uint32_t)w < (uint32_t)p->n)
+        if (atomic_compare_exchange_weak_explicit(&p->work, &w, w + 1, memory_order_acq_rel, memory_order_acquire))
+            return (int)(uint32_t)w;
+    return -1;
+}
+
+/* Call fn for every index of `run` this thread can still claim. A claim keeps the run from ending
+ * (the caller waits for every index to be done), so fn and ctx are still the run's when read. */
+static void take_calls(mn_pool *p, uint32_t run)
+{
+    for (int i; (i = claim(p, run)) >= 0;) {
+        p->fn(p->ctx, i, p->n);
+        atomic_fetch_add_explicit(&p->done, 1, memory_order_acq_rel);
+    }
+}
+
 static void *worker_main(void *arg)
 {
     worker *w = arg;
     mn_pool *p = w->pool;
-    unsigned seen = 0;
+    uint32_t seen = 0;
     for (;;) {
-        unsigned g;
+        uint32_t r;
         int spins = 0;
-        while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen && spins < SPIN_ROUNDS)
+        while ((r = run_of(atomic_load_explicit(&p->work, memory_order_acquire))) == seen && spins < SPIN_ROUNDS)
             wait_round(spins++);
-        if (g == seen) {
-            /* Announce increments gen and then reads sleepers; we increment sleepers and then read
-             * gen (both sequentially consistent), so one of us sees the other: no lost wakeup. */
+        if (r == seen) {
+            /* Announce stores work and then reads sleepers; we increment sleepers and then read
+             * work (all sequentially consistent), so one of us sees the other: no lost wakeup. */
             pthread_mutex_lock(&p->mu);
             atomic_fetch_add(&p->sleepers, 1);
-            while ((g = atomic_load(&p->gen)) == seen)
+            while ((r = run_of(atomic_load(&p->work))) == seen)
                 pthread_cond_wait(&p->cv, &p->mu);
             atomic_fetch_sub(&p->sleepers, 1);
             pthread_mutex_unlock(&p->mu);
         }
-        seen = g;
+        seen = r;
         if (atomic_load_explicit(&p->stop, memory_order_acquire))
             return NULL;
-        p->fn(p->ctx, w->ith, p->n);
-        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel);
+        take_calls(p, r);
     }
 }
 
-/* Start a run (or the stop): spinning workers see gen move; sleeping ones need the condition
- * variable, and only then do we pay for the mutex and the broadcast. */
-static void announce(mn_pool *p)
+/* Start run `run` with `first` as its next index (n for the stop, which has nothing to claim):
+ * spinning workers see work move; sleeping ones need the condition variable, and only then do we
+ * pay for the mutex and the broadcast. */
+static void announce(mn_pool *p, uint32_t run, uint32_t first)
 {
-    atomic_fetch_add(&p->gen, 1);
+    atomic_store(&p->work, (uint64_t)run << 32 | first);
     if (atomic_load(&p->sleepers) > 0) {
         pthread_mutex_lock(&p->mu);
         pthread_cond_broadcast(&p->cv);
@@ -123,7 +152,7 @@ void mn_pool_free(mn_pool *p)
     if (!p)
         return;
     atomic_store(&p->stop, 1);
-    announce(p);
+    announce(p, ++p->run, (uint32_t)p->n);
     for (int i = 0; i < p->started; i++)
         pthread_join(p->workers[i].th, NULL);
     pthread_mutex_destroy(&p->mu);
@@ -142,10 +171,10 @@ void mn_pool_run(mn_pool *p, mn_pool_fn fn, void *ctx)
     }
     p->fn = fn;
     p->ctx = ctx;
-    atomic_store_explicit(&p->pending, p->n - 1, memory_order_release);
-    announce(p);
-    fn(ctx, 0, p->n);
-    for (int round = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; round++)
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed); /* published by announce's store */
+    announce(p, ++p->run, 0);
+    take_calls(p, p->run);
+    for (int round = 0; atomic_load_explicit(&p->done, memory_order_acquire) < p->n; round++)
         wait_round(round);
 }
 

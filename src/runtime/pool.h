@@ -1,11 +1,15 @@
 /* pool.h - a fork-join pool of compute threads for the CPU backend.
  *
- * mn_pool_run(p, fn, ctx) calls fn(ctx, i, n) once for every i in [0, n) where n is the pool size;
- * the calling thread runs i = 0, the workers the rest; it returns when all calls have returned.
- * Workers spin briefly between runs (a decode step issues a few dozen runs) and then sleep on a
- * condition variable, so an idle pool costs no CPU; past ~100 us a waiting thread (a worker, or the
- * caller joining them) yields its core at every round instead of pausing, so a pool that shares its
- * cores with other work does not hold a core the thread it waits for needs.
+ * mn_pool_run(p, fn, ctx) calls fn(ctx, i, n) once for every i in [0, n) where n is the pool size,
+ * and returns when all calls have returned. The calls are claimed, not assigned: the caller and
+ * the workers each take the next unclaimed i until none is left, so which thread runs which i
+ * varies (fn may index per-i scratch, never per-thread state), and a worker that is not on a core
+ * when a run starts (asleep, or queued behind other processes) leaves its share to the threads
+ * that are. Workers spin briefly between runs (a decode step issues a few dozen runs) and then
+ * sleep on a condition variable, so an idle pool costs no CPU; past ~100 us a waiting thread (a
+ * worker, or the caller joining calls under way) yields its core at every round instead of
+ * pausing, so a pool that shares its cores with other work does not hold a core the thread it
+ * waits for needs.
  *
  * Thread: one thread at a time may call mn_pool_run (the backend's owner). fn must not call
  * mn_pool_run. Errors: mn_pool_new fails with MN_NOMEM / MN_ERROR (thread creation).
