@@ -36,7 +36,6 @@ static void wait_round(int round)
 
 typedef struct worker {
     mn_pool *pool;
-    int ith;
     pthread_t th;
 } worker;
 
@@ -136,7 +135,6 @@ mn_status mn_pool_new(int n_threads, mn_pool **out, mn_err *err)
     for (int i = 1; i < n_threads; i++) {
         worker *w = &p->workers[i - 1];
         w->pool = p;
-        w->ith = i;
         if (pthread_create(&w->th, NULL, worker_main, w) != 0) {
             mn_pool_free(p);
             return mn_fail(err, MN_ERROR, "pool: cannot start compute thread %d", i);
