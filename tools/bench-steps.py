@@ -19,7 +19,8 @@ configuration, prompt set and client count the medians over rounds of:
 
 Configurations: plain (no drafter), ngram (the n-gram drafter, no shared cache: rounds repeat
 their prompts), vote (the three bundled drafts and ngram), each optionally +tuner (adaptive,
-sequence rule); speculating ones at --spec-length. CONFIG@DIR runs DIR's minionsd (two builds side
+sequence rule) and +pipe (--pipeline, the drafts on --pipe-threads compute threads of their own
+beside the target's --threads); speculating ones at --spec-length. CONFIG@DIR runs DIR's minionsd (two builds side
 by side: plain@/tmp/old/build,plain). --busy N keeps N busy-looping processes running beside the
 servers for the whole run: the engine on cores it shares with other work.
 
@@ -47,16 +48,20 @@ COLUMNS = ["tok/s", "pass %", "us/pass tok", "us/token", "tok/pass", "prompt %",
 class Server:
     def __init__(self, config, args, workdir):
         name, _, bindir = config.partition("@")
-        name, _, tuner = name.partition("+")
+        name, *options = name.split("+")
         self.trace = os.path.join(workdir, config.replace("/", "_") + ".jsonl")
+        pipe = "pipe" in options
+        threads = args.threads + (args.pipe_threads if pipe else 0)
         cmd = [os.path.join(bindir or BIN, "minionsd"), "--model", os.path.join(ROOT, "models/target.gguf"), "--port", "0",
-               "--admin", "none", "--threads", str(args.threads), "--max-batch", "16",
+               "--admin", "none", "--threads", str(threads), "--max-batch", "16",
                "--spec-length", str(args.spec_length), "--ngram-cache", "0", "--step-trace", self.trace]
         if name != "plain":
             for d in DRAFTS[name]:
                 cmd += ["--draft", d if d == "ngram" else os.path.join(ROOT, "models", d + ".gguf")]
-        if tuner:
+        if "tuner" in options:
             cmd += ["--tuner", "adaptive,rule=sequence"]
+        if pipe:
+            cmd += ["--pipeline", "--draft-threads", str(args.pipe_threads)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         self.addr = self.proc.stdout.readline().split("tcp ")[1].split()[0]
 
@@ -114,6 +119,7 @@ def main():
     ap.add_argument("--spec-length", type=int, default=6)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--busy", type=int, default=0, help="busy-looping processes beside the servers")
+    ap.add_argument("--pipe-threads", type=int, default=1, help="the drafts' own compute threads in +pipe configs")
     args = ap.parse_args()
     configs = args.configs.split(",")
     clients = [int(c) for c in args.clients.split(",")]
