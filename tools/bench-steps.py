@@ -20,12 +20,14 @@ configuration, prompt set and client count the medians over rounds of:
 Configurations: plain (no drafter), ngram (the n-gram drafter, no shared cache: rounds repeat
 their prompts), vote (the three bundled drafts and ngram), each optionally +tuner (adaptive,
 sequence rule) and +pipe (--pipeline, the drafts on --pipe-threads compute threads of their own
-beside the target's --threads); speculating ones at --spec-length. CONFIG@DIR runs DIR's minionsd (two builds side
-by side: plain@/tmp/old/build,plain). --busy N keeps N busy-looping processes running beside the
-servers for the whole run: the engine on cores it shares with other work.
+beside the target's --threads: vote+tuner+pipe); speculating ones at --spec-length. CONFIG@DIR
+runs DIR's minionsd (two builds side by side: plain@/tmp/old/build,plain). --busy N keeps N
+busy-looping processes running beside the servers for the whole run: the engine on cores it
+shares with other work.
 
     tools/bench-steps.py [--configs plain,ngram,ngram+tuner] [--sets kjv,mixed] [--clients 1,16]
-                         [--rounds 4] [--requests1 16] [--requests16 128] [--tokens 64] [--busy 0]
+                         [--rounds 4] [--requests1 16] [--requests16 128] [--tokens 64]
+                         [--busy 0] [--pipe-threads 1]
 
 Needs build/minionsd and build/minions-bench (MINIONS_BIN_DIR names another folder).
 """
