@@ -666,6 +666,7 @@ static void avx2_quantize_q8(const float *x, size_t n, mn_q8 *out)
     const __m256i hi = _mm256_set1_epi32(32767), lo = _mm256_set1_epi32(-32767);
     for (size_t b = 0; b < nb; b++) {
         __m256 v[4], m = _mm256_setzero_ps();
+#pragma GCC unroll 4 /* else v[] and q[] live on the stack (see the attention kernels' note) */
         for (int i = 0; i < 4; i++) {
             v[i] = _mm256_loadu_ps(x + b * 32 + 8 * i);
             m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[i]));
@@ -675,6 +676,7 @@ static void avx2_quantize_q8(const float *x, size_t n, mn_q8 *out)
         h = _mm_max_ss(h, _mm_movehdup_ps(h));
         const float d = _mm_cvtss_f32(h) / 32767.0f, id = d >= FLT_MIN ? 1.0f / d : 0.0f;
         __m256i q[4], sum = _mm256_setzero_si256();
+#pragma GCC unroll 4
         for (int i = 0; i < 4; i++) {
             q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(id)));
             q[i] = _mm256_max_epi32(_mm256_min_epi32(q[i], hi), lo);
