@@ -239,9 +239,8 @@ Test(gpu_twin, matches_cpu_bundled_target) { check_model(source_file("models/tar
  * take ~10 s over 135M parameters, several times that under ASan). */
 Test(gpu_twin, matches_cpu_smollm2_q4_1)
 {
-#ifdef __SANITIZE_ADDRESS__
-    cr_skip_test("normal build only");
-#endif
+    if (SANITIZED)
+        cr_skip_test("normal build only");
     const char *path = smollm2_path();
     if (!path)
         cr_skip_test("SmolLM2 not fetched (tools/fetch-smollm2.sh)");

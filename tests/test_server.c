@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "serverutil.h"
+#include "testutil.h"
 
 extern char **environ;
 
@@ -435,11 +436,7 @@ static void await_draining(server *s)
  * beside the other tests. */
 static int long_request_tokens(void)
 {
-#ifdef __SANITIZE_ADDRESS__
-    return 300;
-#else
-    return getenv("MINIONS_SANITIZED_DAEMON") ? 300 : 900;
-#endif
+    return SANITIZED || getenv("MINIONS_SANITIZED_DAEMON") ? 300 : 900;
 }
 
 /* drain: running requests finish, new ones are refused, the daemon exits 0. by_signal: the signal

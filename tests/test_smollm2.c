@@ -11,12 +11,6 @@
 #include "model/sampler.h"
 #include "testutil.h"
 
-#ifdef __SANITIZE_ADDRESS__
-#define SANITIZED 1
-#else
-#define SANITIZED 0
-#endif
-
 /* Teacher-force the held-out tokens through the model at path and hold its top-1 against the
  * reference top-2 file: the bar above. */
 static void check_top1(const char *path, const char *top2, const char *label)

@@ -36,13 +36,8 @@ static const char *model_file(const char *name)
     return p;
 }
 
-/* Under ASan the two heaviest tests are left to the normal build (CI time): they add no code path
- * that the other tests do not run under ASan too. */
-#ifdef __SANITIZE_ADDRESS__
-#define SANITIZED 1
-#else
-#define SANITIZED 0
-#endif
+/* Under ASan (SANITIZED) the two heaviest tests are left to the normal build (CI time): they add no
+ * code path that the other tests do not run under ASan too. */
 
 static const char *const drafter_names[] = {"draft-kjv", "draft-web", "draft-devil", "ngram"};
 

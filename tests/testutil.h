@@ -13,6 +13,14 @@
 #include "model/model.h"
 #include "runtime/registry.h"
 
+/* 1 in the ASan build, whose runner and the daemons it starts are sanitized (tens of times slower):
+ * tests that add time there and no code path go to the normal build only. */
+#ifdef __SANITIZE_ADDRESS__
+#define SANITIZED 1
+#else
+#define SANITIZED 0
+#endif
+
 /* dir/name in one of 8 rotating buffers, dir from the environment variable env or dflt. */
 static inline const char *path_in(const char *env, const char *dflt, const char *name)
 {
