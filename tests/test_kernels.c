@@ -67,6 +67,34 @@ Test(kernels, the_library_lists_its_kernel_sets)
     cr_assert_eq(mn_cpu_kernels_usable("sparc"), 0);
 }
 
+static void check_matmul_at(const mn_weight *w, int T, const char *gguf, const char *tensor_kind, size_t wi)
+{
+    float *x = malloc((size_t)T * w->cols * sizeof(float));
+    float *y = malloc((size_t)T * w->rows * sizeof(float)), *r = malloc((size_t)T * w->rows * sizeof(float));
+    for (size_t i = 0; i < (size_t)T * w->cols; i++)
+        x[i] = sinf((float)i * 0.37f) * 2.0f;
+    mn_matmul_ref(w, x, w->cols, r, w->rows, T, 0, w->rows);
+    for (size_t ks = 0; ks < n_sets(); ks++)
+        for (uint32_t cut = 0; cut < 6 && use_set(ks); cut++) {
+            uint32_t ob = 1 + cut, oe = w->rows - 2;
+            memset(y, 0xff, (size_t)T * w->rows * sizeof(float)); /* NaN: an output left unwritten fails */
+            mn_matmul(w, x, w->cols, y, w->rows, T, ob, oe);
+            for (int t = 0; t < T; t++) {
+                const float *yt = y + (size_t)t * w->rows, *rt = r + (size_t)t * w->rows;
+                cr_assert(memcmp(yt + ob, rt + ob, (oe - ob) * sizeof(float)) == 0,
+                          "%s: %s %s weight %zu T=%d outputs [%u, %u) differ in row %d", kernel_sets[ks], gguf,
+                          tensor_kind, wi, T, ob, oe, t);
+                uint32_t nan;
+                memcpy(&nan, yt + oe, sizeof nan);
+                cr_assert(nan == 0xffffffffu, "%s: %s weight %zu T=%d wrote output %u past its range",
+                          kernel_sets[ks], gguf, wi, T, oe);
+            }
+        }
+    free(x);
+    free(y);
+    free(r);
+}
+
 static void check_matmul(const char *gguf, const char *tensor_kind)
 {
     mn_model *m = load_model(gguf);
@@ -74,28 +102,16 @@ static void check_matmul(const char *gguf, const char *tensor_kind)
     for (size_t wi = 0; wi < 3; wi++) {
         const mn_weight *w = ws[wi];
         /* every tile shape and remainder: T = 1 (1 x 4 over quarters), 3 (3 x 3 over thirds), even
-         * (2 x 6 over sixths), odd (1 x 6 + 2 x 6), past 8, and 32, 33, 38, 71 (prefill's lane
-         * panels: rows 32 at a time, the rest in tiles of 4, 3 + 3, 3 and 1); output
-         * ranges of every width mod 6 (so mod 4 and 3 too) leave every remainder, which goes one
-         * output at a time */
-        for (int T = 1; T <= 71; T = T == 17 ? 32 : T == 33 ? 38 : T == 38 ? 71 : T + 1) {
-            float *x = malloc((size_t)T * w->cols * sizeof(float));
-            float *y = calloc((size_t)T * w->rows, sizeof(float)), *r = calloc((size_t)T * w->rows, sizeof(float));
-            for (size_t i = 0; i < (size_t)T * w->cols; i++)
-                x[i] = sinf((float)i * 0.37f) * 2.0f;
-            for (size_t ks = 0; ks < n_sets(); ks++)
-                for (uint32_t cut = 0; cut < 6 && use_set(ks); cut++) {
-                    uint32_t ob = 1 + cut, oe = w->rows - 2;
-                    mn_matmul(w, x, w->cols, y, w->rows, T, ob, oe);
-                    mn_matmul_ref(w, x, w->cols, r, w->rows, T, ob, oe);
-                    cr_assert(memcmp(y, r, (size_t)T * w->rows * sizeof(float)) == 0,
-                              "%s: %s %s weight %zu T=%d outputs [%u, %u) differ", kernel_sets[ks], gguf,
-                              tensor_kind, wi, T, ob, oe);
-                }
-            free(x);
-            free(y);
-            free(r);
-        }
+         * (2 x 6 over sixths), odd (1 x 6 + 2 x 6), past 8, and 32, 33, 38, 71; output ranges of
+         * every width mod 6 (so mod 4 and 3 too) leave every remainder, which goes one output at
+         * a time */
+        for (int T = 1; T <= 71; T = T == 17 ? 32 : T == 33 ? 38 : T == 38 ? 71 : T + 1)
+            check_matmul_at(w, T, gguf, tensor_kind, wi);
+        /* F32 passes whose activations reach the lane panels' size (kernels_x86.h's lane_pass: 64 Ki
+         * floats): rows 32 at a time, the last 5, 6 or 7 in tiles of 4 + 1, 3 + 3 and 4 + 3 */
+        int lanes = (int)((64 * 1024 + w->cols - 1) / w->cols + 31) / 32 * 32;
+        for (int extra = 5; w->type == MN_F32 && extra <= 7; extra++)
+            check_matmul_at(w, lanes + extra, gguf, tensor_kind, wi);
     }
     mn_model_free(m);
 }

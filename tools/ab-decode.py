@@ -2,14 +2,15 @@
 """ab-decode.py: two or more builds of minions-bench-decode side by side, in alternating rounds.
 
     tools/ab-decode.py --rounds 10 --models a.gguf,b.gguf old=/tmp/old/minions-bench-decode new=build/minions-bench-decode
-    tools/ab-decode.py --verify-curve --rounds 8 --models models/target.gguf old=... new=...
+    tools/ab-decode.py --verify-curve --rounds 8 --batches 1,4,16 --models models/target.gguf old=... new=...
     tools/ab-decode.py --prefill 128 --rounds 6 --models models/target.gguf old=... new=...
 
 Each round runs every build on every model (the order of the builds reversed every other round, so
 drift on a shared machine hits them alike). Default: decode tok/s of --batches sequences (16-token
 prompts, 48 tokens), printed as each build's median and its median ratio to the first build,
 round by round. With --verify-curve: the median time of a pass of k = 1..8 new tokens after 64
-tokens (minions-bench-decode --verify-curve --rounds 6 per run). With --prefill N: prefill tok/s of
+tokens for each of --batches' sequence counts (minions-bench-decode --verify-curve --rounds 6 per
+run), and its median ratio to the first build's. With --prefill N: prefill tok/s of
 an N-token prompt, the median of the three timed passes of each run (--repeat 3, after the
 warm-up). This is how the kernel commits of 2026-11-26 compared their builds (the earlier one
 built in a git worktree).
@@ -23,9 +24,9 @@ import subprocess
 def run(binary, model, args):
     cmd = [binary, "--model", model, "--threads", str(args.threads)]
     if args.verify_curve:
-        out = subprocess.run(cmd + ["--verify-curve", "--batches", "1", "--rounds", "6", "--ctx-tokens", "64"],
+        out = subprocess.run(cmd + ["--verify-curve", "--batches", args.batches, "--rounds", "6", "--ctx-tokens", "64"],
                              capture_output=True, text=True, check=True).stdout
-        return {int(k): float(t) for k, t in re.findall(r"k (\d)\s+([\d.]+) us", out)}
+        return {(int(s), int(k)): float(t) for s, k, t in re.findall(r"seqs\s+(\d+) k (\d)\s+([\d.]+) us", out)}
     if args.prefill:
         out = subprocess.run(cmd + ["--prompt-tokens", str(args.prefill), "--gen-tokens", "1", "--batches", "1",
                                     "--repeat", "3"], capture_output=True, text=True, check=True).stdout
@@ -41,7 +42,8 @@ def main():
     ap.add_argument("--models", required=True, help="comma-separated GGUF files")
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--batches", type=int, default=1, help="sequences decoding together")
+    ap.add_argument("--batches", default="1",
+                    help="sequences decoding together (with --verify-curve, a comma-separated list)")
     ap.add_argument("--verify-curve", action="store_true")
     ap.add_argument("--prefill", type=int, default=0, help="prefill tok/s of an N-token prompt instead")
     args = ap.parse_args()
@@ -58,7 +60,12 @@ def main():
         for name, _ in builds:
             v = res[(m, name)]
             if args.verify_curve:
-                print(f"  {name}: " + " ".join(f"k{k} {statistics.median(x[k] for x in v):.0f} us" for k in range(1, 9)))
+                for seqs in sorted({s for s, _ in v[0]}):
+                    keys = [(seqs, k) for k in range(1, 9)]
+                    print(f"  {name} seqs {seqs}: " + " ".join(
+                        f"k{k} {statistics.median(x[(seqs, k)] for x in v):.0f} us "
+                        f"({statistics.median(x[(seqs, k)] / y[(seqs, k)] for x, y in zip(v, res[(m, base)])):.2f}x)"
+                        for seqs, k in keys))
             else:
                 ratio = statistics.median(a / b for a, b in zip(v, res[(m, base)]))
                 print(f"  {name}: {statistics.median(v):.1f} tok/s ({ratio:.3f}x {base})")

@@ -135,8 +135,9 @@ ALWAYS_INLINE void tile(uint32_t type, const mn_weight *W, const float *x, size_
         }
 }
 
-/* Prefill (T >= PANEL_MIN_T): lane panels. A block of LANE_ROWS = 24 weight rows (three groups of
- * 8) is converted to F32 once into a panel in lane order: for group m, output o, column k = 8j + l,
+/* Long F32 passes (lane_pass in kernels_x86.h): lane panels. A block of LANE_ROWS = 24 weight rows
+ * (three groups of 8) is put once into a panel in lane order: for group m, output o, column
+ * k = 8j + l,
  *   panel[m][l][j][o] = w[8m + o][k]     then the tail columns: panel[m][8 * n_chunks + k'][o]
  * so that lane l's run is, for 8 outputs side by side, the chain of accumulator lane l of the
  * reduction order, in column order. A tile then multiplies one activation (a broadcast) by 8
@@ -144,15 +145,22 @@ ALWAYS_INLINE void tile(uint32_t type, const mn_weight *W, const float *x, size_
  * independent chains: running them one after another changes no chain's order), adds the eight
  * lanes' results vertically as hsum does, 8 outputs at once, and fuses the tail columns on in
  * order: the same bits as the row-major tiles below, with no horizontal sums and one broadcast
- * serving three weight vectors. The values are load_chunk's, so F16 and quantized weights give
- * what their row-major tiles give too. Against the previous prefill panels (six rows in chunk
- * order, 2 x 6 tiles with horizontal sums), 128-token prefill 1.15-1.19x faster (docs/runtime.md).
- * Rows of more than LANE_MAX_COLS columns, and the outputs of a thread's range past its last whole
- * block of 24, take the row-major tiles. PANEL_MIN_T (32) was measured for those earlier panels
- * (packing cost more than it saved at 16 rows: F32 decode of 16 sequences 180-290 -> 175-196
- * tok/s) and kept. */
+ * serving three weight vectors, and the pass's rows taken 32 at a time. Against the previous
+ * prefill panels (six rows in chunk order, 2 x 6 tiles with horizontal sums), 128-token prefill
+ * 1.15-1.19x faster (docs/runtime.md).
+ * When. The row-major tiles stream all T rows of activations past each group of six weight rows,
+ * which pays while those rows stay in L2; the panels pay for their packing once the activations
+ * have outgrown it. Without panels, against with them (the row-major tiles of 3858323, the two
+ * minions-bench-decode builds alternating, medians of 5-6 rounds): prefill (tools/ab-decode.py
+ * --prefill N) of 512 tokens ran at 0.85x the speed on the bundled target (256 columns) and 0.89x
+ * on SmolLM2 F32 (576, 1536), of 192-256 at 0.91-0.92x on SmolLM2 F32; but verification
+ * (--verify-curve) of 4 x 8 and 16 x 2..8 tokens of the bundled target (T = 32..128) took 0.77x
+ * and 0.79-0.92x the time, and SmolLM2 F16 prefill of 128 and 512 tokens ran at 1.04-1.24x and
+ * 0.96-1.08x the speed (its row-major tiles convert on load, the panels once). Hence: F32 only,
+ * from 256 KB of activations on: the bundled target's 256-column matrices from 256 rows, its down
+ * projection from 96, SmolLM2's from 114 and 43. Rows of more than LANE_MAX_COLS columns, and
+ * the outputs of a thread's range past its last whole block of 24, take the row-major tiles. */
 #define LANE_ROWS 24
-#define LANE_MAX_COLS 4096
 
 /* Rows [o0, o0 + 24) of W into panel: each chunk of 8 rows x 8 columns transposed in registers. */
 ALWAYS_INLINE void pack_lanes(uint32_t type, const mn_weight *W, uint32_t o0, float *panel)
@@ -302,7 +310,7 @@ ALWAYS_INLINE uint32_t matmul_lanes(uint32_t type, const mn_weight *W, const flo
  *              9216 x 256 matrix (minions-bench-matmul, medians of 15 alternating runs) T = 8 / 9
  *              went from 38.4 / 37.2 to 48.7 / 46.1 GFLOP/s, of which keeping each weight chunk in
  *              a register (IN_REGISTER below) gave 1.17x / 1.08x
- *   T >= 32    blocks of 24 adjacent rows converted to F32 once into lane panels (above)
+ *   lane_pass  blocks of 24 adjacent rows put once into lane panels (above): long F32 passes
  * Outputs left past the last full stride go one at a time. Against the previous tiles, which read
  * adjacent rows and prefetched ahead in software (1 x 4 at T = 1, 4 x 3 twice at T = 7, 8, T x 2 at
  * T = 5, 6, contiguous 2 x 6 and 3 x 3 elsewhere), the two binaries alternating
@@ -329,7 +337,7 @@ ALWAYS_INLINE void matmul_typed(uint32_t type, const mn_weight *W, const float *
         for (o = ob + 3 * q; o < oe; o++)
             TILE(0, o, 1, 3, 1);
     } else {
-        if (T >= PANEL_MIN_T && W->cols <= LANE_MAX_COLS)
+        if (lane_pass(type, T, W->cols))
             o = matmul_lanes(type, W, x, ldx, y, ldy, T, o, oe);
         const uint32_t b = o, q = (oe - b) / 6;
         const size_t step = (size_t)q * W->row_bytes, pf_step = W->cols >= 8 ? W->row_bytes / (W->cols / 8) : 0;

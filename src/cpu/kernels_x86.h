@@ -7,6 +7,7 @@
 #define MN_KERNELS_X86_H
 
 #include <immintrin.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -31,10 +32,16 @@ ALWAYS_INLINE float scalar_w(uint32_t type, const uint8_t *row, int k)
     return type == MN_F32 ? ((const float *)row)[k] : mn_f16_to_f32(((const uint16_t *)row)[k]);
 }
 
-/* Float passes of at least this many rows are prefill: kernels_avx2.c converts each block of weight
- * rows to F32 once, into a panel (its comment says why 32), and takes them in both sets; the
- * AVX-512 float tiles take the shorter passes. */
-#define PANEL_MIN_T 32
+/* Whether kernels_avx2.c takes a float pass through lane panels (its comment says why this rule):
+ * F32 weights of at most LANE_MAX_COLS columns, in a pass whose activations reach 256 KB, half of
+ * a Zen 3 core's L2. Both sets take such passes there; the AVX-512 float tiles take the other
+ * passes of two rows or more. */
+#define LANE_MAX_COLS 4096
+#define LANE_MIN_ACT_FLOATS (64 * 1024)
+ALWAYS_INLINE bool lane_pass(uint32_t type, int T, uint32_t cols)
+{
+    return type == MN_F32 && cols <= LANE_MAX_COLS && (size_t)T * cols >= LANE_MIN_ACT_FLOATS;
+}
 
 /* Bytes of a packed block's quants (mn_q8_pack): 32 int8 for Q8_0, 16 nibble bytes for Q4_x. */
 ALWAYS_INLINE size_t q_quant_bytes(uint32_t type) { return type == MN_Q8_0 ? 32 : 16; }
