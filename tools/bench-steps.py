@@ -13,7 +13,8 @@ configuration, prompt set and client count the medians over rounds of:
   tok/pass     tokens the passes computed per token produced (drafts kept and lost included)
   prompt %     share of pass time in steps that carry prompt tokens
   seqs         sequences per step, weighted by pass time (how full the batch ran)
-  hand-off us  per step: handed to the worker -> pass starts, pass ends -> the loop has it
+  to worker us per step: handed to the worker -> the pass starts (the worker's wake-up)
+  to loop us   per step: the pass ends -> the loop has it (the loop's wake-up)
   loop us      per step: the loop's own time between steps (streaming, scheduling), rounds excluded
   round us     per step: drafting (planned -> voted)
 
@@ -43,7 +44,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("MINIONS_BIN_DIR") or os.path.join(ROOT, "build")
 DRAFTS = {"ngram": ["ngram"], "vote": ["draft-kjv", "draft-web", "draft-devil", "ngram"]}
-COLUMNS = ["tok/s", "pass %", "us/pass tok", "us/token", "tok/pass", "prompt %", "seqs", "hand-off us",
+COLUMNS = ["tok/s", "pass %", "us/pass tok", "us/token", "tok/pass", "prompt %", "seqs", "to worker us", "to loop us",
            "loop us", "round us"]
 
 
@@ -103,7 +104,8 @@ def breakdown(run, steps):
         "tok/pass": tokens / max(produced, 1),
         "prompt %": 100 * sum(p for p, s in zip(pass_s, st) if s["prompt"]) / busy,
         "seqs": sum(p * s["seqs"] for p, s in zip(pass_s, st)) / busy,
-        "hand-off us": 1e6 * sum(s["start"] - s["submit"] + s["back"] - s["end"] for s in st) / n,
+        "to worker us": 1e6 * sum(s["start"] - s["submit"] for s in st) / n,
+        "to loop us": 1e6 * sum(s["back"] - s["end"] for s in st) / n,
         "loop us": 1e6 * (between - rounds) / n,
         "round us": 1e6 * rounds / n,
     }
