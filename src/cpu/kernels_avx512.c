@@ -258,14 +258,16 @@ static void matmul_f16(const mn_weight *W, const float *x, size_t ldx, float *y,
     matmul_f_typed(MN_F16, W, x, ldx, y, ldy, T, ob, oe);
 }
 
-/* Float weights in passes of two rows or more here, but for the long F32 passes kernels_avx2.c
- * takes through its lane panels (lane_pass). One row (decode: it streams the weights, the width of
- * the registers does not matter), those passes, and quantized weights in the float path (the
- * tests' twin; the backend takes the integer path) go to AVX2. */
+/* Float weights in passes of 2 to X16_MAX_T - 1 rows here: these tiles stream every activation
+ * row past each four outputs, which suits verification-sized passes; longer ones go to AVX2,
+ * whose 2 x 6 tiles and lane panels (lane_pass) were measured for them. One row (decode: it
+ * streams the weights, the width of the registers does not matter) and quantized weights in the
+ * float path (the tests' twin; the backend takes the integer path) go to AVX2 too. */
+#define X16_MAX_T 32
 static void x16_matmul(const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy, int T,
                        uint32_t o_begin, uint32_t o_end)
 {
-    const bool short_pass = T >= 2 && !lane_pass(W->type, T, W->cols);
+    const bool short_pass = T >= 2 && T < X16_MAX_T;
     if (short_pass && W->type == MN_F32)
         matmul_f32(W, x, ldx, y, ldy, T, o_begin, o_end);
     else if (short_pass && W->type == MN_F16)

@@ -34,8 +34,7 @@ ALWAYS_INLINE float scalar_w(uint32_t type, const uint8_t *row, int k)
 
 /* Whether kernels_avx2.c takes a float pass through lane panels (its comment says why this rule):
  * F32 weights of at most LANE_MAX_COLS columns, in a pass whose activations reach 256 KB, half of
- * a Zen 3 core's L2. Both sets take such passes there; the AVX-512 float tiles take the other
- * passes of two rows or more. */
+ * a Zen 3 core's L2. The AVX-512 set hands every float pass of 32 rows or more to AVX2. */
 #define LANE_MAX_COLS 4096
 #define LANE_MIN_ACT_FLOATS (64 * 1024)
 ALWAYS_INLINE bool lane_pass(uint32_t type, int T, uint32_t cols)
