@@ -17,6 +17,11 @@ configuration, prompt set and client count the medians over rounds of:
   to loop us   per step: the pass ends -> the loop has it (the loop's wake-up)
   loop us      per step: the loop's own time between steps (streaming, scheduling), rounds excluded
   round us     per step: drafting (planned -> voted)
+  draft/seq    drafted tokens per sequence and step, over the steps without prompt tokens
+  beta us      over those steps, the slope of a least-squares line of pass time per sequence over
+               drafted tokens per sequence: what one more draft token costs a step
+  theta        beta over those steps' pass time per produced token: the sequence rule's threshold
+               (src/spec/tuner.h), here measured from outside
 
 Configurations: plain (no drafter), ngram (the n-gram drafter, no shared cache: rounds repeat
 their prompts), vote (the three bundled drafts and ngram), each optionally +tuner (adaptive,
@@ -45,7 +50,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("MINIONS_BIN_DIR") or os.path.join(ROOT, "build")
 DRAFTS = {"ngram": ["ngram"], "vote": ["draft-kjv", "draft-web", "draft-devil", "ngram"]}
 COLUMNS = ["tok/s", "pass %", "us/pass tok", "us/token", "tok/pass", "prompt %", "seqs", "to worker us", "to loop us",
-           "loop us", "round us"]
+           "loop us", "round us", "draft/seq", "beta us", "theta"]
 
 
 class Server:
@@ -96,6 +101,7 @@ def breakdown(run, steps):
     between = sum(b["submit"] - a["back"] for a, b in zip(st, st[1:]))
     produced = sum(s["produced"] for s in st)
     tokens = sum(s["tokens"] for s in st)
+    beta, theta, per_seq = line_of_drafts([s for s in st if not s["prompt"]])
     return {
         "tok/s": run["tok_per_s"],
         "pass %": 100 * busy / (st[-1]["back"] - st[0]["submit"]),
@@ -108,7 +114,26 @@ def breakdown(run, steps):
         "to loop us": 1e6 * sum(s["back"] - s["end"] for s in st) / n,
         "loop us": 1e6 * (between - rounds) / n,
         "round us": 1e6 * rounds / n,
+        "draft/seq": per_seq,
+        "beta us": 1e6 * beta,
+        "theta": theta,
     }
+
+
+def line_of_drafts(st):
+    """(beta, theta, drafted per sequence) over steps st; beta and theta NaN without a spread."""
+    nan = float("nan")
+    if not st:
+        return nan, nan, nan
+    xs = [s["drafted"] / s["seqs"] for s in st]
+    ys = [(s["end"] - s["start"]) / s["seqs"] for s in st]
+    mx, my = statistics.mean(xs), statistics.mean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    produced = sum(s["produced"] for s in st)
+    if sxx <= 0 or not produced:
+        return nan, nan, mx
+    beta = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    return beta, beta / (sum(s["end"] - s["start"] for s in st) / produced), mx
 
 
 def main():
@@ -159,7 +184,7 @@ def main():
             for c in configs:
                 med = {col: statistics.median(b[col] for b in rows.get((s, k, c), [])) for col in COLUMNS}
                 lines.append(f"| {s} | {k} | {c} | " + " | ".join(
-                    f"{med[col]:.2f}" if col in ("tok/pass", "seqs") else f"{med[col]:.0f}" for col in COLUMNS) + " |")
+                    f"{med[col]:.2f}" if col in ("tok/pass", "seqs", "draft/seq", "theta") else f"{med[col]:.0f}" for col in COLUMNS) + " |")
     print("\n".join(lines))
     out = os.path.join(BIN, "bench-steps")
     os.makedirs(out, exist_ok=True)
