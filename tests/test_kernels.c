@@ -109,9 +109,9 @@ static void check_matmul(const char *gguf, const char *tensor_kind)
          * a time */
         for (int T = 1; T <= 71; T = T == 17 ? 32 : T == 33 ? 38 : T == 38 ? 71 : T + 1)
             check_matmul_at(w, T, gguf, tensor_kind, wi);
-        /* F32 passes whose activations reach the lane panels' size (kernels_x86.h's lane_pass: 64 Ki
-         * floats): rows 32 at a time, the last 5, 6 or 7 in tiles of 4 + 1, 3 + 3 and 4 + 3 */
-        int lanes = (int)((64 * 1024 + w->cols - 1) / w->cols + 31) / 32 * 32;
+        /* F32 passes whose activations reach the lane panels' size (MN_LANE_MIN_ACT_FLOATS): rows 32
+         * at a time, the last 5, 6 or 7 in tiles of 4 + 1, 3 + 3 and 4 + 3 */
+        int lanes = (int)((MN_LANE_MIN_ACT_FLOATS + w->cols - 1) / w->cols + 31) / 32 * 32;
         for (int extra = 5; w->type == MN_F32 && extra <= 7; extra++)
             check_matmul_at(w, lanes + extra, gguf, tensor_kind, wi);
     }

@@ -61,11 +61,10 @@ def main():
             v = res[(m, name)]
             if args.verify_curve:
                 for seqs in sorted({s for s, _ in v[0]}):
-                    keys = [(seqs, k) for k in range(1, 9)]
                     print(f"  {name} seqs {seqs}: " + " ".join(
                         f"k{k} {statistics.median(x[(seqs, k)] for x in v):.0f} us "
                         f"({statistics.median(x[(seqs, k)] / y[(seqs, k)] for x, y in zip(v, res[(m, base)])):.2f}x)"
-                        for seqs, k in keys))
+                        for k in range(1, 9)))
             else:
                 ratio = statistics.median(a / b for a, b in zip(v, res[(m, base)]))
                 print(f"  {name}: {statistics.median(v):.1f} tok/s ({ratio:.3f}x {base})")

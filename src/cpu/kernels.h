@@ -24,6 +24,12 @@
 
 #include "model/model.h"
 
+/* The pass size from which the AVX2 set takes F32 weights through its lane panels: activations
+ * (rows x columns of the pass) of at least this many floats, 256 KB (kernels_x86.h's lane_pass,
+ * kernels_avx2.c says why). Here so that tests/test_kernels.c sizes its passes by it and keeps
+ * reaching the panels if it moves. */
+#define MN_LANE_MIN_ACT_FLOATS (64 * 1024)
+
 /* 16-bit activations of quantized weights' products (matmul.h), 8 blocks of 32. */
 typedef struct mn_q8 {
     float d[8];           /* block j's scale: x ~ d[j] * qs[j] */

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cpu/kernels.h"
 #include "model/dtype.h"
 #include "model/quant.h"
 
@@ -33,13 +34,12 @@ ALWAYS_INLINE float scalar_w(uint32_t type, const uint8_t *row, int k)
 }
 
 /* Whether kernels_avx2.c takes a float pass through lane panels (its comment says why this rule):
- * F32 weights of at most LANE_MAX_COLS columns, in a pass whose activations reach 256 KB, half of
- * a Zen 3 core's L2. The AVX-512 set hands every float pass of 32 rows or more to AVX2. */
+ * F32 weights of at most LANE_MAX_COLS columns, in a pass whose activations reach
+ * MN_LANE_MIN_ACT_FLOATS (kernels.h: 256 KB, half of a Zen 3 core's L2). The AVX-512 set hands every float pass of 32 rows or more to AVX2. */
 #define LANE_MAX_COLS 4096
-#define LANE_MIN_ACT_FLOATS (64 * 1024)
 ALWAYS_INLINE bool lane_pass(uint32_t type, int T, uint32_t cols)
 {
-    return type == MN_F32 && cols <= LANE_MAX_COLS && (size_t)T * cols >= LANE_MIN_ACT_FLOATS;
+    return type == MN_F32 && cols <= LANE_MAX_COLS && (size_t)T * cols >= MN_LANE_MIN_ACT_FLOATS;
 }
 
 /* Bytes of a packed block's quants (mn_q8_pack): 32 int8 for Q8_0, 16 nibble bytes for Q4_x. */
