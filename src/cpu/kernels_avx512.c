@@ -1,17 +1,20 @@
-/* kernels_avx512.c - the kernel table for AVX-512 (F, BW, DQ, VL) with VNNI: the matrix products
- * in 512-bit registers where their width pays (the integer products of quantized weights, and float
- * weights in passes of 2 to 31 rows, verification's shape); every other slot is the AVX2 table's.
+/* kernels_avx512.c - the kernel table for AVX-512 (F, BW, DQ, VL) with VNNI: the integer products
+ * of quantized weights in 512-bit registers, and float weights in passes of 3 to 31 rows
+ * (verification's shape) in 8-lane chains that use all 32 vector registers; every other slot is
+ * the AVX2 table's.
  *
  * The products keep kernels_generic.c's reduction order exactly, so this table gives the same bits
- * as the others. A 512-bit register holds two of the 8-lane chains the AVX2 tiles use, side by side:
- * lanes 0..7 are output o's accumulator, lanes 8..15 output o+1's, for the same token. Float
- * weights: a chunk of both rows in one register, the token's 8 activations duplicated into both
- * halves, one FMA for both chains; with 32 registers a tile holds 8 tokens x 4 outputs. Quantized
- * weights: one block of 32 weights of both outputs is widened to int16 in one register (elements
- * 0..15 of o, then of o+1), the token's 16 activations are duplicated into both halves, and vpdpwssd
- * forms the 8 pair sums of each output at once (integer, exact, so the same p as vpmaddwd +
- * vpaddd). The float steps (scale, FMA into the chain, the Q4_1 min term) are lane-wise, as in
- * AVX2, and each half is summed at the end with the same horizontal order.
+ * as the others. Float weights: each output's chain is AVX2's 8-lane accumulator, in tiles of up
+ * to 24 chains (AVX2's 16 registers hold 12), so that a pass of up to 7 rows reads each weight
+ * once. 512-bit float tiles (two chains per register, the weights of two rows side by side) came
+ * first and were dropped: on a Zen 4 core, whose 512-bit FMAs take both 256-bit pipes, they
+ * reached 48-89 GFLOP/s where AVX2's 2 x 6 tiles reached 57-106. Quantized weights: a 512-bit
+ * register holds two chains side by side, lanes 0..7 output o's, lanes 8..15 output o+1's, for the
+ * same token; one block of 32 weights of both outputs is widened to int16 in one register
+ * (elements 0..15 of o, then of o+1), the token's 16 activations are duplicated into both halves,
+ * and vpdpwssd forms the 8 pair sums of each output at once (integer, exact, so the same p as
+ * vpmaddwd + vpaddd). The float steps (scale, FMA into the chain, the Q4_1 min term) are
+ * lane-wise, as in AVX2, and each half is summed at the end with the same horizontal order.
  *
  * The file is written against a few vector primitives (v16f, v16i below). Compiled normally
  * they are AVX-512 instructions; compiled with MN_X16_EMULATE (kernels_avx512_emu.c) each is two
@@ -60,20 +63,6 @@ ALWAYS_INLINE v16f f_lane(v16f a, int j)
 {
     __m256i idx = _mm256_set1_epi32(j);
     return (v16f){{_mm256_permutevar8x32_ps(a.h[0], idx), _mm256_permutevar8x32_ps(a.h[1], idx)}};
-}
-/* chunk c (8 columns) of two F32 or F16 rows, converted: lanes 0..7 row a's, 8..15 row b's */
-ALWAYS_INLINE v16f f_rows(uint32_t type, const uint8_t *a, const uint8_t *b, int c)
-{
-    if (type == MN_F16)
-        return (v16f){{_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a + 16 * c))),
-                       _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + 16 * c)))}};
-    return (v16f){{_mm256_loadu_ps((const float *)a + 8 * c), _mm256_loadu_ps((const float *)b + 8 * c)}};
-}
-/* keep v in registers (see kernels_avx2.c's IN_REGISTER) */
-ALWAYS_INLINE void f_keep(v16f *v)
-{
-    __asm__("" : "+x"(v->h[0]));
-    __asm__("" : "+x"(v->h[1]));
 }
 /* 16 bytes at lo and 16 at hi, widened to int16 (zero- or sign-extended) */
 ALWAYS_INLINE v16i i_widen_u8(const uint8_t *lo, const uint8_t *hi)
@@ -125,16 +114,6 @@ ALWAYS_INLINE v16f f_lane(v16f a, int j)
 {
     return _mm512_permutexvar_ps(_mm512_inserti64x4(_mm512_set1_epi32(j), _mm256_set1_epi32(8 + j), 1), a);
 }
-ALWAYS_INLINE v16f f_rows(uint32_t type, const uint8_t *a, const uint8_t *b, int c)
-{
-    if (type == MN_F16) {
-        __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(a + 16 * c))),
-                                            _mm_loadu_si128((const __m128i *)(b + 16 * c)), 1);
-        return _mm512_cvtph_ps(h);
-    }
-    return f_halves(_mm256_loadu_ps((const float *)a + 8 * c), _mm256_loadu_ps((const float *)b + 8 * c));
-}
-ALWAYS_INLINE void f_keep(v16f *v) { __asm__("" : "+v"(*v)); }
 ALWAYS_INLINE v16i i_widen_u8(const uint8_t *lo, const uint8_t *hi)
 {
     __m256i b = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)lo)),
@@ -159,91 +138,123 @@ ALWAYS_INLINE v16i i_dot(v16i wlo, v16i xlo, v16i whi, v16i xhi)
 
 /* ---- float weights (F32, F16) in passes shorter than prefill: verification's shape ------------- */
 
-/* RT rows (t0..) x OT outputs (o0.., OT <= 4) in two pair registers per row: the weights of both
- * pairs held for a chunk and the rows streamed past them, 16 chains in 16 registers at RT = 8
- * (kernels_avx2.c's largest tiles hold 12 in 16). An odd OT's last pair reads its one row twice
- * and stores the low half only. The first row tile of a block prefetches the rows two blocks on. */
-ALWAYS_INLINE void tile_f(uint32_t type, const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy,
-                          int t0, uint32_t o0, uint32_t oe, const int RT, const int OT)
+/* These tiles keep AVX2's 8-lane chains (kernels_avx2.c's tile, the same reduction) and use what
+ * AVX-512 adds for them: 32 vector registers. A tile of RT rows x OT outputs holds its OT weight
+ * chunks and RT * OT chains (up to 24) in registers and streams the rows past them (4 x 6: 10 loads
+ * per 24 FMAs, where AVX2's 2 x 6 takes 8 per 12), so a pass of up to 7 rows reads each weight
+ * once, in one sweep. The OT outputs lie a fraction of the thread's range apart, as in AVX2's
+ * tiles, so the hardware prefetcher follows OT streams. Under MN_X16_EMULATE (16 registers) the
+ * same code spills; it is there for the tests' bits, not for speed. */
+ALWAYS_INLINE __m256 chunk_f(uint32_t type, const uint8_t *row, int c)
 {
-    const int n_chunks = (int)(W->cols / 8), tail = (int)(W->cols % 8), OP = (OT + 1) / 2;
-    const size_t cb = type == MN_F16 ? 16 : 32; /* bytes of a chunk */
-    const uint8_t *rows[4];
+    if (type == MN_F16)
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + 16 * c)));
+    return _mm256_loadu_ps((const float *)row + 8 * c);
+}
+
+ALWAYS_INLINE void tile_y(uint32_t type, const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy,
+                          int t0, uint32_t o0, uint32_t stride, const int RT, const int OT, const uint8_t *pf,
+                          size_t pf_step)
+{
+    const int n_chunks = (int)(W->cols / 8), tail = (int)(W->cols % 8);
+    const uint8_t *rows[8];
     const float *xr[8];
-    v16f acc[8][2];
-#pragma GCC unroll 4
-    for (int o = 0; o < 2 * OP; o++)
-        rows[o] = W->data + (size_t)(o0 + (o < OT ? o : OT - 1)) * W->row_bytes;
+    __m256 acc[8][8];
+#pragma GCC unroll 8
+    for (int o = 0; o < OT; o++)
+        rows[o] = W->data + (size_t)(o0 + (uint32_t)o * stride) * W->row_bytes;
 #pragma GCC unroll 8
     for (int t = 0; t < RT; t++)
         xr[t] = x + (size_t)(t0 + t) * ldx;
 #pragma GCC unroll 8
     for (int t = 0; t < RT; t++)
-#pragma GCC unroll 2
-        for (int p = 0; p < OP; p++)
-            acc[t][p] = f_zero();
-    const uint32_t pf_o = o0 + 8 < oe ? o0 + 8 : o0; /* two blocks of 4 on, within the range */
-    const uint8_t *pf = t0 == 0 && pf_o > o0 ? W->data + (size_t)pf_o * W->row_bytes : NULL;
+#pragma GCC unroll 8
+        for (int o = 0; o < OT; o++)
+            acc[t][o] = _mm256_setzero_ps();
     for (int c = 0; c < n_chunks; c++) {
-        if (pf)
-#pragma GCC unroll 4
+        if (pf) /* the next group's rows toward L2, at the pace this tile reads its own */
+#pragma GCC unroll 8
             for (int o = 0; o < OT; o++)
-                _mm_prefetch((const char *)pf + (size_t)o * W->row_bytes + (size_t)c * cb, _MM_HINT_T0);
-        v16f w[2];
-#pragma GCC unroll 2
-        for (int p = 0; p < OP; p++) {
-            w[p] = f_rows(type, rows[2 * p], rows[2 * p + 1], c);
-            f_keep(&w[p]);
+                _mm_prefetch((const char *)pf + (size_t)o * stride * W->row_bytes + (size_t)c * pf_step, _MM_HINT_T1);
+        __m256 w[8];
+#pragma GCC unroll 8
+        for (int o = 0; o < OT; o++) {
+            w[o] = chunk_f(type, rows[o], c);
+            __asm__("" : "+v"(w[o])); /* in a register, not folded into every FMA (kernels_avx2.c) */
         }
 #pragma GCC unroll 8
         for (int t = 0; t < RT; t++) {
-            v16f xv = f_dup(_mm256_loadu_ps(xr[t] + c * 8));
-#pragma GCC unroll 2
-            for (int p = 0; p < OP; p++)
-                acc[t][p] = f_fmadd(w[p], xv, acc[t][p]);
+            __m256 xv = _mm256_loadu_ps(xr[t] + c * 8);
+            __asm__("" : "+v"(xv));
+#pragma GCC unroll 8
+            for (int o = 0; o < OT; o++)
+                acc[t][o] = _mm256_fmadd_ps(w[o], xv, acc[t][o]);
         }
     }
-    float s[8][4];
 #pragma GCC unroll 8
     for (int t = 0; t < RT; t++)
-#pragma GCC unroll 4
-        for (int o = 0; o < OT; o++)
-            s[t][o] = hsum(f_half(acc[t][o / 2], o & 1));
-    for (int t = 0; t < RT; t++)
+#pragma GCC unroll 8
         for (int o = 0; o < OT; o++) {
+            float s = hsum(acc[t][o]);
             for (int k = n_chunks * 8; k < n_chunks * 8 + tail; k++)
-                s[t][o] = fmaf(scalar_w(type, rows[o], k), xr[t][k], s[t][o]);
-            y[(size_t)(t0 + t) * ldy + o0 + o] = s[t][o];
+                s = fmaf(scalar_w(type, rows[o], k), xr[t][k], s);
+            y[(size_t)(t0 + t) * ldy + o0 + (uint32_t)o * stride] = s;
         }
 }
 
-/* Blocks of 4 outputs (a thread's share is a multiple of 4), each in row tiles of 8, then 4, 2, 1;
- * the last 1..3 outputs in a block of their own width. */
+/* The rows in blocks of RB and one of the remaining 1..RB-1, each block one tile of OT outputs.
+ * With more than one block, the second prefetches the next group's rows (o + 1) into L2 while the
+ * others run on this group's from L1, as kernels_avx2.c's 2 x 6 tiles do. */
+ALWAYS_INLINE void rows_y(uint32_t type, const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy,
+                          int T, uint32_t o, uint32_t stride, bool last, const int RB, const int OT)
+{
+#define TILE_Y(RT, PF) tile_y(type, W, x, ldx, y, ldy, t, o, stride, RT, OT, PF, pf_step)
+    const size_t pf_step = W->cols >= 8 ? W->row_bytes / (W->cols / 8) : 0;
+    const uint8_t *next = last ? NULL : W->data + (size_t)(o + 1) * W->row_bytes;
+    int t = 0;
+    for (; t + RB <= T; t += RB)
+        TILE_Y(RB, t == RB ? next : NULL);
+    const uint8_t *pf = t == RB ? next : NULL;
+    switch (T - t) {
+    case 7: TILE_Y(7, pf); break;
+    case 6: TILE_Y(6, pf); break;
+    case 5: TILE_Y(5, pf); break;
+    case 4: TILE_Y(4, pf); break;
+    case 3: TILE_Y(3, pf); break;
+    case 2: TILE_Y(2, pf); break;
+    case 1: TILE_Y(1, pf); break;
+    default: break;
+    }
+#undef TILE_Y
+}
+
+/* OT outputs a tile, a q = range / OT apart; the outputs past the last full stride one at a time. */
+ALWAYS_INLINE void outputs_y(uint32_t type, const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy,
+                             int T, uint32_t ob, uint32_t oe, const int RB, const int OT)
+{
+    const uint32_t q = (oe - ob) / (uint32_t)OT;
+    for (uint32_t o = ob; o < ob + q; o++)
+        rows_y(type, W, x, ldx, y, ldy, T, o, q, o + 1 == ob + q, RB, OT);
+    for (uint32_t o = ob + (uint32_t)OT * q; o < oe; o++)
+        rows_y(type, W, x, ldx, y, ldy, T, o, 1, true, RB, 1);
+}
+
+/* The tile by the rows of the pass (2 rows go to AVX2's 2 x 6): 3 x 6, 5 x 4, 6 x 4 and 7 x 3 in
+ * one sweep over the weights; 4 and more than 7 in blocks of 4 x 6. On a Zen 4 core
+ * (minions-bench-matmul, F32, L2-resident and 9.4 MB matrices) these reach 85-112 GFLOP/s at
+ * T = 3..16, against 48-89 for the 512-bit tiles they replace and 57-106 for AVX2's; 7 x 3 beat
+ * 4 x 6 + 3 x 6 there at T = 7 (84-96 against 64-84). */
 ALWAYS_INLINE void matmul_f_typed(uint32_t type, const mn_weight *W, const float *x, size_t ldx, float *y,
                                   size_t ldy, int T, uint32_t ob, uint32_t oe)
 {
-#define F_TILES(OT)                                                                                \
-    do {                                                                                           \
-        int t_ = 0;                                                                                \
-        for (; t_ + 8 <= T; t_ += 8)                                                               \
-            tile_f(type, W, x, ldx, y, ldy, t_, o, oe, 8, OT);                                     \
-        if (t_ + 4 <= T)                                                                           \
-            tile_f(type, W, x, ldx, y, ldy, t_, o, oe, 4, OT), t_ += 4;                            \
-        if (t_ + 2 <= T)                                                                           \
-            tile_f(type, W, x, ldx, y, ldy, t_, o, oe, 2, OT), t_ += 2;                            \
-        if (t_ < T)                                                                                \
-            tile_f(type, W, x, ldx, y, ldy, t_, o, oe, 1, OT);                                     \
-    } while (0)
-    uint32_t o = ob;
-    for (; o + 4 <= oe; o += 4)
-        F_TILES(4);
-    switch (oe - o) {
-    case 3: F_TILES(3); break;
-    case 2: F_TILES(2); break;
-    case 1: F_TILES(1); break;
-    default: break;
-    }
-#undef F_TILES
+    if (T == 3)
+        outputs_y(type, W, x, ldx, y, ldy, T, ob, oe, 3, 6);
+    else if (T == 5 || T == 6)
+        outputs_y(type, W, x, ldx, y, ldy, T, ob, oe, 6, 4);
+    else if (T == 7)
+        outputs_y(type, W, x, ldx, y, ldy, T, ob, oe, 7, 3);
+    else
+        outputs_y(type, W, x, ldx, y, ldy, T, ob, oe, 4, 6);
 }
 
 static void matmul_f32(const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy, int T, uint32_t ob,
@@ -258,16 +269,15 @@ static void matmul_f16(const mn_weight *W, const float *x, size_t ldx, float *y,
     matmul_f_typed(MN_F16, W, x, ldx, y, ldy, T, ob, oe);
 }
 
-/* Float weights in passes of 2 to X16_MAX_T - 1 rows here: these tiles stream every activation
- * row past each four outputs, which suits verification-sized passes; longer ones go to AVX2,
- * whose 2 x 6 tiles and lane panels (lane_pass) were measured for them. One row (decode: it
- * streams the weights, the width of the registers does not matter) and quantized weights in the
- * float path (the tests' twin; the backend takes the integer path) go to AVX2 too. */
+/* Float weights in passes of 2 to X16_MAX_T - 1 rows here; longer ones go to AVX2, whose 2 x 6
+ * tiles and lane panels (lane_pass) were measured for them. One row (decode: it streams the
+ * weights, the width of the registers does not matter) and quantized weights in the float path
+ * (the tests' twin; the backend takes the integer path) go to AVX2 too. */
 #define X16_MAX_T 32
 static void x16_matmul(const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy, int T,
                        uint32_t o_begin, uint32_t o_end)
 {
-    const bool short_pass = T >= 2 && T < X16_MAX_T;
+    const bool short_pass = T >= 3 && T < X16_MAX_T;
     if (short_pass && W->type == MN_F32)
         matmul_f32(W, x, ldx, y, ldy, T, o_begin, o_end);
     else if (short_pass && W->type == MN_F16)
