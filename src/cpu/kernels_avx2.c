@@ -26,114 +26,8 @@
 #include "cpu/kernels_x86.h"
 #include "model/draw.h"
 
-
-/* Chunk c (8 columns) of a row, dequantized. `type` is a constant after inlining. */
-ALWAYS_INLINE __m256 load_chunk(uint32_t type, const uint8_t *row, int c)
-{
-    switch (type) {
-    case MN_F32:
-        return _mm256_loadu_ps((const float *)row + c * 8);
-    case MN_F16:
-        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + c * 16)));
-    case MN_Q8_0: {
-        const uint8_t *b = row + (c >> 2) * 34;
-        __m256 d = _mm256_set1_ps(_cvtsh_ss(*(const uint16_t *)b));
-        __m128i q = _mm_loadl_epi64((const __m128i *)(b + 2 + (c & 3) * 8));
-        return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
-    }
-    case MN_Q4_0:
-    case MN_Q4_1: {
-        int q41 = type == MN_Q4_1;
-        const uint8_t *b = row + (c >> 2) * (q41 ? 20 : 18);
-        const uint8_t *qs = b + (q41 ? 4 : 2);
-        int sub = c & 3;
-        __m128i q = _mm_loadl_epi64((const __m128i *)(qs + (sub & 1) * 8));
-        if (sub >= 2)
-            q = _mm_srli_epi16(q, 4);
-        q = _mm_and_si128(q, _mm_set1_epi8(15));
-        __m256 qf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q));
-        __m256 d = _mm256_set1_ps(_cvtsh_ss(*(const uint16_t *)b));
-        if (q41)
-            return _mm256_add_ps(_mm256_mul_ps(d, qf), _mm256_set1_ps(_cvtsh_ss(*(const uint16_t *)(b + 2))));
-        return _mm256_mul_ps(d, _mm256_sub_ps(qf, _mm256_set1_ps(8.0f)));
-    }
-    default:
-        return _mm256_setzero_ps();
-    }
-}
-
-/* Keep a loaded vector in a register: without this GCC folds the load into every FMA that uses it,
- * doubling the loads of a tile whose held side is reused (loads, not FMAs, then bound it). */
-#define IN_REGISTER(v) __asm__("" : "+x"(v))
-
-/* One tile: RT rows (t0..) x OT outputs o0, o0 + stride, ..., RT*OT independent chains. The smaller
- * side is held in registers for a chunk and the larger one streamed past it (12 chains then need 15
- * registers and 8 loads per 12 FMAs); either way every chain takes its chunks in column order, so
- * neither the shape nor the stride ever changes a result. */
-ALWAYS_INLINE void tile(uint32_t type, const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy,
-                        int t0, uint32_t o0, uint32_t stride, const int RT, const int OT, const int PF,
-                        const uint8_t *pfa, const uint8_t *pfb, size_t pf_step)
-{
-    const int n_chunks = (int)(W->cols / 8), tail = (int)(W->cols % 8);
-    const uint8_t *rows[8];
-    const float *xr[8];
-    __m256 acc[8][8];
-#pragma GCC unroll 8
-    for (int o = 0; o < OT; o++)
-        rows[o] = W->data + (size_t)(o0 + (uint32_t)o * stride) * W->row_bytes;
-#pragma GCC unroll 8
-    for (int t = 0; t < RT; t++)
-        xr[t] = x + (size_t)(t0 + t) * ldx;
-#pragma GCC unroll 8
-    for (int t = 0; t < RT; t++)
-#pragma GCC unroll 8
-        for (int o = 0; o < OT; o++)
-            acc[t][o] = _mm256_setzero_ps();
-    for (int c = 0; c < n_chunks; c++) {
-        if (PF) { /* rows pfa and pfb toward L2, at the pace this tile reads its own */
-            _mm_prefetch((const char *)pfa + (size_t)c * pf_step, _MM_HINT_T1);
-            _mm_prefetch((const char *)pfb + (size_t)c * pf_step, _MM_HINT_T1);
-        }
-        if (OT <= RT) { /* weights held, activations streamed */
-            __m256 w[8];
-#pragma GCC unroll 8
-            for (int o = 0; o < OT; o++) {
-                w[o] = load_chunk(type, rows[o], c);
-                IN_REGISTER(w[o]); /* else GCC reloads the weights in every FMA: 12 loads per 9 in 3 x 3 */
-            }
-#pragma GCC unroll 8
-            for (int t = 0; t < RT; t++) {
-                __m256 xv = _mm256_loadu_ps(xr[t] + c * 8);
-                IN_REGISTER(xv);
-#pragma GCC unroll 8
-                for (int o = 0; o < OT; o++)
-                    acc[t][o] = _mm256_fmadd_ps(w[o], xv, acc[t][o]);
-            }
-        } else { /* activations held, weights streamed */
-            __m256 xv[8];
-#pragma GCC unroll 8
-            for (int t = 0; t < RT; t++)
-                xv[t] = _mm256_loadu_ps(xr[t] + c * 8);
-#pragma GCC unroll 8
-            for (int o = 0; o < OT; o++) {
-                __m256 w = load_chunk(type, rows[o], c);
-                IN_REGISTER(w); /* else GCC loads it again in every FMA: 14 loads per 12 FMAs in 2 x 6 */
-#pragma GCC unroll 8
-                for (int t = 0; t < RT; t++)
-                    acc[t][o] = _mm256_fmadd_ps(w, xv[t], acc[t][o]);
-            }
-        }
-    }
-#pragma GCC unroll 8
-    for (int t = 0; t < RT; t++)
-#pragma GCC unroll 8
-        for (int o = 0; o < OT; o++) {
-            float s = hsum(acc[t][o]);
-            for (int k = n_chunks * 8; k < n_chunks * 8 + tail; k++)
-                s = fmaf(scalar_w(type, rows[o], k), xr[t][k], s);
-            y[(size_t)(t0 + t) * ldy + o0 + (uint32_t)o * stride] = s;
-        }
-}
+/* The row-major tiles (tile, tile_q8) live in kernels_x86.h, shared with kernels_avx512.c; this file
+ * covers a matrix with them in the shapes that suit 16 registers. */
 
 /* Long F32 passes (lane_pass in kernels_x86.h): lane panels. A block of LANE_ROWS = 24 weight rows
  * (three groups of 8) is put once into a panel in lane order: for group m, output o, column
@@ -309,7 +203,7 @@ ALWAYS_INLINE uint32_t matmul_lanes(uint32_t type, const mn_weight *W, const flo
  *              (two rows each, into L2), so that its first tile no longer waits on memory: on a
  *              9216 x 256 matrix (minions-bench-matmul, medians of 15 alternating runs) T = 8 / 9
  *              went from 38.4 / 37.2 to 48.7 / 46.1 GFLOP/s, of which keeping each weight chunk in
- *              a register (IN_REGISTER below) gave 1.17x / 1.08x
+ *              a register (IN_REGISTER, kernels_x86.h) gave 1.17x / 1.08x
  *   lane_pass  blocks of 24 adjacent rows put once into lane panels (above): long F32 passes
  * Outputs left past the last full stride go one at a time. Against the previous tiles, which read
  * adjacent rows and prefetched ahead in software (1 x 4 at T = 1, 4 x 3 twice at T = 7, 8, T x 2 at
@@ -322,7 +216,7 @@ ALWAYS_INLINE uint32_t matmul_lanes(uint32_t type, const mn_weight *W, const flo
 ALWAYS_INLINE void matmul_typed(uint32_t type, const mn_weight *W, const float *x, size_t ldx, float *y,
                                 size_t ldy, int T, uint32_t ob, uint32_t oe)
 {
-#define TILE(t, o, stride, RT, OT) tile(type, W, x, ldx, y, ldy, t, o, stride, RT, OT, 0, NULL, NULL, 0)
+#define TILE(t, o, stride, RT, OT) tile(type, W, x, ldx, y, ldy, t, o, stride, RT, OT, 0, NULL, 0)
     uint32_t o = ob;
     if (T == 1) {
         const uint32_t q = (oe - ob) / 4;
@@ -353,7 +247,7 @@ ALWAYS_INLINE void matmul_typed(uint32_t type, const mn_weight *W, const float *
                 TILE(0, o, q, 2, 6), t = 2;
             for (size_t k = 0; t < T; t += 2, k += 2) {
                 if (k < last)
-                    tile(type, W, x, ldx, y, ldy, t, o, q, 2, 6, 1, next + k * step, next + (k + 1) * step, pf_step);
+                    tile(type, W, x, ldx, y, ldy, t, o, q, 2, 6, 2, next + k * step, pf_step);
                 else
                     TILE(t, o, q, 2, 6);
             }
@@ -421,7 +315,7 @@ ALWAYS_INLINE __m128 hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3)
  * them by itself, and then keeps the arrays on the stack: every FMA became a load, the FMA and a
  * store, chained through memory (tools/bench-attention.c, 32-float heads over 72 keys: dots
  * 251-403 -> 104-113 ns, a two-head weighted sum 850-948 -> 107-112). Hence the unroll pragmas,
- * as in the matrix tiles above; `objdump -d` of each should show no stack access in its FMA loops. */
+ * as in the matrix tiles (kernels_x86.h); `objdump -d` of each should show no stack access in its FMA loops. */
 static void avx2_dots(const float *a, const float *const *b, int n_b, int n, float *out)
 {
     const int full = n / 8 * 8;
@@ -703,110 +597,6 @@ static void avx2_quantize_q8(const float *x, size_t n, mn_q8 *out)
     }
     for (size_t j = nb % 8; nb % 8 && j < 8; j++) /* the last group's missing blocks count 0 */
         out[nb / 8].d[j] = out[nb / 8].s[j] = 0.0f;
-}
-
-/* The 32 weight integers of a block's quants as int16: lo = elements 0..15, hi = elements 16..31. */
-ALWAYS_INLINE void load_wq(uint32_t type, const uint8_t *qs, __m256i *lo, __m256i *hi)
-{
-    if (type == MN_Q8_0) {
-        *lo = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)qs));
-        *hi = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(qs + 16)));
-        return;
-    }
-    /* byte k holds element k in its low nibble and element 16 + k in its high one */
-    __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)qs));
-    *lo = _mm256_and_si256(w, _mm256_set1_epi16(15));
-    *hi = _mm256_srli_epi16(w, 4);
-    if (type == MN_Q4_0) {
-        *lo = _mm256_sub_epi16(*lo, _mm256_set1_epi16(8));
-        *hi = _mm256_sub_epi16(*hi, _mm256_set1_epi16(8));
-    }
-}
-
-/* 8 int32 lanes: lane l = w[2l]x[2l] + w[2l+1]x[2l+1] + w[16+2l]x[16+2l] + w[17+2l]x[17+2l]. */
-ALWAYS_INLINE __m256i dot_lanes(__m256i wlo, __m256i whi, const int16_t *x)
-{
-    __m256i a = _mm256_madd_epi16(wlo, _mm256_loadu_si256((const __m256i *)x));
-    __m256i b = _mm256_madd_epi16(whi, _mm256_loadu_si256((const __m256i *)(x + 16)));
-    return _mm256_add_epi32(a, b);
-}
-
-/* Software prefetch of the weight stream, which the hardware prefetchers follow poorly when a tile
- * reads several adjacent rows at once. Wider tiles prefetch 384 bytes ahead in their own rows.
- * Measured in A/B runs on SmolLM2 decode (before the packed layout): 109-119 tok/s without
- * prefetch, 123-137 with 384 bytes ahead, 143-147 with a single-row tile prefetching the rows one
- * tile further down. Decode now reads four rows a quarter of the outputs apart (stride), four
- * streams the hardware follows by itself, as in the float path (matmul_typed): SmolLM2 Q4_1 decode
- * 143 -> 183 tok/s (tools/ab-decode.py: medians of 10 alternating rounds, batch 1); prefetching
- * one or two rows ahead in each stream on top changed nothing. */
-#define PREFETCH_BYTES 384
-
-ALWAYS_INLINE void tile_q8(uint32_t type, const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, size_t ldy,
-                           int t0, uint32_t o0, uint32_t stride, const int RT, const int OT)
-{
-    const int nb = (int)(W->cols / 32), ng = (nb + 7) / 8, q41 = type == MN_Q4_1;
-    const size_t qb = q_quant_bytes(type), ahead = RT == 1 ? (size_t)OT * W->row_bytes : PREFETCH_BYTES;
-    const bool prefetch = stride == 1; /* rows a stride apart are streams the hardware follows */
-    const uint8_t *dp[4], *mp[4], *qp[4];
-    __m256 acc[4][4];
-#pragma GCC unroll 4
-    for (int o = 0; o < OT; o++) {
-        dp[o] = W->data + (size_t)(o0 + (uint32_t)o * stride) * W->row_bytes;
-        mp[o] = dp[o] + 2 * (size_t)nb;
-        qp[o] = dp[o] + 2 * (size_t)nb * (1 + q41);
-    }
-#pragma GCC unroll 4
-    for (int t = 0; t < RT; t++)
-#pragma GCC unroll 4
-        for (int o = 0; o < OT; o++)
-            acc[t][o] = _mm256_setzero_ps();
-    for (int g = 0; g < ng; g++) {
-        const int n = nb - 8 * g < 8 ? nb - 8 * g : 8;
-        /* the group's scales dw_b * dx_b, computed 8 at a time, broadcast block by block from here */
-        float sc[4][4][8] __attribute__((aligned(32)));
-#pragma GCC unroll 4
-        for (int o = 0; o < OT; o++) {
-            if (prefetch)
-                _mm_prefetch((const char *)(dp[o] + 16 * g) + ahead, _MM_HINT_T0);
-            __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dp[o] + 16 * g)));
-#pragma GCC unroll 4
-            for (int t = 0; t < RT; t++)
-                _mm256_store_ps(sc[t][o], _mm256_mul_ps(dw, _mm256_loadu_ps(xq[(size_t)(t0 + t) * ldxq + g].d)));
-        }
-        for (int j = 0; j < n; j++) {
-            const size_t b = (size_t)(8 * g + j);
-#pragma GCC unroll 4
-            for (int o = 0; o < OT; o++) {
-                if (prefetch)
-                    _mm_prefetch((const char *)(qp[o] + b * qb) + ahead, _MM_HINT_T0);
-                __m256i wlo, whi;
-                load_wq(type, qp[o] + b * qb, &wlo, &whi);
-#pragma GCC unroll 4
-                for (int t = 0; t < RT; t++) {
-                    const int16_t *x = xq[(size_t)(t0 + t) * ldxq + g].qs[j];
-                    acc[t][o] = _mm256_fmadd_ps(_mm256_broadcast_ss(&sc[t][o][j]),
-                                                _mm256_cvtepi32_ps(dot_lanes(wlo, whi, x)), acc[t][o]);
-                }
-            }
-        }
-        if (q41) {
-            __m256 keep = _mm256_castsi256_ps(
-                _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
-#pragma GCC unroll 4
-            for (int o = 0; o < OT; o++) {
-                __m256 m = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mp[o] + 16 * g)));
-                m = _mm256_and_ps(m, keep); /* past the row's end: other bytes of the row */
-#pragma GCC unroll 4
-                for (int t = 0; t < RT; t++)
-                    acc[t][o] = _mm256_fmadd_ps(m, _mm256_loadu_ps(xq[(size_t)(t0 + t) * ldxq + g].s), acc[t][o]);
-            }
-        }
-    }
-#pragma GCC unroll 4
-    for (int t = 0; t < RT; t++)
-#pragma GCC unroll 4
-        for (int o = 0; o < OT; o++)
-            y[(size_t)(t0 + t) * ldy + o0 + (uint32_t)o * stride] = hsum(acc[t][o]);
 }
 
 /* Cover the [T x (ob, oe)] block with integer-path tiles: outputs outer (a weight tile is read once

@@ -1,12 +1,14 @@
-/* kernels_x86.h - helpers the x86 kernel files share (kernels_avx2.c, kernels_avx512.c).
+/* kernels_x86.h - what the x86 kernel files share (kernels_avx2.c, kernels_avx512.c): helpers and
+ * the tiles of the matrix products.
  *
  * Include it after the file's `#pragma GCC target`: every function here is static inline and
- * compiles for that file's instruction set (AVX2, FMA and F16C at least). Nothing here is a symbol
- * of its own. */
+ * compiles for that file's instruction set (AVX2, FMA and F16C at least; with AVX-512 the tiles
+ * get 32 registers and VNNI). Nothing here is a symbol of its own. */
 #ifndef MN_KERNELS_X86_H
 #define MN_KERNELS_X86_H
 
 #include <immintrin.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -35,7 +37,8 @@ ALWAYS_INLINE float scalar_w(uint32_t type, const uint8_t *row, int k)
 
 /* Whether kernels_avx2.c takes a float pass through lane panels (its comment says why this rule):
  * F32 weights of at most LANE_MAX_COLS columns, in a pass whose activations reach
- * MN_LANE_MIN_ACT_FLOATS (kernels.h: 256 KB, half of a Zen 3 core's L2). The AVX-512 set hands every float pass of 32 rows or more to AVX2. */
+ * MN_LANE_MIN_ACT_FLOATS (kernels.h: 256 KB, half of a Zen 3 core's L2). The AVX-512 set hands
+ * every float pass of 32 rows or more to AVX2. */
 #define LANE_MAX_COLS 4096
 ALWAYS_INLINE bool lane_pass(uint32_t type, int T, uint32_t cols)
 {
@@ -44,5 +47,230 @@ ALWAYS_INLINE bool lane_pass(uint32_t type, int T, uint32_t cols)
 
 /* Bytes of a packed block's quants (mn_q8_pack): 32 int8 for Q8_0, 16 nibble bytes for Q4_x. */
 ALWAYS_INLINE size_t q_quant_bytes(uint32_t type) { return type == MN_Q8_0 ? 32 : 16; }
+
+
+/* ---- the tiles of the matrix products, shared by kernels_avx2.c and kernels_avx512.c ----------
+ * Each file covers a matrix with them in its own shapes; compiled for AVX-512 the same tiles get 32
+ * registers (so 24 chains fit) and VNNI's dot product. The reduction order is kernels_generic.c's
+ * (kernels_avx2.c's opening comment), whatever the shape. */
+
+/* Chunk c (8 columns) of a row, dequantized. `type` is a constant after inlining. */
+ALWAYS_INLINE __m256 load_chunk(uint32_t type, const uint8_t *row, int c)
+{
+    switch (type) {
+    case MN_F32:
+        return _mm256_loadu_ps((const float *)row + c * 8);
+    case MN_F16:
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + c * 16)));
+    case MN_Q8_0: {
+        const uint8_t *b = row + (c >> 2) * 34;
+        __m256 d = _mm256_set1_ps(_cvtsh_ss(*(const uint16_t *)b));
+        __m128i q = _mm_loadl_epi64((const __m128i *)(b + 2 + (c & 3) * 8));
+        return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
+    }
+    case MN_Q4_0:
+    case MN_Q4_1: {
+        int q41 = type == MN_Q4_1;
+        const uint8_t *b = row + (c >> 2) * (q41 ? 20 : 18);
+        const uint8_t *qs = b + (q41 ? 4 : 2);
+        int sub = c & 3;
+        __m128i q = _mm_loadl_epi64((const __m128i *)(qs + (sub & 1) * 8));
+        if (sub >= 2)
+            q = _mm_srli_epi16(q, 4);
+        q = _mm_and_si128(q, _mm_set1_epi8(15));
+        __m256 qf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q));
+        __m256 d = _mm256_set1_ps(_cvtsh_ss(*(const uint16_t *)b));
+        if (q41)
+            return _mm256_add_ps(_mm256_mul_ps(d, qf), _mm256_set1_ps(_cvtsh_ss(*(const uint16_t *)(b + 2))));
+        return _mm256_mul_ps(d, _mm256_sub_ps(qf, _mm256_set1_ps(8.0f)));
+    }
+    default:
+        return _mm256_setzero_ps();
+    }
+}
+
+/* Keep a loaded vector in a register: without this GCC folds the load into every FMA that uses it,
+ * doubling the loads of a tile whose held side is reused (loads, not FMAs, then bound it). "v": any
+ * vector register the target has (16, or 32 with AVX-512). */
+#define IN_REGISTER(v) __asm__("" : "+v"(v))
+
+/* One tile: RT rows (t0..) x OT outputs o0, o0 + stride, ..., RT*OT independent chains. The smaller
+ * side is held in registers for a chunk and the larger one streamed past it (12 chains then need 15
+ * registers and 8 loads per 12 FMAs); either way every chain takes its chunks in column order, so
+ * neither the shape nor the stride ever changes a result. NPF > 0 prefetches the rows another tile
+ * will read while this one runs from L1. */
+ALWAYS_INLINE void tile(uint32_t type, const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy,
+                        int t0, uint32_t o0, uint32_t stride, const int RT, const int OT, const int NPF,
+                        const uint8_t *pf, size_t pf_step)
+{
+    const int n_chunks = (int)(W->cols / 8), tail = (int)(W->cols % 8);
+    const uint8_t *rows[8];
+    const float *xr[8];
+    __m256 acc[8][8];
+#pragma GCC unroll 8
+    for (int o = 0; o < OT; o++)
+        rows[o] = W->data + (size_t)(o0 + (uint32_t)o * stride) * W->row_bytes;
+#pragma GCC unroll 8
+    for (int t = 0; t < RT; t++)
+        xr[t] = x + (size_t)(t0 + t) * ldx;
+#pragma GCC unroll 8
+    for (int t = 0; t < RT; t++)
+#pragma GCC unroll 8
+        for (int o = 0; o < OT; o++)
+            acc[t][o] = _mm256_setzero_ps();
+    for (int c = 0; c < n_chunks; c++) {
+        /* NPF rows from pf on, a stride apart, toward L2, at the pace this tile reads its own */
+#pragma GCC unroll 8
+        for (int i = 0; i < NPF; i++)
+            _mm_prefetch((const char *)pf + (size_t)i * stride * W->row_bytes + (size_t)c * pf_step, _MM_HINT_T1);
+        if (OT <= RT) { /* weights held, activations streamed */
+            __m256 w[8];
+#pragma GCC unroll 8
+            for (int o = 0; o < OT; o++) {
+                w[o] = load_chunk(type, rows[o], c);
+                IN_REGISTER(w[o]); /* else GCC reloads the weights in every FMA: 12 loads per 9 in 3 x 3 */
+            }
+#pragma GCC unroll 8
+            for (int t = 0; t < RT; t++) {
+                __m256 xv = _mm256_loadu_ps(xr[t] + c * 8);
+                IN_REGISTER(xv);
+#pragma GCC unroll 8
+                for (int o = 0; o < OT; o++)
+                    acc[t][o] = _mm256_fmadd_ps(w[o], xv, acc[t][o]);
+            }
+        } else { /* activations held, weights streamed */
+            __m256 xv[8];
+#pragma GCC unroll 8
+            for (int t = 0; t < RT; t++)
+                xv[t] = _mm256_loadu_ps(xr[t] + c * 8);
+#pragma GCC unroll 8
+            for (int o = 0; o < OT; o++) {
+                __m256 w = load_chunk(type, rows[o], c);
+                IN_REGISTER(w); /* else GCC loads it again in every FMA: 14 loads per 12 FMAs in 2 x 6 */
+#pragma GCC unroll 8
+                for (int t = 0; t < RT; t++)
+                    acc[t][o] = _mm256_fmadd_ps(w, xv[t], acc[t][o]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < RT; t++)
+#pragma GCC unroll 8
+        for (int o = 0; o < OT; o++) {
+            float s = hsum(acc[t][o]);
+            for (int k = n_chunks * 8; k < n_chunks * 8 + tail; k++)
+                s = fmaf(scalar_w(type, rows[o], k), xr[t][k], s);
+            y[(size_t)(t0 + t) * ldy + o0 + (uint32_t)o * stride] = s;
+        }
+}
+
+/* The 32 weight integers of a block's quants as int16: lo = elements 0..15, hi = elements 16..31. */
+ALWAYS_INLINE void load_wq(uint32_t type, const uint8_t *qs, __m256i *lo, __m256i *hi)
+{
+    if (type == MN_Q8_0) {
+        *lo = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)qs));
+        *hi = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(qs + 16)));
+        return;
+    }
+    /* byte k holds element k in its low nibble and element 16 + k in its high one */
+    __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)qs));
+    *lo = _mm256_and_si256(w, _mm256_set1_epi16(15));
+    *hi = _mm256_srli_epi16(w, 4);
+    if (type == MN_Q4_0) {
+        *lo = _mm256_sub_epi16(*lo, _mm256_set1_epi16(8));
+        *hi = _mm256_sub_epi16(*hi, _mm256_set1_epi16(8));
+    }
+}
+
+/* 8 int32 lanes: lane l = w[2l]x[2l] + w[2l+1]x[2l+1] + w[16+2l]x[16+2l] + w[17+2l]x[17+2l]. Exact
+ * (int32 arithmetic wraps alike either way), so AVX-512 VNNI's two vpdpwssd give vpmaddwd + vpaddd's
+ * bits in one instruction fewer. */
+ALWAYS_INLINE __m256i dot_lanes(__m256i wlo, __m256i whi, const int16_t *x)
+{
+    const __m256i xlo = _mm256_loadu_si256((const __m256i *)x), xhi = _mm256_loadu_si256((const __m256i *)(x + 16));
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpwssd_epi32(_mm256_dpwssd_epi32(_mm256_setzero_si256(), wlo, xlo), whi, xhi);
+#else
+    return _mm256_add_epi32(_mm256_madd_epi16(wlo, xlo), _mm256_madd_epi16(whi, xhi));
+#endif
+}
+
+/* Software prefetch of the weight stream, which the hardware prefetchers follow poorly when a tile
+ * reads several adjacent rows at once. Wider tiles prefetch 384 bytes ahead in their own rows.
+ * Measured in A/B runs on SmolLM2 decode (before the packed layout): 109-119 tok/s without
+ * prefetch, 123-137 with 384 bytes ahead, 143-147 with a single-row tile prefetching the rows one
+ * tile further down. Decode now reads four rows a quarter of the outputs apart (stride), four
+ * streams the hardware follows by itself, as in the float path (matmul_typed): SmolLM2 Q4_1 decode
+ * 143 -> 183 tok/s (tools/ab-decode.py: medians of 10 alternating rounds, batch 1); prefetching
+ * one or two rows ahead in each stream on top changed nothing. */
+#define PREFETCH_BYTES 384
+
+ALWAYS_INLINE void tile_q8(uint32_t type, const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, size_t ldy,
+                           int t0, uint32_t o0, uint32_t stride, const int RT, const int OT)
+{
+    const int nb = (int)(W->cols / 32), ng = (nb + 7) / 8, q41 = type == MN_Q4_1;
+    const size_t qb = q_quant_bytes(type), ahead = RT == 1 ? (size_t)OT * W->row_bytes : PREFETCH_BYTES;
+    const bool prefetch = stride == 1; /* rows a stride apart are streams the hardware follows */
+    const uint8_t *dp[4], *mp[4], *qp[4];
+    __m256 acc[4][4];
+#pragma GCC unroll 4
+    for (int o = 0; o < OT; o++) {
+        dp[o] = W->data + (size_t)(o0 + (uint32_t)o * stride) * W->row_bytes;
+        mp[o] = dp[o] + 2 * (size_t)nb;
+        qp[o] = dp[o] + 2 * (size_t)nb * (1 + q41);
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < RT; t++)
+#pragma GCC unroll 4
+        for (int o = 0; o < OT; o++)
+            acc[t][o] = _mm256_setzero_ps();
+    for (int g = 0; g < ng; g++) {
+        const int n = nb - 8 * g < 8 ? nb - 8 * g : 8;
+        /* the group's scales dw_b * dx_b, computed 8 at a time, broadcast block by block from here */
+        float sc[4][4][8] __attribute__((aligned(32)));
+#pragma GCC unroll 4
+        for (int o = 0; o < OT; o++) {
+            if (prefetch)
+                _mm_prefetch((const char *)(dp[o] + 16 * g) + ahead, _MM_HINT_T0);
+            __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dp[o] + 16 * g)));
+#pragma GCC unroll 4
+            for (int t = 0; t < RT; t++)
+                _mm256_store_ps(sc[t][o], _mm256_mul_ps(dw, _mm256_loadu_ps(xq[(size_t)(t0 + t) * ldxq + g].d)));
+        }
+        for (int j = 0; j < n; j++) {
+            const size_t b = (size_t)(8 * g + j);
+#pragma GCC unroll 4
+            for (int o = 0; o < OT; o++) {
+                if (prefetch)
+                    _mm_prefetch((const char *)(qp[o] + b * qb) + ahead, _MM_HINT_T0);
+                __m256i wlo, whi;
+                load_wq(type, qp[o] + b * qb, &wlo, &whi);
+#pragma GCC unroll 4
+                for (int t = 0; t < RT; t++) {
+                    const int16_t *x = xq[(size_t)(t0 + t) * ldxq + g].qs[j];
+                    acc[t][o] = _mm256_fmadd_ps(_mm256_broadcast_ss(&sc[t][o][j]),
+                                                _mm256_cvtepi32_ps(dot_lanes(wlo, whi, x)), acc[t][o]);
+                }
+            }
+        }
+        if (q41) {
+            __m256 keep = _mm256_castsi256_ps(
+                _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+#pragma GCC unroll 4
+            for (int o = 0; o < OT; o++) {
+                __m256 m = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mp[o] + 16 * g)));
+                m = _mm256_and_ps(m, keep); /* past the row's end: other bytes of the row */
+#pragma GCC unroll 4
+                for (int t = 0; t < RT; t++)
+                    acc[t][o] = _mm256_fmadd_ps(m, _mm256_loadu_ps(xq[(size_t)(t0 + t) * ldxq + g].s), acc[t][o]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < RT; t++)
+#pragma GCC unroll 4
+        for (int o = 0; o < OT; o++)
+            y[(size_t)(t0 + t) * ldy + o0 + (uint32_t)o * stride] = hsum(acc[t][o]);
+}
 
 #endif
