@@ -48,7 +48,6 @@ ALWAYS_INLINE bool lane_pass(uint32_t type, int T, uint32_t cols)
 /* Bytes of a packed block's quants (mn_q8_pack): 32 int8 for Q8_0, 16 nibble bytes for Q4_x. */
 ALWAYS_INLINE size_t q_quant_bytes(uint32_t type) { return type == MN_Q8_0 ? 32 : 16; }
 
-
 /* ---- the tiles of the matrix products, shared by kernels_avx2.c and kernels_avx512.c ----------
  * Each file covers a matrix with them in its own shapes; compiled for AVX-512 the same tiles get 32
  * registers (so 24 chains fit) and VNNI's dot product. The reduction order is kernels_generic.c's
@@ -200,7 +199,7 @@ ALWAYS_INLINE __m256i dot_lanes(__m256i wlo, __m256i whi, const int16_t *x)
  * Measured in A/B runs on SmolLM2 decode (before the packed layout): 109-119 tok/s without
  * prefetch, 123-137 with 384 bytes ahead, 143-147 with a single-row tile prefetching the rows one
  * tile further down. Decode now reads four rows a quarter of the outputs apart (stride), four
- * streams the hardware follows by itself, as in the float path (matmul_typed): SmolLM2 Q4_1 decode
+ * streams the hardware follows by itself, as in kernels_avx2.c's float path: SmolLM2 Q4_1 decode
  * 143 -> 183 tok/s (tools/ab-decode.py: medians of 10 alternating rounds, batch 1); prefetching
  * one or two rows ahead in each stream on top changed nothing. */
 #define PREFETCH_BYTES 384
