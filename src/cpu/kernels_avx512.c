@@ -10,7 +10,7 @@
  *
  * 512-bit tiles came first (two 8-lane chains per register, the weights of two outputs side by
  * side) and were dropped: on a Zen 4 core, whose 512-bit operations take both of its 256-bit
- * pipes, they ran below AVX2's tiles (minions-bench-matmul, F32: 48-89 GFLOP/s against 57-106;
+ * pipes, they ran below AVX2's tiles (minions-bench-matmul, F32: 45-90 GFLOP/s against 57-106;
  * SmolLM2 Q4_1 decode 0.60x at one sequence, 0.86-0.90x at 16), and these tiles run above them
  * (docs/runtime.md, "Kernel sets"). On Intel cores with two 512-bit FMA units the 512-bit tiles
  * had measured 1.06-1.40x AVX2 (a 16-core Xeon); that host was not at hand to measure these.
@@ -71,7 +71,7 @@ ALWAYS_INLINE void outputs_f(uint32_t type, const mn_weight *W, const float *x, 
 
 /* The tile by the rows of the pass: 3 x 6, 5 x 4, 6 x 4 and 7 x 3 in one sweep over the weights;
  * 4 and more than 7 rows in blocks of 4 x 6. On a Zen 4 core (minions-bench-matmul, F32,
- * L2-resident and 9.4 MB matrices, alternating) these reached 85-112 GFLOP/s at T = 3..16, against
+ * L2-resident and 9.4 MB matrices, alternating) these reached 80-112 GFLOP/s at T = 3..16, against
  * 57-106 for AVX2's 3 x 3 and 2 x 6; at T = 7, 7 x 3 beat 4 x 6 + 3 x 6 (84-96 against 64-84). */
 ALWAYS_INLINE void matmul_f_typed(uint32_t type, const mn_weight *W, const float *x, size_t ldx, float *y,
                                   size_t ldy, int T, uint32_t ob, uint32_t oe)
