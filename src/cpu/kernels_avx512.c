@@ -11,9 +11,10 @@
  * 512-bit tiles came first (two 8-lane chains per register, the weights of two outputs side by
  * side) and were dropped: on a Zen 4 core, whose 512-bit operations take both of its 256-bit
  * pipes, they ran below AVX2's tiles (minions-bench-matmul, F32: 45-90 GFLOP/s against 57-106;
- * SmolLM2 Q4_1 decode 0.60x at one sequence, 0.86-0.90x at 16), and these tiles run above them
- * (docs/runtime.md, "Kernel sets"). On Intel cores with two 512-bit FMA units the 512-bit tiles
- * had measured 1.06-1.40x AVX2 (a 16-core Xeon); that host was not at hand to measure these.
+ * SmolLM2 Q4_1 decode 0.59-0.61x at one sequence, 0.86-1.00x at 16, three runs each), and these
+ * tiles run level with them or above (docs/runtime.md, "Kernel sets"). On Intel cores with two
+ * 512-bit FMA units the 512-bit tiles had measured 1.06-1.40x AVX2 (a 16-core Xeon); that host was
+ * not at hand to measure these.
  *
  * kernels_avx512_emu.c compiles this file for AVX2 alone (MN_X16_EMULATE): the same shapes and
  * index arithmetic with 16 registers and without VNNI, so that the tests check this table's tiles
@@ -119,8 +120,9 @@ static void x16_matmul(const mn_weight *W, const float *x, size_t ldx, float *y,
 
 /* Outputs outer, a quarter of the range apart (four streams), rows inner: one row (decode) in
  * 1 x 4 tiles, as AVX2 does; more in 4 x 4 tiles (16 chains), then 2 x 4 and 1 x 4; the outputs
- * past the last full stride one at a time. With VNNI, SmolLM2 Q4_1 decoded 16 sequences at 1.14x
- * AVX2's 4 x 2 tiles on a Zen 4 core (tools/ab-decode.py, 6 rounds) and one at 1.00x. */
+ * past the last full stride one at a time. With VNNI, SmolLM2 Q4_1 decoded 16 sequences at
+ * 1.14-1.17x AVX2's 4 x 2 tiles on a Zen 4 core and one at 0.98-1.00x (tools/ab-decode.py, two
+ * runs of 6-8 rounds each). */
 ALWAYS_INLINE void matmul_q8_typed(uint32_t type, const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y,
                                    size_t ldy, int T, uint32_t ob, uint32_t oe)
 {
