@@ -123,6 +123,7 @@ typedef struct cuda_state {
     bool graphs;              /* replay captured passes (MINIONS_CUDA_GRAPHS=0: plain launches) */
     bool profile;             /* MINIONS_CUDA_PROFILE=1: every step timed (graphs off), logged at the end */
     bool wide;                /* quantized weights through mn_k_proj_wide from WIDE_T tokens (MINIONS_CUDA_WIDE=0: no) */
+    bool pdl;                 /* a pass's kernels after the first as programmatic dependents (sm_90; MINIONS_CUDA_PDL=0: no) */
     cudaEvent_t ev[2];
     double step_ms[N_STEPS];
     uint64_t step_n[N_STEPS];
@@ -199,20 +200,38 @@ static void profile_step(cuda_state *st, int step)
     }
 }
 
+/* Launches kernel k on st->stream. A kernel of the pass after its first (after_kernel) goes as a
+ * programmatic dependent launch where st->pdl: it may start while the kernel before it runs, and
+ * waits for it in mn_g_after_previous (kernels.cuh); graph capture keeps that edge. Errors surface
+ * in cudaGetLastError after the pass, as a <<<>>> launch's do. */
+template <typename... P, typename... A>
+static void launch(cuda_state *st, bool after_kernel, void (*k)(P...), dim3 grid, dim3 block, cudaStream_t q,
+                   A &&...args)
+{
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.stream = q;
+    cfg.attrs = attr;
+    cfg.numAttrs = st->pdl && after_kernel ? 1 : 0;
+    (void)cudaLaunchKernelEx(&cfg, k, static_cast<A &&>(args)...);
+}
+
 static void k_embed(void *ctx, const mn_gpu_weight *w, const int32_t *tokens, float *x, uint32_t dim, uint32_t T)
 {
     cuda_state *st = (cuda_state *)ctx;
-    LAUNCH(st, S_EMBED,
-           (mn_k_embed<<<blocks_for((size_t)T * dim), THREADS, 0, st->stream>>>(w->type, w->data, w->row_bytes,
-                                                                                 tokens, x, dim, T)));
+    LAUNCH(st, S_EMBED, launch(st, false, mn_k_embed, blocks_for((size_t)T * dim), THREADS, st->stream, w->type, w->data,
+                               w->row_bytes, tokens, x, dim, T)); /* the pass's first: after the layout's copy */
 }
 
 static void k_rmsnorm(void *ctx, const float *x, const uint32_t *rows, const float *w, float *out, uint32_t n,
                       float eps, uint32_t T)
 {
     cuda_state *st = (cuda_state *)ctx;
-    LAUNCH(st, S_RMSNORM,
-           (mn_k_rmsnorm<<<T, MN_G_NORM_THREADS, 0, st->stream>>>(x, rows, w, out, n, eps, T)));
+    LAUNCH(st, S_RMSNORM, launch(st, true, mn_k_rmsnorm, T, MN_G_NORM_THREADS, st->stream, x, rows, w, out, n, eps, T));
 }
 
 /* Passes of this many tokens or more project quantized weights through mn_k_proj_wide, a warp per 4
@@ -236,10 +255,10 @@ static void k_proj(void *ctx, const float *x, const mn_gpu_outs *outs, const mn_
         uint32_t per_warp = outs->mode == MN_G_OUT_QKV || outs->mode == MN_G_OUT_SWIGLU ? WIDE_NR / 2 : WIDE_NR;
         size_t warps = (mn_g_out_rows(outs) + per_warp - 1) / per_warp;
         dim3 grid(blocks_for(warps * MN_G_WARP), (T + WIDE_TB - 1) / WIDE_TB);
-        LAUNCH(st, step, (mn_k_proj_wide<WIDE_NR, WIDE_TB><<<grid, THREADS, 0, st->stream>>>(x, *outs, at, T)));
+        LAUNCH(st, step, launch(st, true, mn_k_proj_wide<WIDE_NR, WIDE_TB>, grid, THREADS, st->stream, x, *outs, at, T));
     } else {
         dim3 grid(blocks_for((size_t)mn_g_out_rows(outs) * MN_G_WARP), (T + MN_G_TB - 1) / MN_G_TB); /* a warp each */
-        LAUNCH(st, step, (mn_k_proj<<<grid, THREADS, 0, st->stream>>>(x, *outs, at, T)));
+        LAUNCH(st, step, launch(st, true, mn_k_proj, grid, THREADS, st->stream, x, *outs, at, T));
     }
 }
 
@@ -247,12 +266,11 @@ static void k_attention(void *ctx, const mn_gpu_attn *a, const float *q, float *
 {
     cuda_state *st = (cuda_state *)ctx;
     unsigned grid = T * a->n_heads, block = MN_G_ATT_WARPS * MN_G_WARP; /* a lane holds hd / 32 dims */
-    cudaStream_t s = st->stream;
-    LAUNCH(st, S_ATTENTION,
-           (a->head_dim <= 32    ? mn_k_attention<1><<<grid, block, 0, s>>>(*a, q, out, T)
-            : a->head_dim <= 64  ? mn_k_attention<2><<<grid, block, 0, s>>>(*a, q, out, T)
-            : a->head_dim <= 128 ? mn_k_attention<4><<<grid, block, 0, s>>>(*a, q, out, T)
-                                 : mn_k_attention<MN_G_LANE_DIMS><<<grid, block, 0, s>>>(*a, q, out, T)));
+    void (*k)(const mn_gpu_attn, const float *, float *, uint32_t) = a->head_dim <= 32    ? mn_k_attention<1>
+                                                                     : a->head_dim <= 64  ? mn_k_attention<2>
+                                                                     : a->head_dim <= 128 ? mn_k_attention<4>
+                                                                                          : mn_k_attention<MN_G_LANE_DIMS>;
+    LAUNCH(st, S_ATTENTION, launch(st, true, k, grid, block, st->stream, *a, q, out, T));
 }
 
 static const mn_gpu_exec device_exec = {k_embed, k_rmsnorm, k_proj, k_attention};
@@ -539,8 +557,14 @@ static mn_status setup(mn_backend *be, cuda_state *st, mn_err *err)
     const char *graphs = getenv("MINIONS_CUDA_GRAPHS"), *profile = getenv("MINIONS_CUDA_PROFILE");
     st->profile = profile && strcmp(profile, "0") != 0;
     st->graphs = !st->profile && (!graphs || strcmp(graphs, "0") != 0);
-    const char *wide = getenv("MINIONS_CUDA_WIDE");
+    const char *wide = getenv("MINIONS_CUDA_WIDE"), *pdl = getenv("MINIONS_CUDA_PDL");
     st->wide = !wide || strcmp(wide, "0") != 0;
+    int dev = 0, major = 0;
+    CUDA_TRY(cudaGetDevice(&dev));
+    CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    st->pdl = major >= 9 && (!pdl || strcmp(pdl, "0") != 0);
+    uint32_t prefetch = !pdl || strcmp(pdl, "noprefetch") != 0;
+    CUDA_TRY(cudaMemcpyToSymbol(mn_g_prefetch_weights, &prefetch, sizeof prefetch));
     if (st->profile)
         for (int i = 0; i < 2; i++)
             CUDA_TRY(cudaEventCreate(&st->ev[i]));

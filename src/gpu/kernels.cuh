@@ -598,11 +598,43 @@ static __device__ inline float mn_g_warp_sum(float s)
     return s;
 }
 
+/* Programmatic dependent launch (sm_90; cuda_backend.cu's launch()): every kernel of a pass after
+ * the first is launched while the one before it still runs. Its blocks may read, before this call,
+ * only what no kernel of the pass writes (its weights); the call waits until the kernel before has
+ * finished and its writes are seen (and, through that one's own wait, every kernel before it), and
+ * then lets the next kernel launch. So a kernel's prologue overlaps the one before, and the one after
+ * is scheduled while this one works. A no-op on older devices and in launches without the attribute;
+ * every block calls it, before any early return, so that no kernel can finish ahead of the one
+ * before it. */
+static __device__ inline void mn_g_after_previous(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* Whether the projections pull their weight rows into L2 before waiting (cuda_backend.cu sets it:
+ * MINIONS_CUDA_PDL=noprefetch clears it, to compare). */
+__constant__ uint32_t mn_g_prefetch_weights = 1;
+
+/* Bytes [row, row + n) into L2, a 128-byte line per lane in turn (the loads that follow the wait then
+ * find them there instead of in device memory). */
+static __device__ inline void mn_g_prefetch(const uint8_t *row, size_t n, uint32_t lane)
+{
+    if (!mn_g_prefetch_weights)
+        return;
+    uintptr_t line = (uintptr_t)row & ~(uintptr_t)127, end = (uintptr_t)row + n;
+    for (line += (uintptr_t)lane * 128; line < end; line += MN_G_WARP * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
+}
+
 /* grid: x over the T * dim elements */
 __global__ void mn_k_embed(uint32_t type, const uint8_t *table, size_t row_bytes, const int32_t *tokens,
                            float *x, uint32_t dim, uint32_t T)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    mn_g_after_previous();
     if (i < (size_t)T * dim)
         mn_g_embed(type, table, row_bytes, tokens, x, dim, (uint32_t)(i / dim), (uint32_t)(i % dim));
 }
@@ -613,6 +645,7 @@ __global__ void mn_k_rmsnorm(const float *x, const uint32_t *rows, const float *
 {
     __shared__ float warp_ss[MN_G_NORM_WARPS];
     uint32_t i = threadIdx.x, t = blockIdx.x;
+    mn_g_after_previous();
     if (t >= T)
         return; /* the whole block leaves */
     const float *r = mn_g_rms_src(x, rows, n, t);
@@ -693,15 +726,31 @@ __global__ void mn_k_proj(const float *x, const __grid_constant__ mn_gpu_outs ou
 {
     uint32_t lane = threadIdx.x % MN_G_WARP, t0 = blockIdx.y * MN_G_TB;
     uint32_t g = blockIdx.x * (blockDim.x / MN_G_WARP) + threadIdx.x / MN_G_WARP, i = 0, o = g;
-    if (t0 >= T || g >= mn_g_out_rows(&outs))
+    /* the warp's weight rows: rows o, o + 1 of weight i (a pair of Q/K/V), row g of gate and up, or
+     * row o of weight i */
+    const uint8_t *row[2] = {NULL, NULL};
+    bool live = t0 < T && g < mn_g_out_rows(&outs);
+    if (live) {
+        if (outs.mode == MN_G_OUT_SWIGLU) {
+            row[0] = outs.w[0].data + (size_t)g * outs.w[0].row_bytes;
+            row[1] = outs.w[1].data + (size_t)g * outs.w[1].row_bytes;
+        } else {
+            mn_g_out_of(&outs, outs.mode == MN_G_OUT_QKV ? 2 * g : g, &i, &o);
+            row[0] = outs.w[i].data + (size_t)o * outs.w[i].row_bytes;
+            if (outs.mode == MN_G_OUT_QKV)
+                row[1] = row[0] + outs.w[i].row_bytes;
+        }
+        if (blockIdx.y == 0) /* one token group pulls them in for all */
+            for (uint32_t r = 0; r < 2 && row[r]; r++)
+                mn_g_prefetch(row[r], outs.w[outs.mode == MN_G_OUT_SWIGLU ? r : i].row_bytes, lane);
+    }
+    mn_g_after_previous();
+    if (!live)
         return; /* a whole warp leaves together: its row is the same for its 32 lanes */
     uint32_t nt = T - t0 < MN_G_TB ? T - t0 : MN_G_TB, cols = outs.w[0].cols;
     const float *xt = x + (size_t)t0 * cols;
     float s[2][MN_G_TB] = {{0}};
     if (outs.mode == MN_G_OUT_QKV) {
-        mn_g_out_of(&outs, 2 * g, &i, &o);
-        const uint8_t *row[2] = {outs.w[i].data + (size_t)o * outs.w[i].row_bytes,
-                                 outs.w[i].data + (size_t)(o + 1) * outs.w[i].row_bytes};
         mn_g_proj_rows<2>(outs.w[i].type, row, xt, cols, nt, lane, s);
         float m0 = 0.0f, m1 = 0.0f; /* lane j keeps token j's sums and stores them (RoPE's sines in parallel) */
 #pragma unroll
@@ -716,8 +765,6 @@ __global__ void mn_k_proj(const float *x, const __grid_constant__ mn_gpu_outs ou
         return;
     }
     if (outs.mode == MN_G_OUT_SWIGLU) {
-        const uint8_t *row[2] = {outs.w[0].data + (size_t)g * outs.w[0].row_bytes,
-                                 outs.w[1].data + (size_t)g * outs.w[1].row_bytes};
         if (outs.w[0].type == outs.w[1].type) {
             mn_g_proj_rows<2>(outs.w[0].type, row, xt, cols, nt, lane, s);
         } else {
@@ -733,9 +780,7 @@ __global__ void mn_k_proj(const float *x, const __grid_constant__ mn_gpu_outs ou
             }
         return;
     }
-    mn_g_out_of(&outs, g, &i, &o);
-    const uint8_t *row = outs.w[i].data + (size_t)o * outs.w[i].row_bytes;
-    mn_g_proj_rows<1>(outs.w[i].type, &row, xt, cols, nt, lane, s);
+    mn_g_proj_rows<1>(outs.w[i].type, row, xt, cols, nt, lane, s);
 #pragma unroll
     for (uint32_t j = 0; j < MN_G_TB; j++)
         if (j < nt) {
@@ -805,17 +850,22 @@ __global__ void __launch_bounds__(128) mn_k_proj_wide(const float *x, const __gr
     bool paired = outs.mode == MN_G_OUT_QKV || outs.mode == MN_G_OUT_SWIGLU;
     uint32_t lane = threadIdx.x % MN_G_WARP, t0 = blockIdx.y * TB, n_out = mn_g_out_rows(&outs);
     uint32_t g0 = (blockIdx.x * (blockDim.x / MN_G_WARP) + threadIdx.x / MN_G_WARP) * (paired ? NR / 2 : NR);
-    if (t0 >= T || g0 >= n_out)
-        return; /* a whole warp leaves together */
-    uint32_t nt = T - t0 < TB ? T - t0 : TB, cols = outs.w[0].cols, wi[NR], wo;
+    bool live = t0 < T && g0 < n_out;
+    uint32_t wi[NR], wo;
     const uint8_t *row[NR];
     bool one_type = true;
 #pragma unroll
     for (uint32_t r = 0; r < NR; r++) {
-        mn_g_wide_row(&outs, n_out, g0, r, &wi[r], &wo);
+        mn_g_wide_row(&outs, n_out, live ? g0 : 0, r, &wi[r], &wo);
         row[r] = outs.w[wi[r]].data + (size_t)wo * outs.w[wi[r]].row_bytes;
         one_type = one_type && outs.w[wi[r]].type == outs.w[wi[0]].type;
+        if (live && blockIdx.y == 0) /* one token group pulls them in for all */
+            mn_g_prefetch(row[r], outs.w[wi[r]].row_bytes, lane);
     }
+    mn_g_after_previous();
+    if (!live)
+        return; /* a whole warp leaves together */
+    uint32_t nt = T - t0 < TB ? T - t0 : TB, cols = outs.w[0].cols;
     const float *xt = x + (size_t)t0 * cols;
     float s[NR][TB] = {{0}};
     if (one_type) {
@@ -967,6 +1017,7 @@ __global__ void mn_k_attention(const __grid_constant__ mn_gpu_attn a, const floa
 {
     __shared__ float sm_m[MN_G_ATT_WARPS], sm_sum[MN_G_ATT_WARPS], sm_acc[MN_G_ATT_WARPS][MN_G_MAX_HEAD_DIM];
     uint32_t lane = threadIdx.x % MN_G_WARP, wp = threadIdx.x / MN_G_WARP, pair = blockIdx.x;
+    mn_g_after_previous();
     if (pair >= T * a.n_heads)
         return; /* the whole block leaves */
     uint32_t t = pair / a.n_heads, h = pair % a.n_heads, hd = a.head_dim;
