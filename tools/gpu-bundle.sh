@@ -22,9 +22,11 @@
 # minionsd on CUDA speculating against plain greedy on CUDA; compute-sanitizer over the device
 # tests; decode speed of the bundled target on the CPU and on CUDA with and without graphs; this
 # build against OLD_BIN's (ab); kernels launched as programmatic dependents against plain launches
-# (pdl); the host CPU's AVX2 and AVX-512 kernel sets on the CPU backend (cpusets); the projections over many tokens of quantized weights against
-# the ones for few (wide: decode and verification passes, alternating); sampled decoding with the
-# draws on the device against rows drawn on the host (draw); each kernel's time in a decode step (ncu); SmolLM2-shaped F16 and
+# (pdl); neither, that, and that with the projections' rows and inputs staged in shared memory
+# (stage); the host CPU's AVX2 and AVX-512 kernel sets on the CPU backend (cpusets); the projections
+# over many tokens of quantized weights against the ones for few (wide: decode and verification
+# passes, alternating); sampled decoding with the draws on the device against rows drawn on the host
+# (draw); each kernel's time in a decode step (ncu); SmolLM2-shaped F16 and
 # Q4_1 models at 1/4/16/64 sequences; a verification pass of k tokens
 # against a decode step; each kernel's share of a pass (MINIONS_CUDA_PROFILE); the server suites,
 # whose minionsd and minions-generate take CUDA there by default; the draft models on CUDA or on the
@@ -34,7 +36,7 @@
 # beside minions (llamacpp, llamacpp_spec); with LLAMA_SRC instead, llama.cpp is built there (minutes
 # of device time). With OLD_BIN (a build/ of an older commit), that build's minions-bench-decode runs
 # against this one's, alternating (ab). MINIONS_GPU_STEPS=name,name runs only those steps (kernels
-# test_gpu greedy spec sanitizer bench ab pdl cpusets wide draw ncu smollm2 verify profile suites drafts
+# test_gpu greedy spec sanitizer bench ab pdl stage cpusets wide draw ncu smollm2 verify profile suites drafts
 # pipeline llamacpp llamacpp_spec bench_spec).
 set -eu
 cd "$(dirname "$0")/.."
@@ -238,6 +240,34 @@ if step pdl "programmatic dependent launch: MINIONS_CUDA_PDL=0 (off), noprefetch
       echo "-- verification passes, $(basename "$m" .gguf), pdl=$v"
       run 60 env MINIONS_CUDA_PDL=$v "$bin/minions-bench-decode" --model "$m" --backend cuda --verify-curve \
         --batches 1,16 --rounds 3 2>&1 | tee "$res/verify-pdl-$v-$(basename "$m" .gguf).txt" | grep -E '^plain|^verify'
+    done
+  done
+fi
+
+# MINIONS_STAGE_MODELS: which models (target,q4_1,f16 by default)
+if step stage "a decode step's launches three ways, alternating: none (MINIONS_CUDA_PDL=0 MINIONS_CUDA_STAGE=0), pdl (programmatic dependent launches: MINIONS_CUDA_STAGE=0), stage (and mn_k_proj's rows and inputs copied into shared memory first: the default)"; then
+  for m in $(echo "${MINIONS_STAGE_MODELS:-target,q4_1,f16}" | tr ',' ' '); do
+    case $m in target) m=$target ;; *) m=$(smol "$m") ;; esac
+    [ -f "$m" ] || continue
+    for r in 1 2 3; do
+      for v in none pdl stage; do
+        case $v in
+          none) e="MINIONS_CUDA_PDL=0 MINIONS_CUDA_STAGE=0" ;; pdl) e="MINIONS_CUDA_STAGE=0" ;; stage) e="MINIONS_CUDA_PDL=1" ;;
+        esac
+        printf '%s %s round %s: ' "$(basename "$m" .gguf)" "$v" "$r"
+        run 60 env $e "$bin/minions-bench-decode" --model "$m" --backend cuda --batches 1,4,16,64 \
+          --prompt-tokens 64 --gen-tokens 32 2>&1 | tee -a "$res/stage-$v.txt" |
+          awk '/^prefill/ {printf "pp %s  ", $4} /^decode/ {printf "b%s %s (fwd %s)  ", $3, $7, $NF} END {print ""}'
+      done
+    done
+  done
+  for m in "$target" "$(smol q4_1)"; do
+    [ -f "$m" ] || continue
+    for v in none stage; do
+      e="MINIONS_CUDA_PDL=1"; [ "$v" = none ] && e="MINIONS_CUDA_PDL=0 MINIONS_CUDA_STAGE=0"
+      echo "-- verification passes, $(basename "$m" .gguf), $v"
+      run 60 env $e "$bin/minions-bench-decode" --model "$m" --backend cuda --verify-curve \
+        --batches 1,16 --rounds 3 2>&1 | tee "$res/verify-$v-$(basename "$m" .gguf).txt" | grep -E '^plain|^verify'
     done
   done
 fi

@@ -124,6 +124,7 @@ typedef struct cuda_state {
     bool profile;             /* MINIONS_CUDA_PROFILE=1: every step timed (graphs off), logged at the end */
     bool wide;                /* quantized weights through mn_k_proj_wide from WIDE_T tokens (MINIONS_CUDA_WIDE=0: no) */
     bool pdl;                 /* a pass's kernels after the first as programmatic dependents (sm_90; MINIONS_CUDA_PDL=0: no) */
+    bool stage;               /* mn_k_proj copies its rows and inputs into shared memory first (MINIONS_CUDA_STAGE=0: no) */
     cudaEvent_t ev[2];
     double step_ms[N_STEPS];
     uint64_t step_n[N_STEPS];
@@ -156,13 +157,20 @@ static mn_status upload(cuda_state *st, const void *src, size_t n, const void **
     return MN_OK;
 }
 
+/* A weight on the device, its allocation 16 bytes longer than its rows: mn_g_stage_rows reads whole
+ * 16-byte lines, the last row's last line included. */
 static mn_status upload_weight(cuda_state *st, const mn_weight *w, mn_gpu_weight *out, mn_err *err)
 {
     *out = mn_gpu_weight_of(w);
-    const void *d = NULL;
-    mn_status s = upload(st, w->data, (size_t)w->rows * w->row_bytes, &d, err);
+    size_t n = (size_t)w->rows * w->row_bytes;
+    void *d = NULL;
+    mn_status s = dalloc(st, n + 16, &d, err);
+    if (s != MN_OK)
+        return s;
+    CUDA_TRY(cudaMemcpy(d, w->data, n, cudaMemcpyHostToDevice));
+    CUDA_TRY(cudaMemset((uint8_t *)d + n, 0, 16));
     out->data = (const uint8_t *)d;
-    return s;
+    return MN_OK;
 }
 
 static mn_status upload_floats(cuda_state *st, const float *src, size_t n, const float **out, mn_err *err)
@@ -205,8 +213,8 @@ static void profile_step(cuda_state *st, int step)
  * waits for it in mn_g_after_previous (kernels.cuh); graph capture keeps that edge. Errors surface
  * in cudaGetLastError after the pass, as a <<<>>> launch's do. */
 template <typename... P, typename... A>
-static void launch(cuda_state *st, bool after_kernel, void (*k)(P...), dim3 grid, dim3 block, cudaStream_t q,
-                   A &&...args)
+static void launch(cuda_state *st, bool after_kernel, void (*k)(P...), dim3 grid, dim3 block, size_t smem,
+                   cudaStream_t q, A &&...args)
 {
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -214,6 +222,7 @@ static void launch(cuda_state *st, bool after_kernel, void (*k)(P...), dim3 grid
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
     cfg.stream = q;
     cfg.attrs = attr;
     cfg.numAttrs = st->pdl && after_kernel ? 1 : 0;
@@ -223,7 +232,7 @@ static void launch(cuda_state *st, bool after_kernel, void (*k)(P...), dim3 grid
 static void k_embed(void *ctx, const mn_gpu_weight *w, const int32_t *tokens, float *x, uint32_t dim, uint32_t T)
 {
     cuda_state *st = (cuda_state *)ctx;
-    LAUNCH(st, S_EMBED, launch(st, false, mn_k_embed, blocks_for((size_t)T * dim), THREADS, st->stream, w->type, w->data,
+    LAUNCH(st, S_EMBED, launch(st, false, mn_k_embed, blocks_for((size_t)T * dim), THREADS, 0, st->stream, w->type, w->data,
                                w->row_bytes, tokens, x, dim, T)); /* the pass's first: after the layout's copy */
 }
 
@@ -231,7 +240,7 @@ static void k_rmsnorm(void *ctx, const float *x, const uint32_t *rows, const flo
                       float eps, uint32_t T)
 {
     cuda_state *st = (cuda_state *)ctx;
-    LAUNCH(st, S_RMSNORM, launch(st, true, mn_k_rmsnorm, T, MN_G_NORM_THREADS, st->stream, x, rows, w, out, n, eps, T));
+    LAUNCH(st, S_RMSNORM, launch(st, true, mn_k_rmsnorm, T, MN_G_NORM_THREADS, 0, st->stream, x, rows, w, out, n, eps, T));
 }
 
 /* Passes of this many tokens or more project quantized weights through mn_k_proj_wide, a warp per 4
@@ -241,6 +250,24 @@ static void k_rmsnorm(void *ctx, const float *x, const uint32_t *rows, const flo
  * where they were; on F16 and F32 weights it gained nothing (the bundled target's prefill 0.88x);
  * shapes of 2 x 16, 4 x 16 and 8 x 8 made 64-sequence Q4_1 decode 0.71-0.79x as fast. */
 enum { WIDE_T = 16, WIDE_NR = 4, WIDE_TB = 8 };
+
+/* mn_k_proj's shared memory: each warp's weight rows (*stage bytes a warp: one row, or a pair in
+ * halves, each rounded up to 16 bytes plus the 16 its copy may start off a line) and, where it still
+ * fits, the block's tokens' inputs (*stage_x); the bytes a block takes. Past the default 48 KB a
+ * block, rows or inputs go unstaged. */
+enum { STAGE_MAX = 48 * 1024 };
+static size_t proj_stage(const mn_gpu_outs *outs, uint32_t T, uint32_t *stage, uint32_t *stage_x)
+{
+    size_t row = 0, warps = THREADS / MN_G_WARP, cols = outs->w[0].cols;
+    for (uint32_t i = 0; i < outs->n; i++)
+        row = outs->w[i].row_bytes > row ? outs->w[i].row_bytes : row;
+    bool pair = outs->mode == MN_G_OUT_QKV || outs->mode == MN_G_OUT_SWIGLU;
+    size_t per_warp = (pair ? 2 : 1) * (((row + 15) & ~(size_t)15) + 16);
+    size_t xs = cols % 4 == 0 ? (size_t)(T < MN_G_TB ? T : MN_G_TB) * cols * sizeof(float) : 0;
+    *stage = warps * per_warp <= STAGE_MAX ? (uint32_t)per_warp : 0;
+    *stage_x = warps * *stage + xs <= STAGE_MAX && xs > 0;
+    return warps * *stage + (*stage_x ? xs : 0);
+}
 
 static void k_proj(void *ctx, const float *x, const mn_gpu_outs *outs, const mn_gpu_attn *a, uint32_t T)
 {
@@ -255,10 +282,12 @@ static void k_proj(void *ctx, const float *x, const mn_gpu_outs *outs, const mn_
         uint32_t per_warp = outs->mode == MN_G_OUT_QKV || outs->mode == MN_G_OUT_SWIGLU ? WIDE_NR / 2 : WIDE_NR;
         size_t warps = (mn_g_out_rows(outs) + per_warp - 1) / per_warp;
         dim3 grid(blocks_for(warps * MN_G_WARP), (T + WIDE_TB - 1) / WIDE_TB);
-        LAUNCH(st, step, launch(st, true, mn_k_proj_wide<WIDE_NR, WIDE_TB>, grid, THREADS, st->stream, x, *outs, at, T));
+        LAUNCH(st, step, launch(st, true, mn_k_proj_wide<WIDE_NR, WIDE_TB>, grid, THREADS, 0, st->stream, x, *outs, at, T));
     } else {
         dim3 grid(blocks_for((size_t)mn_g_out_rows(outs) * MN_G_WARP), (T + MN_G_TB - 1) / MN_G_TB); /* a warp each */
-        LAUNCH(st, step, launch(st, true, mn_k_proj, grid, THREADS, st->stream, x, *outs, at, T));
+        uint32_t stage = 0, stage_x = 0;
+        size_t smem = st->stage ? proj_stage(outs, T, &stage, &stage_x) : 0;
+        LAUNCH(st, step, launch(st, true, mn_k_proj, grid, THREADS, smem, st->stream, x, *outs, at, T, stage, stage_x));
     }
 }
 
@@ -270,7 +299,7 @@ static void k_attention(void *ctx, const mn_gpu_attn *a, const float *q, float *
                                                                      : a->head_dim <= 64  ? mn_k_attention<2>
                                                                      : a->head_dim <= 128 ? mn_k_attention<4>
                                                                                           : mn_k_attention<MN_G_LANE_DIMS>;
-    LAUNCH(st, S_ATTENTION, launch(st, true, k, grid, block, st->stream, *a, q, out, T));
+    LAUNCH(st, S_ATTENTION, launch(st, true, k, grid, block, 0, st->stream, *a, q, out, T));
 }
 
 static const mn_gpu_exec device_exec = {k_embed, k_rmsnorm, k_proj, k_attention};
@@ -557,8 +586,9 @@ static mn_status setup(mn_backend *be, cuda_state *st, mn_err *err)
     const char *graphs = getenv("MINIONS_CUDA_GRAPHS"), *profile = getenv("MINIONS_CUDA_PROFILE");
     st->profile = profile && strcmp(profile, "0") != 0;
     st->graphs = !st->profile && (!graphs || strcmp(graphs, "0") != 0);
-    const char *wide = getenv("MINIONS_CUDA_WIDE"), *pdl = getenv("MINIONS_CUDA_PDL");
+    const char *wide = getenv("MINIONS_CUDA_WIDE"), *pdl = getenv("MINIONS_CUDA_PDL"), *stage = getenv("MINIONS_CUDA_STAGE");
     st->wide = !wide || strcmp(wide, "0") != 0;
+    st->stage = !stage || strcmp(stage, "0") != 0;
     int dev = 0, major = 0;
     CUDA_TRY(cudaGetDevice(&dev));
     CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));

@@ -629,6 +629,50 @@ static __device__ inline void mn_g_prefetch(const uint8_t *row, size_t n, uint32
         asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
 }
 
+/* A projection block's dynamic shared memory: each warp's weight rows (stage bytes a warp), then
+ * the block's tokens' inputs (mn_k_proj). */
+extern __shared__ __align__(16) uint8_t mn_g_smem[];
+
+/* Bytes [src[r], src[r] + n[r]) of NR weight rows copied by the warp into dst + r * stride, 16 bytes a
+ * lane at a time from each row's 16-byte line on (the weights' allocations are 16 bytes longer than
+ * their rows, so the last line is theirs); src[r] becomes its copy, at dst + r * stride + src[r] % 16
+ * (every half and float keeps its alignment). stride holds n rounded up to 16, plus 16. A round
+ * issues all its loads (MN_G_STAGE_LOADS a row, for every row) before its first store, so that a
+ * row of a few KB costs one round trip, not one a line. */
+#define MN_G_STAGE_LOADS 4
+template <uint32_t NR>
+static __device__ inline void mn_g_stage_rows(const uint8_t **src, const size_t *n, uint8_t *dst, size_t stride,
+                                              uint32_t lane)
+{
+    const uint4 *s[NR];
+    uint32_t lines[NR], most = 0;
+#pragma unroll
+    for (uint32_t r = 0; r < NR; r++) {
+        uintptr_t from = (uintptr_t)src[r] & ~(uintptr_t)15, to = ((uintptr_t)src[r] + n[r] + 15) & ~(uintptr_t)15;
+        s[r] = (const uint4 *)from;
+        lines[r] = (uint32_t)((to - from) / 16);
+        most = lines[r] > most ? lines[r] : most;
+    }
+    for (uint32_t u0 = lane; u0 < most; u0 += MN_G_STAGE_LOADS * MN_G_WARP) {
+        uint4 v[NR][MN_G_STAGE_LOADS];
+#pragma unroll
+        for (uint32_t r = 0; r < NR; r++)
+#pragma unroll
+            for (uint32_t j = 0; j < MN_G_STAGE_LOADS; j++)
+                if (u0 + j * MN_G_WARP < lines[r])
+                    v[r][j] = s[r][u0 + j * MN_G_WARP];
+#pragma unroll
+        for (uint32_t r = 0; r < NR; r++)
+#pragma unroll
+            for (uint32_t j = 0; j < MN_G_STAGE_LOADS; j++)
+                if (u0 + j * MN_G_WARP < lines[r])
+                    ((uint4 *)(dst + r * stride))[u0 + j * MN_G_WARP] = v[r][j];
+    }
+#pragma unroll
+    for (uint32_t r = 0; r < NR; r++)
+        src[r] = dst + r * stride + ((uintptr_t)src[r] & 15);
+}
+
 /* grid: x over the T * dim elements */
 __global__ void mn_k_embed(uint32_t type, const uint8_t *table, size_t row_bytes, const int32_t *tokens,
                            float *x, uint32_t dim, uint32_t T)
@@ -720,9 +764,15 @@ static __device__ inline void mn_g_proj_rows(uint32_t type, const uint8_t *const
 }
 
 /* grid: x over the launch's warps (mn_g_out_rows, blockDim.x / 32 per block), y over groups of
- * MN_G_TB tokens; a is read by MN_G_OUT_QKV only */
+ * MN_G_TB tokens; a is read by MN_G_OUT_QKV only.
+ * With stage > 0 each warp first copies its weight rows into shared memory (stage bytes a warp,
+ * before waiting for the kernel before: weights are no kernel's output), and with stage_x the
+ * block copies its tokens' inputs there (cols a multiple of 4), so that the sums' loads wait on
+ * shared memory instead of a chain of device-memory (or L2) round trips: a decode step's
+ * projection has few warps and each lane only a few loads in flight. The sums read the copies
+ * through the same code in the same order: the same bits either way. */
 __global__ void mn_k_proj(const float *x, const __grid_constant__ mn_gpu_outs outs, const __grid_constant__ mn_gpu_attn a,
-                          uint32_t T)
+                          uint32_t T, uint32_t stage, uint32_t stage_x)
 {
     uint32_t lane = threadIdx.x % MN_G_WARP, t0 = blockIdx.y * MN_G_TB;
     uint32_t g = blockIdx.x * (blockDim.x / MN_G_WARP) + threadIdx.x / MN_G_WARP, i = 0, o = g;
@@ -740,15 +790,30 @@ __global__ void mn_k_proj(const float *x, const __grid_constant__ mn_gpu_outs ou
             if (outs.mode == MN_G_OUT_QKV)
                 row[1] = row[0] + outs.w[i].row_bytes;
         }
-        if (blockIdx.y == 0) /* one token group pulls them in for all */
+        size_t n[2] = {outs.w[outs.mode == MN_G_OUT_SWIGLU ? 0 : i].row_bytes,
+                       outs.w[outs.mode == MN_G_OUT_SWIGLU ? 1 : i].row_bytes};
+        uint8_t *mine = mn_g_smem + (size_t)(threadIdx.x / MN_G_WARP) * stage;
+        if (stage && row[1]) /* a pair: the second row in stage's second half */
+            mn_g_stage_rows<2>(row, n, mine, stage / 2, lane);
+        else if (stage)
+            mn_g_stage_rows<1>(row, n, mine, stage, lane);
+        else if (blockIdx.y == 0) /* one token group pulls them into L2 for all */
             for (uint32_t r = 0; r < 2 && row[r]; r++)
-                mn_g_prefetch(row[r], outs.w[outs.mode == MN_G_OUT_SWIGLU ? r : i].row_bytes, lane);
+                mn_g_prefetch(row[r], n[r], lane);
     }
     mn_g_after_previous();
-    if (!live)
-        return; /* a whole warp leaves together: its row is the same for its 32 lanes */
     uint32_t nt = T - t0 < MN_G_TB ? T - t0 : MN_G_TB, cols = outs.w[0].cols;
     const float *xt = x + (size_t)t0 * cols;
+    if (stage_x && t0 < T) { /* the whole block: its token group is the same for all its warps */
+        float4 *xs = (float4 *)(mn_g_smem + (size_t)(blockDim.x / MN_G_WARP) * stage);
+        for (uint32_t e = threadIdx.x; e < nt * cols / 4; e += blockDim.x)
+            xs[e] = ((const float4 *)xt)[e];
+        xt = (const float *)xs;
+    }
+    if (stage || stage_x)
+        __syncthreads();
+    if (!live)
+        return; /* a whole warp leaves together: its row is the same for its 32 lanes */
     float s[2][MN_G_TB] = {{0}};
     if (outs.mode == MN_G_OUT_QKV) {
         mn_g_proj_rows<2>(outs.w[i].type, row, xt, cols, nt, lane, s);
