@@ -15,7 +15,10 @@
  * shape is captured once as a CUDA graph and replayed (below; MINIONS_CUDA_GRAPHS=0 turns it off,
  * to compare; MINIONS_CUDA_PROFILE=1 times every step with events instead and logs the totals at
  * the end). Passes of many tokens project quantized weights through mn_k_proj_wide (WIDE_T;
- * MINIONS_CUDA_WIDE=0 keeps them on mn_k_proj, to compare: the same bits either way). Every
+ * MINIONS_CUDA_WIDE=0 keeps them on mn_k_proj, to compare: the same bits either way). On sm_90 a
+ * pass's kernels after the first are programmatic dependent launches (launch(); MINIONS_CUDA_PDL=0
+ * turns them into plain ones), which mn_k_proj uses to copy its weight rows into shared memory
+ * while the kernel before it runs (proj_stage; MINIONS_CUDA_STAGE=0 reads them in place). Every
  * backend has its own stream, so the target and each draft model launch on streams of their own.
  * Completion is the stream waited for in the compute worker's thread, which then posts the job to
  * its actor (a cudaLaunchHostFunc callback could not run the verdict on the logits, which needs

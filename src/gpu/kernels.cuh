@@ -19,8 +19,11 @@
  * K and V into the cache, and gate and up one that stores SwiGLU's product), a block per (token,
  * head) (attention, its warps taking 32 positions at a time, a lane each); passes of many tokens
  * may take the projections a warp per 4 rows and 8 tokens instead (mn_k_proj_wide), the same sums
- * in the same order. Seven launches a layer. Every sum has one fixed order that depends on nothing
- * but its own row, so a token's logits are the same bits whatever else shares its pass. The twin replays warps lane by lane.
+ * in the same order. Seven launches a layer; on sm_90 every launch of a pass but the first may
+ * start while the one before it runs (programmatic dependent launch: mn_g_after_previous), and a
+ * projection copies its weight rows into shared memory meanwhile. Every sum has one fixed order
+ * that depends on nothing but its own row, so a token's logits are the same bits whatever else
+ * shares its pass. The twin replays warps lane by lane.
  * cuBLAS GEMMs for F16/F32 may replace the projections where measured faster and still
  * batch-invariant; they stay for the weight types cuBLAS has no GEMM for (Q8_0, Q4_0, Q4_1).
  */
