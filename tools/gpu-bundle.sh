@@ -21,12 +21,12 @@
 # the CPU's, batch invariance); greedy text on the CPU and on the default backend compared;
 # minionsd on CUDA speculating against plain greedy on CUDA; compute-sanitizer over the device
 # tests; decode speed of the bundled target on the CPU and on CUDA with and without graphs; this
-# build against OLD_BIN's (ab); kernels launched as programmatic dependents against plain launches
-# (pdl); neither, that, and that with the projections' rows and inputs staged in shared memory
-# (stage); the host CPU's AVX2 and AVX-512 kernel sets on the CPU backend (cpusets); the projections
-# over many tokens of quantized weights against the ones for few (wide: decode and verification
-# passes, alternating); sampled decoding with the draws on the device against rows drawn on the host
-# (draw); each kernel's time in a decode step (ncu); SmolLM2-shaped F16 and
+# build against OLD_BIN's (ab); plain launches, kernels launched as programmatic dependents, and
+# that with the projections' rows and inputs staged in shared memory (stage); the host CPU's AVX2
+# and AVX-512 kernel sets on the CPU backend (cpusets); the projections over many tokens of
+# quantized weights against the ones for few (wide: decode and verification passes, alternating);
+# sampled decoding with the draws on the device against rows drawn on the host (draw); each
+# kernel's time in a decode step (ncu); SmolLM2-shaped F16 and
 # Q4_1 models at 1/4/16/64 sequences; a verification pass of k tokens
 # against a decode step; each kernel's share of a pass (MINIONS_CUDA_PROFILE); the server suites,
 # whose minionsd and minions-generate take CUDA there by default; the draft models on CUDA or on the
@@ -36,7 +36,7 @@
 # beside minions (llamacpp, llamacpp_spec); with LLAMA_SRC instead, llama.cpp is built there (minutes
 # of device time). With OLD_BIN (a build/ of an older commit), that build's minions-bench-decode runs
 # against this one's, alternating (ab). MINIONS_GPU_STEPS=name,name runs only those steps (kernels
-# test_gpu greedy spec sanitizer bench ab pdl stage cpusets wide draw ncu smollm2 verify profile suites drafts
+# test_gpu greedy spec sanitizer bench ab stage cpusets wide draw ncu smollm2 verify profile suites drafts
 # pipeline llamacpp llamacpp_spec bench_spec).
 set -eu
 cd "$(dirname "$0")/.."
@@ -219,29 +219,6 @@ if step ab "this build's decode against OLD_BIN's, alternating, on cuda (bundled
       done
     done
   else echo "no OLD_BIN build in this bundle"; fi
-fi
-
-if step pdl "programmatic dependent launch: MINIONS_CUDA_PDL=0 (off), noprefetch (kernels launched early only), 1 (and the projections' weight rows pulled into L2 before the wait: the default), alternating"; then
-  for m in "$target" "$(smol q4_1)" "$(smol f16)"; do
-    [ -f "$m" ] || continue
-    for r in 1 2 3; do
-      for v in 0 noprefetch 1; do
-        printf '%s pdl=%s round %s: ' "$(basename "$m" .gguf)" "$v" "$r"
-        run 60 env MINIONS_CUDA_PDL=$v "$bin/minions-bench-decode" --model "$m" --backend cuda --batches 1,4,16,64 \
-          --prompt-tokens 64 --gen-tokens 32 2>&1 | tee -a "$res/pdl-$v.txt" |
-          awk '/^prefill/ {printf "pp %s  ", $4} /^decode/ {printf "b%s %s (fwd %s)  ", $3, $7, $NF} END {print ""}'
-      done
-    done
-  done
-  grep -h 'capture failed' "$res"/pdl-*.txt | sort | uniq -c # graphs with programmatic edges
-  for m in "$target" "$(smol q4_1)"; do
-    [ -f "$m" ] || continue
-    for v in 0 1; do
-      echo "-- verification passes, $(basename "$m" .gguf), pdl=$v"
-      run 60 env MINIONS_CUDA_PDL=$v "$bin/minions-bench-decode" --model "$m" --backend cuda --verify-curve \
-        --batches 1,16 --rounds 3 2>&1 | tee "$res/verify-pdl-$v-$(basename "$m" .gguf).txt" | grep -E '^plain|^verify'
-    done
-  done
 fi
 
 # MINIONS_STAGE_MODELS: which models (target,q4_1,f16 by default)

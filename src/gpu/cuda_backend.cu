@@ -596,8 +596,6 @@ static mn_status setup(mn_backend *be, cuda_state *st, mn_err *err)
     CUDA_TRY(cudaGetDevice(&dev));
     CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     st->pdl = major >= 9 && (!pdl || strcmp(pdl, "0") != 0);
-    uint32_t prefetch = !pdl || strcmp(pdl, "noprefetch") != 0;
-    CUDA_TRY(cudaMemcpyToSymbol(mn_g_prefetch_weights, &prefetch, sizeof prefetch));
     if (st->profile)
         for (int i = 0; i < 2; i++)
             CUDA_TRY(cudaEventCreate(&st->ev[i]));

@@ -617,16 +617,10 @@ static __device__ inline void mn_g_after_previous(void)
 #endif
 }
 
-/* Whether the projections pull their weight rows into L2 before waiting (cuda_backend.cu sets it:
- * MINIONS_CUDA_PDL=noprefetch clears it, to compare). */
-__constant__ uint32_t mn_g_prefetch_weights = 1;
-
 /* Bytes [row, row + n) into L2, a 128-byte line per lane in turn (the loads that follow the wait then
  * find them there instead of in device memory). */
 static __device__ inline void mn_g_prefetch(const uint8_t *row, size_t n, uint32_t lane)
 {
-    if (!mn_g_prefetch_weights)
-        return;
     uintptr_t line = (uintptr_t)row & ~(uintptr_t)127, end = (uintptr_t)row + n;
     for (line += (uintptr_t)lane * 128; line < end; line += MN_G_WARP * 128)
         asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
