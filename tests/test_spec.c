@@ -1535,48 +1535,6 @@ Test(tuner, sequence_rule_goes_plain_and_back)
     cr_assert_eq(t.c[0].home, p.s_max, "speculating, the sequences choosing up to s_max");
 }
 
-/* 16 sequences where every other step carries a prompt chunk: speculating steps without one cost
- * 0.5 a token and those with one 2.13 (a wide pass, where drafts cost the most), plain steps 0.8 and
- * 1.07. Counting pure steps only (the default) the class speculates; counting every step it decodes
- * plainly, which is cheaper in all: 1.24 a token against 1.29. */
-Test(tuner, sequence_rule_counts_mixed_steps_when_told)
-{
-    for (int all = 0; all < 2; all++) {
-        mn_tuner_params p = with_rule(MN_TUNER_RULE_SEQUENCE);
-        p.steps = all ? MN_TUNER_STEPS_ALL : MN_TUNER_STEPS_PURE;
-        mn_tuner t;
-        mn_tuner_init(&t, &p, 4);
-        mn_tuner_class *c = &t.c[mn_tuner_class_of(16)];
-        uint64_t at_zero = 0, steps = 0;
-        for (int i = 0; i < 64 * (int)p.decision_threshold; i++) {
-            bool mixed = i % 2;
-            mn_tuner_step st = {.batch = 16, .s = c->s, .mixed = mixed};
-            if (c->s) {
-                st.drafted = 16 * c->s;
-                st.tokens = mixed ? 30 : 32;
-                st.ended[1] = mixed ? 15 : 16;
-                st.seconds = 16 * (mixed ? 4.0 : 1.0);
-            } else {
-                st.tokens = mixed ? 15 : 16;
-                st.seconds = 16 * (mixed ? 1.6 : 0.8);
-            }
-            if (i >= 32 * (int)p.decision_threshold) {
-                at_zero += c->s == 0;
-                steps++;
-            }
-            mn_tuner_decision d;
-            mn_tuner_observe(&t, &st, true, &d);
-        }
-        cr_assert_eq(c->home, all ? 0 : p.s_max, "steps=%s: home %u", mn_tuner_steps_name(p.steps), c->home);
-        if (all)
-            cr_assert_gt(at_zero, steps / 2, "mostly plain: %llu of %llu steps", (unsigned long long)at_zero,
-                         (unsigned long long)steps);
-        else
-            cr_assert_lt(at_zero, steps / 2, "mostly speculating: %llu of %llu steps at 0",
-                         (unsigned long long)at_zero, (unsigned long long)steps);
-    }
-}
-
 /* Classes that have not decided follow the nearest one that has: when no draft pays at 16
  * sequences, 5-8 sequences (passed through while clients ramp down) decode plainly too, with the
  * leader's theta and rho, instead of drafting the starting length at every step; once they decide
@@ -1636,12 +1594,6 @@ Test(tuner, parameters_and_option)
     cr_assert_eq(mn_tuner_set_param(&p, "rule", NAN, "sequence", &err), MN_OK);
     cr_assert_eq(p.rule, MN_TUNER_RULE_SEQUENCE);
     cr_assert_str_eq(mn_tuner_rule_name(p.rule), "sequence");
-    cr_assert_eq(mn_tuner_set_param(&p, "steps", NAN, "all", &err), MN_OK);
-    cr_assert_eq(p.steps, MN_TUNER_STEPS_ALL);
-    cr_assert_str_eq(mn_tuner_steps_name(p.steps), "all");
-    cr_assert_eq(mn_tuner_set_param(&p, "steps", NAN, "some", &err), MN_INVALID);
-    cr_assert_eq(mn_tuner_set_param(&p, "steps", 1, NULL, &err), MN_INVALID);
-    cr_assert_eq(p.steps, MN_TUNER_STEPS_ALL, "unchanged on error");
     cr_assert_eq(mn_tuner_set_param(&p, "rule", NAN, "model", &err), MN_OK);
     cr_assert_eq(mn_tuner_set_param(&p, "rule", NAN, "guess", &err), MN_INVALID);
     cr_assert_eq(mn_tuner_set_param(&p, "rule", 1, NULL, &err), MN_INVALID);

@@ -269,10 +269,8 @@ def tuner_eval(args):
     # no shared n-gram cache: the rounds repeat their prompts, whose text it would hold
     fixed = Server(args.spec_length, args.threads, 16, extra=["--ngram-cache", "0"])
     rules = args.rules.split(",")
-    # a rule may carry more tuner keys after colons: sequence:steps=all
     adaptive = {r: Server(args.spec_length, args.threads, 16,
-                          extra=["--tuner", "adaptive,rule=" + r.replace(":", ","), "--ngram-cache", "0"])
-                for r in rules}
+                          extra=["--tuner", f"adaptive,rule={r}", "--ngram-cache", "0"]) for r in rules}
     configs = ["plain"] + [f"s{k}" for k in range(1, 9)] + rules
     results, classes = {}, {}
     try:
@@ -392,8 +390,7 @@ def main():
     ap.add_argument("--clients", default="1,16", help="client counts: 1, 16 or both")
     ap.add_argument("--tuner", action="store_true", help="the length tuner against a sweep of fixed lengths")
     ap.add_argument("--drafters", default="ngram", help="--tuner: ngram, draft-kjv, ..., or vote (all four)")
-    ap.add_argument("--rules", default="slope,model,sequence",
-                    help="--tuner: the adaptive tuner's rules, each its own server (more keys after colons: sequence:steps=all)")
+    ap.add_argument("--rules", default="slope,model,sequence", help="--tuner: the adaptive tuner's rules, each its own server")
     ap.add_argument("--target", default=TARGET, help="the target model (default: the bundled one)")
     ap.add_argument("--drafts", default=",".join(DRAFTS), help="drafters: names of models/*.gguf, or ngram")
     ap.add_argument("--kv-blocks", type=int, default=0, help="the server's --kv-blocks (a long-context target)")

@@ -85,7 +85,6 @@ static json_t *config_json(mn_admin *a)
     json_object_set_new(o, "tuner.margin", json_real(t->margin));
     json_object_set_new(o, "tuner.cost", json_string(mn_tuner_cost_name(t->cost)));
     json_object_set_new(o, "tuner.rule", json_string(mn_tuner_rule_name(t->rule)));
-    json_object_set_new(o, "tuner.steps", json_string(mn_tuner_steps_name(t->steps)));
     for (uint32_t i = 0; i < a->cfg.n_drafters; i++) {
         char key[96];
         snprintf(key, sizeof key, "drafter.%s.enabled", a->cfg.drafter_names[i]);

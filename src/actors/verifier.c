@@ -46,8 +46,7 @@ struct mn_verifier {
                                                * (sequence rule) what each sequence's own length takes */
     uint32_t round_s;       /* the length the last round was planned with */
     uint32_t step_s;        /* the length this step's drafts were made at */
-    bool step_measured;     /* the step goes to the tuner: some sequence drafted, or none at length 0 */
-    bool step_mixed;        /* not every one of its sequences ran at the length (a prompt chunk among them) */
+    bool step_measured;     /* every sequence was drafted: the length shaped the step */
     double t_plan;          /* when the last round was planned */
     double round_seconds;   /* the last round's drafting time: planned to voted */
     double step_draft_seconds; /* that of the round whose drafts this step verifies */
@@ -412,13 +411,11 @@ static bool start_step(mn_verifier *v)
     }
     /* the length shaped the step when every sequence in it was drafted at it, or, at length 0 (plain
      * decoding, no round), when every one was decoding: without the latter a tuner that tried 0
-     * would never see another step at 0, and stay there. A step with prompt chunks (or undrafted
-     * sequences) among those goes to the tuner too, marked mixed (its tuner.steps decides) */
-    bool zero = !drafted && s == 0;
-    v->step_measured = v->cfg.addr->tuner && (drafted || zero);
-    v->step_mixed = !(drafted == n || (zero && decoding_only));
-    v->step_s = zero ? 0 : v->round_s;
-    v->step_draft_seconds = zero ? 0 : v->round_seconds;
+     * would never see another step at 0, and stay there */
+    bool plain = !drafted && s == 0 && decoding_only;
+    v->step_measured = v->cfg.addr->tuner && (drafted == n || plain);
+    v->step_s = plain ? 0 : v->round_s;
+    v->step_draft_seconds = plain ? 0 : v->round_seconds;
     st->round_t0 = drafted ? v->t_plan : 0;
     st->round_t1 = drafted ? v->t_plan + v->round_seconds : 0;
     st->t_submit = mn_now();
@@ -522,7 +519,7 @@ static void report(mn_verifier *v)
         return;
     mn_measure *m = &v->measure;
     mn_tuner_step *t = &m->step;
-    *t = (mn_tuner_step){.batch = s->n, .s = v->step_s, .mixed = v->step_mixed};
+    *t = (mn_tuner_step){.batch = s->n, .s = v->step_s};
     for (uint32_t k = 0; k < s->n; k++) {
         const mn_req *r = s->reqs[k];
         uint32_t a = r->spec.n_kept - 1;

@@ -22,7 +22,6 @@ mn_tuner_params mn_tuner_defaults(void)
         .margin = 0.01f,
         .cost = MN_TUNER_COST_ROUND,
         .rule = MN_TUNER_RULE_SEQUENCE,
-        .steps = MN_TUNER_STEPS_PURE,
     };
 }
 
@@ -44,8 +43,6 @@ mn_status mn_tuner_check(const mn_tuner_params *p, mn_err *err)
         return mn_fail(err, MN_INVALID, "tuner: unknown cost %d", (int)p->cost);
     if (p->rule != MN_TUNER_RULE_SLOPE && p->rule != MN_TUNER_RULE_MODEL && p->rule != MN_TUNER_RULE_SEQUENCE)
         return mn_fail(err, MN_INVALID, "tuner: unknown rule %d", (int)p->rule);
-    if (p->steps != MN_TUNER_STEPS_PURE && p->steps != MN_TUNER_STEPS_ALL)
-        return mn_fail(err, MN_INVALID, "tuner: unknown steps %d", (int)p->steps);
     return MN_OK;
 }
 
@@ -62,11 +59,6 @@ mn_status mn_tuner_set_param(mn_tuner_params *p, const char *key, double value, 
         if (r < 0)
             return mn_fail(err, MN_INVALID, "tuner.rule must be slope, model or sequence");
         q.rule = (mn_tuner_rule)r;
-    } else if (!strcmp(key, "steps")) {
-        int k = text ? mn_tuner_steps_parse(text) : -1;
-        if (k < 0)
-            return mn_fail(err, MN_INVALID, "tuner.steps must be pure or all");
-        q.steps = (mn_tuner_steps)k;
     } else if (!strcmp(key, "margin")) {
         if (text || !isfinite(value))
             return mn_fail(err, MN_INVALID, "tuner.margin must be a number");
@@ -147,13 +139,6 @@ const char *mn_tuner_rule_name(mn_tuner_rule r)
 {
     return (size_t)r < sizeof rule_names / sizeof *rule_names ? rule_names[r] : "?";
 }
-
-int mn_tuner_steps_parse(const char *name)
-{
-    return !strcmp(name, "pure") ? MN_TUNER_STEPS_PURE : !strcmp(name, "all") ? MN_TUNER_STEPS_ALL : -1;
-}
-
-const char *mn_tuner_steps_name(mn_tuner_steps s) { return s == MN_TUNER_STEPS_ALL ? "all" : "pure"; }
 
 static uint32_t clamp_s(const mn_tuner_params *p, uint32_t s)
 {
@@ -285,19 +270,9 @@ static void decide(mn_tuner *t, mn_tuner_class *c, uint32_t cls, double cost, mn
 
 /* One step into the class's model: its time at its length, what each length would have kept, and
  * its time against its drafted tokens. */
-/* The two costs the sequence rule compares, from any step at its length (mixed ones too, under
- * steps = all). */
-static void model_add_cost(mn_tuner_model *m, const mn_tuner_step *st)
-{
-    double seconds = st->seconds / st->batch, tokens = (double)st->tokens / st->batch; /* per sequence */
-    *(st->s ? &m->spec_seconds : &m->plain_seconds) += seconds;
-    *(st->s ? &m->spec_tokens : &m->plain_tokens) += tokens;
-}
-
 static void model_add(mn_tuner_model *m, const mn_tuner_step *st)
 {
     uint32_t s = st->s;
-    model_add_cost(m, st);
     m->seconds[s] += st->seconds / st->batch;
     m->steps[s] += 1;
     if (s == 0) /* plain decoding: no draft, nothing learned about acceptance */
@@ -320,9 +295,7 @@ static void model_add(mn_tuner_model *m, const mn_tuner_step *st)
 static void model_decay(mn_tuner_model *m)
 {
     mn_tuner_line *l = &m->draft_time;
-    double *sums[] = {&m->seqs,     &m->kept,          &m->stopped,      &l->w,           &l->x,
-                      &l->y,        &l->xx,            &l->xy,           &m->produced,    &m->plain_seconds,
-                      &m->plain_tokens, &m->spec_seconds, &m->spec_tokens};
+    double *sums[] = {&m->seqs, &m->kept, &m->stopped, &l->w, &l->x, &l->y, &l->xx, &l->xy, &m->produced};
     for (size_t i = 0; i < sizeof sums / sizeof *sums; i++)
         *sums[i] *= MN_TUNER_MODEL_DECAY;
     for (uint32_t x = 0; x <= MN_TUNER_MAX_LEN; x++) {
@@ -521,8 +494,7 @@ static void decide_sequence(mn_tuner *t, mn_tuner_class *c, uint32_t cls, double
     const mn_tuner_params *p = &t->p;
     const mn_tuner_model *m = &c->model;
     uint32_t from = c->s, lo = p->s_min, hi = p->s_max;
-    double plain = lo > 0 ? NAN : m->plain_tokens > 0 ? m->plain_seconds / m->plain_tokens : model_time(t, m, 0);
-    double spec = m->spec_tokens > 0 ? m->spec_seconds / m->spec_tokens : NAN;
+    double plain = lo == 0 ? model_time(t, m, 0) : NAN, spec = m->produced > 0 ? m->draft_time.y / m->produced : NAN;
     const char *why = "rest";
     uint32_t home = c->home;
     if (c->home != lo && c->home != hi)
@@ -553,12 +525,9 @@ bool mn_tuner_observe(mn_tuner *t, const mn_tuner_step *st, bool adapt, mn_tuner
 {
     uint32_t cls = mn_tuner_class_of(st->batch ? st->batch : 1);
     mn_tuner_class *c = &t->c[cls];
-    if (st->s > MN_TUNER_MAX_LEN || !(st->seconds >= 0) || !st->batch || (st->mixed && t->p.steps != MN_TUNER_STEPS_ALL))
+    if (st->s > MN_TUNER_MAX_LEN || !(st->seconds >= 0) || !st->batch)
         return false;
-    if (st->mixed)
-        model_add_cost(&c->model, st);
-    else
-        model_add(&c->model, st); /* any length's step tells the model something */
+    model_add(&c->model, st); /* any length's step tells the model something */
     if (st->s != c->s)
         return false;
     c->win_seconds += st->seconds;

@@ -75,15 +75,6 @@
  * less per produced token than speculating ones (a window at s_max now and then, less often while
  * those probes change nothing).
  *
- * Which steps count (steps = pure, the default, or all). With pure, a window and the model take only
- * the steps whose every sequence ran at the class's length: the length alone shaped them. But when
- * clients come and go, most steps of a large batch also carry a prompt chunk, and those are the
- * wide passes where a draft token costs the most; with all, such a mixed step counts too, at the
- * length its drafted sequences ran at (0 when none did and the class is at 0), in the window and in
- * the sequence rule's two costs (plain and speculating: seconds over produced tokens), though not in
- * acceptance, the model's times or its draft-time slope. The cost compared is then what a
- * throughput run measures.
- *
  * A class that has not decided yet (a batch size the load passes through briefly, 2-8 sequences
  * while 16 clients ramp up and down, may never fill a window) runs at the length of its leader,
  * the nearest class that has (the larger batch on a tie), and under the sequence rule takes its
@@ -113,11 +104,6 @@ typedef enum mn_tuner_cost {
     MN_TUNER_COST_VERIFY, /* verification / produced tokens (the paper's) */
 } mn_tuner_cost;
 
-typedef enum mn_tuner_steps {
-    MN_TUNER_STEPS_PURE, /* only steps every sequence of which ran at the length */
-    MN_TUNER_STEPS_ALL,  /* also steps with prompt chunks (or undrafted sequences) among them (below) */
-} mn_tuner_steps;
-
 typedef enum mn_tuner_rule {
     MN_TUNER_RULE_SLOPE,    /* the paper's slope over measured points per length */
     MN_TUNER_RULE_MODEL,    /* time per length over counterfactual yield (above) */
@@ -132,7 +118,6 @@ typedef struct mn_tuner_params {
     float margin;                /* a fresh target must be cheaper by this share to move, [0, 1) */
     mn_tuner_cost cost;
     mn_tuner_rule rule;
-    mn_tuner_steps steps;
 } mn_tuner_params;
 
 mn_tuner_params mn_tuner_defaults(void);
@@ -152,9 +137,6 @@ const char *mn_tuner_cost_name(mn_tuner_cost c);
 /* "slope" / "model" (-1 when neither). */
 int mn_tuner_rule_parse(const char *name);
 const char *mn_tuner_rule_name(mn_tuner_rule r);
-/* "pure" / "all" (-1 when neither). */
-int mn_tuner_steps_parse(const char *name);
-const char *mn_tuner_steps_name(mn_tuner_steps s);
 
 /* One length's point on a class's curve. */
 typedef struct mn_tuner_point {
@@ -184,10 +166,6 @@ typedef struct mn_tuner_model {
      * tokens (one point a step), and the produced tokens */
     mn_tuner_line draft_time;
     double produced;
-    /* the sequence rule's two costs, seconds over produced tokens, both per sequence of a step: at
-     * 0 and at the lengths >= 1 (with pure steps only these are seconds[0] / steps[0] and
-     * draft_time.y / produced exactly; steps = all adds the mixed steps) */
-    double plain_seconds, plain_tokens, spec_seconds, spec_tokens;
 } mn_tuner_model;
 
 typedef struct mn_tuner_class {
@@ -221,8 +199,6 @@ typedef struct mn_tuner_decision {
  * sequence kept, indexes them; their counts sum to batch when s >= 1): */
 typedef struct mn_tuner_step {
     uint32_t batch, s;
-    bool mixed;                          /* some of its sequences ran at no length: prompt chunks, or
-                                          * ones that did not draft although the step speculated */
     double seconds;
     uint32_t tokens;                     /* produced: accepted drafts + each sequence's own token */
     uint32_t drafted;                    /* draft tokens verified */
