@@ -21,12 +21,12 @@
 # the CPU's, batch invariance); greedy text on the CPU and on the default backend compared;
 # minionsd on CUDA speculating against plain greedy on CUDA; compute-sanitizer over the device
 # tests; decode speed of the bundled target on the CPU and on CUDA with and without graphs; this
-# build against OLD_BIN's (ab); plain launches, kernels launched as programmatic dependents, and
-# that with the projections' rows and inputs staged in shared memory (stage); the host CPU's AVX2
-# and AVX-512 kernel sets on the CPU backend (cpusets); the projections over many tokens of
-# quantized weights against the ones for few (wide: decode and verification passes, alternating);
-# sampled decoding with the draws on the device against rows drawn on the host (draw); each
-# kernel's time in a decode step (ncu); SmolLM2-shaped F16 and
+# build against OLD_BIN's (ab); plain launches, kernels launched as programmatic dependents, that
+# with mn_k_proj's rows and inputs staged in shared memory, and with mn_k_proj_wide's too (stage);
+# the host CPU's AVX2 and AVX-512 kernel sets on the CPU backend (cpusets); the projections over
+# many tokens of quantized weights against the ones for few (wide: decode and verification passes,
+# alternating); sampled decoding with the draws on the device against rows drawn on the host
+# (draw); each kernel's time in a decode step (ncu); SmolLM2-shaped F16 and
 # Q4_1 models at 1/4/16/64 sequences; a verification pass of k tokens
 # against a decode step; each kernel's share of a pass (MINIONS_CUDA_PROFILE); the server suites,
 # whose minionsd and minions-generate take CUDA there by default; the draft models on CUDA or on the
@@ -146,6 +146,9 @@ fi
 if step test_gpu "test_gpu (device tests: CUDA logits against the CPU's, batch invariance)"; then
 export MINIONS_TEST_SMOL="$(smol q4_1):$(smol f16)" # the SmolLM2-shaped device test's files
 run 240 "$bin/test_gpu" --verbose 2>&1 | tee "$res/test_gpu.txt" | grep -E 'gpu_device|Synthesis|FAIL|differs|failed'
+echo "-- the device tests again with mn_k_proj_wide's copies (MINIONS_CUDA_STAGE=all, not the default)"
+run 120 env MINIONS_CUDA_STAGE=all "$bin/test_gpu" --filter 'gpu_device/*' 2>&1 | tee "$res/test_gpu-stage-all.txt" |
+  grep -E 'Synthesis|FAIL|differs|failed'
 
 fi
 
@@ -222,14 +225,15 @@ if step ab "this build's decode against OLD_BIN's, alternating, on cuda (bundled
 fi
 
 # MINIONS_STAGE_MODELS: which models (target,q4_1,f16 by default)
-if step stage "a decode step's launches three ways, alternating: none (MINIONS_CUDA_PDL=0 MINIONS_CUDA_STAGE=0), pdl (programmatic dependent launches: MINIONS_CUDA_STAGE=0), stage (and mn_k_proj's rows and inputs copied into shared memory first: the default)"; then
+if step stage "a decode step's launches four ways, alternating: none (MINIONS_CUDA_PDL=0 MINIONS_CUDA_STAGE=0), pdl (programmatic dependent launches: MINIONS_CUDA_STAGE=0), stage (and mn_k_proj's rows and inputs copied into shared memory first: the default), wide (and mn_k_proj_wide's: MINIONS_CUDA_STAGE=all)"; then
   for m in $(echo "${MINIONS_STAGE_MODELS:-target,q4_1,f16}" | tr ',' ' '); do
     case $m in target) m=$target ;; *) m=$(smol "$m") ;; esac
     [ -f "$m" ] || continue
     for r in 1 2 3; do
-      for v in none pdl stage; do
+      for v in none pdl stage wide; do
         case $v in
           none) e="MINIONS_CUDA_PDL=0 MINIONS_CUDA_STAGE=0" ;; pdl) e="MINIONS_CUDA_STAGE=0" ;; stage) e="MINIONS_CUDA_PDL=1" ;;
+          wide) e="MINIONS_CUDA_STAGE=all" ;;
         esac
         printf '%s %s round %s: ' "$(basename "$m" .gguf)" "$v" "$r"
         run 60 env $e "$bin/minions-bench-decode" --model "$m" --backend cuda --batches 1,4,16,64 \
@@ -240,8 +244,10 @@ if step stage "a decode step's launches three ways, alternating: none (MINIONS_C
   done
   for m in "$target" "$(smol q4_1)"; do
     [ -f "$m" ] || continue
-    for v in none stage; do
-      e="MINIONS_CUDA_PDL=1"; [ "$v" = none ] && e="MINIONS_CUDA_PDL=0 MINIONS_CUDA_STAGE=0"
+    for v in none stage wide; do
+      case $v in
+        none) e="MINIONS_CUDA_PDL=0 MINIONS_CUDA_STAGE=0" ;; stage) e="MINIONS_CUDA_PDL=1" ;; wide) e="MINIONS_CUDA_STAGE=all" ;;
+      esac
       echo "-- verification passes, $(basename "$m" .gguf), $v"
       run 60 env $e "$bin/minions-bench-decode" --model "$m" --backend cuda --verify-curve \
         --batches 1,16 --rounds 3 2>&1 | tee "$res/verify-$v-$(basename "$m" .gguf).txt" | grep -E '^plain|^verify'

@@ -18,7 +18,8 @@
  * MINIONS_CUDA_WIDE=0 keeps them on mn_k_proj, to compare: the same bits either way). On sm_90 a
  * pass's kernels after the first are programmatic dependent launches (launch(); MINIONS_CUDA_PDL=0
  * turns them into plain ones), which mn_k_proj uses to copy its weight rows into shared memory
- * while the kernel before it runs (proj_stage; MINIONS_CUDA_STAGE=0 reads them in place). Every
+ * while the kernel before it runs (proj_stage; MINIONS_CUDA_STAGE=0 reads them in place, =all copies
+ * for mn_k_proj_wide too, which no device has run yet). Every
  * backend has its own stream, so the target and each draft model launch on streams of their own.
  * Completion is the stream waited for in the compute worker's thread, which then posts the job to
  * its actor (a cudaLaunchHostFunc callback could not run the verdict on the logits, which needs
@@ -88,6 +89,10 @@ static mn_status probe(mn_err *err)
     return MN_OK;
 }
 
+/* MINIONS_CUDA_STAGE: 0 no copies; all: mn_k_proj_wide's too (not yet run on a device, so not the
+ * default); else mn_k_proj's alone (the default). */
+enum { STAGE_NONE, STAGE_PROJ, STAGE_ALL };
+
 enum { MAX_ALLOCS = 1024 }; /* device allocations of one backend: 9 per layer and a few more */
 /* CUDA graphs: a pass's launches depend on its shape only (T tokens, n_out logits rows): every
  * pointer they take is fixed for the backend's life and the layout they read is copied into
@@ -127,7 +132,7 @@ typedef struct cuda_state {
     bool profile;             /* MINIONS_CUDA_PROFILE=1: every step timed (graphs off), logged at the end */
     bool wide;                /* quantized weights through mn_k_proj_wide from WIDE_T tokens (MINIONS_CUDA_WIDE=0: no) */
     bool pdl;                 /* a pass's kernels after the first as programmatic dependents (sm_90; MINIONS_CUDA_PDL=0: no) */
-    bool stage;               /* mn_k_proj copies its rows and inputs into shared memory first (MINIONS_CUDA_STAGE=0: no) */
+    int stage;                /* which projections copy their rows and inputs into shared memory first: STAGE_* */
     cudaEvent_t ev[2];
     double step_ms[N_STEPS];
     uint64_t step_n[N_STEPS];
@@ -254,19 +259,19 @@ static void k_rmsnorm(void *ctx, const float *x, const uint32_t *rows, const flo
  * shapes of 2 x 16, 4 x 16 and 8 x 8 made 64-sequence Q4_1 decode 0.71-0.79x as fast. */
 enum { WIDE_T = 16, WIDE_NR = 4, WIDE_TB = 8 };
 
-/* mn_k_proj's shared memory: each warp's weight rows (*stage bytes a warp: one row, or a pair in
- * halves, each rounded up to 16 bytes plus the 16 its copy may start off a line) and, where it still
- * fits, the block's tokens' inputs (*stage_x); the bytes a block takes. Past the default 48 KB a
- * block, rows or inputs go unstaged. */
+/* A projection launch's shared memory: each warp's `rows` weight rows (*stage bytes a warp, in equal
+ * slots of a row rounded up to 16 bytes plus the 16 its copy may start off a line) and, where it
+ * still fits, the block's tb tokens' inputs (*stage_x); the bytes a block takes. Past the default
+ * 48 KB a block, rows or inputs go unstaged. */
 enum { STAGE_MAX = 48 * 1024 };
-static size_t proj_stage(const mn_gpu_outs *outs, uint32_t T, uint32_t *stage, uint32_t *stage_x)
+static size_t proj_stage(const mn_gpu_outs *outs, uint32_t T, uint32_t rows, uint32_t tb, uint32_t *stage,
+                         uint32_t *stage_x)
 {
     size_t row = 0, warps = THREADS / MN_G_WARP, cols = outs->w[0].cols;
     for (uint32_t i = 0; i < outs->n; i++)
         row = outs->w[i].row_bytes > row ? outs->w[i].row_bytes : row;
-    bool pair = outs->mode == MN_G_OUT_QKV || outs->mode == MN_G_OUT_SWIGLU;
-    size_t per_warp = (pair ? 2 : 1) * (((row + 15) & ~(size_t)15) + 16);
-    size_t xs = cols % 4 == 0 ? (size_t)(T < MN_G_TB ? T : MN_G_TB) * cols * sizeof(float) : 0;
+    size_t per_warp = rows * (((row + 15) & ~(size_t)15) + 16);
+    size_t xs = cols % 4 == 0 ? (size_t)(T < tb ? T : tb) * cols * sizeof(float) : 0;
     *stage = warps * per_warp <= STAGE_MAX ? (uint32_t)per_warp : 0;
     *stage_x = warps * *stage + xs <= STAGE_MAX && xs > 0;
     return warps * *stage + (*stage_x ? xs : 0);
@@ -285,11 +290,14 @@ static void k_proj(void *ctx, const float *x, const mn_gpu_outs *outs, const mn_
         uint32_t per_warp = outs->mode == MN_G_OUT_QKV || outs->mode == MN_G_OUT_SWIGLU ? WIDE_NR / 2 : WIDE_NR;
         size_t warps = (mn_g_out_rows(outs) + per_warp - 1) / per_warp;
         dim3 grid(blocks_for(warps * MN_G_WARP), (T + WIDE_TB - 1) / WIDE_TB);
-        LAUNCH(st, step, launch(st, true, mn_k_proj_wide<WIDE_NR, WIDE_TB>, grid, THREADS, 0, st->stream, x, *outs, at, T));
+        uint32_t stage = 0, stage_x = 0;
+        size_t smem = st->stage == STAGE_ALL ? proj_stage(outs, T, WIDE_NR, WIDE_TB, &stage, &stage_x) : 0;
+        LAUNCH(st, step, launch(st, true, smem ? mn_k_proj_wide<WIDE_NR, WIDE_TB, true> : mn_k_proj_wide<WIDE_NR, WIDE_TB, false>,
+                                grid, THREADS, smem, st->stream, x, *outs, at, T, stage, stage_x));
     } else {
         dim3 grid(blocks_for((size_t)mn_g_out_rows(outs) * MN_G_WARP), (T + MN_G_TB - 1) / MN_G_TB); /* a warp each */
-        uint32_t stage = 0, stage_x = 0;
-        size_t smem = st->stage ? proj_stage(outs, T, &stage, &stage_x) : 0;
+        uint32_t stage = 0, stage_x = 0, pair = outs->mode == MN_G_OUT_QKV || outs->mode == MN_G_OUT_SWIGLU;
+        size_t smem = st->stage != STAGE_NONE ? proj_stage(outs, T, pair ? 2 : 1, MN_G_TB, &stage, &stage_x) : 0;
         LAUNCH(st, step, launch(st, true, mn_k_proj, grid, THREADS, smem, st->stream, x, *outs, at, T, stage, stage_x));
     }
 }
@@ -591,7 +599,7 @@ static mn_status setup(mn_backend *be, cuda_state *st, mn_err *err)
     st->graphs = !st->profile && (!graphs || strcmp(graphs, "0") != 0);
     const char *wide = getenv("MINIONS_CUDA_WIDE"), *pdl = getenv("MINIONS_CUDA_PDL"), *stage = getenv("MINIONS_CUDA_STAGE");
     st->wide = !wide || strcmp(wide, "0") != 0;
-    st->stage = !stage || strcmp(stage, "0") != 0;
+    st->stage = !stage ? STAGE_PROJ : !strcmp(stage, "0") ? STAGE_NONE : !strcmp(stage, "all") ? STAGE_ALL : STAGE_PROJ;
     int dev = 0, major = 0;
     CUDA_TRY(cudaGetDevice(&dev));
     CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));

@@ -903,9 +903,10 @@ static __device__ inline bool mn_g_wide_row(const mn_gpu_outs *outs, uint32_t n_
  * of gate and up) and TB tokens: each input element it loads serves NR rows and each dequantized
  * weight TB tokens, where mn_k_proj loads both for one or two rows and 8 tokens, and the NR * TB
  * sums meet in mn_g_warp_sums. Sum r * TB + j is row r's for token j. */
-template <uint32_t NR, uint32_t TB>
+template <uint32_t NR, uint32_t TB, bool STAGE>
 __global__ void __launch_bounds__(128) mn_k_proj_wide(const float *x, const __grid_constant__ mn_gpu_outs outs,
-                                                      const __grid_constant__ mn_gpu_attn a, uint32_t T)
+                                                      const __grid_constant__ mn_gpu_attn a, uint32_t T, uint32_t stage,
+                                                      uint32_t stage_x)
 {
     static_assert(NR % 2 == 0 && NR * TB % MN_G_WARP == 0 && TB < MN_G_WARP && MN_G_WARP % TB == 0,
                   "a pair's two sums in one chunk of 32");
@@ -915,20 +916,32 @@ __global__ void __launch_bounds__(128) mn_k_proj_wide(const float *x, const __gr
     bool live = t0 < T && g0 < n_out;
     uint32_t wi[NR], wo;
     const uint8_t *row[NR];
+    size_t n[NR];
     bool one_type = true;
 #pragma unroll
     for (uint32_t r = 0; r < NR; r++) {
         mn_g_wide_row(&outs, n_out, live ? g0 : 0, r, &wi[r], &wo);
-        row[r] = outs.w[wi[r]].data + (size_t)wo * outs.w[wi[r]].row_bytes;
+        n[r] = outs.w[wi[r]].row_bytes;
+        row[r] = outs.w[wi[r]].data + (size_t)wo * n[r];
         one_type = one_type && outs.w[wi[r]].type == outs.w[wi[0]].type;
-        if (live && blockIdx.y == 0) /* one token group pulls them in for all */
-            mn_g_prefetch(row[r], outs.w[wi[r]].row_bytes, lane);
+        if (live && !(STAGE && stage) && blockIdx.y == 0) /* one token group pulls them in for all */
+            mn_g_prefetch(row[r], n[r], lane);
     }
+    if (STAGE && live && stage) /* as mn_k_proj does: the rows into shared memory, stage / NR bytes each */
+        mn_g_stage_rows<NR>(row, n, mn_g_smem + (size_t)(threadIdx.x / MN_G_WARP) * stage, stage / NR, lane);
     mn_g_after_previous();
-    if (!live)
-        return; /* a whole warp leaves together */
     uint32_t nt = T - t0 < TB ? T - t0 : TB, cols = outs.w[0].cols;
     const float *xt = x + (size_t)t0 * cols;
+    if (STAGE && stage_x && t0 < T) { /* the whole block: its token group is the same for all its warps */
+        float4 *xs = (float4 *)(mn_g_smem + (size_t)(blockDim.x / MN_G_WARP) * stage);
+        for (uint32_t e = threadIdx.x; e < nt * cols / 4; e += blockDim.x)
+            xs[e] = ((const float4 *)xt)[e];
+        xt = (const float *)xs;
+    }
+    if (STAGE && (stage || stage_x))
+        __syncthreads();
+    if (!live)
+        return; /* a whole warp leaves together */
     float s[NR][TB] = {{0}};
     if (one_type) {
         mn_g_proj_rows<NR, TB>(outs.w[wi[0]].type, row, xt, cols, nt, lane, s);
@@ -938,7 +951,18 @@ __global__ void __launch_bounds__(128) mn_k_proj_wide(const float *x, const __gr
             mn_g_proj_rows<1, TB>(outs.w[wi[r]].type, row + r, xt, cols, nt, lane, s + r);
     }
     float sum[NR * TB / MN_G_WARP];
-    mn_g_warp_sums<NR * TB>(&s[0][0], lane, sum);
+    /* the reduce-scatter picks its sums by lane, so they go through memory; with STAGE a copy keeps
+     * that memory away from s, which otherwise (its address taken, the rows pointers that may point
+     * to shared memory or anywhere) stays in local memory through every product: 2,900 local loads
+     * and stores in the PTX */
+    float flat[STAGE ? NR * TB : 1], *v = &s[0][0];
+    if (STAGE) {
+#pragma unroll
+        for (uint32_t i = 0; i < NR * TB; i++)
+            flat[i] = s[i / TB][i % TB];
+        v = flat;
+    }
+    mn_g_warp_sums<NR * TB>(v, lane, sum);
 #pragma unroll
     for (uint32_t c = 0; c < NR * TB / MN_G_WARP; c++) {
         uint32_t idx = c * MN_G_WARP + lane, r = idx / TB, j = idx % TB, i, o;
