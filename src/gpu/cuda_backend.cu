@@ -131,7 +131,8 @@ typedef struct cuda_state {
     bool graphs;              /* replay captured passes (MINIONS_CUDA_GRAPHS=0: plain launches) */
     bool profile;             /* MINIONS_CUDA_PROFILE=1: every step timed (graphs off), logged at the end */
     bool wide;                /* quantized weights through mn_k_proj_wide from WIDE_T tokens (MINIONS_CUDA_WIDE=0: no) */
-    bool pdl;                 /* a pass's kernels after the first as programmatic dependents (sm_90; MINIONS_CUDA_PDL=0: no) */
+    bool pdl;                 /* a pass's kernels after the first as programmatic dependents (sm_90, not when
+                               * profiling; MINIONS_CUDA_PDL=0: no) */
     int stage;                /* which projections copy their rows and inputs into shared memory first: STAGE_* */
     cudaEvent_t ev[2];
     double step_ms[N_STEPS];
@@ -603,7 +604,7 @@ static mn_status setup(mn_backend *be, cuda_state *st, mn_err *err)
     int dev = 0, major = 0;
     CUDA_TRY(cudaGetDevice(&dev));
     CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    st->pdl = major >= 9 && (!pdl || strcmp(pdl, "0") != 0);
+    st->pdl = major >= 9 && !st->profile && (!pdl || strcmp(pdl, "0") != 0); /* profiling times kernels one by one */
     if (st->profile)
         for (int i = 0; i < 2; i++)
             CUDA_TRY(cudaEventCreate(&st->ev[i]));
