@@ -154,38 +154,35 @@ static mn_status dalloc(cuda_state *st, size_t bytes, void **out, mn_err *err)
     return MN_OK;
 }
 
-/* A copy of n host bytes on the device. */
-static mn_status upload(cuda_state *st, const void *src, size_t n, const void **out, mn_err *err)
+/* A copy of n host bytes on the device, in an allocation `pad` zeroed bytes longer. */
+static mn_status upload(cuda_state *st, const void *src, size_t n, size_t pad, const void **out, mn_err *err)
 {
     void *d = NULL;
-    mn_status s = dalloc(st, n, &d, err);
+    mn_status s = dalloc(st, n + pad, &d, err);
     if (s != MN_OK)
         return s;
     CUDA_TRY(cudaMemcpy(d, src, n, cudaMemcpyHostToDevice));
+    if (pad)
+        CUDA_TRY(cudaMemset((uint8_t *)d + n, 0, pad));
     *out = d;
     return MN_OK;
 }
 
-/* A weight on the device, its allocation 16 bytes longer than its rows: mn_g_stage_rows reads whole
- * 16-byte lines, the last row's last line included. */
+/* A weight on the device, 16 bytes longer than its rows: mn_g_stage_rows reads whole 16-byte lines,
+ * the last row's last line included. */
 static mn_status upload_weight(cuda_state *st, const mn_weight *w, mn_gpu_weight *out, mn_err *err)
 {
     *out = mn_gpu_weight_of(w);
-    size_t n = (size_t)w->rows * w->row_bytes;
-    void *d = NULL;
-    mn_status s = dalloc(st, n + 16, &d, err);
-    if (s != MN_OK)
-        return s;
-    CUDA_TRY(cudaMemcpy(d, w->data, n, cudaMemcpyHostToDevice));
-    CUDA_TRY(cudaMemset((uint8_t *)d + n, 0, 16));
+    const void *d = NULL;
+    mn_status s = upload(st, w->data, (size_t)w->rows * w->row_bytes, 16, &d, err);
     out->data = (const uint8_t *)d;
-    return MN_OK;
+    return s;
 }
 
 static mn_status upload_floats(cuda_state *st, const float *src, size_t n, const float **out, mn_err *err)
 {
     const void *d = NULL;
-    mn_status s = upload(st, src, n * sizeof(float), &d, err);
+    mn_status s = upload(st, src, n * sizeof(float), 0, &d, err);
     *out = (const float *)d;
     return s;
 }
