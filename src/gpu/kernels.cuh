@@ -670,6 +670,15 @@ static __device__ inline void mn_g_stage_rows(const uint8_t **src, const size_t 
         src[r] = dst + r * stride + ((uintptr_t)src[r] & 15);
 }
 
+/* n floats of the block's tokens' inputs from x (n a multiple of 4, x 16-byte aligned) copied by the
+ * whole block into xs; xs. */
+static __device__ inline const float *mn_g_stage_inputs(const float *x, uint32_t n, float *xs)
+{
+    for (uint32_t e = threadIdx.x; e < n / 4; e += blockDim.x)
+        ((float4 *)xs)[e] = ((const float4 *)x)[e];
+    return xs;
+}
+
 /* grid: x over the T * dim elements */
 __global__ void mn_k_embed(uint32_t type, const uint8_t *table, size_t row_bytes, const int32_t *tokens,
                            float *x, uint32_t dim, uint32_t T)
@@ -801,12 +810,8 @@ __global__ void mn_k_proj(const float *x, const __grid_constant__ mn_gpu_outs ou
     mn_g_after_previous();
     uint32_t nt = T - t0 < MN_G_TB ? T - t0 : MN_G_TB, cols = outs.w[0].cols;
     const float *xt = x + (size_t)t0 * cols;
-    if (stage_x && t0 < T) { /* the whole block: its token group is the same for all its warps */
-        float4 *xs = (float4 *)(mn_g_smem + (size_t)(blockDim.x / MN_G_WARP) * stage);
-        for (uint32_t e = threadIdx.x; e < nt * cols / 4; e += blockDim.x)
-            xs[e] = ((const float4 *)xt)[e];
-        xt = (const float *)xs;
-    }
+    if (stage_x && t0 < T) /* the whole block: its token group is the same for all its warps */
+        xt = mn_g_stage_inputs(xt, nt * cols, (float *)(mn_g_smem + (size_t)(blockDim.x / MN_G_WARP) * stage));
     if (stage || stage_x)
         __syncthreads();
     if (!live)
@@ -932,12 +937,8 @@ __global__ void __launch_bounds__(128) mn_k_proj_wide(const float *x, const __gr
     mn_g_after_previous();
     uint32_t nt = T - t0 < TB ? T - t0 : TB, cols = outs.w[0].cols;
     const float *xt = x + (size_t)t0 * cols;
-    if (STAGE && stage_x && t0 < T) { /* the whole block: its token group is the same for all its warps */
-        float4 *xs = (float4 *)(mn_g_smem + (size_t)(blockDim.x / MN_G_WARP) * stage);
-        for (uint32_t e = threadIdx.x; e < nt * cols / 4; e += blockDim.x)
-            xs[e] = ((const float4 *)xt)[e];
-        xt = (const float *)xs;
-    }
+    if (STAGE && stage_x && t0 < T) /* as in mn_k_proj */
+        xt = mn_g_stage_inputs(xt, nt * cols, (float *)(mn_g_smem + (size_t)(blockDim.x / MN_G_WARP) * stage));
     if (STAGE && (stage || stage_x))
         __syncthreads();
     if (!live)
