@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpu/cuda_backend.h"
 #include "gpu/twin.h"
 #include "model/sampler.h"
 #include "testutil.h"
@@ -340,7 +341,7 @@ Test(gpu_twin, draw_is_the_cpus_draw)
     enum { V = 3000 };
     static float x[V];
     static uint64_t w[V];
-    const float tops[] = {1.0f, 0.999f, 0.9f, 0.5f, 1e-6f}, temps[] = {0.25f, 1.0f, 2.5f};
+    const float tops[] = {1.0f, 0.999f, 0.9f, 0.5f, 1e-6f}, temps[] = {0.25f, 1.0f, 1.44269504f, 2.5f};
     const double us[] = {0.0, 0.013, 0.25, 0.5, 0.77, 0.999, 1.0 - 0x1.0p-53};
     mn_draw_space *space = mn_draw_space_new(V);
     uint32_t lengths[] = {1, 2, 255, 256, 257, 1000, V};
@@ -369,6 +370,112 @@ Test(gpu_twin, draw_is_the_cpus_draw)
                     }
         }
     mn_draw_space_free(space);
+}
+
+/* The nucleus by its definition: weights sorted heaviest first, theta the weight at which their
+ * running sum reaches the need. */
+static int heavier_first(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+static mn_draw_nucleus sorted_nucleus(const float *x, uint32_t n, int32_t am, float temperature, float top_p,
+                                      uint64_t *w)
+{
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < n; i++)
+        total += w[i] = mn_draw_weight(x[i], x[am], mn_draw_scale(temperature));
+    uint64_t need = mn_draw_need(top_p, total);
+    if (!total || need == total)
+        return (mn_draw_nucleus){0, 0, total};
+    qsort(w, n, sizeof *w, heavier_first);
+    uint64_t run = 0, above = 0;
+    uint32_t i = 0;
+    while (run + w[i] < need) {
+        run += w[i++];
+        if (w[i] != w[i - 1])
+            above = run;
+    }
+    uint64_t ties = mn_draw_ties(need, above, w[i]);
+    return (mn_draw_nucleus){w[i], ties, above + ties * w[i]};
+}
+
+/* Rows of SmolLM2's vocabulary: Gaussian logits from flat (sigma 0.5, as in the random-weight
+ * models) to peaked (4), and rounded to integers (kind 4), which at temperature log2(e) weigh powers
+ * of two (the thresholds of an interval spanning many octaves: theta is then often an interval's
+ * lower end). */
+enum { VOCAB = 49152, VOCAB_KINDS = 5 };
+static const float vocab_temps[] = {0.7f, 1.0f, 1.44269504f}, vocab_tops[] = {0.5f, 0.9f, 0.95f, 0.99f};
+
+static void vocab_row(float *x, int kind, uint64_t *state)
+{
+    const float sigmas[VOCAB_KINDS] = {0.5f, 1.0f, 2.0f, 4.0f, 3.0f};
+    for (uint32_t i = 0; i < VOCAB; i += 2) { /* Box-Muller over xorshift64 */
+        double u[2];
+        for (int k = 0; k < 2; k++) {
+            *state ^= *state << 13, *state ^= *state >> 7, *state ^= *state << 17;
+            u[k] = ((double)(*state >> 11) + 0.5) * 0x1.0p-53;
+        }
+        double r = sqrt(-2.0 * log(u[0]));
+        x[i] = sigmas[kind] * (float)(r * cos(6.283185307179586 * u[1]));
+        x[i + 1] = sigmas[kind] * (float)(r * sin(6.283185307179586 * u[1]));
+    }
+    if (kind == 4)
+        for (uint32_t i = 0; i < VOCAB; i++)
+            x[i] = roundf(x[i]);
+}
+
+/* The search for theta on those rows against the definition; it prints how many passes over the
+ * row it made (each a wait on the row's 384 KB in L2 on the device). */
+Test(gpu_twin, nucleus_search_on_vocabulary_rows)
+{
+    static float x[VOCAB];
+    static uint64_t w[VOCAB];
+    uint64_t state = 0x9e3779b97f4a7c15u;
+    uint32_t passes_all = 0, searches = 0, passes_most = 0;
+    for (int kind = 0; kind < VOCAB_KINDS; kind++) {
+        vocab_row(x, kind, &state);
+        int32_t am = mn_argmax(x, VOCAB);
+        for (size_t t = 0; t < sizeof vocab_tops / sizeof *vocab_tops; t++)
+            for (size_t T = 0; T < sizeof vocab_temps / sizeof *vocab_temps; T++) {
+                float top_p = vocab_tops[t], temp = vocab_temps[T];
+                uint32_t passes;
+                mn_draw_nucleus got = mn_gpu_twin_nucleus(x, VOCAB, am, temp, top_p, w, &passes);
+                mn_draw_nucleus want = sorted_nucleus(x, VOCAB, am, temp, top_p, w);
+                cr_assert(got.theta == want.theta && got.ties == want.ties && got.mass == want.mass,
+                          "kind %d top_p=%g T=%g: theta %llu ties %llu mass %llu, by sorting %llu %llu %llu", kind,
+                          (double)top_p, (double)temp, (unsigned long long)got.theta, (unsigned long long)got.ties,
+                          (unsigned long long)got.mass, (unsigned long long)want.theta,
+                          (unsigned long long)want.ties, (unsigned long long)want.mass);
+                passes_all += passes, searches++;
+                passes_most = passes > passes_most ? passes : passes_most;
+            }
+    }
+    cr_log_info("nucleus search: %.1f passes a row on average, %u at most (%u rows of %u)",
+                (double)passes_all / searches, passes_most, searches, (unsigned)VOCAB);
+}
+
+/* A nucleus that ends at the lower end of the search's interval with tokens inside it: at
+ * temperature log2(e) integer logits weigh powers of two, so the first pass's thresholds (powers of
+ * two: the weights span 14 octaves) fall on the 2^30 and 2^32 tokens, the 50 tokens of 2^31 lie
+ * between, and top_p 0.95 needs the 2^30 ones too: theta is the interval's end, and every gathered
+ * token is heavier. */
+Test(gpu_twin, nucleus_at_the_interval_end)
+{
+    enum { V = 6151 };
+    static float x[V];
+    static uint64_t w[V];
+    for (uint32_t i = 0; i < V; i++) /* 2^40 once, 2^36 x 100, 2^31 x 50, 2^30 x 1000, 2^20 x 5000 */
+        x[i] = i == 0 ? 0.0f : i <= 100 ? -4.0f : i <= 150 ? -9.0f : i <= 1150 ? -10.0f : -20.0f;
+    uint32_t passes;
+    mn_draw_nucleus got = mn_gpu_twin_nucleus(x, V, 0, 1.44269504f, 0.95f, w, &passes);
+    mn_draw_nucleus want = sorted_nucleus(x, V, 0, 1.44269504f, 0.95f, w);
+    cr_assert_eq(want.theta, (uint64_t)1 << 30);
+    cr_assert(got.theta == want.theta && got.ties == want.ties && got.mass == want.mass,
+              "theta %llu ties %llu mass %llu, by sorting %llu %llu %llu", (unsigned long long)got.theta,
+              (unsigned long long)got.ties, (unsigned long long)got.mass, (unsigned long long)want.theta,
+              (unsigned long long)want.ties, (unsigned long long)want.mass);
 }
 
 /* The same checks on the device (skipped without one): what a GPU session runs first. */
@@ -458,4 +565,55 @@ Test(gpu_twin, refuses_a_bad_configuration)
     cr_assert(strstr(err.msg, "max_tokens"), "%s", err.msg);
     cr_assert_null(b);
     mn_model_free(m);
+}
+
+/* The device's draw kernel on the vocabulary rows above, 16 rows a launch (each kind at every
+ * setting, four uniforms), against mn_draw_row; prints what a launch of 16 rows took on the device
+ * at each top_p (the medians over kinds and temperatures). */
+Test(gpu_device, draws_on_vocabulary_rows, .timeout = 600)
+{
+    enum { ROWS = 16 };
+    static float x[ROWS * VOCAB];
+    uint64_t state = 0x9e3779b97f4a7c15u;
+    mn_draw_space *space = mn_draw_space_new(VOCAB);
+    enum { N_TOPS = sizeof vocab_tops / sizeof *vocab_tops, N_TEMPS = sizeof vocab_temps / sizeof *vocab_temps };
+    double us[N_TOPS][VOCAB_KINDS * N_TEMPS];
+    for (int kind = 0; kind < VOCAB_KINDS; kind++) {
+        vocab_row(x, kind, &state);
+        for (uint32_t r = 1; r < ROWS; r++)
+            memcpy(x + (size_t)r * VOCAB, x, VOCAB * sizeof *x);
+        for (int t = 0; t < N_TOPS; t++)
+            for (int T = 0; T < N_TEMPS; T++) {
+                float temp[ROWS], top[ROWS];
+                double u[ROWS], seconds;
+                int32_t pick[ROWS];
+                for (uint32_t r = 0; r < ROWS; r++)
+                    temp[r] = vocab_temps[T], top[r] = vocab_tops[t], u[r] = (r + 0.5) / ROWS;
+                mn_err err = {{0}};
+                mn_status s = mn_cuda_draw_rows(x, ROWS, VOCAB, temp, top, u, pick, &seconds, &err);
+                if (s == MN_UNSUPPORTED && (strstr(err.msg, "no CUDA device") ||
+                                            strstr(err.msg, "cudaGetDeviceCount") ||
+                                            strstr(err.msg, "built without CUDA"))) {
+                    mn_draw_space_free(space);
+                    cr_skip_test("no CUDA device");
+                }
+                cr_assert_eq(s, MN_OK, "%s", err.msg);
+                for (uint32_t r = 0; r < ROWS; r++)
+                    cr_assert_eq(pick[r], mn_draw_row(space, x, temp[r], top[r], u[r]),
+                                 "kind %d top_p %g T %g u %g", kind, (double)top[r], (double)temp[r], u[r]);
+                us[t][kind * N_TEMPS + T] = seconds * 1e6;
+            }
+    }
+    mn_draw_space_free(space);
+    for (int t = 0; t < N_TOPS; t++) {
+        double *v = us[t];
+        int n = VOCAB_KINDS * N_TEMPS;
+        for (int i = 1; i < n; i++) /* insertion sort for the median */
+            for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+                double tmp = v[j];
+                v[j] = v[j - 1], v[j - 1] = tmp;
+            }
+        cr_log_info("device draw, %d rows of %d at top_p %g: %.0f us a launch (median; %.0f..%.0f)", ROWS, VOCAB,
+                    (double)vocab_tops[t], v[n / 2], v[0], v[n - 1]);
+    }
 }

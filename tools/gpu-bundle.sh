@@ -145,7 +145,7 @@ fi
 
 if step test_gpu "test_gpu (device tests: CUDA logits against the CPU's, batch invariance)"; then
 export MINIONS_TEST_SMOL="$(smol q4_1):$(smol f16)" # the SmolLM2-shaped device test's files
-run 240 "$bin/test_gpu" --verbose 2>&1 | tee "$res/test_gpu.txt" | grep -E 'gpu_device|Synthesis|FAIL|differs|failed'
+run 240 "$bin/test_gpu" --verbose 2>&1 | tee "$res/test_gpu.txt" | grep -E 'gpu_device|device draw|Synthesis|FAIL|differs|failed'
 echo "-- the device tests again with mn_k_proj_wide's copies (MINIONS_CUDA_STAGE=all, not the default)"
 run 120 env MINIONS_CUDA_STAGE=all "$bin/test_gpu" --filter 'gpu_device/*' 2>&1 | tee "$res/test_gpu-stage-all.txt" |
   grep -E 'Synthesis|FAIL|differs|failed'
@@ -192,6 +192,10 @@ if step sanitizer "compute-sanitizer over the device tests"; then
   if [ -x "$sanitizer" ]; then
     run 120 "$sanitizer" --error-exitcode 9 "$bin/test_gpu" --filter 'gpu_device/*' -j1 >"$res/sanitizer.txt" 2>&1
     echo "compute-sanitizer exit $?"; tail -n 5 "$res/sanitizer.txt"
+    echo "-- racecheck of the draw kernel's shared memory (its gathering and verdicts)"
+    run 120 "$sanitizer" --tool racecheck --error-exitcode 9 "$bin/test_gpu" \
+      --filter 'gpu_device/draws_on_vocabulary_rows' -j1 >"$res/racecheck.txt" 2>&1
+    echo "racecheck exit $?"; tail -n 5 "$res/racecheck.txt"
   else echo "no compute-sanitizer here"; fi
 
 fi

@@ -638,3 +638,62 @@ extern "C" mn_status mn_cuda_backend_new(const mn_model *m, const mn_backend_con
     *out = be;
     return MN_OK;
 }
+
+/* ---- draws from host rows, for tests and timing ------------------------------------------------ */
+
+/* Frees what mn_cuda_draw_rows allocated, whichever step it failed at. */
+typedef struct draw_bufs {
+    float *logits;
+    mn_gpu_draw *draws;
+    uint64_t *weights;
+    int32_t *pick;
+    cudaEvent_t start, stop;
+} draw_bufs;
+
+static mn_status draw_rows(draw_bufs *b, const float *rows, uint32_t n_rows, uint32_t n, const float *temperature,
+                           const float *top_p, const double *u, int32_t *pick, double *seconds, mn_err *err)
+{
+    mn_status s = probe(err);
+    if (s != MN_OK)
+        return s;
+    if (n_rows == 0 || n_rows > MN_G_DRAW_ROWS || n == 0)
+        return mn_fail(err, MN_INVALID, "cuda draw: %u rows of %u (1..%u rows)", n_rows, n, MN_G_DRAW_ROWS);
+    mn_gpu_draw h[MN_G_DRAW_ROWS];
+    for (uint32_t r = 0; r < n_rows; r++)
+        h[r] = mn_gpu_draw{r, temperature[r], top_p[r], u[r]};
+    CUDA_TRY(cudaMalloc((void **)&b->logits, (size_t)n_rows * n * sizeof(float)));
+    CUDA_TRY(cudaMalloc((void **)&b->draws, n_rows * sizeof(mn_gpu_draw)));
+    CUDA_TRY(cudaMalloc((void **)&b->weights, (size_t)n_rows * n * sizeof(uint64_t)));
+    CUDA_TRY(cudaMalloc((void **)&b->pick, n_rows * sizeof(int32_t)));
+    CUDA_TRY(cudaEventCreate(&b->start));
+    CUDA_TRY(cudaEventCreate(&b->stop));
+    CUDA_TRY(cudaMemcpy(b->logits, rows, (size_t)n_rows * n * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_TRY(cudaMemcpy(b->draws, h, n_rows * sizeof(mn_gpu_draw), cudaMemcpyHostToDevice));
+    mn_k_argmax<<<n_rows, MN_G_ARGMAX_THREADS>>>(b->logits, n, b->pick, n_rows);
+    CUDA_TRY(cudaEventRecord(b->start));
+    mn_k_draw<<<n_rows, MN_G_DRAW_THREADS>>>(b->logits, n, b->draws, b->weights, b->pick);
+    CUDA_TRY(cudaGetLastError());
+    CUDA_TRY(cudaEventRecord(b->stop));
+    CUDA_TRY(cudaMemcpy(pick, b->pick, n_rows * sizeof(int32_t), cudaMemcpyDeviceToHost));
+    float ms = 0.0f;
+    CUDA_TRY(cudaEventElapsedTime(&ms, b->start, b->stop));
+    *seconds = ms * 1e-3;
+    return MN_OK;
+}
+
+extern "C" mn_status mn_cuda_draw_rows(const float *rows, uint32_t n_rows, uint32_t n, const float *temperature,
+                                       const float *top_p, const double *u, int32_t *pick, double *seconds,
+                                       mn_err *err)
+{
+    draw_bufs b = {};
+    mn_status s = draw_rows(&b, rows, n_rows, n, temperature, top_p, u, pick, seconds, err);
+    cudaFree(b.logits);
+    cudaFree(b.draws);
+    cudaFree(b.weights);
+    cudaFree(b.pick);
+    if (b.start)
+        cudaEventDestroy(b.start);
+    if (b.stop)
+        cudaEventDestroy(b.stop);
+    return s;
+}

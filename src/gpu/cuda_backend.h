@@ -19,6 +19,14 @@ extern "C" {
 
 mn_status mn_cuda_backend_new(const mn_model *m, const mn_backend_config *cfg, mn_backend **out, mn_err *err);
 
+/* For tests and timing: the token the device draws (its draw kernel, after its argmax) from each of
+ * n_rows host rows of n logits, row r at temperature[r] > 0, top_p[r] and uniform u[r], into
+ * pick[r]; *seconds: the draw kernel's time on the device, for all the rows at once. 1..64 rows.
+ * MN_UNSUPPORTED as mn_cuda_backend_new's probe (no device, or built without CUDA), or with the
+ * failing CUDA call; MN_INVALID for a row count out of range. Allocates and frees its own buffers. */
+mn_status mn_cuda_draw_rows(const float *rows, uint32_t n_rows, uint32_t n, const float *temperature,
+                            const float *top_p, const double *u, int32_t *pick, double *seconds, mn_err *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -455,10 +455,13 @@ MN_HD int32_t mn_g_argmax_answer(const float *row, uint32_t at)
  *  1. thread i weighs ids i, i + MN_G_DRAW_THREADS, ... into w and adds them (mn_g_draw_weigh); the
  *     block adds the threads' sums: integers, so any order gives the CPU's total;
  *  2. below top_p 1, theta is the largest weight whose tokens of at least that weight reach the
- *     need: within mn_g_draw_range's bounds, each pass over the weights weighs the tokens at least
- *     as heavy as MN_G_DRAW_PROBES thresholds spread over what is left (block sums of
- *     mn_g_draw_heavy), which narrows it 8-fold (mn_g_draw_narrow), until no token weighs
- *     strictly between its ends: theta is its lower end, and the nucleus follows (mn_g_draw_plan);
+ *     need. It lies in an interval [lo, hi), at first mn_g_draw_range's bounds. A pass over the
+ *     weights adds up the tokens at least as heavy as each of MN_G_DRAW_PROBES thresholds inside
+ *     it (mn_g_draw_tally; in octaves while it spans many, since weights are exponentials, else
+ *     evenly: mn_g_draw_probe) and gathers the tokens strictly inside into shared memory. Where
+ *     there are more than MN_G_DRAW_GATHER of those, the thresholds narrow it (mn_g_draw_narrow);
+ *     else theta is the heaviest of them that qualifies, each thread judging one
+ *     (mn_g_draw_candidate), or lo, and the nucleus follows (mn_g_draw_plan);
  *  3. thread i takes the ids [i C, i C + C), C = ceil(n / MN_G_DRAW_THREADS) (mn_g_draw_span): the
  *     prefix, in thread order, of its counts of tokens weighing theta says which of the nucleus's
  *     ties are its, the prefix of its nucleus weights whose ids hold the point; that thread walks
@@ -466,11 +469,16 @@ MN_HD int32_t mn_g_argmax_answer(const float *row, uint32_t at)
  * Each pass waits on loads from L2 (a row's weights are 384 KB at SmolLM2's vocabulary), so the
  * fewer passes and the more loads in flight the better: a block of 256 threads and plain bisection
  * from [1, 2^40] made a draw at top_p 0.9 take 800 us on an H200 (41 passes), 1,024 threads and
- * the bounds 477 us (about 20). */
+ * the bounds 477 us (about 20), 7 thresholds a pass 401 us (14.5 passes on the Gaussian rows
+ * below). Thresholds in octaves and the gathering end the search in 3.9 passes on average on
+ * Gaussian rows of SmolLM2's vocabulary and 8.0 on rows of integer logits, whose thousands of
+ * ties stay inside until a threshold falls on them, against 14.5 and 14.2 before (test_gpu's
+ * nucleus_search_on_vocabulary_rows counts them; the gathering alone: 5.4 and 11.5; the octaves
+ * alone: 11.3 and 10.7). Not yet timed on a device (gpu_device/draws_on_vocabulary_rows does). */
 #define MN_G_DRAW_THREADS 1024
 #define MN_G_DRAW_ROWS 64  /* rows one launch draws: the weights' scratch holds as many rows */
-#define MN_G_DRAW_PROBES 7 /* thresholds a pass tries: theta's interval shrinks 8-fold */
-#define MN_G_DRAW_SUMS 8   /* what a pass adds up: each threshold's heavy weight, the tokens inside */
+#define MN_G_DRAW_PROBES 7   /* thresholds a pass tries: theta's interval shrinks 8-fold */
+#define MN_G_DRAW_GATHER 256 /* the tokens inside a pass keeps: with no more, theta is among them */
 
 /* One row to draw: its index among the pass's logits rows and its settings. */
 typedef struct mn_gpu_draw {
@@ -502,47 +510,70 @@ MN_HD void mn_g_draw_range(uint64_t total, uint64_t need, uint32_t n, uint64_t *
     *hi = ((uint64_t)1 << MN_DRAW_ONE_BITS) + 1;
 }
 
-/* Threshold j of a pass over [lo, hi) (hi - lo <= 2^40 + 1: no overflow). */
+/* The bits of x >= 1: x lies in [2^(bits - 1), 2^bits). */
+MN_HD uint32_t mn_g_bits(uint64_t x)
+{
+#ifdef __CUDA_ARCH__
+    return 64 - (uint32_t)__clzll((long long)x);
+#else
+    return 64 - (uint32_t)__builtin_clzll(x);
+#endif
+}
+
+/* Threshold j of a pass over [lo, hi) (1 <= lo, hi - lo >= 2, hi <= 2^40 + 1: no overflow), strictly
+ * between lo and hi and rising with j. Weights are exponentials of the logits, so an interval
+ * spanning many octaves is split in octaves: powers of two spread evenly over its exponents, while
+ * they span at least MN_G_DRAW_PROBES + 1 (then e_0 > bits(lo) - 1 and e_last < bits(hi - 1), each
+ * rising); narrower ones evenly. */
 MN_HD uint64_t mn_g_draw_probe(uint64_t lo, uint64_t hi, uint32_t j)
 {
+    uint32_t a = mn_g_bits(lo), b = mn_g_bits(hi - 1);
+    if (b - a >= MN_G_DRAW_PROBES + 1)
+        return (uint64_t)1 << (a + (b - a) * (j + 1) / (MN_G_DRAW_PROBES + 1));
     return lo + (hi - lo) * (j + 1) / (MN_G_DRAW_PROBES + 1);
 }
 
-/* Thread i's part of a pass over theta's interval [lo, hi): the weight of its tokens at least as
- * heavy as each threshold into sum[0..MN_G_DRAW_PROBES), how many weigh strictly between lo and hi
- * into sum[MN_G_DRAW_PROBES]. */
-MN_HD void mn_g_draw_heavy(const uint64_t *w, uint32_t n, uint32_t i, uint64_t lo, uint64_t hi, const uint64_t *probe,
-                           uint64_t *sum)
+/* One token's part in a pass over theta's interval [lo, hi): its weight x added to heavy[j] for
+ * every threshold j it reaches; whether it weighs strictly between lo and hi (never x = 0: lo >= 1). */
+MN_HD bool mn_g_draw_tally(uint64_t x, uint64_t lo, uint64_t hi, const uint64_t *probe, uint64_t *heavy)
 {
-    for (uint32_t j = 0; j < MN_G_DRAW_SUMS; j++)
-        sum[j] = 0;
 #ifdef __CUDA_ARCH__
-#pragma unroll 4
+#pragma unroll
 #endif
-    for (uint32_t k = i; k < n; k += MN_G_DRAW_THREADS) {
-        uint64_t x = w[k];
-        for (uint32_t j = 0; j < MN_G_DRAW_PROBES; j++)
-            sum[j] += x >= probe[j] ? x : 0;
-        sum[MN_G_DRAW_PROBES] += x > lo && x < hi;
-    }
+    for (uint32_t j = 0; j < MN_G_DRAW_PROBES; j++)
+        heavy[j] += x >= probe[j] ? x : 0;
+    return x > lo && x < hi;
 }
 
-/* A pass's verdict, theta in [lo, hi) (heavy: the pass's sums; s_hi: the weight of the tokens at
- * least hi): false when no token weighs strictly between lo and hi, where theta is lo (the tokens
- * at least lo + 1 are those at least hi); else it narrows to between the last threshold whose
- * tokens at least that heavy weigh `need` and the first whose do not. Thresholds rise and their
- * weights fall, and the top one is above lo once hi - lo >= 2, so every pass narrows it. */
-MN_HD bool mn_g_draw_narrow(uint64_t need, const uint64_t *probe, const uint64_t *heavy, uint64_t *lo, uint64_t *hi,
+/* Theta among the m tokens strictly inside its interval [lo, hi), once a pass has gathered them
+ * all, c their weights (in any order), s_hi the weight of the tokens at least hi: the largest
+ * weight v whose tokens at least that heavy reach the need. Candidate t's verdict: c[t] when it
+ * qualifies, else 0, with *above the weight of the tokens heavier than it. Where none qualifies,
+ * theta is lo, and the tokens heavier than lo weigh s_hi and all of c. */
+MN_HD uint64_t mn_g_draw_candidate(const uint64_t *c, uint32_t m, uint32_t t, uint64_t need, uint64_t s_hi,
+                                   uint64_t *above)
+{
+    uint64_t v = c[t], ge = 0, gt = 0;
+    for (uint32_t j = 0; j < m; j++) {
+        ge += c[j] >= v ? c[j] : 0;
+        gt += c[j] > v ? c[j] : 0;
+    }
+    *above = s_hi + gt;
+    return s_hi + ge >= need ? v : 0;
+}
+
+/* A pass's verdict when more tokens than a pass gathers weigh strictly between lo and hi: theta's
+ * interval narrows to between the last threshold whose tokens at least that heavy weigh `need` and
+ * the first whose do not (s_hi: the weight of the tokens at least hi). Thresholds lie strictly
+ * between lo and hi, so every pass narrows it. */
+MN_HD void mn_g_draw_narrow(uint64_t need, const uint64_t *probe, const uint64_t *heavy, uint64_t *lo, uint64_t *hi,
                             uint64_t *s_hi)
 {
-    if (!heavy[MN_G_DRAW_PROBES])
-        return false;
     for (uint32_t j = 0; j < MN_G_DRAW_PROBES; j++)
         if (heavy[j] >= need)
             *lo = probe[j] > *lo ? probe[j] : *lo;
         else if (probe[j] < *hi)
             *hi = probe[j], *s_hi = heavy[j];
-    return true;
 }
 
 /* The nucleus from the total, the need and the search's end (theta = lo, s_hi the weight of the
@@ -1018,13 +1049,13 @@ static __device__ uint64_t mn_d_block_sum(uint64_t v, uint64_t *sm)
     return v;
 }
 
-/* v[0..MN_G_DRAW_SUMS) summed over the block, into every thread's out[] (sm: the warps' sums,
+/* v[0..MN_G_DRAW_PROBES) summed over the block, into every thread's out[] (sm: the warps' sums,
  * total: the block's) */
-static __device__ void mn_d_block_sums(const uint64_t *v, uint64_t (*sm)[MN_G_DRAW_SUMS], uint64_t *total,
+static __device__ void mn_d_block_sums(const uint64_t *v, uint64_t (*sm)[MN_G_DRAW_PROBES], uint64_t *total,
                                        uint64_t *out)
 {
     uint32_t lane = threadIdx.x % MN_G_WARP, warp = threadIdx.x / MN_G_WARP;
-    for (uint32_t j = 0; j < MN_G_DRAW_SUMS; j++) {
+    for (uint32_t j = 0; j < MN_G_DRAW_PROBES; j++) {
         uint64_t x = v[j];
         for (uint32_t off = MN_G_WARP / 2; off > 0; off /= 2)
             x += __shfl_xor_sync(MN_G_FULL, x, off);
@@ -1032,14 +1063,14 @@ static __device__ void mn_d_block_sums(const uint64_t *v, uint64_t (*sm)[MN_G_DR
             sm[warp][j] = x;
     }
     __syncthreads();
-    if (warp == 0 && lane < MN_G_DRAW_SUMS) {
+    if (warp == 0 && lane < MN_G_DRAW_PROBES) {
         uint64_t x = 0;
         for (uint32_t k = 0; k < MN_G_DRAW_THREADS / MN_G_WARP; k++)
             x += sm[k][lane];
         total[lane] = x;
     }
     __syncthreads();
-    for (uint32_t j = 0; j < MN_G_DRAW_SUMS; j++)
+    for (uint32_t j = 0; j < MN_G_DRAW_PROBES; j++)
         out[j] = total[j];
     __syncthreads();
 }
@@ -1064,12 +1095,65 @@ static __device__ uint64_t mn_d_block_before(uint64_t v, uint64_t *sm)
     return x;
 }
 
+/* v's largest over the block, in every thread (sm: a warp's slot each) */
+static __device__ uint64_t mn_d_block_max(uint64_t v, uint64_t *sm)
+{
+    for (uint32_t off = MN_G_WARP / 2; off > 0; off /= 2) {
+        uint64_t o = __shfl_xor_sync(MN_G_FULL, v, off);
+        v = o > v ? o : v;
+    }
+    if (threadIdx.x % MN_G_WARP == 0)
+        sm[threadIdx.x / MN_G_WARP] = v;
+    __syncthreads();
+    for (uint32_t w = 0; w < MN_G_DRAW_THREADS / MN_G_WARP; w++)
+        v = sm[w] > v ? sm[w] : v;
+    __syncthreads();
+    return v;
+}
+
+/* This thread's part of a pass over theta's interval [lo, hi): mn_g_draw_tally into heavy, and the
+ * tokens strictly inside gathered into gather[0..MN_G_DRAW_GATHER), a warp's slots taken at once
+ * (*gathered counts them all, kept or not). MN_G_DRAW_BATCH loads are issued before the first is
+ * tallied; every lane of a warp goes round as often, for the ballot. */
+#define MN_G_DRAW_BATCH 4
+static __device__ void mn_d_draw_pass(const uint64_t *w, uint32_t n, uint64_t lo, uint64_t hi, const uint64_t *probe,
+                                      uint64_t *heavy, uint64_t *gather, uint32_t *gathered)
+{
+    uint32_t lane = threadIdx.x % MN_G_WARP;
+    for (uint32_t j = 0; j < MN_G_DRAW_PROBES; j++)
+        heavy[j] = 0;
+    for (uint32_t k0 = threadIdx.x - lane; k0 < n; k0 += MN_G_DRAW_BATCH * MN_G_DRAW_THREADS) {
+        uint64_t x[MN_G_DRAW_BATCH];
+#pragma unroll
+        for (uint32_t u = 0; u < MN_G_DRAW_BATCH; u++) {
+            uint32_t k = k0 + u * MN_G_DRAW_THREADS + lane;
+            x[u] = k < n ? w[k] : 0; /* weight 0: in no sum, never inside */
+        }
+#pragma unroll
+        for (uint32_t u = 0; u < MN_G_DRAW_BATCH; u++) {
+            bool in = mn_g_draw_tally(x[u], lo, hi, probe, heavy);
+            uint32_t mask = __ballot_sync(MN_G_FULL, in);
+            if (!mask)
+                continue;
+            uint32_t first = __ffs(mask) - 1, base = 0;
+            if (lane == first)
+                base = atomicAdd(gathered, __popc(mask));
+            uint32_t slot = __shfl_sync(MN_G_FULL, base, first) + __popc(mask & ((1u << lane) - 1));
+            if (in && slot < MN_G_DRAW_GATHER)
+                gather[slot] = x[u];
+        }
+    }
+}
+
 /* a block of MN_G_DRAW_THREADS per drawn row: pick[d.row] = its draw (pick holds its argmax);
  * w: a scratch row of n_vocab weights per block */
-__global__ void mn_k_draw(const float *logits, uint32_t n_vocab, const mn_gpu_draw *draws, uint64_t *wbuf, int32_t *pick)
+__global__ void __launch_bounds__(MN_G_DRAW_THREADS)
+    mn_k_draw(const float *logits, uint32_t n_vocab, const mn_gpu_draw *draws, uint64_t *wbuf, int32_t *pick)
 {
-    __shared__ uint64_t sm[MN_G_DRAW_THREADS / MN_G_WARP], sm_sums[MN_G_DRAW_THREADS / MN_G_WARP][MN_G_DRAW_SUMS];
-    __shared__ uint64_t sm_total[MN_G_DRAW_SUMS];
+    __shared__ uint64_t sm[MN_G_DRAW_THREADS / MN_G_WARP], sm_sums[MN_G_DRAW_THREADS / MN_G_WARP][MN_G_DRAW_PROBES];
+    __shared__ uint64_t sm_total[MN_G_DRAW_PROBES], sm_gather[MN_G_DRAW_GATHER];
+    __shared__ uint32_t sm_gathered[2]; /* pass p counts into [p % 2], reset at its start: the last
+                                         * reads of it were before pass p - 1's barriers */
     uint32_t i = threadIdx.x;
     const mn_gpu_draw d = draws[blockIdx.x];
     const float *row = logits + (size_t)d.row * n_vocab;
@@ -1079,13 +1163,31 @@ __global__ void mn_k_draw(const float *logits, uint32_t n_vocab, const mn_gpu_dr
         return; /* the whole block: no token weighs anything, the argmax stays */
     uint64_t need = mn_draw_need(d.top_p, total), lo, hi, s_hi = 0;
     mn_g_draw_range(total, need, n_vocab, &lo, &hi);
-    for (bool more = need < total; more;) {
-        uint64_t probe[MN_G_DRAW_PROBES], sums[MN_G_DRAW_SUMS];
+    for (uint32_t p = 0; need < total; p++) {
+        uint64_t probe[MN_G_DRAW_PROBES], heavy[MN_G_DRAW_PROBES];
         for (uint32_t j = 0; j < MN_G_DRAW_PROBES; j++)
             probe[j] = mn_g_draw_probe(lo, hi, j);
-        mn_g_draw_heavy(w, n_vocab, i, lo, hi, probe, sums);
-        mn_d_block_sums(sums, sm_sums, sm_total, sums);
-        more = mn_g_draw_narrow(need, probe, sums, &lo, &hi, &s_hi);
+        if (i == 0)
+            sm_gathered[p % 2] = 0;
+        __syncthreads();
+        mn_d_draw_pass(w, n_vocab, lo, hi, probe, heavy, sm_gather, &sm_gathered[p % 2]);
+        mn_d_block_sums(heavy, sm_sums, sm_total, heavy); /* its barriers also publish the gathered */
+        uint32_t m = sm_gathered[p % 2];
+        if (m > MN_G_DRAW_GATHER) {
+            mn_g_draw_narrow(need, probe, heavy, &lo, &hi, &s_hi);
+            continue;
+        }
+        uint64_t above = 0, v = i < m ? mn_g_draw_candidate(sm_gather, m, i, need, s_hi, &above) : 0;
+        uint64_t best = mn_d_block_max(v, sm);
+        if (!best) { /* theta is lo, every gathered token heavier */
+            s_hi += mn_d_block_sum(i < m ? sm_gather[i] : 0, sm);
+            break;
+        }
+        if (v == best)
+            sm_total[0] = above; /* every thread holding it computed the same */
+        __syncthreads();
+        lo = best, s_hi = sm_total[0];
+        break;
     }
     mn_draw_nucleus nu = mn_g_draw_plan(need, total, lo, s_hi);
     uint32_t b, e;

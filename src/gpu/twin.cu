@@ -162,30 +162,55 @@ extern "C" int32_t mn_gpu_twin_argmax(const float *row, uint32_t n)
     return mn_g_argmax_answer(row, at);
 }
 
-/* mn_k_draw's block on one row: its threads one after another at each of the kernel's steps (the
+/* mn_k_draw's search on one row: its threads one after another at each of the kernel's steps (the
  * device adds their sums in another order: integers, the same totals). */
-extern "C" int32_t mn_gpu_twin_draw(const float *row, uint32_t n, int32_t argmax, float temperature, float top_p,
-                                    double u, uint64_t *w)
+extern "C" mn_draw_nucleus mn_gpu_twin_nucleus(const float *row, uint32_t n, int32_t argmax, float temperature,
+                                               float top_p, uint64_t *w, uint32_t *passes)
 {
     uint64_t total = 0;
+    *passes = 0;
     for (uint32_t i = 0; i < MN_G_DRAW_THREADS; i++)
         total += mn_g_draw_weigh(row, n, i, row[argmax], temperature, w);
     if (!total)
-        return argmax;
+        return mn_draw_nucleus{0, 0, 0};
     uint64_t need = mn_draw_need(top_p, total), lo, hi, s_hi = 0;
     mn_g_draw_range(total, need, n, &lo, &hi);
-    for (bool more = need < total; more;) {
-        uint64_t probe[MN_G_DRAW_PROBES], sums[MN_G_DRAW_SUMS] = {0}, part[MN_G_DRAW_SUMS];
+    while (need < total) {
+        uint64_t probe[MN_G_DRAW_PROBES], heavy[MN_G_DRAW_PROBES] = {0}, gather[MN_G_DRAW_GATHER];
+        uint32_t m = 0;
         for (uint32_t j = 0; j < MN_G_DRAW_PROBES; j++)
             probe[j] = mn_g_draw_probe(lo, hi, j);
-        for (uint32_t i = 0; i < MN_G_DRAW_THREADS; i++) {
-            mn_g_draw_heavy(w, n, i, lo, hi, probe, part);
-            for (uint32_t j = 0; j < MN_G_DRAW_SUMS; j++)
-                sums[j] += part[j];
+        for (uint32_t i = 0; i < MN_G_DRAW_THREADS; i++)
+            for (uint32_t k = i; k < n; k += MN_G_DRAW_THREADS)
+                if (mn_g_draw_tally(w[k], lo, hi, probe, heavy) && m++ < MN_G_DRAW_GATHER)
+                    gather[m - 1] = w[k];
+        ++*passes;
+        if (m > MN_G_DRAW_GATHER) {
+            mn_g_draw_narrow(need, probe, heavy, &lo, &hi, &s_hi);
+            continue;
         }
-        more = mn_g_draw_narrow(need, probe, sums, &lo, &hi, &s_hi);
+        uint64_t best = 0, best_above = 0, all = 0;
+        for (uint32_t t = 0; t < m; t++) {
+            uint64_t above, v = mn_g_draw_candidate(gather, m, t, need, s_hi, &above);
+            if (v > best)
+                best = v, best_above = above;
+            all += gather[t];
+        }
+        s_hi = best ? best_above : s_hi + all; /* none: theta is lo, every gathered token heavier */
+        lo = best ? best : lo;
+        break;
     }
-    mn_draw_nucleus nu = mn_g_draw_plan(need, total, lo, s_hi);
+    return mn_g_draw_plan(need, total, lo, s_hi);
+}
+
+/* mn_k_draw's block on one row: the search, then its threads' spans one after another. */
+extern "C" int32_t mn_gpu_twin_draw(const float *row, uint32_t n, int32_t argmax, float temperature, float top_p,
+                                    double u, uint64_t *w)
+{
+    uint32_t passes;
+    mn_draw_nucleus nu = mn_gpu_twin_nucleus(row, n, argmax, temperature, top_p, w, &passes);
+    if (!nu.mass)
+        return argmax;
     uint64_t r = mn_draw_point(u, nu.mass), seen = 0, before = 0;
     for (uint32_t i = 0; i < MN_G_DRAW_THREADS; i++) {
         uint32_t b, e;

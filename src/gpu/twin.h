@@ -20,6 +20,7 @@
 extern "C" {
 #endif
 
+#include "model/draw.h"
 #include "runtime/backend.h"
 
 mn_status mn_gpu_twin_new(const mn_model *m, const mn_backend_config *cfg, mn_backend **out, mn_err *err);
@@ -27,6 +28,11 @@ mn_status mn_gpu_twin_new(const mn_model *m, const mn_backend_config *cfg, mn_ba
 /* The CUDA backend's argmax of one row (kernels.cuh's mn_k_argmax), its block run thread by
  * thread: what the twin fills batch.pick with (its draws start from it), and what tests hold against mn_argmax. */
 int32_t mn_gpu_twin_argmax(const float *row, uint32_t n);
+
+/* The nucleus mn_gpu_twin_draw walks (mn_k_draw's search for theta, run the same way; mass 0: no token
+ * weighs anything), and in *passes how many passes over the row's weights the search made. */
+mn_draw_nucleus mn_gpu_twin_nucleus(const float *row, uint32_t n, int32_t argmax, float temperature, float top_p,
+                                    uint64_t *w, uint32_t *passes);
 
 /* The CUDA backend's draw from one row (kernels.cuh's mn_k_draw) at temperature and top_p with the
  * uniform u, given the row's argmax, its block run thread by thread, w a scratch of n weights: what
