@@ -611,22 +611,27 @@ static void ref_nucleus(const float *l, uint32_t n, float T, float top_p, float 
     free(c);
 }
 
-/* The sampler finds the nucleus among the most probable few (growing their number until they hold
- * top_p of the mass) instead of sorting the whole vocabulary: the same distribution, bit for bit,
- * over a vocabulary of 49,152 with many tied logits, peaked, flat and all equal, nuclei small and
- * whole. */
+/* The sampler finds the nucleus by radix steps over the weights instead of sorting the whole
+ * vocabulary: the same distribution, bit for bit, over a vocabulary of 49,152 with many tied
+ * logits, peaked, flat, all equal and smooth (near-Gaussian, no ties: the radix steps go down to
+ * the last bits), nuclei small and whole. */
 Test(sampler, nucleus_is_the_full_sorts_bit_for_bit)
 {
     enum { V = 49152 };
     float *l = malloc(V * sizeof *l), *got = malloc(V * sizeof *got), *want = malloc(V * sizeof *want);
     uint64_t r = 11;
     const float tops[] = {0.3f, 0.9f, 0.99f, 0.99999f};
-    for (int shape = 0; shape < 3; shape++) {
+    for (int shape = 0; shape < 4; shape++) {
         for (uint32_t i = 0; i < V; i++) {
-            r = r * 6364136223846793005u + 1442695040888963407u;
-            float u = (float)(r >> 40) / (float)(1u << 24);
-            l[i] = shape == 2 ? 1.5f /* one tie: the nucleus is the lowest ids */
-                   : shape ? roundf(u * 64.0f) / 16.0f : roundf(u * u * u * u * 400.0f) / 8.0f; /* ties aplenty */
+            float u[4];
+            for (int k = 0; k < 4; k++) {
+                r = r * 6364136223846793005u + 1442695040888963407u;
+                u[k] = (float)(r >> 40) / (float)(1u << 24);
+            }
+            l[i] = shape == 3   ? 3.0f * (u[0] + u[1] + u[2] + u[3] - 2.0f) /* smooth */
+                   : shape == 2 ? 1.5f /* one tie: the nucleus is the lowest ids */
+                   : shape      ? roundf(u[0] * 64.0f) / 16.0f
+                                : roundf(u[0] * u[0] * u[0] * u[0] * 400.0f) / 8.0f; /* ties aplenty */
         }
         for (size_t t = 0; t < sizeof tops / sizeof *tops; t++) {
             mn_sampler_params p = {.temperature = 0.7f, .top_p = tops[t], .seed = 3};

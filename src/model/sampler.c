@@ -9,15 +9,10 @@
 #include "model/draw.h"
 #include "util/alloc.h"
 
-typedef struct cand {
-    uint64_t w;
-    int32_t id;
-} cand;
-
 struct mn_draw_space {
     uint32_t n;
     uint64_t *w; /* [n] each token's weight (model/draw.h), by id */
-    cand *c;     /* [n] the same, reordered to find the nucleus */
+    uint64_t *c; /* [n] the weights theta may still be among (nucleus) */
 };
 
 struct mn_sampler {
@@ -99,55 +94,73 @@ void mn_sampler_free(mn_sampler *s)
 
 int32_t mn_argmax(const float *logits, uint32_t n) { return mn_vec_argmax(logits, (int)n); }
 
-/* Whether a comes before b in the nucleus's order: heavier first, then the lower id. A total order:
- * ids are unique. */
-static bool before(const cand *a, const cand *b) { return a->w > b->w || (a->w == b->w && a->id < b->id); }
+/* Radix steps of the search for theta: 2^RADIX_BITS bins a step; at most SMALL weights left are
+ * sorted instead. */
+enum { RADIX_BITS = 8, RADIX_BINS = 1 << RADIX_BITS, SMALL = 32 };
+#define OCTAVES (-1) /* a step's shift that bins by octave */
 
-/* qsort's form of `before`. */
-static int by_prob_desc(const void *a, const void *b)
+/* Weight w's bin in a step (a higher bin, a heavier weight): its octave, bits(w) (w in [2^(bits -
+ * 1), 2^bits), 0 for 0), or its RADIX_BITS bits from bit `shift` on. */
+static uint32_t bin_of(uint64_t w, int shift)
 {
-    const cand *x = a, *y = b;
-    return before(x, y) ? -1 : before(y, x) ? 1 : 0;
+    if (shift == OCTAVES)
+        return w ? 64 - (uint32_t)__builtin_clzll(w) : 0;
+    return (uint32_t)(w >> shift) & (RADIX_BINS - 1);
 }
 
-static void swap_cand(cand *a, cand *b)
+/* One radix step over the *m weights c[0..*m), which hold every token whose weight lies in theta's
+ * range, the tokens above that range weighing *above < need: the bin where the weights from the
+ * top bin down reach the need holds theta; c keeps only that bin's weights (in place, *m their
+ * count), *above grows by the bins above it. Returns the bin. */
+static uint32_t radix_step(uint64_t *c, uint32_t *m, uint64_t need, uint64_t *above, int shift)
 {
-    cand t = *a;
-    *a = *b;
-    *b = t;
+    uint64_t sum[RADIX_BINS] = {0}; /* octaves: 65 bins */
+    for (uint32_t i = 0; i < *m; i++)
+        sum[bin_of(c[i], shift)] += c[i];
+    uint32_t bin = RADIX_BINS - 1, kept = 0;
+    while (*above + sum[bin] < need)
+        *above += sum[bin--];
+    for (uint32_t i = 0; i < *m; i++)
+        if (bin_of(c[i], shift) == bin)
+            c[kept++] = c[i];
+    *m = kept;
+    return bin;
 }
 
-/* Rearrange c[0..n) so that its k first in `before`'s order fill c[0..k), in some order
- * (quickselect, the pivot the median of three). */
-static void select_first(cand *c, uint32_t n, uint32_t k)
+static int heavier_first(const void *a, const void *b)
 {
-    uint32_t lo = 0, hi = n; /* c[0..lo) are among the k first, c[hi..n) are not */
-    while (lo < k && k < hi) {
-        cand *a = &c[lo], *m = &c[lo + (hi - lo) / 2], *z = &c[hi - 1];
-        cand pv = before(a, m) ? (before(m, z) ? *m : before(a, z) ? *z : *a)
-                               : (before(a, z) ? *a : before(m, z) ? *z : *m);
-        uint32_t i = lo;
-        for (uint32_t j = lo; j < hi; j++)
-            if (before(&c[j], &pv))
-                swap_cand(&c[i++], &c[j]);
-        if (i >= k) { /* the pivot is not among them */
-            hi = i;
-            continue;
-        }
-        for (uint32_t j = i; j < hi; j++) /* the pivot next: it is */
-            if (c[j].id == pv.id) {
-                swap_cand(&c[i], &c[j]);
-                break;
-            }
-        lo = i + 1;
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Theta (model/draw.h) among the m weights c[0..m) that hold it, the heavier tokens weighing
+ * *above < need <= *above + the sum of c; *above becomes the weight of the tokens heavier than
+ * theta. First the octave, then RADIX_BITS bits below the leading one at a time, each step keeping
+ * the bin that holds theta: every kept weight shares the bits above the step's, so a step's bins
+ * are in weight order. Then the few left, sorted. */
+static uint64_t find_theta(uint64_t *c, uint32_t m, uint64_t need, uint64_t *above)
+{
+    /* every kept weight lies in [2^(bits - 1), 2^bits); its bits below the leading one decide */
+    uint32_t bits = radix_step(c, &m, need, above, OCTAVES);
+    for (int shift = (int)bits - 1; m > SMALL && shift > 0;) {
+        shift = shift > RADIX_BITS ? shift - RADIX_BITS : 0;
+        radix_step(c, &m, need, above, shift);
     }
+    qsort(c, m, sizeof *c, heavier_first);
+    uint32_t i = 0;
+    while (*above + c[i] < need)
+        *above += c[i++];
+    uint64_t theta = c[i];
+    while (i > 0 && c[i - 1] == theta) /* the tokens of weight theta before it are not heavier */
+        *above -= c[--i];
+    return theta;
 }
 
 /* The nucleus of a row (model/draw.h), every token's weight left in d->w. At top_p 1 it is every
- * token of some weight (theta 0). Otherwise the nucleus is usually a few hundred tokens of a
- * vocabulary of tens of thousands, so only the first k in order are found (select_first) and
- * sorted, k growing until they hold what is needed: the same prefix as sorting them all (6.6-8.7
- * ms a token over SmolLM2's 49,152 entries; tools/bench-sampler.c), in a fraction of the time. */
+ * token of some weight (theta 0). Otherwise theta comes from radix steps over the weights
+ * (find_theta): a pass over the vocabulary and a few over what is left, where sorting the whole
+ * vocabulary took 6.6-8.7 ms a token over SmolLM2's 49,152 entries, and quickselect with a sort of
+ * the first few hundred to thousands 0.8-2.8 ms (tools/bench-sampler.c). */
 static mn_draw_nucleus nucleus(mn_draw_space *d, const float *logits, float temperature, float top_p)
 {
     uint32_t n = d->n;
@@ -156,22 +169,10 @@ static mn_draw_nucleus nucleus(mn_draw_space *d, const float *logits, float temp
     uint64_t need = mn_draw_need(top_p, total);
     if (need == total)
         return (mn_draw_nucleus){0, 0, total};
-    for (uint32_t i = 0; i < n; i++)
-        d->c[i] = (cand){d->w[i], (int32_t)i};
-    for (uint32_t k = n < 256 ? n : 256;; k = k > n / 8 ? n : 8 * k) {
-        select_first(d->c, n, k);
-        qsort(d->c, k, sizeof *d->c, by_prob_desc);
-        uint64_t acc = 0;
-        for (uint32_t keep = 0; keep < k;) {
-            acc += d->c[keep++].w;
-            if (acc < need)
-                continue;
-            uint64_t theta = d->c[keep - 1].w, ties = 0;
-            while (ties < keep && d->c[keep - 1 - ties].w == theta)
-                ties++;
-            return (mn_draw_nucleus){theta, ties, acc};
-        }
-    } /* k reaches n, where acc reaches total >= need */
+    memcpy(d->c, d->w, (size_t)n * sizeof *d->c);
+    uint64_t above = 0, theta = find_theta(d->c, n, need, &above);
+    uint64_t ties = mn_draw_ties(need, above, theta);
+    return (mn_draw_nucleus){theta, ties, above + ties * theta};
 }
 
 int32_t mn_draw_row(mn_draw_space *d, const float *logits, float temperature, float top_p, double u)
