@@ -281,7 +281,7 @@ Test(forward, rollback_equals_never_seen)
 Test(forward, rejects_malformed_batches)
 {
     mn_model *m = load_model("gqa_f32.gguf");
-    mn_backend *b = cpu_backend(m, 1, 16, 8);
+    mn_backend *b = cpu_backend(m, 2, 16, 8); /* two threads: the rows it draws are spread over both */
     float *out = malloc(32 * (size_t)m->hp.n_vocab * sizeof(float));
     mn_err err = {{0}};
     mn_kv_seq kv = {0};

@@ -340,10 +340,13 @@ static void cpu_free(mn_backend *be)
     mn_free(be);
 }
 
+static void cpu_run(mn_backend *be, mn_pool_fn fn, void *ctx) { mn_pool_run(((cpu_state *)be->impl)->pool, fn, ctx); }
+
 static const mn_backend_ops cpu_ops = {
     .name = "cpu",
     .forward = cpu_forward,
     .free = cpu_free,
+    .run = cpu_run,
 };
 
 /* A weight's bytes in the copy, each starting on a cache line. */

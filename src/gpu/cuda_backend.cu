@@ -530,7 +530,7 @@ static mn_status cuda_forward(mn_backend *be, const mn_batch *batch, float *logi
     return MN_OK;
 }
 
-static const mn_backend_ops cuda_ops = {"cuda", cuda_forward, cuda_free, true};
+static const mn_backend_ops cuda_ops = {"cuda", cuda_forward, cuda_free, true, NULL};
 
 /* Weights, KV, activations and the layout on the device. */
 static mn_status setup(mn_backend *be, cuda_state *st, mn_err *err)

@@ -254,7 +254,7 @@ static mn_status twin_forward(mn_backend *be, const mn_batch *batch, float *logi
     return MN_OK;
 }
 
-static const mn_backend_ops twin_ops = {"cuda-twin", twin_forward, twin_free, true};
+static const mn_backend_ops twin_ops = {"cuda-twin", twin_forward, twin_free, true, NULL};
 
 static float *fbuf(size_t rows, size_t cols, int *ok)
 {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "model/sampler.h"
+#include "util/alloc.h"
 
 mn_backend_config mn_backend_defaults(const mn_model *m, uint32_t n_ctx_total)
 {
@@ -19,12 +20,25 @@ mn_backend_config mn_backend_defaults(const mn_model *m, uint32_t n_ctx_total)
     return c;
 }
 
+/* The draw spaces' count: one per compute thread. */
+static int n_draw_spaces(const mn_backend *b) { return b->cfg.n_threads > 1 ? b->cfg.n_threads : 1; }
+
 void mn_backend_free(mn_backend *b)
 {
     if (b) {
-        mn_draw_space_free(b->draws);
+        for (int i = 0; b->draws && i < n_draw_spaces(b); i++)
+            mn_draw_space_free(b->draws[i]);
+        mn_free(b->draws);
         b->ops->free(b);
     }
+}
+
+void mn_backend_run(mn_backend *b, mn_pool_fn fn, void *ctx)
+{
+    if (b->ops->run)
+        b->ops->run(b, fn, ctx);
+    else
+        fn(ctx, 0, 1);
 }
 
 uint32_t mn_batch_n_logits(const mn_batch *batch)
@@ -35,18 +49,47 @@ uint32_t mn_batch_n_logits(const mn_batch *batch)
     return n;
 }
 
-/* batch->pick from the rows, for a backend that cannot pick: each row's argmax, or its draw. */
-static void pick_rows(mn_backend *b, const mn_batch *batch, const float *logits)
+/* batch->pick from the rows, for a backend that cannot pick: each row's argmax, or its draw; row by
+ * row over the compute threads (rows i, i + n, ...: a draw costs far more than an argmax), each
+ * thread with its own draw space. */
+typedef struct pick_ctx {
+    mn_backend *b;
+    const mn_batch *batch;
+    const float *logits;
+} pick_ctx;
+
+static void pick_rows(void *arg, int ith, int nth)
 {
-    uint32_t V = b->model->hp.n_vocab, row = 0;
-    for (uint32_t i = 0; i < batch->n_seqs; i++) {
-        const mn_batch_seq *s = &batch->seqs[i];
+    const pick_ctx *p = arg;
+    uint32_t V = p->b->model->hp.n_vocab, row = 0;
+    for (uint32_t i = 0; i < p->batch->n_seqs; i++) {
+        const mn_batch_seq *s = &p->batch->seqs[i];
         for (uint32_t j = 0, n = mn_batch_seq_rows(s); j < n; j++, row++) {
-            const float *l = logits + (size_t)row * V;
-            batch->pick[row] = s->draw ? mn_draw_row(b->draws, l, s->draw->temperature, s->draw->top_p, s->draw->u[j])
-                                       : mn_argmax(l, V);
+            if (row % (uint32_t)nth != (uint32_t)ith)
+                continue;
+            const float *l = p->logits + (size_t)row * V;
+            p->batch->pick[row] = s->draw ? mn_draw_row(p->b->draws[ith], l, s->draw->temperature, s->draw->top_p,
+                                                        s->draw->u[j])
+                                          : mn_argmax(l, V);
         }
     }
+}
+
+/* The draw spaces, made on the first draw: false when memory runs out (none is kept then). */
+static bool make_draw_spaces(mn_backend *b)
+{
+    int n = n_draw_spaces(b);
+    if (!(b->draws = mn_calloc((size_t)n, sizeof *b->draws)))
+        return false;
+    for (int i = 0; i < n; i++)
+        if (!(b->draws[i] = mn_draw_space_new(b->model->hp.n_vocab))) {
+            for (int k = 0; k < i; k++)
+                mn_draw_space_free(b->draws[k]);
+            mn_free(b->draws);
+            b->draws = NULL;
+            return false;
+        }
+    return true;
 }
 
 mn_status mn_backend_forward(mn_backend *b, const mn_batch *batch, float *logits, mn_err *err)
@@ -84,8 +127,8 @@ mn_status mn_backend_forward(mn_backend *b, const mn_batch *batch, float *logits
         return mn_fail(err, MN_INVALID, "forward: %llu tokens exceed the pass limit of %u",
                        (unsigned long long)total, b->cfg.max_tokens);
     if (batch->pick && !b->ops->pick && !b->draws)
-        for (uint32_t i = 0; i < batch->n_seqs; i++)
-            if (batch->seqs[i].draw && !(b->draws = mn_draw_space_new(b->model->hp.n_vocab)))
+        for (uint32_t i = 0; i < batch->n_seqs && !b->draws; i++)
+            if (batch->seqs[i].draw && !make_draw_spaces(b))
                 return mn_fail(err, MN_NOMEM, "forward: no memory to draw from %u logits", b->model->hp.n_vocab);
     mn_status st = b->ops->forward(b, batch, logits, err);
     if (st != MN_OK)
@@ -93,8 +136,16 @@ mn_status mn_backend_forward(mn_backend *b, const mn_batch *batch, float *logits
     /* the pass wrote K/V for the new positions: they are the sequence's now */
     for (uint32_t i = 0; i < batch->n_seqs; i++)
         batch->seqs[i].kv->len += batch->seqs[i].n_tokens;
-    if (batch->pick && !b->ops->pick)
-        pick_rows(b, batch, logits);
+    if (batch->pick && !b->ops->pick) {
+        uint32_t drawn = 0; /* rows drawn: over the threads from two on (an argmax takes 10-20 us) */
+        for (uint32_t i = 0; i < batch->n_seqs; i++)
+            drawn += batch->seqs[i].draw ? mn_batch_seq_rows(&batch->seqs[i]) : 0;
+        pick_ctx p = {b, batch, logits};
+        if (drawn >= 2)
+            mn_backend_run(b, pick_rows, &p);
+        else
+            pick_rows(&p, 0, 1);
+    }
     return MN_OK;
 }
 

@@ -31,6 +31,7 @@
 
 #include "mem/kv.h"
 #include "model/model.h"
+#include "runtime/pool.h"
 #include "util/status.h"
 
 /* How a sequence's rows are drawn: one uniform per row. */
@@ -80,14 +81,18 @@ typedef struct mn_backend_ops {
     mn_status (*forward)(mn_backend *b, const mn_batch *batch, float *logits, mn_err *err);
     void (*free)(mn_backend *b);
     bool pick;               /* forward fills batch->pick; else mn_backend_forward does, from the logits */
+    /* fn(ctx, i, n) for every i in [0, n) over the backend's compute threads (runtime/pool.h's
+     * mn_pool_run); NULL: a backend without host threads, where mn_backend_run calls fn(ctx, 0, 1) */
+    void (*run)(mn_backend *b, mn_pool_fn fn, void *ctx);
 } mn_backend_ops;
 
 struct mn_backend {
     const mn_backend_ops *ops;
     const mn_model *model;   /* borrowed: must outlive the backend */
     mn_kv_pool *kv;          /* owned: the model's paged KV memory */
-    struct mn_draw_space *draws; /* owned: scratch of mn_backend_forward's draws for a backend that
-                                  * cannot pick, made on the first (freed by mn_backend_free) */
+    struct mn_draw_space **draws; /* owned: scratch of mn_backend_forward's draws for a backend that
+                                   * cannot pick, one per compute thread (cfg.n_threads), made on the
+                                   * first (freed by mn_backend_free) */
     mn_backend_config cfg;
     void *impl;
 };
@@ -110,6 +115,12 @@ uint32_t mn_batch_n_logits(const mn_batch *batch);
  * batch->pick, a draw's temperature not above 0 or top_p outside (0, 1] included. MN_NOMEM when
  * the first draw on a backend that cannot pick finds no memory for its scratch. */
 mn_status mn_backend_forward(mn_backend *b, const mn_batch *batch, float *logits, mn_err *err);
+
+/* Host work beside the passes, spread over the backend's compute threads: fn(ctx, i, n) for every i
+ * in [0, n), n <= cfg.n_threads, each call on one thread, returning when all have (the CPU backend's
+ * pool; once, on the caller, for a backend without one). From the thread that drives the backend,
+ * between passes; fn must not call into the backend. */
+void mn_backend_run(mn_backend *b, mn_pool_fn fn, void *ctx);
 
 /* Reserve KV for and feed tokens[0..n) to one sequence in passes of at most max_tokens; the last
  * token's logits land in logits (n_vocab floats). MN_BUSY when the KV pool is too small. */
