@@ -33,7 +33,11 @@ shares with other work.
 
     tools/bench-steps.py [--configs plain,ngram,ngram+tuner] [--sets kjv,mixed] [--clients 1,16]
                          [--rounds 4] [--requests1 16] [--requests16 128] [--tokens 64]
-                         [--busy 0] [--pipe-threads 1]
+                         [--busy 0] [--pipe-threads 1] [--target models/target.gguf]
+                         [--temperature 0 [--top-p 1]]
+
+Another --target serves plain and ngram configurations (the bundled drafts share only the bundled
+target's vocabulary); --temperature above 0 makes every request sampled.
 
 Needs build/minionsd and build/minions-bench (MINIONS_BIN_DIR names another folder).
 """
@@ -60,7 +64,7 @@ class Server:
         self.trace = os.path.join(workdir, config.replace("/", "_") + ".jsonl")
         pipe = "pipe" in options
         threads = args.threads + (args.pipe_threads if pipe else 0)
-        cmd = [os.path.join(bindir or BIN, "minionsd"), "--model", os.path.join(ROOT, "models/target.gguf"), "--port", "0",
+        cmd = [os.path.join(bindir or BIN, "minionsd"), "--model", os.path.join(ROOT, args.target), "--port", "0",
                "--admin", "none", "--threads", str(threads), "--max-batch", "16",
                "--spec-length", str(args.spec_length), "--ngram-cache", "0", "--step-trace", self.trace]
         if name != "plain":
@@ -81,10 +85,11 @@ class Server:
             return [json.loads(line) for line in f]
 
 
-def serve(server, prompts, clients, requests, tokens):
+def serve(server, prompts, clients, requests, args):
     t0 = time.monotonic()  # the trace's clock (CLOCK_MONOTONIC)
     out = subprocess.run([os.path.join(BIN, "minions-bench"), "--addr", server.addr, "--clients", str(clients),
-                          "--prompts", prompts, "--requests", str(requests), "--max-tokens", str(tokens)],
+                          "--prompts", prompts, "--requests", str(requests), "--max-tokens", str(args.tokens),
+                          "--temperature", str(args.temperature), "--top-p", str(args.top_p)],
                          capture_output=True, text=True, check=True).stdout
     return {"t0": t0, "t1": time.monotonic(), "tok_per_s": json.loads(out.strip().splitlines()[-1])["tok_per_s"]}
 
@@ -149,6 +154,9 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--busy", type=int, default=0, help="busy-looping processes beside the servers")
     ap.add_argument("--pipe-threads", type=int, default=1, help="the drafts' own compute threads in +pipe configs")
+    ap.add_argument("--target", default="models/target.gguf", help="the served model (ngram and plain configs for others)")
+    ap.add_argument("--temperature", type=float, default=0.0, help="the requests' (0: greedy)")
+    ap.add_argument("--top-p", type=float, default=1.0, help="the requests' top_p, with --temperature")
     args = ap.parse_args()
     configs = args.configs.split(",")
     clients = [int(c) for c in args.clients.split(",")]
@@ -163,7 +171,7 @@ def main():
                 prompts = os.path.join(ROOT, "prompts", s + ".jsonl")
                 for c in order:
                     for k in clients:
-                        run = serve(servers[c], prompts, k, args.requests1 if k == 1 else args.requests16, args.tokens)
+                        run = serve(servers[c], prompts, k, args.requests1 if k == 1 else args.requests16, args)
                         runs.append((c, s, k, run))
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
     finally:
@@ -175,7 +183,8 @@ def main():
         b = breakdown(run, traces[c])
         if b:
             rows.setdefault((s, k, c), []).append(b)
-    lines = [f"minionsd, bundled target, {args.tokens} tokens per request, greedy, {args.threads} threads, "
+    sampling = "greedy" if args.temperature <= 0 else f"temperature {args.temperature}, top_p {args.top_p}"
+    lines = [f"minionsd, {os.path.basename(args.target)}, {args.tokens} tokens per request, {sampling}, {args.threads} threads, "
              f"spec.length {args.spec_length}, {args.busy} busy processes beside; medians of {args.rounds} alternating rounds "
              f"(`{' '.join(['tools/bench-steps.py'] + sys.argv[1:])}`)", "",
              "| set | clients | config | " + " | ".join(COLUMNS) + " |", "|---|---:|---|" + "---:|" * len(COLUMNS)]

@@ -39,6 +39,7 @@ typedef struct bench {
     int first;           /* --first: the prompt the first request takes */
     int max_tokens;
     double temperature;
+    double top_p;             /* sent when below 1 */
     atomic_int next;
     record *records;
     double t0;
@@ -65,6 +66,8 @@ static void *client_main(void *arg)
         r->prompt = (b->first + k) % b->n_prompts;
         json_t *o = json_pack("{s:s, s:i, s:f, s:b}", "id", "b", "max_tokens", b->max_tokens, "temperature",
                               b->temperature, "stream", 1);
+        if (o && b->top_p < 1.0)
+            json_object_set_new(o, "top_p", json_real(b->top_p));
         char *line = o && mn_prompt_set(&b->prompts[r->prompt], o) == 0 ? json_dumps(o, JSON_COMPACT) : NULL;
         json_decref(o);
         if (!line) {
@@ -119,13 +122,14 @@ static int cmp_double(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-    bench b = {.addr = "127.0.0.1:8090", .max_tokens = 64};
+    bench b = {.addr = "127.0.0.1:8090", .max_tokens = 64, .top_p = 1.0};
     const char *prompts = "prompts/kjv.jsonl", *out = NULL;
     int clients = 1;
     static const struct option opts[] = {
         {"addr", required_argument, 0, 'a'},     {"clients", required_argument, 0, 'c'},
         {"prompts", required_argument, 0, 'p'},  {"requests", required_argument, 0, 'r'},
         {"max-tokens", required_argument, 0, 'n'}, {"temperature", required_argument, 0, 'T'},
+        {"top-p", required_argument, 0, 'P'},
         {"out", required_argument, 0, 'o'},      {"first", required_argument, 0, 'f'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
@@ -138,6 +142,7 @@ int main(int argc, char **argv)
         case 'r': b.n_requests = atoi(optarg); break;
         case 'n': b.max_tokens = atoi(optarg); break;
         case 'T': b.temperature = atof(optarg); break;
+        case 'P': b.top_p = atof(optarg); break;
         case 'o': out = optarg; break;
         case 'f': b.first = atoi(optarg); break;
         case 'h':
@@ -145,12 +150,12 @@ int main(int argc, char **argv)
             fprintf(c == 'h' ? stdout : stderr,
                     "usage: minions-bench [--addr HOST:PORT|PATH] [--clients N] [--prompts FILE.jsonl]\n"
                     "                     [--requests N] [--first K] [--max-tokens N] [--temperature T]\n"
-                    "                     [--out FILE.jsonl]\n");
+                    "                     [--top-p P] [--out FILE.jsonl]\n");
             return c == 'h' ? 0 : 2;
         }
     }
-    if (clients < 1 || clients > 1024 || b.max_tokens < 1 || b.first < 0) {
-        fprintf(stderr, "minions-bench: bad --clients, --max-tokens or --first\n");
+    if (clients < 1 || clients > 1024 || b.max_tokens < 1 || b.first < 0 || !(b.top_p > 0.0 && b.top_p <= 1.0)) {
+        fprintf(stderr, "minions-bench: bad --clients, --max-tokens, --first or --top-p\n");
         return 2;
     }
     if (mn_prompts_load(prompts, 0, SIZE_MAX, &b.prompts, &b.n_prompts) < 0) {
