@@ -372,35 +372,6 @@ Test(gpu_twin, draw_is_the_cpus_draw)
     mn_draw_space_free(space);
 }
 
-/* The nucleus by its definition: weights sorted heaviest first, theta the weight at which their
- * running sum reaches the need. */
-static int heavier_first(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? 1 : x > y ? -1 : 0;
-}
-
-static mn_draw_nucleus sorted_nucleus(const float *x, uint32_t n, int32_t am, float temperature, float top_p,
-                                      uint64_t *w)
-{
-    uint64_t total = 0;
-    for (uint32_t i = 0; i < n; i++)
-        total += w[i] = mn_draw_weight(x[i], x[am], mn_draw_scale(temperature));
-    uint64_t need = mn_draw_need(top_p, total);
-    if (!total || need == total)
-        return (mn_draw_nucleus){0, 0, total};
-    qsort(w, n, sizeof *w, heavier_first);
-    uint64_t run = 0, above = 0;
-    uint32_t i = 0;
-    while (run + w[i] < need) {
-        run += w[i++];
-        if (w[i] != w[i - 1])
-            above = run;
-    }
-    uint64_t ties = mn_draw_ties(need, above, w[i]);
-    return (mn_draw_nucleus){w[i], ties, above + ties * w[i]};
-}
-
 /* Rows of SmolLM2's vocabulary: Gaussian logits from flat (sigma 0.5, as in the random-weight
  * models) to peaked (4), and rounded to integers (kind 4), which at temperature log2(e) weigh powers
  * of two (the thresholds of an interval spanning many octaves: theta is then often an interval's
@@ -442,7 +413,7 @@ Test(gpu_twin, nucleus_search_on_vocabulary_rows)
                 float top_p = vocab_tops[t], temp = vocab_temps[T];
                 uint32_t passes;
                 mn_draw_nucleus got = mn_gpu_twin_nucleus(x, VOCAB, am, temp, top_p, w, &passes);
-                mn_draw_nucleus want = sorted_nucleus(x, VOCAB, am, temp, top_p, w);
+                mn_draw_nucleus want = nucleus_by_sorting(x, VOCAB, temp, top_p, w);
                 cr_assert(got.theta == want.theta && got.ties == want.ties && got.mass == want.mass,
                           "kind %d top_p=%g T=%g: theta %llu ties %llu mass %llu, by sorting %llu %llu %llu", kind,
                           (double)top_p, (double)temp, (unsigned long long)got.theta, (unsigned long long)got.ties,
@@ -470,7 +441,7 @@ Test(gpu_twin, nucleus_at_the_interval_end)
         x[i] = i == 0 ? 0.0f : i <= 100 ? -4.0f : i <= 150 ? -9.0f : i <= 1150 ? -10.0f : -20.0f;
     uint32_t passes;
     mn_draw_nucleus got = mn_gpu_twin_nucleus(x, V, 0, 1.44269504f, 0.95f, w, &passes);
-    mn_draw_nucleus want = sorted_nucleus(x, V, 0, 1.44269504f, 0.95f, w);
+    mn_draw_nucleus want = nucleus_by_sorting(x, V, 1.44269504f, 0.95f, w);
     cr_assert_eq(want.theta, (uint64_t)1 << 30);
     cr_assert(got.theta == want.theta && got.ties == want.ties && got.mass == want.mass,
               "theta %llu ties %llu mass %llu, by sorting %llu %llu %llu", (unsigned long long)got.theta,

@@ -575,40 +575,19 @@ Test(sampler, greedy_takes_first_max_and_sampling_is_seeded)
     mn_sampler_free(a);
 }
 
-/* The nucleus the plain way: every token's weight (model/draw.h), all sorted (heavier first, then
- * the lower id), the shortest prefix holding what top_p needs, each weight over the prefix's. */
-typedef struct ref_cand {
-    uint64_t w;
-    int32_t id;
-} ref_cand;
-
-static int ref_desc(const void *a, const void *b)
-{
-    const ref_cand *x = a, *y = b;
-    return x->w != y->w ? (x->w < y->w ? 1 : -1) : x->id - y->id;
-}
-
+/* The nucleus's distribution the plain way (testutil.h's nucleus_by_sorting): each token's weight
+ * over the nucleus's, the tokens heavier than theta and the first `ties` (by id) weighing theta. */
 static void ref_nucleus(const float *l, uint32_t n, float T, float top_p, float *out)
 {
-    ref_cand *c = malloc(n * sizeof *c);
+    uint64_t *w = malloc(n * sizeof *w), seen = 0;
+    mn_draw_nucleus nu = nucleus_by_sorting(l, n, T, top_p, w);
     float mx = l[mn_argmax(l, n)];
-    uint64_t sum = 0, acc = 0;
     for (uint32_t i = 0; i < n; i++) {
-        c[i] = (ref_cand){mn_draw_weight(l[i], mx, mn_draw_scale(T)), (int32_t)i};
-        sum += c[i].w;
+        uint64_t wi = mn_draw_weight(l[i], mx, mn_draw_scale(T));
+        bool held = wi > nu.theta || (wi == nu.theta && wi && seen++ < nu.ties);
+        out[i] = held ? (float)((double)wi / (double)nu.mass) : 0.0f;
     }
-    qsort(c, n, sizeof *c, ref_desc);
-    uint32_t keep = 0;
-    while (keep < n) {
-        acc += c[keep++].w;
-        if (acc >= mn_draw_need(top_p, sum))
-            break;
-    }
-    memset(out, 0, n * sizeof *out);
-    for (uint32_t i = 0; i < keep; i++)
-        if (c[i].w)
-            out[c[i].id] = (float)((double)c[i].w / (double)acc);
-    free(c);
+    free(w);
 }
 
 /* The sampler finds the nucleus by radix steps over the weights instead of sorting the whole

@@ -1,4 +1,5 @@
-/* testutil.h - helpers shared by the test suites: fixture paths, file loading, /proc/self/smaps.
+/* testutil.h - helpers shared by the test suites: fixture paths, file loading, /proc/self/smaps,
+ * the nucleus of a draw by sorting.
  * Fixtures live in $MINIONS_TEST_DATA (made by tests/make-fixtures.sh before the suites run). */
 #ifndef MN_TESTUTIL_H
 #define MN_TESTUTIL_H
@@ -10,7 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/draw.h"
 #include "model/model.h"
+#include "model/sampler.h"
 #include "runtime/registry.h"
 
 /* 1 in the ASan build, whose runner and the daemons it starts are sanitized (tens of times slower):
@@ -112,6 +115,35 @@ static inline mn_backend *cpu_backend(const mn_model *m, int threads, uint32_t m
     mn_err err = {{0}};
     cr_assert_eq(mn_backend_new(m, &cfg, &b, &err), MN_OK, "backend: %s", err.msg);
     return b;
+}
+
+static inline int weight_heavier_first(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The nucleus of a row of n logits (model/draw.h) the plain way: every token's weight, all sorted
+ * heaviest first, theta the weight at which their running sum reaches the need, its ties those of
+ * that weight up to there, counted (nothing of the sampler's search or of mn_draw_ties). w: scratch
+ * of n weights, left sorted. At top_p 1 (need == total) theta is 0 and the mass the total. */
+static inline mn_draw_nucleus nucleus_by_sorting(const float *x, uint32_t n, float temperature, float top_p,
+                                                 uint64_t *w)
+{
+    float mx = x[mn_argmax(x, n)];
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < n; i++)
+        total += w[i] = mn_draw_weight(x[i], mx, mn_draw_scale(temperature));
+    uint64_t need = mn_draw_need(top_p, total);
+    if (!total || need == total)
+        return (mn_draw_nucleus){0, 0, total};
+    qsort(w, n, sizeof *w, weight_heavier_first);
+    uint64_t run = 0;
+    uint32_t i = 0, first = 0; /* w[first..i] weigh w[i] */
+    for (; run + w[i] < need; run += w[i++])
+        if (w[i + 1] != w[i])
+            first = i + 1;
+    return (mn_draw_nucleus){w[i], i - first + 1, run + w[i]};
 }
 
 #endif
