@@ -77,6 +77,10 @@ static int32_t draw_row(void *ctx, uint32_t row)
     return d->pick ? d->pick[row] : mn_sampler_next(d->smp, d->logits + (size_t)row * d->n_vocab);
 }
 
+/* Whether r's verdict draws its tokens from its rows here (sampled, and the backend did not draw
+ * them: drawn), rather than taking the pass's picks. */
+static bool draws_here(const mn_req *r, bool drawn) { return !drawn && !mn_sampler_greedy(r->smp); }
+
 /* On the worker: the target's verdict on r's draft (rows lg[0..n_draft], their picks pk; drawn:
  * the backend drew them), into spec.kept, by the coupled rule (spec/accept.h: greedy or sampled,
  * the tokens plain decoding would emit); the rejected positions are rolled back from its KV length
@@ -86,7 +90,7 @@ static void verify(step_job *s, mn_req *r, const float *lg, const int32_t *pk, b
 {
     uint32_t nd = r->spec.n_draft;
     const int32_t *draft = r->spec.vtoks + 1;
-    draw_ctx d = {r->smp, lg, drawn || mn_sampler_greedy(r->smp) ? pk : NULL, s->be->model->hp.n_vocab};
+    draw_ctx d = {r->smp, lg, draws_here(r, drawn) ? NULL : pk, s->be->model->hp.n_vocab};
     mn_accept_result res = mn_accept_coupled(draft, nd, draw_row, &d);
     if (drawn)
         mn_sampler_skip(r->smp, res.n_accepted + 1);
@@ -123,7 +127,7 @@ static void step_run(mn_job *job)
      * probabilities (a row of SmolLM2's takes 0.1-0.3 ms); the others only compare tokens */
     uint32_t heavy = 0;
     for (uint32_t i = 0; i < s->n; i++)
-        heavy += s->sample[i] && ((!mn_sampler_greedy(s->reqs[i]->smp) && !s->seqs[i].draw) || s->reqs[i]->kept_lp);
+        heavy += s->sample[i] && (draws_here(s->reqs[i], s->seqs[i].draw) || s->reqs[i]->kept_lp);
     if (heavy >= 2)
         mn_backend_run(s->be, verdicts, s);
     else
