@@ -1034,20 +1034,25 @@ __global__ void mn_k_argmax(const float *logits, uint32_t n_vocab, int32_t *out,
     out[r] = mn_g_argmax_answer(row, at);
 }
 
-/* v summed over the block, in every thread (sm: a warp's slot each) */
-static __device__ uint64_t mn_d_block_sum(uint64_t v, uint64_t *sm)
+/* v summed over the block (MAX: its largest), in every thread (sm: a warp's slot each) */
+template <bool MAX>
+static __device__ uint64_t mn_d_block_reduce(uint64_t v, uint64_t *sm)
 {
-    for (uint32_t off = MN_G_WARP / 2; off > 0; off /= 2)
-        v += __shfl_xor_sync(MN_G_FULL, v, off);
+    for (uint32_t off = MN_G_WARP / 2; off > 0; off /= 2) {
+        uint64_t o = __shfl_xor_sync(MN_G_FULL, v, off);
+        v = MAX ? (o > v ? o : v) : v + o;
+    }
     if (threadIdx.x % MN_G_WARP == 0)
         sm[threadIdx.x / MN_G_WARP] = v;
     __syncthreads();
-    v = 0;
+    v = 0; /* weights: none below 0 */
     for (uint32_t w = 0; w < MN_G_DRAW_THREADS / MN_G_WARP; w++)
-        v += sm[w];
+        v = MAX ? (sm[w] > v ? sm[w] : v) : v + sm[w];
     __syncthreads();
     return v;
 }
+static __device__ uint64_t mn_d_block_sum(uint64_t v, uint64_t *sm) { return mn_d_block_reduce<false>(v, sm); }
+static __device__ uint64_t mn_d_block_max(uint64_t v, uint64_t *sm) { return mn_d_block_reduce<true>(v, sm); }
 
 /* v[0..MN_G_DRAW_PROBES) summed over the block, into every thread's out[] (sm: the warps' sums,
  * total: the block's) */
@@ -1093,22 +1098,6 @@ static __device__ uint64_t mn_d_block_before(uint64_t v, uint64_t *sm)
         x += sm[w];
     __syncthreads();
     return x;
-}
-
-/* v's largest over the block, in every thread (sm: a warp's slot each) */
-static __device__ uint64_t mn_d_block_max(uint64_t v, uint64_t *sm)
-{
-    for (uint32_t off = MN_G_WARP / 2; off > 0; off /= 2) {
-        uint64_t o = __shfl_xor_sync(MN_G_FULL, v, off);
-        v = o > v ? o : v;
-    }
-    if (threadIdx.x % MN_G_WARP == 0)
-        sm[threadIdx.x / MN_G_WARP] = v;
-    __syncthreads();
-    for (uint32_t w = 0; w < MN_G_DRAW_THREADS / MN_G_WARP; w++)
-        v = sm[w] > v ? sm[w] : v;
-    __syncthreads();
-    return v;
 }
 
 /* This thread's part of a pass over theta's interval [lo, hi): mn_g_draw_tally into heavy, and the
