@@ -228,17 +228,21 @@ if step ab "this build's decode against OLD_BIN's, alternating, on cuda (bundled
   else echo "no OLD_BIN build in this bundle"; fi
 fi
 
-# MINIONS_STAGE_MODELS: which models (target,q4_1,f16 by default)
+# MINIONS_STAGE_MODELS: which models (target,q4_1,f16 by default). stage_env V: the environment of
+# variant V of the stage step.
+stage_env() {
+  case $1 in
+    none) echo "MINIONS_CUDA_PDL=0 MINIONS_CUDA_STAGE=0" ;; pdl) echo "MINIONS_CUDA_STAGE=0" ;;
+    stage) echo "MINIONS_CUDA_PDL=1" ;; wide) echo "MINIONS_CUDA_STAGE=all" ;;
+  esac
+}
 if step stage "a decode step's launches four ways, alternating: none (MINIONS_CUDA_PDL=0 MINIONS_CUDA_STAGE=0), pdl (programmatic dependent launches: MINIONS_CUDA_STAGE=0), stage (and mn_k_proj's rows and inputs copied into shared memory first: the default), wide (and mn_k_proj_wide's: MINIONS_CUDA_STAGE=all)"; then
   for m in $(echo "${MINIONS_STAGE_MODELS:-target,q4_1,f16}" | tr ',' ' '); do
     case $m in target) m=$target ;; *) m=$(smol "$m") ;; esac
     [ -f "$m" ] || continue
     for r in 1 2 3; do
       for v in none pdl stage wide; do
-        case $v in
-          none) e="MINIONS_CUDA_PDL=0 MINIONS_CUDA_STAGE=0" ;; pdl) e="MINIONS_CUDA_STAGE=0" ;; stage) e="MINIONS_CUDA_PDL=1" ;;
-          wide) e="MINIONS_CUDA_STAGE=all" ;;
-        esac
+        e=$(stage_env "$v")
         printf '%s %s round %s: ' "$(basename "$m" .gguf)" "$v" "$r"
         run 60 env $e "$bin/minions-bench-decode" --model "$m" --backend cuda --batches 1,4,16,64 \
           --prompt-tokens 64 --gen-tokens 32 2>&1 | tee -a "$res/stage-$v.txt" |
@@ -249,9 +253,7 @@ if step stage "a decode step's launches four ways, alternating: none (MINIONS_CU
   for m in "$target" "$(smol q4_1)"; do
     [ -f "$m" ] || continue
     for v in none stage wide; do
-      case $v in
-        none) e="MINIONS_CUDA_PDL=0 MINIONS_CUDA_STAGE=0" ;; stage) e="MINIONS_CUDA_PDL=1" ;; wide) e="MINIONS_CUDA_STAGE=all" ;;
-      esac
+      e=$(stage_env "$v")
       echo "-- verification passes, $(basename "$m" .gguf), $v"
       run 60 env $e "$bin/minions-bench-decode" --model "$m" --backend cuda --verify-curve \
         --batches 1,16 --rounds 3 2>&1 | tee "$res/verify-$v-$(basename "$m" .gguf).txt" | grep -E '^plain|^verify'
