@@ -474,7 +474,8 @@ MN_HD int32_t mn_g_argmax_answer(const float *row, uint32_t at)
  * Gaussian rows of SmolLM2's vocabulary and 8.0 on rows of integer logits, whose thousands of
  * ties stay inside until a threshold falls on them, against 14.5 and 14.2 before (test_gpu's
  * nucleus_search_on_vocabulary_rows counts them; the gathering alone: 5.4 and 11.5; the octaves
- * alone: 11.3 and 10.7). Not yet timed on a device (gpu_device/draws_on_vocabulary_rows does). */
+ * alone: 11.3 and 10.7, each in a throwaway build). Not yet timed on a device
+ * (gpu_device/draws_on_vocabulary_rows does). */
 #define MN_G_DRAW_THREADS 1024
 #define MN_G_DRAW_ROWS 64  /* rows one launch draws: the weights' scratch holds as many rows */
 #define MN_G_DRAW_PROBES 7   /* thresholds a pass tries: theta's interval shrinks 8-fold */
