@@ -1,5 +1,5 @@
-/* lane-tiles.c - the experiment behind "lane panels" (tried on 2026-11-26, not kept; see README's
- * speculative-decoding section): F32 weights repacked so that a tile multiplies one activation by 8
+/* lane-tiles.c - the experiment behind "lane panels" (tried on 2026-11-26, not kept; see
+ * docs/measurements.md, "Speed"): F32 weights repacked so that a tile multiplies one activation by 8
  * outputs' weights in one FMA, each accumulator lane's chain run separately and the eight lanes added
  * vertically at the end, which gives the same bits as the engine's row-major tiles (matmul.h's
  * reduction order) with no horizontal sums. Not part of the build:

@@ -21,7 +21,7 @@
  * (simulated with the measured cost of a k-token pass), proposing 2 tokens on a short match
  * produced 1-9% more tokens per unit of target time than proposing s on every match, the more the
  * longer s (kjv, web at s = 3..8; devil 0-3%), and the best s graded beat the best s flat by 5%;
- * measured in the server: README, "Speculative decoding".
+ * measured in the server: docs/measurements.md, "The n-gram drafter, graded and shared".
  *
  * Defaults: min_n = 2, max_n = 4, short_s = 2 (minionsd: drafter.ngram.min_n, short_len). One-token
  * matches fire on every common word and mostly propose junk, and each wrong proposal costs verified
