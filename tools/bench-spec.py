@@ -322,6 +322,19 @@ def tuner_eval(args):
                          f" | {best[1:]} | {held:.0f} | " +
                          " | ".join(f"{tps[r] / tps[best]:.3f} | {tps[r] / held:.3f} | {tps[r] / tps['plain']:.2f}x"
                                     for r in rules) + " |")
+    # draft and verify cost per generated token (the server's own counters), beside every speedup
+    lines += ["", "Compute per generated token from the servers' counters, draft / verify ms (medians over "
+              "rounds):", "", "| set | clients | plain | best fixed | " + " | ".join(rules) + " |",
+              "|---|---:|---:|---:|" + "---:|" * len(rules)]
+    for s in args.sets.split(","):
+        for clients in (1, 16):
+            xs = lambda c: results[(s, clients, c)]
+            cost = lambda c: (f"{med([x['draft_ms_per_token'] for x in xs(c)]):.3f} / "
+                              f"{med([x['verify_ms_per_token'] for x in xs(c)]):.3f}")
+            best = table[f"{s}/{clients}"]["best"]
+            table[f"{s}/{clients}"]["draft_verify_ms"] = {c: cost(c) for c in ["plain", best] + rules}
+            lines.append(f"| {s} | {clients} | {cost('plain')} | {cost(best)} (s = {best[1:]}) | " +
+                         " | ".join(cost(r) for r in rules) + " |")
     for r in rules:
         lines += ["", f"The adaptive server's ({r} rule) lengths at the end, with its measured points and the "
                   "model's estimates (us per produced token by length):", ""]
