@@ -23,6 +23,11 @@ configuration, prompt set and client count the medians over rounds of:
   theta        beta over those steps' pass time per produced token: the sequence rule's threshold
                (src/spec/tuner.h), here measured from outside
 
+With --by-draft, a second table: for each speculating configuration and set, the one-sequence
+steps without prompt tokens (each a single sequence's verification) grouped by the tokens drafted,
+with how many the target kept on average and how often it kept them all: where acceptance along a
+draft is not geometric, this shows it (docs/speculation.md).
+
 Configurations: plain (no drafter), ngram (the n-gram drafter, no shared cache: rounds repeat
 their prompts), vote (the three bundled drafts and ngram), each optionally +tuner (adaptive,
 sequence rule) and +pipe (--pipeline, the drafts on --pipe-threads compute threads of their own
@@ -34,7 +39,7 @@ shares with other work.
     tools/bench-steps.py [--configs plain,ngram,ngram+tuner] [--sets kjv,mixed] [--clients 1,16]
                          [--rounds 4] [--requests1 16] [--requests16 128] [--tokens 64]
                          [--busy 0] [--pipe-threads 1] [--target models/target.gguf]
-                         [--temperature 0 [--top-p 1]]
+                         [--temperature 0 [--top-p 1]] [--by-draft]
 
 Another --target serves plain and ngram configurations (the bundled drafts share only the bundled
 target's vocabulary); --temperature above 0 makes every request sampled.
@@ -141,6 +146,15 @@ def line_of_drafts(st):
     return beta, beta / (sum(s["end"] - s["start"] for s in st) / produced), mx
 
 
+def by_draft(steps):
+    """{drafted: (steps, mean kept, share kept whole)} over one-sequence steps without prompt tokens."""
+    kept = {}
+    for st in steps:
+        if st["seqs"] == 1 and not st["prompt"]:
+            kept.setdefault(st["drafted"], []).append(st["produced"] - 1)
+    return {d: (len(k), statistics.mean(k), sum(a == d for a in k) / len(k)) for d, k in sorted(kept.items())}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--configs", default="plain,ngram,ngram+tuner")
@@ -157,6 +171,7 @@ def main():
     ap.add_argument("--target", default="models/target.gguf", help="the served model (ngram and plain configs for others)")
     ap.add_argument("--temperature", type=float, default=0.0, help="the requests' (0: greedy)")
     ap.add_argument("--top-p", type=float, default=1.0, help="the requests' top_p, with --temperature")
+    ap.add_argument("--by-draft", action="store_true", help="also: one-sequence verifications by drafted tokens")
     args = ap.parse_args()
     configs = args.configs.split(",")
     clients = [int(c) for c in args.clients.split(",")]
@@ -194,6 +209,15 @@ def main():
                 med = {col: statistics.median(b[col] for b in rows.get((s, k, c), [])) for col in COLUMNS}
                 lines.append(f"| {s} | {k} | {c} | " + " | ".join(
                     f"{med[col]:.2f}" if col in ("tok/pass", "seqs", "draft/seq", "theta") else f"{med[col]:.0f}" for col in COLUMNS) + " |")
+    if args.by_draft:
+        lines += ["", "One-sequence verifications by tokens drafted (all rounds): steps, mean kept, share kept whole", "",
+                  "| set | config | drafted | steps | kept | kept whole |", "|---|---|---:|---:|---:|---:|"]
+        for s in args.sets.split(","):
+            for c in (c for c in configs if not c.startswith("plain")):
+                st = [x for cc, ss, k, run in runs if cc == c and ss == s
+                      for x in traces[c] if run["t0"] <= x["submit"] <= run["t1"]]
+                for d, (n, mean, whole) in by_draft(st).items():
+                    lines.append(f"| {s} | {c} | {d} | {n} | {mean:.2f} | {whole:.2f} |")
     print("\n".join(lines))
     out = os.path.join(BIN, "bench-steps")
     os.makedirs(out, exist_ok=True)
