@@ -61,11 +61,22 @@ sampled = [client.completions.create(model="any", prompt=prompt, max_tokens=12, 
            for _ in range(2)]
 check("sampling with a seed is reproducible", sampled[0] == sampled[1])
 
+several = client.completions.create(model="any", prompt=[prompt, "DEVIL, n."], max_tokens=24, temperature=0, n=2)
+check("n=2 over two prompts: four choices in order, each its prompt's greedy text",
+      [c.index for c in several.choices] == [0, 1, 2, 3]
+      and several.choices[0].text == several.choices[1].text == whole.choices[0].text
+      and several.choices[2].text == several.choices[3].text != whole.choices[0].text)
+texts = {}
+for chunk in client.chat.completions.create(model="any", messages=msgs, max_tokens=16, temperature=0, n=2, stream=True):
+    for c in chunk.choices:
+        texts[c.index] = texts.get(c.index, "") + (c.delta.content or "")
+check("chat stream with n=2: each choice's text", texts == {0: text, 1: text})
+
 try:
-    client.completions.create(model="any", prompt=prompt, max_tokens=4, n=2)
-    check("n=2 is refused", False)
+    client.completions.create(model="any", prompt=prompt, max_tokens=4, n=17)
+    check("n=17 is refused", False)
 except openai.BadRequestError as e:
-    check("n=2 is refused with a 400 naming n", e.status_code == 400 and "n" in str(e))
+    check("n=17 is refused with a 400 naming n", e.status_code == 400 and "n" in str(e))
 
 try:
     openai.OpenAI(base_url=base + "/v1", api_key="wrong", max_retries=0).models.list()
@@ -85,9 +96,9 @@ for name in ["minions_requests", "minions_generation_tokens", "minions_time_to_f
     check("metrics: family " + name, name in families)
 done = sum(s.value for s in families["minions_requests"].samples
            if s.labels.get("frontend") == "http" and s.labels.get("outcome") in ("stop", "length"))
-check("metrics: the HTTP requests that ended are counted (%d)" % done, done == 9)
+check("metrics: the HTTP requests that ended are counted (%d)" % done, done == 15)
 ttft = [s for s in families["minions_time_to_first_token_seconds"].samples if s.name.endswith("_count")]
-check("metrics: a time to first token per request", ttft and ttft[0].value >= 9)
+check("metrics: a time to first token per request", ttft and ttft[0].value >= 15)
 
 print("python: %d passed, %d failed" % (passed, failed))
 sys.exit(1 if failed else 0)

@@ -266,6 +266,147 @@ Test(http, completions_equal_plain_decoding_whole_and_streamed, .timeout = 300)
     server_stop(&s);
 }
 
+static double metric(server *s, const char *series);
+
+/* The text of choice `index` of a completion's whole response. */
+static char *choice_text(server *s, const char *body, int index)
+{
+    hresp r = http_call(s->http_port, "POST", "/v1/completions", NULL, body);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    json_t *o = json_of(&r);
+    char path[32];
+    snprintf(path, sizeof path, "choices.%d.text", index);
+    char *text = strdup(str_at(o, path));
+    json_decref(o);
+    hresp_free(&r);
+    return text;
+}
+
+/* Several choices in one request (a list of prompts, n): each is what a request of its own gives,
+ * at its index, whole and streamed, and a seeded request's samples are those of seed, seed + 1, ... */
+Test(http, several_choices_each_equal_their_own_request, .timeout = 300)
+{
+    static const char *const args[] = {"--http", "127.0.0.1:0", "--draft", "ngram", NULL};
+    server s;
+    server_start(&s, args);
+    const char *prompts[] = {"In the beginning", "DEVIL, n."};
+    char *want[2] = {generate(prompts[0], 12), generate(prompts[1], 12)};
+    const char *body = "{\"prompt\":[\"In the beginning\",\"DEVIL, n.\"],\"n\":2,\"max_tokens\":12,"
+                       "\"temperature\":0}";
+    hresp r = http_call(s.http_port, "POST", "/v1/completions", NULL, body);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    json_t *o = json_of(&r);
+    cr_assert_eq(json_array_size(json_object_get(o, "choices")), 4);
+    for (int i = 0; i < 4; i++) {
+        char path[32];
+        snprintf(path, sizeof path, "choices.%d.index", i);
+        cr_assert_eq(int_at(o, path), i);
+        snprintf(path, sizeof path, "choices.%d.text", i);
+        cr_assert_str_eq(str_at(o, path), want[i / 2], "choice %d answers prompt %d", i, i / 2);
+    }
+    cr_assert_eq(int_at(o, "usage.completion_tokens"), 48);
+    json_int_t prompt_tokens = int_at(o, "usage.prompt_tokens");
+    json_decref(o);
+    hresp_free(&r);
+    json_int_t each = 0; /* each prompt's tokens once, not once per choice */
+    for (int k = 0; k < 2; k++) {
+        char *one = completion_body(prompts[k], 1, 0, NULL);
+        r = http_call(s.http_port, "POST", "/v1/completions", NULL, one);
+        o = json_of(&r);
+        each += int_at(o, "usage.prompt_tokens");
+        json_decref(o);
+        hresp_free(&r);
+        free(one);
+    }
+    cr_assert_eq(prompt_tokens, each);
+
+    /* streamed: every chunk carries its choice's index; each choice's pieces make its text, and it
+     * ends with one finish_reason; then the usage (asked for) and [DONE] */
+    body = "{\"prompt\":\"In the beginning\",\"n\":3,\"max_tokens\":12,\"temperature\":0,\"stream\":true,"
+           "\"stream_options\":{\"include_usage\":true}}";
+    r = http_call(s.http_port, "POST", "/v1/completions", NULL, body);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    json_t *ev = events_of(r.body);
+    size_t n = json_array_size(ev);
+    cr_assert_str_eq(json_string_value(json_array_get(ev, n - 1)), "[DONE]");
+    char text[3][512] = {{0}};
+    int finished[3] = {0};
+    for (size_t i = 0; i + 1 < n; i++) {
+        json_t *c = json_loads(json_string_value(json_array_get(ev, i)), 0, NULL);
+        cr_assert(c);
+        json_t *choices = json_object_get(c, "choices");
+        if (i + 2 == n) {
+            cr_assert_eq(json_array_size(choices), 0, "the usage chunk has no choice");
+            cr_assert_eq(int_at(c, "usage.completion_tokens"), 36);
+        } else {
+            cr_assert_eq(json_array_size(choices), 1);
+            json_int_t k = int_at(c, "choices.0.index");
+            cr_assert(k >= 0 && k < 3);
+            cr_assert(!finished[k], "choice %lld goes on after its finish_reason", (long long)k);
+            const char *piece = str_at(c, "choices.0.text");
+            strncat(text[k], piece ? piece : "", sizeof text[k] - strlen(text[k]) - 1);
+            finished[k] = !json_is_null(json_object_get(json_array_get(choices, 0), "finish_reason"));
+        }
+        json_decref(c);
+    }
+    for (int k = 0; k < 3; k++) {
+        cr_assert(finished[k], "choice %d has its finish_reason", k);
+        cr_assert_str_eq(text[k], want[0], "streamed choice %d", k);
+    }
+    json_decref(ev);
+    hresp_free(&r);
+
+    /* seeded samples: choice j is the request with seed + j alone */
+    body = "{\"prompt\":\"In the beginning\",\"n\":3,\"max_tokens\":12,\"temperature\":1,\"seed\":41}";
+    char *sampled[3];
+    for (int j = 0; j < 3; j++) {
+        sampled[j] = choice_text(&s, body, j);
+        char one[160];
+        snprintf(one, sizeof one, "{\"prompt\":\"In the beginning\",\"max_tokens\":12,\"temperature\":1,\"seed\":%d}",
+                 41 + j);
+        char *alone = choice_text(&s, one, 0);
+        cr_assert_str_eq(sampled[j], alone, "sample %d", j);
+        free(alone);
+    }
+    cr_assert(strcmp(sampled[0], sampled[1]) || strcmp(sampled[1], sampled[2]), "the samples differ");
+    for (int j = 0; j < 3; j++)
+        free(sampled[j]);
+
+    /* a chat's choices each open their message with the role */
+    body = "{\"messages\":[{\"role\":\"user\",\"content\":\"Who made the heaven?\"}],\"n\":2,\"max_tokens\":6,"
+           "\"stream\":true}";
+    r = http_call(s.http_port, "POST", "/v1/chat/completions", NULL, body);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    ev = events_of(r.body);
+    int roles[2] = {0};
+    for (size_t i = 0; i + 1 < json_array_size(ev); i++) {
+        json_t *c = json_loads(json_string_value(json_array_get(ev, i)), 0, NULL);
+        if (json_array_size(json_object_get(c, "choices")) == 1 && str_at(c, "choices.0.delta.role"))
+            roles[int_at(c, "choices.0.index")]++;
+        json_decref(c);
+    }
+    cr_assert(roles[0] == 1 && roles[1] == 1, "one role each: %d, %d", roles[0], roles[1]);
+    json_decref(ev);
+    hresp_free(&r);
+    free(want[0]);
+    free(want[1]);
+
+    /* a dropped stream of three choices cancels all three and frees their KV */
+    int fd = http_connect(s.http_port, 0);
+    char *three = completion_body("In the beginning", 400, 1, "{\"n\":3}");
+    http_send(fd, "POST", "/v1/completions", NULL, three, 0);
+    char buf[4096];
+    cr_assert_gt(read(fd, buf, sizeof buf), 0, "the stream has begun");
+    struct linger hard = {1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &hard, sizeof hard);
+    close(fd);
+    wait_idle(&s);
+    cr_assert_eq(metric(&s, "minions_requests_total{frontend=\"http\",outcome=\"cancelled\"}"), 3);
+    cr_assert_eq(metric(&s, "minions_requests_in_flight{frontend=\"http\"}"), 0);
+    free(three);
+    server_stop(&s);
+}
+
 Test(http, speculative_text_equals_plain, .timeout = 300)
 {
     static const char *const args[] = {"--http", "127.0.0.1:0", "--draft", "ngram", NULL};
@@ -311,7 +452,8 @@ Test(http, bad_requests_get_openai_errors_and_nothing_leaks, .timeout = 120)
     expect_status(&s, "POST", C, NULL, "{\"prompt\":\"x\",\"max_tokens\":\"9\"}", 400, "max_tokens");
     expect_status(&s, "POST", C, NULL, "{\"prompt\":\"x\",\"max_tokens\":0}", 400, "max_tokens");
     expect_status(&s, "POST", C, NULL, "{\"prompt\":\"x\",\"temperature\":3}", 400, "temperature");
-    expect_status(&s, "POST", C, NULL, "{\"prompt\":\"x\",\"n\":2}", 400, "n");
+    expect_status(&s, "POST", C, NULL, "{\"prompt\":\"x\",\"n\":17}", 400, "n");
+    expect_status(&s, "POST", C, NULL, "{\"prompt\":[\"a\",\"b\",\"c\",\"d\",\"e\"],\"n\":4}", 400, "n");
     expect_status(&s, "POST", C, NULL, "{\"prompt\":\"x\",\"presence_penalty\":0.5}", 400, "presence_penalty");
     expect_status(&s, "POST", C, NULL, "{\"prompt\":\"x\",\"logprobs\":6}", 400, "logprobs");
     expect_status(&s, "POST", C, NULL, "{\"prompt\":\"x\",\"stop\":[1]}", 400, "stop");

@@ -67,15 +67,48 @@ Test(openai, requests_take_openais_defaults_and_fields)
     mn_oai_request_free(&q);
 }
 
+/* Several choices: prompts x n, choice i answering prompt i / n with the seed plus i % n. */
+Test(openai, a_list_of_prompts_and_n_make_the_choices)
+{
+    mn_oai_request q = parse_ok(MN_OAI_COMPLETION, "{\"prompt\":[\"One\",\"Two\"],\"n\":3,\"seed\":10,"
+                                                   "\"stop\":[\"x\",\"y\"],\"max_tokens\":5}");
+    cr_assert_eq(mn_oai_choices(&q), 6);
+    static const char *const prompts[] = {"One", "One", "One", "Two", "Two", "Two"};
+    for (uint32_t i = 0; i < 6; i++) {
+        mn_req_params p;
+        cr_assert_eq(mn_oai_choice_params(&q, i, &p), MN_OK);
+        cr_assert_str_eq(p.prompt, prompts[i]);
+        cr_assert_eq(p.prompt_len, 3);
+        cr_assert_eq(p.seed, 10 + i % 3);
+        cr_assert_eq(p.max_tokens, 5);
+        cr_assert_eq(p.n_stop, 2);
+        cr_assert_str_eq(p.stop[1], "y");
+        cr_assert(p.stop[1] != q.p.stop[1], "a copy of its own");
+        cr_assert_null(p.id);
+        mn_req_params_free(&p);
+    }
+    mn_oai_request_free(&q);
+    q = parse_ok(MN_OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"n\":2}");
+    cr_assert_eq(mn_oai_choices(&q), 2);
+    mn_oai_request_free(&q);
+    q = parse_ok(MN_OAI_COMPLETION, "{\"prompt\":\"x\"}");
+    cr_assert_eq(mn_oai_choices(&q), 1, "one prompt, n 1 by default");
+    mn_oai_request_free(&q);
+}
+
 Test(openai, what_cannot_be_honoured_is_refused_by_name)
 {
-    parse_bad(MN_OAI_COMPLETION, "{\"prompt\":\"x\",\"n\":3}", "n");
+    parse_bad(MN_OAI_COMPLETION, "{\"prompt\":\"x\",\"n\":17}", "n");
+    parse_bad(MN_OAI_COMPLETION, "{\"prompt\":\"x\",\"n\":0}", "n");
+    parse_bad(MN_OAI_COMPLETION, "{\"prompt\":\"x\",\"n\":1.5}", "n");
+    parse_bad(MN_OAI_COMPLETION, "{\"prompt\":[\"a\",\"b\",\"c\",\"d\",\"e\"],\"n\":4}", "n");
+    parse_bad(MN_OAI_COMPLETION, "{\"prompt\":[\"a\",\"\"]}", "prompt");
+    parse_bad(MN_OAI_COMPLETION, "{\"prompt\":[]}", "prompt");
     parse_bad(MN_OAI_COMPLETION, "{\"prompt\":\"x\",\"best_of\":2}", "best_of");
     parse_bad(MN_OAI_COMPLETION, "{\"prompt\":\"x\",\"echo\":true}", "echo");
     parse_bad(MN_OAI_COMPLETION, "{\"prompt\":\"x\",\"frequency_penalty\":1}", "frequency_penalty");
     parse_bad(MN_OAI_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":{\"5\":1}}", "logit_bias");
     parse_bad(MN_OAI_COMPLETION, "{\"prompt\":\"x\",\"suffix\":\"y\"}", "suffix");
-    parse_bad(MN_OAI_COMPLETION, "{\"prompt\":[\"a\",\"b\"]}", "prompt");
     parse_bad(MN_OAI_COMPLETION, "{\"prompt\":[1,2]}", "prompt");
     parse_bad(MN_OAI_COMPLETION, "{\"prompt\":\"x\",\"top_p\":0}", "top_p");
     parse_bad(MN_OAI_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":5000}", "max_tokens");
@@ -108,7 +141,7 @@ Test(openai, responses_and_chunks_have_openais_shape)
                          .text_len = 2, .finish_reason = "stop", .logprobs = &lp, .n_logprobs = 1, .usage = true,
                          .prompt_tokens = 3, .completion_tokens = 1};
     size_t len;
-    char *s = mn_oai_response(&res, &len);
+    char *s = mn_oai_response(&res, 1, &len);
     json_t *o = load(s, len);
     cr_assert_str_eq(json_string_value(json_object_get(o, "object")), "chat.completion");
     json_t *c = json_array_get(json_object_get(o, "choices"), 0);
@@ -131,6 +164,21 @@ Test(openai, responses_and_chunks_have_openais_shape)
     cr_assert_str_eq(json_string_value(json_object_get(json_object_get(c, "delta"), "role")), "assistant");
     cr_assert(json_is_null(json_object_get(c, "finish_reason")));
     cr_assert_null(json_object_get(o, "usage"));
+    json_decref(o);
+    mn_free(s);
+    mn_oai_result two[2] = {res, res}; /* a response of two choices: each at its index, usage once */
+    two[0].usage = true;
+    two[1].index = 1;
+    two[1].text = "Ho";
+    s = mn_oai_response(two, 2, &len);
+    o = load(s, len);
+    json_t *cs = json_object_get(o, "choices");
+    cr_assert_eq(json_array_size(cs), 2);
+    for (size_t i = 0; i < 2; i++)
+        cr_assert_eq(json_integer_value(json_object_get(json_array_get(cs, i), "index")), (json_int_t)i);
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(json_array_get(cs, 1), "message"), "content")),
+                     "Ho");
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(o, "usage"), "total_tokens")), 4);
     json_decref(o);
     mn_free(s);
     mn_oai_error e = {.status = 400, .type = "invalid_request_error", .param = "n", .message = "no"};

@@ -2,10 +2,12 @@
  *
  * Every HTTP request this actor takes gets an hreq, from its callback until its reply is written
  * (evhttp's on_complete) or its connection is gone. The connection's close callback points at the
- * hreq meanwhile (one request at a time per connection). A generation's hreq also holds its mn_req
- * until DONE; if the connection goes first, evhttp detaches the request (it no longer has a
- * connection) and frees it when it is answered, so the hreq lives on, `gone`, until DONE.
- * Invariants: `live` counts the hreqs; a drain ends when it is 0.
+ * hreq meanwhile (one request at a time per connection). A generation's hreq also holds its
+ * choices' mn_reqs (one per choice: openai.h) until the last is DONE; if the connection goes first,
+ * evhttp detaches the request (it no longer has a connection) and frees it when it is answered, so
+ * the hreq lives on, `gone`, until then.
+ * Invariants: `live` counts the hreqs; a drain ends when it is 0; `running` counts an hreq's choices
+ * not DONE yet, and each of them is in the engine.
  */
 #include "actors/http.h"
 
@@ -38,8 +40,13 @@ typedef struct hreq {
     bool gone;                       /* the connection closed before the reply was complete */
     bool writing;                    /* the reply is queued: on_complete or the close ends the hreq */
     struct hreq *prev, *next;
-    /* a completion */
-    mn_req *r;
+    /* a completion: its choices, each an engine request, kept after DONE for the answer */
+    mn_req **rs;                     /* [n_rs] */
+    bool *finished;                  /* [n_rs] DONE */
+    size_t *text_offset;             /* [n_rs] bytes of text streamed before a choice's next chunk */
+    uint32_t n_rs, running, n;       /* choices, those not DONE, choices per prompt */
+    uint32_t opened;                 /* bit i: choice i's first chunk is out (a chat's carries the role) */
+    int failed;                      /* the first choice that failed, or -1 */
     mn_oai_kind api;
     char *model;
     char id[40];
@@ -47,7 +54,6 @@ typedef struct hreq {
     bool include_usage;
     bool started;                    /* a stream's headers are out */
     bool throttled;
-    size_t text_offset;              /* bytes of text streamed before the current chunk */
     /* /metrics */
     mn_stats_query *query;
 } hreq;
@@ -77,6 +83,42 @@ static void check_drained(mn_http_actor *ha)
     }
 }
 
+/* Tell every choice still running: cancelled, throttled or resumed. */
+static void to_running(hreq *h, int event)
+{
+    bool changed = false;
+    for (uint32_t i = 0; i < h->n_rs; i++) {
+        mn_req *r = h->rs[i];
+        if (!r || h->finished[i])
+            continue;
+        if (event < 0) {
+            changed |= !r->cancelled;
+            r->cancelled = true;
+        } else {
+            mn_req_event(r, (mn_req_ev)event);
+            changed = true;
+        }
+    }
+    if (changed) {
+        mn_kick_kvmem(h->ha->cfg.addr);
+        mn_kick_verifier(h->ha->cfg.addr);
+    }
+}
+#define CANCEL (-1)
+
+/* The choices the engine has let go of (DONE, or never posted); a running one is the engine's. */
+static void free_choices(hreq *h)
+{
+    for (uint32_t i = 0; i < h->n_rs; i++)
+        if (h->finished[i])
+            mn_req_free(h->rs[i]);
+    mn_free(h->rs);
+    mn_free(h->finished);
+    mn_free(h->text_offset);
+    h->rs = NULL;
+    h->n_rs = 0;
+}
+
 static void hreq_free(hreq *h)
 {
     mn_http_actor *ha = h->ha;
@@ -85,6 +127,7 @@ static void hreq_free(hreq *h)
     *(h->prev ? &h->prev->next : &ha->reqs) = h->next;
     if (h->next)
         h->next->prev = h->prev;
+    free_choices(h);
     mn_free(h->model);
     mn_free(h->query);
     mn_free(h);
@@ -108,11 +151,7 @@ static void on_close(struct evhttp_connection *evcon, void *arg)
     h->gone = true;
     if (h->writing)
         return hreq_free(h); /* evhttp frees the request with the connection */
-    if (h->r && !h->r->cancelled) {
-        h->r->cancelled = true;
-        mn_kick_kvmem(h->ha->cfg.addr);
-        mn_kick_verifier(h->ha->cfg.addr);
-    }
+    to_running(h, CANCEL);
 }
 
 static hreq *hreq_new(mn_http_actor *ha, struct evhttp_request *req)
@@ -203,17 +242,23 @@ static mn_oai_result result_of(const hreq *h)
     return (mn_oai_result){.kind = h->api, .id = h->id, .model = h->model, .created = h->created};
 }
 
+static uint32_t choice_of(const hreq *h, const mn_req *r)
+{
+    uint32_t i = 0;
+    while (i + 1 < h->n_rs && h->rs[i] != r)
+        i++;
+    return i;
+}
+
 /* A paused stream's output is written: let it run again. */
 static void on_written(struct evhttp_connection *evcon, void *arg)
 {
     (void)evcon;
     hreq *h = arg;
-    if (!h->throttled || !h->r)
+    if (!h->throttled || !h->running)
         return;
     h->throttled = false;
-    mn_req_event(h->r, MN_REQ_EV_RESUMED);
-    mn_kick_kvmem(h->ha->cfg.addr);
-    mn_kick_verifier(h->ha->cfg.addr);
+    to_running(h, MN_REQ_EV_RESUMED);
 }
 
 /* Write one server-sent event (the headers first, once); on_written follows once it is out. */
@@ -246,22 +291,24 @@ static void watch_output(hreq *h)
     if (!bev || h->throttled || evbuffer_get_length(bufferevent_get_output(bev)) <= h->ha->cfg.out_high)
         return;
     h->throttled = true;
-    mn_req_event(h->r, MN_REQ_EV_THROTTLED);
-    mn_kick_kvmem(h->ha->cfg.addr);
-    mn_kick_verifier(h->ha->cfg.addr);
+    to_running(h, MN_REQ_EV_THROTTLED);
 }
 
-/* Stream r->text[sent, ready) and the log-probabilities that came with it. */
+/* Stream r->text[sent, ready) and the log-probabilities that came with it. A chat's first chunk
+ * for each choice opens its message (the role). */
 static void stream_text(hreq *h, mn_req *r)
 {
-    bool first = !h->started && h->api == MN_OAI_CHAT;
+    uint32_t i = choice_of(h, r);
+    bool first = h->api == MN_OAI_CHAT && !(h->opened >> i & 1);
     if (r->ready <= r->sent && !first)
         return;
     mn_oai_result res = result_of(h);
+    res.index = i;
     res.text = r->text ? r->text + r->sent : "";
     res.text_len = r->ready - r->sent;
     res.first = first;
-    res.text_offset = h->text_offset;
+    h->opened |= 1u << i;
+    res.text_offset = h->text_offset[i];
     mn_oai_logprob *lp = NULL;
     if (r->lp) {
         lp = logprobs(h->ha, r, r->lp_sent, r->n_lp);
@@ -272,10 +319,10 @@ static void stream_text(hreq *h, mn_req *r)
     size_t len = 0;
     char *event = mn_oai_chunk(&res, &len);
     mn_free(lp);
-    h->text_offset += res.text_len;
+    h->text_offset[i] += res.text_len;
     r->sent = r->ready;
     write_event(h, event, len);
-    if (h->r)
+    if (h->running)
         watch_output(h);
 }
 
@@ -309,22 +356,63 @@ static void answer_failed(hreq *h, const mn_req *r)
     write_event(h, event, len + 8);
 }
 
-/* The end of a stream: the rest of the text with finish_reason and usage, usage alone if asked,
- * then [DONE]. */
-static void answer_stream(hreq *h, mn_req *r, const mn_proto_spec *spec)
+/* Usage over the choices: each prompt's tokens once (the first of its n choices), every
+ * choice's completion; the drafts' counters summed into *spec (voted: [MN_MAX_DRAFTERS]). */
+static void usage_of(const mn_http_actor *ha, const hreq *h, mn_oai_result *res, mn_proto_spec *spec,
+                     uint32_t *voted)
+{
+    *spec = spec_of(ha, h->rs[0]);
+    memset(voted, 0, MN_MAX_DRAFTERS * sizeof *voted);
+    spec->drafted = spec->accepted = spec->verifications = 0;
+    spec->voted = voted;
+    res->usage = true;
+    res->prompt_tokens = res->completion_tokens = 0;
+    for (uint32_t i = 0; i < h->n_rs; i++) {
+        const mn_req *r = h->rs[i];
+        res->prompt_tokens += i % h->n == 0 ? r->n_prompt : 0;
+        res->completion_tokens += r->n_gen;
+        spec->drafted += r->spec.drafted;
+        spec->accepted += r->spec.accepted;
+        spec->verifications += r->spec.verifications;
+        for (uint32_t d = 0; d < ha->cfg.n_drafters && d < MN_MAX_DRAFTERS; d++)
+            voted[d] += r->spec.voted_n[d];
+    }
+    res->spec = ha->cfg.n_drafters ? spec : NULL;
+}
+
+/* A stream's choice is DONE: the rest of its text, then, with several choices, a chunk with its
+ * finish_reason (a single choice's comes with the usage, in end_stream_ok). */
+static void end_choice(hreq *h, mn_req *r)
 {
     mn_req_seal(r);
     stream_text(h, r);
+    if (h->n_rs == 1)
+        return; /* its last chunk is the stream's: end_stream_ok */
     mn_oai_result res = result_of(h);
+    res.index = choice_of(h, r);
     res.text = "";
     res.finish_reason = finish_reason(r);
-    res.usage = true;
-    res.prompt_tokens = r->n_prompt;
-    res.completion_tokens = r->n_gen;
-    res.spec = spec;
     size_t len = 0;
     char *event = mn_oai_chunk(&res, &len); /* before write_event reads len */
     write_event(h, event, len);
+}
+
+/* Every choice of a stream is DONE: the last chunk with the usage (with one choice, its finish_reason
+ * too), usage alone if asked, then [DONE]. */
+static void end_stream_ok(hreq *h)
+{
+    mn_oai_result res = result_of(h);
+    mn_proto_spec spec;
+    uint32_t voted[MN_MAX_DRAFTERS];
+    usage_of(h->ha, h, &res, &spec, voted);
+    res.text = "";
+    size_t len = 0;
+    char *event;
+    if (h->n_rs == 1) {
+        res.finish_reason = finish_reason(h->rs[0]);
+        event = mn_oai_chunk(&res, &len);
+        write_event(h, event, len);
+    }
     if (h->include_usage) {
         event = mn_oai_usage_chunk(&res, &len);
         write_event(h, event, len);
@@ -333,22 +421,36 @@ static void answer_stream(hreq *h, mn_req *r, const mn_proto_spec *spec)
     write_event(h, mn_strndup(done, sizeof done - 1), sizeof done - 1);
 }
 
-static void answer_whole(hreq *h, const mn_req *r, const mn_proto_spec *spec)
+/* Every choice is DONE and none failed: one body with all of them. */
+static void answer_whole(hreq *h)
 {
-    mn_oai_result res = result_of(h);
-    res.text = r->text ? r->text : "";
-    res.text_len = r->text_len;
-    res.finish_reason = finish_reason(r);
-    res.usage = true;
-    res.prompt_tokens = r->n_prompt;
-    res.completion_tokens = r->n_gen;
-    res.spec = spec;
-    mn_oai_logprob *lp = r->lp ? logprobs(h->ha, r, 0, r->n_lp) : NULL;
-    res.logprobs = lp;
-    res.n_logprobs = lp ? r->n_lp : 0;
+    mn_oai_result *res = mn_calloc(h->n_rs, sizeof *res);
+    mn_oai_logprob **lps = mn_calloc(h->n_rs, sizeof *lps);
+    if (!res || !lps) {
+        mn_free(res);
+        mn_free(lps);
+        return send_error(h, 500, "server_error", "out of memory");
+    }
+    mn_proto_spec spec;
+    uint32_t voted[MN_MAX_DRAFTERS];
+    for (uint32_t i = 0; i < h->n_rs; i++) {
+        const mn_req *r = h->rs[i];
+        res[i] = result_of(h);
+        res[i].index = i;
+        res[i].text = r->text ? r->text : "";
+        res[i].text_len = r->text_len;
+        res[i].finish_reason = finish_reason(r);
+        lps[i] = r->lp ? logprobs(h->ha, r, 0, r->n_lp) : NULL;
+        res[i].logprobs = lps[i];
+        res[i].n_logprobs = lps[i] ? r->n_lp : 0;
+    }
+    usage_of(h->ha, h, &res[0], &spec, voted);
     size_t len = 0;
-    char *body = mn_oai_response(&res, &len);
-    mn_free(lp);
+    char *body = mn_oai_response(res, h->n_rs, &len);
+    for (uint32_t i = 0; i < h->n_rs; i++)
+        mn_free(lps[i]);
+    mn_free(lps);
+    mn_free(res);
     send_json(h, 200, body, len);
 }
 
@@ -364,29 +466,68 @@ static void end_stream(hreq *h)
     evhttp_send_reply_end(h->req); /* may complete (and free h) before it returns */
 }
 
-/* DONE: the request's answer, then it is freed. h may be gone once its reply is queued. */
+/* DONE for one choice. The first that fails cancels the others, and the answer is its error; once
+ * every choice is DONE the answer goes (h may be gone once it is queued, and frees the choices). */
 static void answer(mn_http_actor *ha, mn_req *r)
 {
     hreq *h = r->conn;
-    h->r = NULL;
+    uint32_t i = choice_of(h, r);
+    h->finished[i] = true;
+    h->running--;
     ha->generations--;
     ha->outcomes[mn_req_outcome(r)]++;
     if (r->failed)
         ha->failed++;
     else
         ha->done++;
-    mn_proto_spec spec = spec_of(ha, r);
-    const mn_proto_spec *sp = ha->cfg.n_drafters ? &spec : NULL;
-    if (r->failed && !h->started) {
-        answer_failed(h, r);
+    if (r->failed && h->failed < 0) {
+        h->failed = (int)i;
+        to_running(h, CANCEL);
+    }
+    if (h->failed < 0 && r->p.stream && !h->gone)
+        end_choice(h, r);
+    if (h->running)
+        return;
+    if (h->failed >= 0 && !h->started) {
+        answer_failed(h, h->rs[h->failed]);
     } else if (!r->p.stream) {
-        answer_whole(h, r, sp);
+        answer_whole(h);
     } else {
         if (!h->gone)
-            r->failed ? answer_failed(h, r) : answer_stream(h, r, sp);
+            h->failed >= 0 ? answer_failed(h, h->rs[h->failed]) : end_stream_ok(h);
         end_stream(h);
     }
-    mn_req_free(r);
+}
+
+/* The choices' engine requests, posted to intake; false (nothing posted) when memory runs out. */
+static bool start_choices(mn_http_actor *ha, hreq *h, const mn_oai_request *q)
+{
+    uint32_t n = mn_oai_choices(q);
+    if (!(h->rs = mn_calloc(n, sizeof *h->rs)) || !(h->finished = mn_calloc(n, sizeof *h->finished)) ||
+        !(h->text_offset = mn_calloc(n, sizeof *h->text_offset)))
+        return false;
+    h->n_rs = n;
+    for (uint32_t i = 0; i < n; i++) {
+        mn_req_params p;
+        h->finished[i] = true; /* not posted: free_choices frees it */
+        if (mn_oai_choice_params(q, i, &p) != MN_OK)
+            return false;
+        p.id = mn_malloc(sizeof h->id + 16);
+        if (p.id)
+            snprintf(p.id, sizeof h->id + 16, n > 1 ? "%s-%u" : "%s", h->id, i);
+        if (!p.id || !(h->rs[i] = mn_req_new(&p, ha->cfg.addr->http, h))) {
+            mn_req_params_free(&p);
+            return false;
+        }
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        h->finished[i] = false;
+        h->running++;
+        ha->generations++;
+        h->rs[i]->msg.type = MN_MSG_ADMIT;
+        mn_mailbox_post(ha->cfg.addr->intake, &h->rs[i]->msg);
+    }
+    return true;
 }
 
 static void generate(mn_http_actor *ha, hreq *h, mn_oai_kind api)
@@ -412,16 +553,14 @@ static void generate(mn_http_actor *ha, hreq *h, mn_oai_kind api)
     q.model = NULL;
     h->created = (int64_t)time(NULL);
     h->include_usage = q.include_usage;
-    q.p.id = mn_strndup(h->id, strlen(h->id));
-    mn_req *r = q.p.id && h->model ? mn_req_new(&q.p, ha->cfg.addr->http, h) : NULL;
-    if (!r) {
-        mn_oai_request_free(&q);
+    h->n = q.n;
+    h->failed = -1;
+    bool ok = h->model && start_choices(ha, h, &q);
+    mn_oai_request_free(&q);
+    if (!ok) {
+        free_choices(h);
         return send_error(h, 500, "server_error", "out of memory");
     }
-    h->r = r;
-    ha->generations++;
-    r->msg.type = MN_MSG_ADMIT;
-    mn_mailbox_post(ha->cfg.addr->intake, &r->msg);
 }
 
 /* ---- the other routes ------------------------------------------------------------------------ */
@@ -567,11 +706,7 @@ static void drain(mn_http_actor *ha, mn_drain *d)
     ha->draining = true;
     if (d->force)
         for (hreq *h = ha->reqs; h; h = h->next)
-            if (h->r && !h->r->cancelled) {
-                h->r->cancelled = true;
-                mn_kick_kvmem(ha->cfg.addr);
-                mn_kick_verifier(ha->cfg.addr);
-            }
+            to_running(h, CANCEL);
     mn_free(d);
     check_drained(ha);
 }

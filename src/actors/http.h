@@ -6,10 +6,11 @@
  * or 503 while draining), GET /metrics (net/metrics.h, from a stats query to every actor). With an
  * API key every route but /health wants `Authorization: Bearer KEY` (401 otherwise).
  *
- * A generation becomes an mn_req owned by this actor (r->owner is its mailbox): posted to intake,
- * streamed on MN_MSG_FLUSH, answered on MN_MSG_DONE and freed here. One request at a time per
- * connection (HTTP/1.1 without pipelining, as evhttp serves it). A connection that fails or closes
- * cancels its request, whose KV returns to the pool; evhttp notices a peer that went away when it
+ * A generation becomes one mn_req per choice (a list of prompts, n: net/openai.h), owned by this
+ * actor (r->owner is its mailbox): posted to intake, streamed on MN_MSG_FLUSH, and answered once
+ * the last is DONE, then freed here. One request at a time per connection (HTTP/1.1 without
+ * pipelining, as evhttp serves it). A connection that fails or closes cancels its choices, whose KV
+ * returns to the pool; evhttp notices a peer that went away when it
  * writes, so a non-streaming request whose client left runs to its end, as on the line protocol.
  * A stream whose client does not read is paused past out_high unsent bytes, and resumed when its
  * output is written. Bodies past max_body get 413; a connection idle (or stuck writing) for

@@ -12,8 +12,28 @@
 void mn_oai_request_free(mn_oai_request *q)
 {
     mn_req_params_free(&q->p);
+    for (uint32_t i = 0; q->more && i + 1 < q->n_prompts; i++)
+        mn_free(q->more[i]);
+    mn_free(q->more);
+    mn_free(q->more_len);
     mn_free(q->model);
+    q->more = NULL;
+    q->more_len = NULL;
+    q->n_prompts = 0;
     q->model = NULL;
+}
+
+uint32_t mn_oai_choices(const mn_oai_request *q) { return q->n_prompts * q->n; }
+
+mn_status mn_oai_choice_params(const mn_oai_request *q, uint32_t i, mn_req_params *out)
+{
+    mn_req_params p = q->p;
+    uint32_t at = i / q->n;
+    if (at > 0)
+        p.prompt = q->more[at - 1], p.prompt_len = q->more_len[at - 1];
+    p.seed += i % q->n;
+    p.id = NULL;
+    return mn_req_params_copy(&p, out);
 }
 
 static mn_status bad(mn_oai_error *err, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -67,7 +87,7 @@ static mn_status neutral(json_t *o, mn_oai_error *err)
     static const struct {
         const char *key;
         double value;
-    } numbers[] = {{"n", 1}, {"best_of", 1}, {"presence_penalty", 0}, {"frequency_penalty", 0}};
+    } numbers[] = {{"best_of", 1}, {"presence_penalty", 0}, {"frequency_penalty", 0}};
     for (size_t i = 0; i < sizeof numbers / sizeof *numbers; i++) {
         json_t *v = field(o, numbers[i].key);
         if (v && (!json_is_number(v) || json_number_value(v) != numbers[i].value))
@@ -183,18 +203,32 @@ static mn_status render(json_t *o, const mn_oai_config *cfg, mn_req_params *p, m
     return st;
 }
 
-static mn_status prompt(json_t *o, mn_req_params *p, mn_oai_error *err)
+/* prompt: a string, or a list of strings (each a choice's, or n choices'). */
+static mn_status prompt(json_t *o, mn_oai_request *q, mn_oai_error *err)
 {
     json_t *v = json_object_get(o, "prompt");
-    if (json_is_array(v) && json_array_size(v) == 1 && json_is_string(json_array_get(v, 0)))
-        v = json_array_get(v, 0);
-    if (!json_is_string(v))
-        return bad(err, "prompt", "prompt must be a string (or a list of one string)");
-    if (json_string_length(v) == 0)
-        return bad(err, "prompt", "prompt must not be empty");
-    p->prompt_len = json_string_length(v);
-    if (!(p->prompt = mn_strndup(json_string_value(v), p->prompt_len)))
+    size_t n = json_is_array(v) ? json_array_size(v) : 1;
+    if (n == 0 || n > MN_OAI_MAX_CHOICES)
+        return bad(err, "prompt", "prompt must be a string or a list of 1 to %d strings", MN_OAI_MAX_CHOICES);
+    if (n > 1 && (!(q->more = mn_calloc(n - 1, sizeof *q->more)) ||
+                  !(q->more_len = mn_calloc(n - 1, sizeof *q->more_len))))
         return bad(err, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *s = json_is_array(v) ? json_array_get(v, i) : v;
+        if (!json_is_string(s))
+            return bad(err, "prompt", "prompt must be a string or a list of strings");
+        if (json_string_length(s) == 0)
+            return bad(err, "prompt", "prompt must not be empty");
+        size_t len = json_string_length(s);
+        char *text = mn_strndup(json_string_value(s), len);
+        if (!text)
+            return bad(err, NULL, "out of memory");
+        if (i == 0)
+            q->p.prompt = text, q->p.prompt_len = len;
+        else
+            q->more[i - 1] = text, q->more_len[i - 1] = len;
+        q->n_prompts = (uint32_t)i + 1;
+    }
     return MN_OK;
 }
 
@@ -263,7 +297,17 @@ static mn_status parse_object(json_t *o, mn_oai_kind kind, const mn_oai_config *
     p->seed = (uint64_t)(int64_t)seed;
     if (stops(o, p, err) != MN_OK)
         return MN_INVALID;
-    return kind == MN_OAI_CHAT ? render(o, cfg, p, err) : prompt(o, p, err);
+    double n = 1;
+    if (number(o, "n", 1, MN_OAI_MAX_CHOICES, true, &n, err) != MN_OK)
+        return MN_INVALID;
+    q->n = (uint32_t)n;
+    q->n_prompts = 1;
+    if ((kind == MN_OAI_CHAT ? render(o, cfg, p, err) : prompt(o, q, err)) != MN_OK)
+        return MN_INVALID;
+    if (mn_oai_choices(q) > MN_OAI_MAX_CHOICES)
+        return bad(err, "n", "%u prompts x n = %u: at most %d choices", q->n_prompts, mn_oai_choices(q),
+                   MN_OAI_MAX_CHOICES);
+    return MN_OK;
 }
 
 mn_status mn_oai_parse(mn_oai_kind kind, const char *body, size_t len, const mn_oai_config *cfg, mn_oai_request *out,
@@ -374,7 +418,7 @@ static json_t *head(const mn_oai_result *res, const char *object)
 static json_t *choice(const mn_oai_result *res, bool chunk)
 {
     json_t *text = mn_json_utf8(res->text, res->text_len);
-    json_t *c = json_pack("{s:i, s:o, s:o}", "index", 0, "logprobs",
+    json_t *c = json_pack("{s:i, s:o, s:o}", "index", (json_int_t)res->index, "logprobs",
                           !res->logprobs ? json_null()
                           : res->kind == MN_OAI_CHAT ? chat_logprobs(res)
                                                      : completion_logprobs(res),
@@ -400,15 +444,21 @@ static json_t *choice(const mn_oai_result *res, bool chunk)
     return c;
 }
 
-static json_t *body(const mn_oai_result *res, bool chunk)
+/* A body with the choices res[0..n) (a chunk has one). */
+static json_t *body(const mn_oai_result *res, size_t n, bool chunk)
 {
     const char *object = res->kind == MN_OAI_COMPLETION ? "text_completion"
                          : chunk                        ? "chat.completion.chunk"
                                                         : "chat.completion";
-    json_t *o = head(res, object);
-    if (!o)
+    json_t *o = head(res, object), *choices = json_array();
+    for (size_t i = 0; choices && i < n; i++)
+        json_array_append_new(choices, choice(&res[i], chunk));
+    if (!o || !choices) {
+        json_decref(o);
+        json_decref(choices);
         return NULL;
-    json_object_set_new(o, "choices", json_pack("[o]", choice(res, chunk)));
+    }
+    json_object_set_new(o, "choices", choices);
     if (res->usage)
         json_object_set_new(o, "usage", usage_json(res));
     if (res->usage && res->spec)
@@ -416,9 +466,12 @@ static json_t *body(const mn_oai_result *res, bool chunk)
     return o;
 }
 
-char *mn_oai_response(const mn_oai_result *res, size_t *len) { return dump(body(res, false), "", "", len); }
+char *mn_oai_response(const mn_oai_result *res, size_t n, size_t *len)
+{
+    return dump(body(res, n, false), "", "", len);
+}
 
-char *mn_oai_chunk(const mn_oai_result *res, size_t *len) { return dump(body(res, true), "data: ", "\n\n", len); }
+char *mn_oai_chunk(const mn_oai_result *res, size_t *len) { return dump(body(res, 1, true), "data: ", "\n\n", len); }
 
 char *mn_oai_usage_chunk(const mn_oai_result *res, size_t *len)
 {

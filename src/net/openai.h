@@ -4,8 +4,14 @@
  * Pure functions over jansson, no I/O, like net/proto.h: the http actor (actors/http.h) owns the
  * connections. A request's fields are checked as strictly as the JSON-lines protocol's, except
  * that fields this server does not know are ignored, as OpenAI-compatible servers do (clients send
- * `user`, `metadata`, ...); a known field with a value we cannot honour (n > 1, a penalty other than
- * 0, echo, best_of > 1, tools) is a 400 that names it.
+ * `user`, `metadata`, ...); a known field with a value we cannot honour (a penalty other than 0,
+ * echo, best_of > 1, tools) is a 400 that names it.
+ *
+ * Several choices: `n` (each prompt's samples) and, for completions, a list of prompts give a
+ * request prompts x n choices, at most MN_OAI_MAX_CHOICES, choice i answering prompt i / n
+ * (OpenAI's order). Each choice is a request of its own to the engine, with the seed plus i % n, so
+ * that a seeded request's samples differ and each is the one a request for that prompt with that
+ * seed gets alone.
  *
  * Thread: any; nothing is shared.
  */
@@ -24,6 +30,8 @@ typedef enum mn_oai_kind {
     MN_OAI_CHAT,         /* POST /v1/chat/completions: messages -> message */
 } mn_oai_kind;
 
+#define MN_OAI_MAX_CHOICES 16    /* prompts x n of one request */
+
 typedef struct mn_oai_config {
     uint32_t max_tokens_limit;   /* largest max_tokens (the default is 16, OpenAI's, or less) */
     mn_chat_format chat;         /* how messages become a prompt */
@@ -32,12 +40,22 @@ typedef struct mn_oai_config {
 /* A parsed request. p.id is left NULL (the http actor names it). */
 typedef struct mn_oai_request {
     mn_oai_kind kind;
-    mn_req_params p;             /* owned; chat: the rendered prompt, parse_special set */
+    mn_req_params p;             /* owned; chat: the rendered prompt, parse_special set; completions:
+                                  * the first prompt */
+    char **more;                 /* completions: the list's other prompts, owned (NUL-terminated) */
+    size_t *more_len;
+    uint32_t n_prompts;          /* 1 + the entries of more */
+    uint32_t n;                  /* choices per prompt */
     char *model;                 /* owned: the name the client asked for, echoed back */
     bool include_usage;          /* stream_options.include_usage: a last chunk with usage and no choice */
 } mn_oai_request;
 
 void mn_oai_request_free(mn_oai_request *q);
+/* The choices of a parsed request: n_prompts x n. */
+uint32_t mn_oai_choices(const mn_oai_request *q);
+/* The engine request of choice i (< mn_oai_choices(q)): q->p with prompt i / n and the seed plus
+ * i % n, a deep copy the caller owns (its id NULL). MN_NOMEM when memory runs out. */
+mn_status mn_oai_choice_params(const mn_oai_request *q, uint32_t i, mn_req_params *out);
 
 /* An error as OpenAI shapes it: HTTP status, type ("invalid_request_error", ...), the field at
  * fault (or ""), and a message. */
@@ -69,6 +87,7 @@ typedef struct mn_oai_logprob {
 typedef struct mn_oai_result {
     mn_oai_kind kind;
     const char *id;              /* "cmpl-..." or "chatcmpl-..." */
+    uint32_t index;              /* the choice's */
     const char *model;
     int64_t created;             /* unix seconds */
     const char *text;            /* the whole text (response) or the new piece (chunk) */
@@ -83,8 +102,9 @@ typedef struct mn_oai_result {
     const mn_proto_spec *spec;   /* NULL: no "minions" extension */
 } mn_oai_result;
 
-/* A whole response body (JSON, no newline). NULL only on OOM. *len gets the length. */
-char *mn_oai_response(const mn_oai_result *res, size_t *len);
+/* A whole response body (JSON, no newline) with the choices res[0..n), each at its index; the
+ * head, usage and extension come from res[0]. NULL only on OOM. *len gets the length. */
+char *mn_oai_response(const mn_oai_result *res, size_t n, size_t *len);
 /* One server-sent event: "data: {chunk}\n\n". NULL only on OOM. */
 char *mn_oai_chunk(const mn_oai_result *res, size_t *len);
 /* A last chunk with usage and no choice (stream_options.include_usage). */

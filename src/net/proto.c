@@ -31,6 +31,24 @@ void mn_req_params_free(mn_req_params *p)
     memset(p, 0, sizeof *p);
 }
 
+mn_status mn_req_params_copy(const mn_req_params *src, mn_req_params *dst)
+{
+    *dst = *src;
+    dst->id = src->id ? mn_strndup(src->id, strlen(src->id)) : NULL;
+    dst->prompt = src->prompt ? mn_malloc(src->prompt_len + 1) : NULL;
+    if (dst->prompt) {
+        memcpy(dst->prompt, src->prompt, src->prompt_len);
+        dst->prompt[src->prompt_len] = 0;
+    }
+    bool ok = (dst->id || !src->id) && (dst->prompt || !src->prompt);
+    for (uint32_t i = 0; i < src->n_stop; i++)
+        ok &= (dst->stop[i] = mn_strndup(src->stop[i], strlen(src->stop[i]))) != NULL;
+    if (ok)
+        return MN_OK;
+    mn_req_params_free(dst);
+    return MN_NOMEM;
+}
+
 void mn_line_free(mn_line *l)
 {
     mn_req_params_free(&l->req);

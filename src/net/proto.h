@@ -59,6 +59,9 @@ typedef struct mn_req_params {
 } mn_req_params;
 
 void mn_req_params_free(mn_req_params *p);
+/* *dst = a deep copy of *src (its id, prompt and stop strings owned anew). MN_NOMEM, with *dst
+ * empty, when memory runs out. */
+mn_status mn_req_params_copy(const mn_req_params *src, mn_req_params *dst);
 
 typedef enum mn_line_kind {
     MN_LINE_REQUEST,  /* params filled; the caller owns them */
