@@ -278,6 +278,67 @@ Test(forward, rollback_equals_never_seen)
     mn_model_free(m);
 }
 
+/* Forward tokens[from, to) of a sequence whose positions [0, from) are in kv already; all logits. */
+static void extend(mn_backend *b, mn_kv_seq *kv, const int32_t *toks, uint32_t from, uint32_t to, float *out)
+{
+    mn_err err = {{0}};
+    cr_assert_eq(kv->len, from);
+    cr_assert_eq(mn_kv_reserve(b->kv, kv, to), MN_OK);
+    mn_batch_seq s = {.kv = kv, .tokens = toks + from, .n_tokens = to - from, .want_all_logits = true};
+    mn_batch batch = {&s, 1, NULL};
+    cr_assert_eq(mn_backend_forward(b, &batch, out, &err), MN_OK, "%s", err.msg);
+}
+
+/* The prefix cache: a sequence that adopts the blocks another left behind computes the rest to the
+ * same bits as one that computed everything; a different token ends the match at its block; the
+ * idle blocks count as free and go when a reservation needs them, deepest first. (Blocks of 4.) */
+Test(forward, a_prefix_from_the_cache_gives_the_same_logits)
+{
+    mn_model *m = load_model("gqa_f32.gguf");
+    mn_backend *b = cpu_backend(m, 2, 64, 24);
+    cr_assert_eq(mn_kv_prefix_enable(b->kv), MN_OK);
+    uint32_t V = m->hp.n_vocab;
+    int32_t toks[N_TOK], other[N_TOK];
+    read_tokens(toks, N_TOK);
+    float *clean = run_sequence(b, toks, N_TOK, N_TOK), *got = malloc((size_t)N_TOK * V * sizeof(float));
+    cr_assert_eq(b->kv->n_idle, 0, "a plain release caches nothing");
+
+    mn_kv_seq a = {0}, c = {0}, d = {0};
+    extend(b, &a, toks, 0, 22, got); /* 5 full blocks and half of a sixth */
+    mn_kv_seq_release_prefix(b->kv, &a, toks);
+    cr_assert_eq(b->kv->n_idle, 5, "the full blocks stay, idle");
+    cr_assert_eq(mn_kv_used(b->kv), 0, "and count as free");
+
+    cr_assert_eq(mn_kv_adopt(b->kv, &c, toks, N_TOK - 1), 20);
+    cr_assert_eq(b->kv->n_idle, 0);
+    extend(b, &c, toks, 20, N_TOK, got);
+    cr_assert(memcmp(clean + (size_t)20 * V, got, (size_t)(N_TOK - 20) * V * sizeof(float)) == 0,
+              "logits after an adopted prefix differ from a full computation");
+    mn_kv_seq_release_prefix(b->kv, &c, toks);
+    cr_assert_eq(b->kv->n_idle, 10, "c filed its own full blocks after the adopted ones");
+
+    memcpy(other, toks, sizeof other);
+    other[9] ^= 1; /* block 2 differs: blocks 0 and 1 match */
+    cr_assert_eq(mn_kv_adopt(b->kv, &d, other, N_TOK - 1), 8);
+    mn_kv_seq_release(b->kv, &d);
+    cr_assert_eq(mn_kv_adopt(b->kv, &d, toks, 7), 4, "whole blocks only, within the tokens given");
+    mn_kv_seq_release(b->kv, &d);
+
+    /* a reservation of 17 blocks of the 24 takes the 14 free ones and 3 idle ones, deepest first */
+    cr_assert_eq(mn_kv_reserve(b->kv, &d, 17 * 4), MN_OK);
+    cr_assert_eq(b->kv->n_idle, 7);
+    cr_assert_eq(mn_kv_adopt(b->kv, &c, toks, N_TOK - 1), 7 * 4, "the first 7 blocks are still there");
+    cr_assert_eq(mn_kv_reserve(b->kv, &a, 8 * 4), MN_BUSY, "held blocks are not taken");
+    mn_kv_seq_release(b->kv, &c);
+    mn_kv_seq_release(b->kv, &d);
+    cr_assert_eq(mn_kv_used(b->kv), 0);
+    cr_assert_eq(b->kv->n_free + b->kv->n_idle, 24);
+    free(clean);
+    free(got);
+    mn_backend_free(b);
+    mn_model_free(m);
+}
+
 Test(forward, rejects_malformed_batches)
 {
     mn_model *m = load_model("gqa_f32.gguf");

@@ -133,7 +133,38 @@ Test(server, thirty_two_clients_four_requests_each, .timeout = 300)
     cr_assert_eq(failures, 0, "%d of 128 requests failed or differed from minions-generate", failures);
     json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
     cr_assert_eq(stat_of(st, "requests", "done"), 128);
+    /* the prompts repeat: most requests started from the blocks an earlier one left (the texts above
+     * are the proof that they hold the same K/V) */
+    json_t *kv = json_object_get(json_object_get(json_object_get(st, "stats"), "kv"), "target");
+    cr_assert_gt(json_integer_value(json_object_get(kv, "adopted")), 64 * 16, "%s", json_dumps(kv, 0));
     json_decref(st);
+    server_stop(&s);
+    for (int i = 0; i < n; i++)
+        free(prompts[i]), free(want[i]);
+}
+
+/* --prefix-cache off: every request computes its whole prompt, and nothing stays cached. */
+Test(server, the_prefix_cache_can_be_turned_off, .timeout = 120)
+{
+    static const char *const off[] = {"--prefix-cache", "off", NULL};
+    char *prompts[8], *want[8];
+    int n = load_references(prompts, want, 8);
+    server s;
+    server_start(&s, off);
+    tconn c;
+    connect_to(s.tcp, &c);
+    for (int k = 0; k < 2; k++) {
+        send_request(&c, "r", prompts[0], 8, 0, 0);
+        json_t *o = await(&c, "r");
+        cr_assert_str_eq(json_string_value(json_object_get(o, "text")), want[0]);
+        json_decref(o);
+    }
+    json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
+    json_t *kv = json_object_get(json_object_get(json_object_get(st, "stats"), "kv"), "target");
+    cr_assert_eq(json_integer_value(json_object_get(kv, "adopted")), 0);
+    cr_assert_eq(json_integer_value(json_object_get(kv, "cached")), 0);
+    json_decref(st);
+    tconn_close(&c);
     server_stop(&s);
     for (int i = 0; i < n; i++)
         free(prompts[i]), free(want[i]);

@@ -184,7 +184,8 @@ static json_t *stats_json(mn_admin *a)
 {
     const mn_stats *s = &a->query.stats;
     const mn_frontend_stats *c = &s->client, *h = &s->http;
-    json_t *o = json_pack("{s:{s:I, s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I}, s:f, s:I, s:f, s:I, s:{s:{s:I, s:I, s:I}},"
+    json_t *o = json_pack("{s:{s:I, s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I}, s:f, s:I, s:f, s:I,"
+                          " s:{s:{s:I, s:I, s:I, s:I, s:I}},"
                           " s:{s:I, s:I, s:I, s:I}, s:I, s:I, s:I, s:b}",
                           "requests", "running", (json_int_t)s->kvmem.running, "queued", (json_int_t)s->kvmem.queued,
                           "paused", (json_int_t)s->kvmem.paused, "in_flight", (json_int_t)(c->in_flight + h->in_flight),
@@ -193,7 +194,8 @@ static json_t *stats_json(mn_admin *a)
                           (json_int_t)s->intake.prompt_tokens, "tok_per_s", s->verifier.tok_per_s, "steps",
                           (json_int_t)s->verifier.steps, "step_seconds", s->verifier.step_seconds, "preemptions",
                           (json_int_t)s->kvmem.preemptions, "kv", "target", "used", (json_int_t)s->kvmem.kv_used,
-                          "free", (json_int_t)s->kvmem.kv_free, "total", (json_int_t)s->kvmem.kv_total, "mailboxes",
+                          "free", (json_int_t)s->kvmem.kv_free, "total", (json_int_t)s->kvmem.kv_total, "cached",
+                          (json_int_t)s->kvmem.kv_cached, "adopted", (json_int_t)s->kvmem.kv_adopted, "mailboxes",
                           "client", (json_int_t)s->depth[0], "intake", (json_int_t)s->depth[1], "kvmem",
                           (json_int_t)s->depth[2], "verifier", (json_int_t)s->depth[3], "connections",
                           (json_int_t)c->connections, "throttled", (json_int_t)c->throttled, "accept_pauses",

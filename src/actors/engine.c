@@ -90,6 +90,7 @@ mn_engine_config mn_engine_defaults(void)
         .weights = mn_weights_defaults(),
         .skip_below = 0.25f, /* docs/speculation.md: on every prompt set the learning vote ran faster with it */
         .ngram_cache = MN_NGRAM_CACHE_TOKENS_DEFAULT,
+        .prefix_cache = true,
         .tuner_mode = MN_TUNER_FIXED,
         .tuner = mn_tuner_defaults(),
         .draft_threads = -1,
@@ -278,6 +279,8 @@ static mn_status new_actors(mn_engine *e, uint32_t n_blocks, mn_err *err)
     cc.drafter_names = e->draft_names;
     mn_intake_config ic = {.model = e->model, .kv_block_size = e->be->kv->block_size, .kv_blocks = n_blocks,
                            .n_drafters = e->n_drafts, .addr = &e->addr};
+    if (cfg->prefix_cache && mn_kv_prefix_enable(e->be->kv) != MN_OK)
+        return mn_fail(err, MN_NOMEM, "engine: out of memory for the prefix cache");
     mn_kvmem_config kc = {.pool = e->be->kv, .n_drafters = e->n_drafts, .max_batch = cfg->max_batch,
                           .max_queue = cfg->max_queue, .addr = &e->addr};
     for (uint32_t i = 0; i < e->n_drafts; i++)

@@ -65,6 +65,8 @@ typedef struct mn_engine_config {
     mn_weights_params weights; /* the vote's weight rule (live: spec.reward_threshold, ...) */
     float skip_below;          /* live: spec.skip_below (voter.h) */
     uint32_t ngram_cache;      /* tokens of the n-gram drafter's shared cache (spec/ngram.h); 0: none */
+    bool prefix_cache;         /* keep finished requests' KV blocks for later ones with the same start
+                                * (mem/kv.h; default true) */
     const char *events_addr;   /* --events: nanomsg PUB address, or NULL */
     const char *step_trace;    /* --step-trace: the file that gets a line per target step
                                 * (verifier.h), or NULL */

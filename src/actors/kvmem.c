@@ -18,6 +18,7 @@ struct mn_kvmem {
     uint32_t n_held, max_held;
     uint32_t preempting;      /* paused requests asked back from the verifier, not yet returned */
     uint64_t serial, preemptions;
+    uint64_t adopted;         /* prompt positions admitted requests took from the prefix cache */
 };
 
 mn_status mn_kvmem_new(const mn_kvmem_config *cfg, mn_kvmem **out, mn_err *err)
@@ -57,9 +58,12 @@ static void to_client(mn_kvmem *k, mn_req *r)
     mn_mailbox_post(r->owner, &r->msg);
 }
 
-/* Reserve r's whole length in the target's pool and every draft pool: all or nothing. */
+/* Reserve r's whole length in the target's pool and every draft pool: all or nothing. The target's
+ * table starts with what the prefix cache holds of r's tokens (all but the last, whose logits the
+ * first pass must give). */
 static mn_status reserve(mn_kvmem *k, mn_req *r)
 {
+    uint32_t adopted = mn_kv_adopt(k->cfg.pool, &r->kv, r->toks.ids, (uint32_t)r->toks.n - 1);
     mn_status st = mn_kv_reserve(k->cfg.pool, &r->kv, r->kv_need);
     for (uint32_t i = 0; st == MN_OK && i < k->cfg.n_drafters; i++)
         if (k->cfg.draft_pools[i] && (st = mn_kv_reserve(k->cfg.draft_pools[i], &r->spec.d[i].kv, r->kv_need)) != MN_OK)
@@ -68,12 +72,17 @@ static mn_status reserve(mn_kvmem *k, mn_req *r)
                     mn_kv_seq_release(k->cfg.draft_pools[i], &r->spec.d[i].kv);
     if (st != MN_OK)
         mn_kv_seq_release(k->cfg.pool, &r->kv);
+    else
+        k->adopted += adopted;
     return st;
 }
 
+/* The target's full blocks go to the prefix cache under r's tokens (their KV is final: the verifier
+ * hands r back between steps); the draft pools' do not (a drafter's positions may hold its own
+ * proposals). */
 static void release_kv(mn_kvmem *k, mn_req *r)
 {
-    mn_kv_seq_release(k->cfg.pool, &r->kv);
+    mn_kv_seq_release_prefix(k->cfg.pool, &r->kv, r->toks.ids);
     for (uint32_t i = 0; i < k->cfg.n_drafters; i++)
         if (k->cfg.draft_pools[i])
             mn_kv_seq_release(k->cfg.draft_pools[i], &r->spec.d[i].kv);
@@ -216,6 +225,8 @@ static void stats(mn_kvmem *k, mn_stats_part *q)
     q->stats->kvmem.kv_used = mn_kv_used(k->cfg.pool);
     q->stats->kvmem.kv_free = k->cfg.pool->n_free;
     q->stats->kvmem.kv_total = k->cfg.pool->n_blocks;
+    q->stats->kvmem.kv_cached = k->cfg.pool->n_idle;
+    q->stats->kvmem.kv_adopted = k->adopted;
     for (uint32_t i = 0; i < k->cfg.n_drafters; i++)
         if (k->cfg.draft_pools[i])
             q->stats->kvmem.draft_kv_used += mn_kv_used(k->cfg.draft_pools[i]);

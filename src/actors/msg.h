@@ -168,6 +168,8 @@ typedef struct mn_stats {
         uint64_t preemptions;
         uint32_t kv_used, kv_free, kv_total;
         uint32_t draft_kv_used;    /* blocks held in all draft pools */
+        uint32_t kv_cached;        /* the target's prefix cache: blocks no request holds */
+        uint64_t kv_adopted;       /* prompt positions taken from it instead of computed, ever */
     } kvmem;
     struct {                       /* verifier */
         uint64_t steps, tokens_generated;

@@ -41,6 +41,8 @@ static void usage(FILE *f)
             "      --max-queue N      most requests waiting before 'busy' (default 256)\n"
             "      --max-line N       longest request line in bytes (default 1048576)\n"
             "      --output-buffer KIB unsent output that pauses a client's requests (default 256)\n"
+            "      --prefix-cache on|off keep finished requests' KV for later ones that start the same way\n"
+            "                         (default on)\n"
             "      --drain-timeout S  a drain (SIGTERM, SIGINT, admin) still running after S seconds\n"
             "                         closes every connection; 0 = wait for ever (default 30)\n"
             "      --log-level L      error|warn|info|debug (default warn)\n"
@@ -144,6 +146,7 @@ int main(int argc, char **argv)
         {"http", required_argument, 0, 'w'},      {"api-key", required_argument, 0, 'A'},
         {"api-key-file", required_argument, 0, 'F'}, {"http-timeout", required_argument, 0, 'O'},
         {"ngram-cache", required_argument, 0, 'N'}, {"step-trace", required_argument, 0, 'R'},
+        {"prefix-cache", required_argument, 0, 'C'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -182,6 +185,9 @@ int main(int argc, char **argv)
         case 'd': ok = parse_int(optarg, 0, 255, &v), cfg.draft_threads = (int)v; break;
         case 'N':
             ok = parse_int(optarg, 0, 1L << 28, &v) && (v == 0 || v >= 64), cfg.ngram_cache = (uint32_t)v;
+            break;
+        case 'C':
+            ok = !strcmp(optarg, "on") || !strcmp(optarg, "off"), cfg.prefix_cache = !strcmp(optarg, "on");
             break;
         case 'w': ok = parse_http(optarg, http_host, sizeof http_host, &cfg); break;
         case 'A': ok = *optarg != 0, cfg.api_key = optarg; break;

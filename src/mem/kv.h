@@ -13,6 +13,17 @@
  * hands out its lowest blocks first, so a pool costs what its busiest moment used, rounded up to
  * 2 MiB per layer and array.
  *
+ * The prefix cache (mn_kv_prefix_enable): a block whose positions all hold known tokens outlives
+ * the sequence that computed it. mn_kv_seq_release_prefix files each full block of a sequence
+ * under its tokens and the block before it, and a block no table holds stays in the cache (idle)
+ * until a reservation needs its room (the least recently idle first, the deepest of a sequence
+ * before its parents). mn_kv_adopt starts an empty sequence with the longest chain of cached
+ * blocks matching its first tokens, so those positions are not computed again: the forward pass is
+ * batch-invariant, so their K/V are the bits the sequence would have computed itself. Tokens are
+ * compared whole (the hash only finds candidates), and a shared block is never written: a holder
+ * appends past it and truncates no lower than what it adopted. Blocks are counted by the tables
+ * holding them (ref), so mn_kv_used counts held blocks only: idle cached ones are as good as free.
+ *
  * Thread: not thread-safe. One owner (the kvmem actor in the server, the caller in tools) changes
  * tables; the compute backend only reads tables and writes K/V rows of positions the owner reserved.
  */
@@ -33,6 +44,9 @@ typedef struct mn_kv_pool {
     float **v;             /* same shape */
     uint32_t *free_list;   /* stack of free block ids */
     uint32_t n_free;
+    uint32_t *ref;         /* [n_blocks] tables holding each block */
+    struct mn_kv_prefix *prefix; /* the prefix cache, or NULL */
+    uint32_t n_idle;       /* cached blocks no table holds */
 } mn_kv_pool;
 
 typedef struct mn_kv_seq {
@@ -52,16 +66,26 @@ mn_status mn_kv_pool_new_tables(uint32_t n_layers, uint32_t kv_dim, uint32_t blo
                                 mn_kv_pool **out, mn_err *err);
 void mn_kv_pool_free(mn_kv_pool *p);
 
-/* Make positions [0, n) addressable (n may exceed len: the caller will write them next).
- * MN_BUSY when the pool has too few free blocks (nothing is taken then), MN_NOMEM when the table
- * cannot grow. */
+/* Make positions [0, n) addressable (n may exceed len: the caller will write them next), taking
+ * free blocks, then idle cached ones. MN_BUSY when the pool has too few (nothing is taken then),
+ * MN_NOMEM when the table cannot grow. */
 mn_status mn_kv_reserve(mn_kv_pool *p, mn_kv_seq *s, uint32_t n);
 /* Drop positions [n, len) (n <= len) and return blocks no longer needed to the pool. */
 void mn_kv_truncate(mn_kv_pool *p, mn_kv_seq *s, uint32_t n);
 /* Return every block and the table itself; s is empty (reusable) afterwards. */
 void mn_kv_seq_release(mn_kv_pool *p, mn_kv_seq *s);
 
-static inline uint32_t mn_kv_used(const mn_kv_pool *p) { return p->n_blocks - p->n_free; }
+static inline uint32_t mn_kv_used(const mn_kv_pool *p) { return p->n_blocks - p->n_free - p->n_idle; }
+
+/* Keep released sequences' full blocks for mn_kv_adopt (above). MN_NOMEM. */
+mn_status mn_kv_prefix_enable(mn_kv_pool *p);
+/* Start the empty sequence s (no blocks) with the longest chain of cached blocks that hold
+ * tokens[0, n) from the start, whole blocks only; returns the positions it got (s->len), 0 without
+ * a prefix cache or a match. MN_NOMEM-safe: it adopts less when its table cannot grow. */
+uint32_t mn_kv_adopt(mn_kv_pool *p, mn_kv_seq *s, const int32_t *tokens, uint32_t n);
+/* mn_kv_seq_release, filing first the blocks wholly inside [0, s->len) in the prefix cache under
+ * tokens[0, s->len) (the tokens those positions hold). Without a prefix cache: mn_kv_seq_release. */
+void mn_kv_seq_release_prefix(mn_kv_pool *p, mn_kv_seq *s, const int32_t *tokens);
 /* Blocks needed for n positions. */
 static inline uint32_t mn_kv_blocks_for(const mn_kv_pool *p, uint32_t n)
 {

@@ -109,6 +109,10 @@ static void engine(text *t, const mn_stats *s)
     single(t, "minions_step_seconds_total", "counter", "Time spent in target passes", s->verifier.step_seconds);
     single(t, "minions_kv_blocks_used", "gauge", "The target's KV blocks in use", s->kvmem.kv_used);
     single(t, "minions_kv_blocks_free", "gauge", "The target's free KV blocks", s->kvmem.kv_free);
+    single(t, "minions_kv_blocks_cached", "gauge", "The target's prefix cache: blocks no request holds",
+           s->kvmem.kv_cached);
+    single(t, "minions_prefix_cache_tokens_total", "counter", "Prompt positions taken from the prefix cache",
+           (double)s->kvmem.kv_adopted);
     single(t, "minions_draft_kv_blocks_used", "gauge", "KV blocks in use in every draft model's pool",
            s->kvmem.draft_kv_used);
     hist(t, "minions_time_to_first_token_seconds", "From a request's arrival to its first token", &s->verifier.ttft);
