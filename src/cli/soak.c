@@ -23,7 +23,7 @@
  * A duplicate id races with its original: when the original's final line comes first, the server
  * took the duplicate as a new request, and it must be answered as one.
  *
- * A monitor thread reads the admin stats while the soak runs (KV used + free == total) and moves
+ * A monitor thread reads the admin stats while the soak runs (KV used + free + cached == total) and moves
  * batch.max_sequences and queue.max (busy answers) unless --no-churn. At the end: the server must
  * become idle (running, queued, in_flight 0) with KV used 0 and no connection left, and answer a
  * greedy request with the text it gave at the start.
@@ -76,7 +76,7 @@ typedef enum check_id {
     C_SEEDED_REPEAT,  /* seeded sampled requests of the same prompt and parameters agree */
     C_CLOSE,          /* half-close: every answer then end-of-file; too-long: its error then end-of-file */
     C_PROGRESS,       /* no session stalled, every connect worked, every request was sent */
-    C_LIVE_STATS,     /* during the run: KV used + free == total, used <= total */
+    C_LIVE_STATS,     /* during the run: KV used + free + cached == total, used <= total */
     C_IDLE,           /* at the end: running, queued, in_flight all 0 */
     C_KV_ZERO,        /* at the end: KV used == 0 */
     C_CONNS_ZERO,     /* at the end: no connection left */
@@ -1132,7 +1132,8 @@ static void *client_main(void *arg)
 /* ---- admin --------------------------------------------------------------------------------------- */
 
 typedef struct stats {
-    long running, queued, in_flight, done, failed, used, free, total, connections, throttled, preemptions, steps;
+    long running, queued, in_flight, done, failed, used, free, cached, total, connections, throttled, preemptions,
+        steps;
 } stats;
 
 static int admin_open(const char *addr)
@@ -1188,7 +1189,8 @@ static int admin_stats(int sock, stats *st)
         .running = jget(s, "requests", "running", NULL), .queued = jget(s, "requests", "queued", NULL),
         .in_flight = jget(s, "requests", "in_flight", NULL), .done = jget(s, "requests", "done", NULL),
         .failed = jget(s, "requests", "failed", NULL), .used = jget(s, "kv", "target", "used"),
-        .free = jget(s, "kv", "target", "free"), .total = jget(s, "kv", "target", "total"),
+        .free = jget(s, "kv", "target", "free"), .cached = jget(s, "kv", "target", "cached"),
+        .total = jget(s, "kv", "target", "total"),
         .connections = jget(s, "connections", NULL, NULL), .throttled = jget(s, "throttled", NULL, NULL),
         .preemptions = jget(s, "preemptions", NULL, NULL), .steps = jget(s, "steps", NULL, NULL),
     };
@@ -1236,10 +1238,11 @@ static void *monitor_main(void *arg)
         } else {
             failures = 0;
             k->samples++;
-            if (st.used < 0 || st.used + st.free != st.total || st.used > st.total || st.running < 0 ||
-                st.queued < 0 || st.in_flight < st.running)
-                violation(k, C_LIVE_STATS, "stats: kv used %ld free %ld total %ld, running %ld queued %ld in_flight %ld",
-                          st.used, st.free, st.total, st.running, st.queued, st.in_flight);
+            if (st.used < 0 || st.cached < 0 || st.used + st.free + st.cached != st.total || st.used > st.total ||
+                st.running < 0 || st.queued < 0 || st.in_flight < st.running)
+                violation(k, C_LIVE_STATS,
+                          "stats: kv used %ld free %ld cached %ld total %ld, running %ld queued %ld in_flight %ld",
+                          st.used, st.free, st.cached, st.total, st.running, st.queued, st.in_flight);
             if (k->verbose && k->samples % 10 == 0)
                 fprintf(stderr, "soak: %6.1f s running %ld queued %ld in_flight %ld kv %ld/%ld conns %ld throttled %ld "
                         "done %ld failed %ld preempt %ld steps %ld\n", mn_now() - k->t0, st.running, st.queued,
