@@ -176,6 +176,14 @@ Test(speculate, thirty_two_clients_greedy_equals_generate, .timeout = 600, .disa
     int failures = run_32_clients(&s, prompts, want, 24, 3);
     cr_assert_eq(failures, 0, "%d of 128 requests failed or differed from minions-generate", failures);
     wait_idle(&s);
+    /* the prompts repeat: the target's and the drafts' prefix caches served them (the texts above
+     * say the target's held the right K/V; a draft's wrong K/V could only cost acceptance) */
+    json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
+    json_t *kv = json_object_get(json_object_get(st, "stats"), "kv");
+    cr_assert_gt(json_integer_value(json_object_get(json_object_get(kv, "target"), "adopted")), 64 * 16);
+    cr_assert_gt(json_integer_value(json_object_get(json_object_get(kv, "drafts"), "adopted")), 64 * 16,
+                 "%s", json_dumps(kv, 0));
+    json_decref(st);
     server_stop(&s);
     for (int i = 0; i < n; i++)
         free(prompts[i]), free(want[i]);

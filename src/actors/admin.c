@@ -500,7 +500,8 @@ void mn_admin_handle(void *admin, mn_msg *m)
     if (st && a->cfg.n_drafters) {
         json_object_set_new(st, "spec", spec_stats_json(a));
         json_object_set_new(json_object_get(st, "kv"), "drafts",
-                            json_pack("{s:I}", "used", (json_int_t)a->query.stats.kvmem.draft_kv_used));
+                            json_pack("{s:I, s:I}", "used", (json_int_t)a->query.stats.kvmem.draft_kv_used,
+                                      "adopted", (json_int_t)a->query.stats.kvmem.draft_kv_adopted));
     }
     reply_json(a, json_pack("{s:b, s:o}", "ok", 1, "stats", st));
 }

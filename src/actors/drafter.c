@@ -69,17 +69,7 @@ static uint32_t own_cap(const mn_backend *be, const mn_req *r)
 /* Drop what the drafter fed itself past the prefix the target kept. Always leave the last known
  * token to feed again: its logits give the first draft token. Blocks stay reserved (kvmem reserved
  * the request's whole length), so rollback is a length. */
-static void roll_back(mn_req_draft *x, const mn_req *r)
-{
-    uint32_t limit = (uint32_t)r->toks.n - 1, keep = x->prop_at;
-    if (x->kv.len < limit)
-        limit = x->kv.len;
-    if (keep > limit)
-        keep = limit;
-    while (keep < limit && x->prop[keep - x->prop_at] == r->toks.ids[keep])
-        keep++;
-    x->kv.len = keep;
-}
+static void roll_back(mn_req_draft *x, const mn_req *r) { x->kv.len = mn_req_draft_valid(x, r); }
 
 /* On the worker: catch every request up, then draft cap tokens, one pass per position. */
 static mn_status draft_passes(draft_job *j, uint32_t n_live, uint32_t index)

@@ -279,8 +279,11 @@ static mn_status new_actors(mn_engine *e, uint32_t n_blocks, mn_err *err)
     cc.drafter_names = e->draft_names;
     mn_intake_config ic = {.model = e->model, .kv_block_size = e->be->kv->block_size, .kv_blocks = n_blocks,
                            .n_drafters = e->n_drafts, .addr = &e->addr};
-    if (cfg->prefix_cache && mn_kv_prefix_enable(e->be->kv) != MN_OK)
-        return mn_fail(err, MN_NOMEM, "engine: out of memory for the prefix cache");
+    for (uint32_t i = 0; cfg->prefix_cache && i <= e->n_drafts; i++) {
+        mn_backend *be = i < e->n_drafts ? e->drafts[i].be : e->be; /* NULL: the n-gram drafter */
+        if (be && mn_kv_prefix_enable(be->kv) != MN_OK)
+            return mn_fail(err, MN_NOMEM, "engine: out of memory for the prefix caches");
+    }
     mn_kvmem_config kc = {.pool = e->be->kv, .n_drafters = e->n_drafts, .max_batch = cfg->max_batch,
                           .max_queue = cfg->max_queue, .addr = &e->addr};
     for (uint32_t i = 0; i < e->n_drafts; i++)

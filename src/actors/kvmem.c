@@ -19,6 +19,7 @@ struct mn_kvmem {
     uint32_t preempting;      /* paused requests asked back from the verifier, not yet returned */
     uint64_t serial, preemptions;
     uint64_t adopted;         /* prompt positions admitted requests took from the prefix cache */
+    uint64_t draft_adopted;   /* the same, summed over the draft pools */
 };
 
 mn_status mn_kvmem_new(const mn_kvmem_config *cfg, mn_kvmem **out, mn_err *err)
@@ -58,34 +59,50 @@ static void to_client(mn_kvmem *k, mn_req *r)
     mn_mailbox_post(r->owner, &r->msg);
 }
 
-/* Reserve r's whole length in the target's pool and every draft pool: all or nothing. The target's
- * table starts with what the prefix cache holds of r's tokens (all but the last, whose logits the
- * first pass must give). */
+/* Reserve r's whole length in the target's pool and every draft pool: all or nothing. Each table
+ * starts with what its pool's prefix cache holds of r's tokens (all but the last: the target's first
+ * pass must give its logits, and a drafter feeds it to draft). */
 static mn_status reserve(mn_kvmem *k, mn_req *r)
 {
-    uint32_t adopted = mn_kv_adopt(k->cfg.pool, &r->kv, r->toks.ids, (uint32_t)r->toks.n - 1);
+    uint32_t last = (uint32_t)r->toks.n - 1, adopted = mn_kv_adopt(k->cfg.pool, &r->kv, r->toks.ids, last);
+    uint64_t draft_adopted = 0;
     mn_status st = mn_kv_reserve(k->cfg.pool, &r->kv, r->kv_need);
-    for (uint32_t i = 0; st == MN_OK && i < k->cfg.n_drafters; i++)
-        if (k->cfg.draft_pools[i] && (st = mn_kv_reserve(k->cfg.draft_pools[i], &r->spec.d[i].kv, r->kv_need)) != MN_OK)
+    for (uint32_t i = 0; st == MN_OK && i < k->cfg.n_drafters; i++) {
+        mn_kv_pool *pool = k->cfg.draft_pools[i];
+        if (!pool)
+            continue;
+        mn_req_draft *x = &r->spec.d[i];
+        x->prop_at = mn_kv_adopt(pool, &x->kv, r->toks.ids, last); /* [0, prop_at): r's tokens, no proposal */
+        x->prop_len = 0;
+        draft_adopted += x->prop_at;
+        if ((st = mn_kv_reserve(pool, &r->spec.d[i].kv, r->kv_need)) != MN_OK) {
+            mn_kv_seq_release(pool, &r->spec.d[i].kv);
             while (i-- > 0)
                 if (k->cfg.draft_pools[i])
                     mn_kv_seq_release(k->cfg.draft_pools[i], &r->spec.d[i].kv);
-    if (st != MN_OK)
+        }
+    }
+    if (st != MN_OK) {
         mn_kv_seq_release(k->cfg.pool, &r->kv);
-    else
-        k->adopted += adopted;
-    return st;
+        return st;
+    }
+    k->adopted += adopted;
+    k->draft_adopted += draft_adopted;
+    return MN_OK;
 }
 
-/* The target's full blocks go to the prefix cache under r's tokens (their KV is final: the verifier
- * hands r back between steps); the draft pools' do not (a drafter's positions may hold its own
- * proposals). */
+/* Full blocks go to the prefix caches under r's tokens: the target's whole length (its KV is final:
+ * the verifier hands r back between steps), a draft pool's only as far as the drafter's positions
+ * hold r's tokens (past them it fed itself proposals the target did not keep). */
 static void release_kv(mn_kvmem *k, mn_req *r)
 {
     mn_kv_seq_release_prefix(k->cfg.pool, &r->kv, r->toks.ids);
     for (uint32_t i = 0; i < k->cfg.n_drafters; i++)
-        if (k->cfg.draft_pools[i])
-            mn_kv_seq_release(k->cfg.draft_pools[i], &r->spec.d[i].kv);
+        if (k->cfg.draft_pools[i]) {
+            mn_req_draft *x = &r->spec.d[i];
+            x->kv.len = mn_req_draft_valid(x, r);
+            mn_kv_seq_release_prefix(k->cfg.draft_pools[i], &x->kv, r->toks.ids);
+        }
 }
 
 static mn_req **queue_slot(mn_kvmem *k, uint32_t i) { return &k->queue[(k->q_head + i) % k->q_cap]; }
@@ -227,6 +244,7 @@ static void stats(mn_kvmem *k, mn_stats_part *q)
     q->stats->kvmem.kv_total = k->cfg.pool->n_blocks;
     q->stats->kvmem.kv_cached = k->cfg.pool->n_idle;
     q->stats->kvmem.kv_adopted = k->adopted;
+    q->stats->kvmem.draft_kv_adopted = k->draft_adopted;
     for (uint32_t i = 0; i < k->cfg.n_drafters; i++)
         if (k->cfg.draft_pools[i])
             q->stats->kvmem.draft_kv_used += mn_kv_used(k->cfg.draft_pools[i]);

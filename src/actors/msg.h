@@ -170,6 +170,7 @@ typedef struct mn_stats {
         uint32_t draft_kv_used;    /* blocks held in all draft pools */
         uint32_t kv_cached;        /* the target's prefix cache: blocks no request holds */
         uint64_t kv_adopted;       /* prompt positions taken from it instead of computed, ever */
+        uint64_t draft_kv_adopted; /* the same in the draft pools' caches, summed */
     } kvmem;
     struct {                       /* verifier */
         uint64_t steps, tokens_generated;

@@ -89,6 +89,18 @@ mn_outcome mn_req_outcome(const mn_req *r)
     return MN_OUTCOME_STOP;
 }
 
+uint32_t mn_req_draft_valid(const mn_req_draft *x, const mn_req *r)
+{
+    uint32_t limit = r->toks.n ? (uint32_t)r->toks.n - 1 : 0, keep = x->prop_at;
+    if (x->kv.len < limit)
+        limit = x->kv.len;
+    if (keep > limit)
+        keep = limit;
+    while (keep < limit && keep - x->prop_at < MN_SPEC_MAX_LEN && x->prop[keep - x->prop_at] == r->toks.ids[keep])
+        keep++;
+    return keep;
+}
+
 void mn_req_free(mn_req *r)
 {
     if (!r)

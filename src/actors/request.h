@@ -73,7 +73,8 @@ typedef enum mn_req_phase {
 
 /* One drafter's view of a request. Its KV positions [0, kv.len) hold toks[0, prop_at) followed by
  * prop[0, kv.len - prop_at): what it fed itself while proposing. The drafter rolls back to the
- * prefix the target kept at its next draft; kvmem reserves and releases the blocks. */
+ * prefix the target kept at its next draft; kvmem reserves and releases the blocks, and at
+ * admission sets kv.len = prop_at to what the pool's prefix cache gave (no proposal yet). */
 typedef struct mn_req_draft {
     mn_kv_seq kv;                   /* model drafters (unused by the n-gram one) */
     int32_t prop[MN_SPEC_MAX_LEN];  /* its latest proposal */
@@ -150,6 +151,10 @@ typedef struct mn_req {
  * whose connection conn sent it). NULL on OOM (p is then freed). */
 mn_req *mn_req_new(mn_req_params *p, mn_mailbox *owner, void *conn);
 void mn_req_free(mn_req *r);
+/* The positions of drafter view x's KV that hold r's own tokens: toks[0, prop_at), then as many of
+ * its proposals as the target kept; at most toks.n - 1 (the last known token is fed again to
+ * draft). What the drafter rolls back to, and what kvmem may file in the draft pool's prefix cache. */
+uint32_t mn_req_draft_valid(const mn_req_draft *x, const mn_req *r);
 /* Apply ev; false (state unchanged, an error logged) when ev is not allowed in r's state. */
 bool mn_req_event(mn_req *r, mn_req_ev ev);
 const char *mn_req_state_name(mn_req_state s);
