@@ -11,6 +11,10 @@ cache gave (minionsd's stats, kv.target.adopted) against those admitted.
 
     tools/bench-prefix.py [--rounds 6] [--set kjv] [--preamble-set web] [--preamble-lines 8]
                           [--requests1 16] [--requests16 64] [--tokens 32] [--target models/target.gguf]
+                          [--drafts draft-kjv,ngram]
+
+--drafts: both servers speculate with these drafters (names of models/*.gguf, or ngram), whose
+pools have prefix caches too when the target's has.
 
 Needs build/minionsd, build/minions-bench and build/minions-cli (MINIONS_BIN_DIR names another
 folder).
@@ -32,6 +36,8 @@ class Server:
         self.admin_addr = f"ipc://{workdir}/admin-{cache}"
         cmd = [os.path.join(BIN, "minionsd"), "--model", os.path.join(ROOT, args.target), "--port", "0",
                "--admin", self.admin_addr, "--threads", str(args.threads), "--prefix-cache", cache]
+        for d in filter(None, args.drafts.split(",")):
+            cmd += ["--draft", d if d == "ngram" else os.path.join(ROOT, "models", d + ".gguf")]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         self.addr = self.proc.stdout.readline().split("tcp ")[1].split()[0]
 
@@ -75,6 +81,7 @@ def main():
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--target", default="models/target.gguf")
+    ap.add_argument("--drafts", default="", help="drafters of both servers: names of models/*.gguf, or ngram")
     args = ap.parse_args()
     workdir = tempfile.mkdtemp(prefix="minions-bench-prefix-")
     prompts = prompts_file(args, workdir)
@@ -91,7 +98,8 @@ def main():
         for s in servers.values():
             s.stop()
     med = statistics.median
-    lines = [f"minionsd, {os.path.basename(args.target)}, prompts: {args.preamble_lines} {args.preamble_set} prompts as "
+    drafted = f", drafters {args.drafts}" if args.drafts else ""
+    lines = [f"minionsd, {os.path.basename(args.target)}{drafted}, prompts: {args.preamble_lines} {args.preamble_set} prompts as "
              f"a shared preamble + each {args.set} prompt, {args.tokens} tokens per request, greedy; medians of "
              f"{args.rounds} alternating rounds (`{' '.join(['tools/bench-prefix.py'] + sys.argv[1:])}`)", "",
              "| clients | tok/s on | tok/s off | on / off | TTFT p50 ms on | TTFT p50 ms off | off / on |",
@@ -104,6 +112,8 @@ def main():
     on = stats["on"]
     lines += ["", f"Prompt positions from the cache: {on['kv']['target']['adopted']} of {on['tokens']['prompt']} "
               f"admitted (the server with the cache off: {stats['off']['kv']['target']['adopted']})."]
+    if "drafts" in on["kv"]:
+        lines.append(f"The draft pools' caches: {on['kv']['drafts']['adopted']} positions, summed over the drafts.")
     print("\n".join(lines))
 
 
