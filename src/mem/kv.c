@@ -27,6 +27,7 @@ typedef struct mn_kv_prefix {
     uint32_t n_buckets;   /* a power of two */
     uint32_t *older, *newer; /* [n_blocks] the idle list's links */
     uint32_t oldest, newest;
+    uint32_t *dup;        /* [n_blocks] mn_kv_seq_release_prefix's scratch */
 } mn_kv_prefix;
 
 /* The bytes of one layer's K (or V): checked against overflow when the pool was made. */
@@ -107,7 +108,7 @@ void mn_kv_pool_free(mn_kv_pool *p)
     mn_kv_prefix *c = p->prefix;
     if (c) {
         void *bufs[] = {c->tokens, c->parent, c->gen, c->parent_gen, c->hash, c->cached, c->bucket, c->chain,
-                        c->older, c->newer};
+                        c->older, c->newer, c->dup};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
             mn_free(bufs[i]);
         mn_free(c);
@@ -138,9 +139,10 @@ mn_status mn_kv_prefix_enable(mn_kv_pool *p)
     c->chain = mn_malloc(n * sizeof *c->chain);
     c->older = mn_malloc(n * sizeof *c->older);
     c->newer = mn_malloc(n * sizeof *c->newer);
+    c->dup = mn_malloc(n * sizeof *c->dup);
     p->prefix = c; /* freed with the pool, even when incomplete */
     if (!c->tokens || !c->parent || !c->gen || !c->parent_gen || !c->hash || !c->cached || !c->bucket || !c->chain ||
-        !c->older || !c->newer)
+        !c->older || !c->newer || !c->dup)
         return MN_NOMEM;
     memset(c->bucket, 0xff, c->n_buckets * sizeof *c->bucket);
     c->oldest = c->newest = NONE;
@@ -254,9 +256,9 @@ void mn_kv_seq_release_prefix(mn_kv_pool *p, mn_kv_seq *s, const int32_t *tokens
     uint32_t n_full = c ? s->len / p->block_size : 0;
     /* per full block, the cached block that already held its tokens when it is not the block itself
      * (another sequence computed the same prefix meanwhile), else NONE */
-    uint32_t *dup = n_full ? mn_malloc(n_full * sizeof *dup) : NULL;
+    uint32_t *dup = c ? c->dup : NULL;
     uint64_t h = 0;
-    for (uint32_t i = 0, parent = NONE; dup && i < n_full; i++) {
+    for (uint32_t i = 0, parent = NONE; i < n_full; i++) {
         const int32_t *t = tokens + (size_t)i * p->block_size;
         uint32_t b = s->blocks[i];
         h = block_hash(h, t, p->block_size);
@@ -278,20 +280,16 @@ void mn_kv_seq_release_prefix(mn_kv_pool *p, mn_kv_seq *s, const int32_t *tokens
     }
     /* Deepest first, so that a chain's parents are newer idle blocks than its children and are
      * evicted after them; a duplicate's block is freed and the block it duplicates moved up, if
-     * idle. (Without memory for dup nothing is filed: a plain release.) */
+     * idle. */
     while (s->n_blocks > 0) {
         uint32_t i = --s->n_blocks;
         unref(p, s->blocks[i]);
-        if (dup && i < n_full && dup[i] != NONE && !p->ref[dup[i]]) {
+        if (i < n_full && dup[i] != NONE && !p->ref[dup[i]]) {
             idle_unlink(c, dup[i]);
             idle_push(c, dup[i]);
         }
     }
-    mn_free(dup);
-    s->len = 0;
-    mn_free(s->blocks);
-    s->blocks = NULL;
-    s->cap = 0;
+    mn_kv_seq_release(p, s); /* the table */
 }
 
 mn_status mn_kv_reserve(mn_kv_pool *p, mn_kv_seq *s, uint32_t n)
