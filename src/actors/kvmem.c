@@ -59,6 +59,15 @@ static void to_client(mn_kvmem *k, mn_req *r)
     mn_mailbox_post(r->owner, &r->msg);
 }
 
+/* Every pool's blocks back, nothing filed in a prefix cache. */
+static void drop_kv(mn_kvmem *k, mn_req *r)
+{
+    mn_kv_seq_release(k->cfg.pool, &r->kv);
+    for (uint32_t i = 0; i < k->cfg.n_drafters; i++)
+        if (k->cfg.draft_pools[i])
+            mn_kv_seq_release(k->cfg.draft_pools[i], &r->spec.d[i].kv);
+}
+
 /* Reserve r's whole length in the target's pool and every draft pool: all or nothing. Each table
  * starts with what its pool's prefix cache holds of r's tokens (all but the last: the target's first
  * pass must give its logits, and a drafter feeds it to draft). */
@@ -75,15 +84,10 @@ static mn_status reserve(mn_kvmem *k, mn_req *r)
         x->prop_at = mn_kv_adopt(pool, &x->kv, r->toks.ids, last); /* [0, prop_at): r's tokens, no proposal */
         x->prop_len = 0;
         draft_adopted += x->prop_at;
-        if ((st = mn_kv_reserve(pool, &r->spec.d[i].kv, r->kv_need)) != MN_OK) {
-            mn_kv_seq_release(pool, &r->spec.d[i].kv);
-            while (i-- > 0)
-                if (k->cfg.draft_pools[i])
-                    mn_kv_seq_release(k->cfg.draft_pools[i], &r->spec.d[i].kv);
-        }
+        st = mn_kv_reserve(pool, &x->kv, r->kv_need);
     }
     if (st != MN_OK) {
-        mn_kv_seq_release(k->cfg.pool, &r->kv);
+        drop_kv(k, r); /* the tables that were not reserved are empty: releasing them does nothing */
         return st;
     }
     k->adopted += adopted;
