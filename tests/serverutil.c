@@ -130,6 +130,12 @@ json_t *admin(server *s, const char *cmd)
 }
 
 /* stats.group.key, or stats.group when key is NULL */
+json_int_t kv_of(json_t *stats, const char *pool, const char *key)
+{
+    json_t *kv = json_object_get(json_object_get(stats, "stats"), "kv");
+    return json_integer_value(json_object_get(json_object_get(kv, pool), key));
+}
+
 json_int_t stat_of(json_t *stats, const char *group, const char *key)
 {
     json_t *g = json_object_get(json_object_get(stats, "stats"), group);
@@ -300,9 +306,7 @@ void wait_idle(server *s)
 {
     for (int i = 0; i < 200; i++) {
         json_t *st = admin(s, "{\"cmd\":\"stats\"}");
-        json_t *kv = json_object_get(json_object_get(st, "stats"), "kv");
-        json_int_t used = json_integer_value(json_object_get(json_object_get(kv, "target"), "used")) +
-                          json_integer_value(json_object_get(json_object_get(kv, "drafts"), "used"));
+        json_int_t used = kv_of(st, "target", "used") + kv_of(st, "drafts", "used");
         json_int_t live = stat_of(st, "requests", "in_flight");
         json_decref(st);
         if (used == 0 && live == 0)
@@ -362,9 +366,7 @@ void check_paused_preemption(const char *const *extra)
     }
     cr_assert_eq(throttled, SLOW, "only %d of %d clients that do not read were throttled", throttled, SLOW);
     json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
-    cr_assert_eq(json_integer_value(json_object_get(
-                     json_object_get(json_object_get(json_object_get(st, "stats"), "kv"), "target"), "free")),
-                 0, "the paused requests hold the whole pool: %s", json_dumps(st, 0));
+    cr_assert_eq(kv_of(st, "target", "free"), 0, "the paused requests hold the whole pool: %s", json_dumps(st, 0));
     json_decref(st);
     connect_to(s.tcp, &fast);
     send_request(&fast, "quick", "In the beginning", 32, 0, 0);

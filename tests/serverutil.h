@@ -42,6 +42,8 @@ json_t *admin(server *s, const char *cmd);
 
 /* stats.group.key, or stats.group when key is NULL */
 json_int_t stat_of(json_t *stats, const char *group, const char *key);
+/* stats.kv.pool.key: pool "target" or "drafts", key "used", "free", "cached", "adopted", ... */
+json_int_t kv_of(json_t *stats, const char *pool, const char *key);
 void connect_to(const char *addr, tconn *t);
 void tconn_close(tconn *t);
 void send_line(tconn *t, const char *line);

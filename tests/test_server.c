@@ -135,8 +135,7 @@ Test(server, thirty_two_clients_four_requests_each, .timeout = 300)
     cr_assert_eq(stat_of(st, "requests", "done"), 128);
     /* the prompts repeat: most requests started from the blocks an earlier one left (the texts above
      * are the proof that they hold the same K/V) */
-    json_t *kv = json_object_get(json_object_get(json_object_get(st, "stats"), "kv"), "target");
-    cr_assert_gt(json_integer_value(json_object_get(kv, "adopted")), 64 * 16, "%s", json_dumps(kv, 0));
+    cr_assert_gt(kv_of(st, "target", "adopted"), 64 * 16, "%s", json_dumps(st, 0));
     json_decref(st);
     server_stop(&s);
     for (int i = 0; i < n; i++)
@@ -160,9 +159,8 @@ Test(server, the_prefix_cache_can_be_turned_off, .timeout = 120)
         json_decref(o);
     }
     json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
-    json_t *kv = json_object_get(json_object_get(json_object_get(st, "stats"), "kv"), "target");
-    cr_assert_eq(json_integer_value(json_object_get(kv, "adopted")), 0);
-    cr_assert_eq(json_integer_value(json_object_get(kv, "cached")), 0);
+    cr_assert_eq(kv_of(st, "target", "adopted"), 0);
+    cr_assert_eq(kv_of(st, "target", "cached"), 0);
     json_decref(st);
     tconn_close(&c);
     server_stop(&s);
@@ -271,9 +269,7 @@ Test(server, disconnect_and_cancel_free_the_kv, .timeout = 120)
     cr_assert(json_object_get(o, "delta"));
     json_decref(o);
     json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
-    cr_assert_gt(json_integer_value(json_object_get(
-                     json_object_get(json_object_get(json_object_get(st, "stats"), "kv"), "target"), "used")),
-                 0);
+    cr_assert_gt(kv_of(st, "target", "used"), 0);
     json_decref(st);
     tconn_close(&c); /* drop mid-stream */
     wait_idle(&s);
