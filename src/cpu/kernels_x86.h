@@ -29,10 +29,13 @@ ALWAYS_INLINE float hsum(__m256 a)
     return _mm_cvtss_f32(t);
 }
 
-/* Element k of an F32 or F16 row (the columns past the last full chunk of 8). */
+/* Element k of an F32 or F16 row (the columns past the last full chunk of 8). F16C's conversion,
+ * not mn_f16_to_f32 (both exact): a call after the main loop clobbers every vector register, and
+ * GCC then kept the tiles' accumulators on the stack through the whole loop (every F16 tile
+ * loaded and stored each chain at each chunk, about 2,300 stack accesses in the AVX-512 file). */
 ALWAYS_INLINE float scalar_w(uint32_t type, const uint8_t *row, int k)
 {
-    return type == MN_F32 ? ((const float *)row)[k] : mn_f16_to_f32(((const uint16_t *)row)[k]);
+    return type == MN_F32 ? ((const float *)row)[k] : _cvtsh_ss(((const uint16_t *)row)[k]);
 }
 
 /* Whether kernels_avx2.c takes a float pass through lane panels (its comment says why this rule):
