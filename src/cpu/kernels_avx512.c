@@ -36,7 +36,13 @@
 /* The rows in blocks of RB and one of the remaining 1..RB-1, each block one tile of OT outputs a
  * stride apart (the hardware prefetcher follows the OT streams). With more than one block, the
  * second prefetches the next group's rows (o + 1) into L2 while the others run on this group's from
- * L1, as kernels_avx2.c's 2 x 6 tiles do. */
+ * L1, as kernels_avx2.c's 2 x 6 tiles do; a pass of one tile (3..7 rows) prefetches them itself.
+ * Measured on 6b505ec (tools/ab-decode.py --verify-curve, medians of 8 alternating rounds,
+ * one sequence): a pass of 3..7 tokens took 0.71-0.87 of the time without it on SmolLM2 F32 and,
+ * with kernels_x86.h's scalar_w fix, 0.58-0.78 on F16; on the bundled target, whose weights mostly
+ * stay in L3, 0.88-1.05 (noise). An L3-resident 8 MB matrix alone (minions-bench-matmul) ran 5-15%
+ * slower with it, a 16 MB one 6-60% faster; the first tile of two prefetching instead of the second
+ * lost 10-20% on a 32 MB matrix at T = 8..16. */
 ALWAYS_INLINE void rows_f(uint32_t type, const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy,
                           int T, uint32_t o, uint32_t stride, bool last, const int RB, const int OT)
 {
@@ -45,8 +51,8 @@ ALWAYS_INLINE void rows_f(uint32_t type, const mn_weight *W, const float *x, siz
     const uint8_t *next = last ? NULL : W->data + (size_t)(o + 1) * W->row_bytes;
     int t = 0;
     for (; t + RB <= T; t += RB)
-        TILE_F(RB, t == RB ? next : NULL);
-    const uint8_t *pf = t == RB ? next : NULL;
+        TILE_F(RB, t == RB || T == RB ? next : NULL);
+    const uint8_t *pf = t == RB || t == 0 ? next : NULL; /* the second tile, or the only one */
     switch (T - t) {
     case 6: TILE_F(6, pf); break;
     case 5: TILE_F(5, pf); break;
