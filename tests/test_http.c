@@ -321,7 +321,8 @@ Test(http, several_choices_each_equal_their_own_request, .timeout = 300)
     cr_assert_eq(prompt_tokens, each);
 
     /* streamed: every chunk carries its choice's index; each choice's pieces make its text, and it
-     * ends with one finish_reason; then the usage (asked for) and [DONE] */
+     * ends with one finish_reason and its own speculation figures; then the usage (asked for) with
+     * the figures summed, and [DONE] */
     body = "{\"prompt\":\"In the beginning\",\"n\":3,\"max_tokens\":12,\"temperature\":0,\"stream\":true,"
            "\"stream_options\":{\"include_usage\":true}}";
     r = http_call(s.http_port, "POST", "/v1/completions", NULL, body);
@@ -331,6 +332,7 @@ Test(http, several_choices_each_equal_their_own_request, .timeout = 300)
     cr_assert_str_eq(json_string_value(json_array_get(ev, n - 1)), "[DONE]");
     char text[3][512] = {{0}};
     int finished[3] = {0};
+    json_int_t drafted = 0, verifications = 0;
     for (size_t i = 0; i + 1 < n; i++) {
         json_t *c = json_loads(json_string_value(json_array_get(ev, i)), 0, NULL);
         cr_assert(c);
@@ -338,6 +340,9 @@ Test(http, several_choices_each_equal_their_own_request, .timeout = 300)
         if (i + 2 == n) {
             cr_assert_eq(json_array_size(choices), 0, "the usage chunk has no choice");
             cr_assert_eq(int_at(c, "usage.completion_tokens"), 36);
+            cr_assert_gt(verifications, 0, "the choices speculated");
+            cr_assert_eq(int_at(c, "minions.spec.verifications"), verifications, "the usage chunk sums them");
+            cr_assert_eq(int_at(c, "minions.spec.drafted"), drafted);
         } else {
             cr_assert_eq(json_array_size(choices), 1);
             json_int_t k = int_at(c, "choices.0.index");
@@ -346,6 +351,12 @@ Test(http, several_choices_each_equal_their_own_request, .timeout = 300)
             const char *piece = str_at(c, "choices.0.text");
             strncat(text[k], piece ? piece : "", sizeof text[k] - strlen(text[k]) - 1);
             finished[k] = !json_is_null(json_object_get(json_array_get(choices, 0), "finish_reason"));
+            cr_assert_eq(json_object_get(c, "minions") != NULL, finished[k],
+                         "choice %lld's figures come with its finish_reason, only there", (long long)k);
+            if (finished[k]) {
+                verifications += int_at(c, "minions.spec.verifications");
+                drafted += int_at(c, "minions.spec.drafted");
+            }
         }
         json_decref(c);
     }

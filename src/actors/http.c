@@ -381,7 +381,8 @@ static void usage_of(const mn_http_actor *ha, const hreq *h, mn_oai_result *res,
 }
 
 /* A stream's choice is DONE: the rest of its text, then, with several choices, a chunk with its
- * finish_reason (a single choice's comes with the usage, in end_stream_ok). */
+ * finish_reason and its own speculation figures (a single choice's come with the usage, in
+ * end_stream_ok). */
 static void end_choice(hreq *h, mn_req *r)
 {
     mn_req_seal(r);
@@ -389,9 +390,11 @@ static void end_choice(hreq *h, mn_req *r)
     if (h->n_rs == 1)
         return; /* its last chunk is the stream's: end_stream_ok */
     mn_oai_result res = result_of(h);
+    mn_proto_spec spec = spec_of(h->ha, r);
     res.index = choice_of(h, r);
     res.text = "";
     res.finish_reason = finish_reason(r);
+    res.spec = h->ha->cfg.n_drafters ? &spec : NULL;
     size_t len = 0;
     char *event = mn_oai_chunk(&res, &len); /* before write_event reads len */
     write_event(h, event, len);

@@ -444,6 +444,13 @@ static json_t *choice(const mn_oai_result *res, bool chunk)
     return c;
 }
 
+/* "minions": {"spec": ...}, where res carries speculation figures. */
+static void extension(json_t *o, const mn_oai_result *res)
+{
+    if (o && res->spec)
+        json_object_set_new(o, "minions", json_pack("{s:o}", "spec", mn_proto_spec_json(res->spec)));
+}
+
 /* A body with the choices res[0..n) (a chunk has one). */
 static json_t *body(const mn_oai_result *res, size_t n, bool chunk)
 {
@@ -461,8 +468,7 @@ static json_t *body(const mn_oai_result *res, size_t n, bool chunk)
     json_object_set_new(o, "choices", choices);
     if (res->usage)
         json_object_set_new(o, "usage", usage_json(res));
-    if (res->usage && res->spec)
-        json_object_set_new(o, "minions", json_pack("{s:o}", "spec", mn_proto_spec_json(res->spec)));
+    extension(o, res);
     return o;
 }
 
@@ -480,6 +486,7 @@ char *mn_oai_usage_chunk(const mn_oai_result *res, size_t *len)
         json_object_set_new(o, "choices", json_array());
         json_object_set_new(o, "usage", usage_json(res));
     }
+    extension(o, res);
     return dump(o, "data: ", "\n\n", len);
 }
 

@@ -99,7 +99,7 @@ typedef struct mn_oai_result {
     bool first;                  /* chat stream: the chunk that opens the message (role) */
     bool usage;                  /* carry usage (a response, or the chunk that ends the stream) */
     uint32_t prompt_tokens, completion_tokens;
-    const mn_proto_spec *spec;   /* NULL: no "minions" extension */
+    const mn_proto_spec *spec;   /* NULL: no "minions" extension; else "minions": {"spec": ...} */
 } mn_oai_result;
 
 /* A whole response body (JSON, no newline) with the choices res[0..n), each at its index; the
@@ -107,7 +107,8 @@ typedef struct mn_oai_result {
 char *mn_oai_response(const mn_oai_result *res, size_t n, size_t *len);
 /* One server-sent event: "data: {chunk}\n\n". NULL only on OOM. */
 char *mn_oai_chunk(const mn_oai_result *res, size_t *len);
-/* A last chunk with usage and no choice (stream_options.include_usage). */
+/* A last chunk with usage (and the extension, where spec is set) and no choice
+ * (stream_options.include_usage). */
 char *mn_oai_usage_chunk(const mn_oai_result *res, size_t *len);
 /* {"error": {"message", "type", "param", "code"}}. NULL only on OOM. */
 char *mn_oai_error_body(const mn_oai_error *err, size_t *len);
