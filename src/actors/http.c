@@ -83,19 +83,25 @@ static void check_drained(mn_http_actor *ha)
     }
 }
 
-/* Tell every choice still running: cancelled, throttled or resumed. */
-static void to_running(hreq *h, int event)
+/* What the actor tells every choice still running. */
+typedef enum {
+    CANCEL,   /* the client is gone, or the answer failed: set cancelled, the engine ends it */
+    THROTTLE, /* the connection stopped reading: MN_REQ_EV_THROTTLED */
+    RESUME,   /* it reads again: MN_REQ_EV_RESUMED */
+} telling;
+
+static void to_running(hreq *h, telling what)
 {
     bool changed = false;
     for (uint32_t i = 0; i < h->n_rs; i++) {
         mn_req *r = h->rs[i];
         if (!r || h->finished[i])
             continue;
-        if (event < 0) {
+        if (what == CANCEL) {
             changed |= !r->cancelled;
             r->cancelled = true;
         } else {
-            mn_req_event(r, (mn_req_ev)event);
+            mn_req_event(r, what == THROTTLE ? MN_REQ_EV_THROTTLED : MN_REQ_EV_RESUMED);
             changed = true;
         }
     }
@@ -104,7 +110,6 @@ static void to_running(hreq *h, int event)
         mn_kick_verifier(h->ha->cfg.addr);
     }
 }
-#define CANCEL (-1)
 
 /* The choices the engine has let go of (DONE, or never posted); a running one is the engine's. */
 static void free_choices(hreq *h)
@@ -258,7 +263,7 @@ static void on_written(struct evhttp_connection *evcon, void *arg)
     if (!h->throttled || !h->running)
         return;
     h->throttled = false;
-    to_running(h, MN_REQ_EV_RESUMED);
+    to_running(h, RESUME);
 }
 
 /* Write one server-sent event (the headers first, once); on_written follows once it is out. */
@@ -291,7 +296,7 @@ static void watch_output(hreq *h)
     if (!bev || h->throttled || evbuffer_get_length(bufferevent_get_output(bev)) <= h->ha->cfg.out_high)
         return;
     h->throttled = true;
-    to_running(h, MN_REQ_EV_THROTTLED);
+    to_running(h, THROTTLE);
 }
 
 /* Stream r->text[sent, ready) and the log-probabilities that came with it. A chat's first chunk
