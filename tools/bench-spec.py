@@ -175,7 +175,7 @@ def evaluate(args):
                     for clients, requests in client_runs(args):
                         summ = run_bench(server, prompts, clients, requests, args.tokens, first)
                         results.setdefault((s, clients, config), []).append(summ)
-                print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
+                print(f"round {r + 1}/{args.rounds}: {s} done", file=sys.stderr, flush=True)
     finally:
         server.stop()
     for s, used in cursor.items():
