@@ -77,7 +77,7 @@ ALWAYS_INLINE void outputs_f(uint32_t type, const mn_weight *W, const float *x, 
 }
 
 /* The tile by the rows of the pass: 3 x 6, 5 x 4, 6 x 4 and 7 x 3 in one sweep over the weights;
- * 4 and more than 7 rows in blocks of 4 x 6. On a Zen 4 core (minions-bench-matmul, F32,
+ * 2, 4 and more than 7 rows in blocks of 4 x 6 (2: one 2 x 6 remainder). On a Zen 4 core (minions-bench-matmul, F32,
  * L2-resident and 9.4 MB matrices, alternating) these reached 80-112 GFLOP/s at T = 3..16, against
  * 57-106 for AVX2's 3 x 3 and 2 x 6; at T = 7, 7 x 3 beat 4 x 6 + 3 x 6 (84-96 against 64-84). */
 ALWAYS_INLINE void matmul_f_typed(uint32_t type, const mn_weight *W, const float *x, size_t ldx, float *y,
@@ -105,15 +105,18 @@ static void matmul_f16(const mn_weight *W, const float *x, size_t ldx, float *y,
     matmul_f_typed(MN_F16, W, x, ldx, y, ldy, T, ob, oe);
 }
 
-/* Float weights in passes of 3 to X16_MAX_T - 1 rows here. One row (decode: it streams the
- * weights, the registers do not matter), two (AVX2's 2 x 6 reached these tiles' speed), passes of
- * 32 rows or more (AVX2's 2 x 6 tiles and lane panels, measured for them) and quantized weights in
- * the float path (the tests' twin; the backend takes the integer path) go to AVX2. */
+/* Float weights in passes of 2 to X16_MAX_T - 1 rows here. One row (decode: it streams the
+ * weights, the registers do not matter), passes of 32 rows or more (AVX2's 2 x 6 tiles and lane
+ * panels, measured for them) and quantized weights in the float path (the tests' twin; the backend
+ * takes the integer path) go to AVX2. Two rows run as AVX2's 2 x 6 tile does, prefetching the next
+ * group as one tile does here (AVX2's own does not: it cost the bundled target there): in
+ * ab-decode's --verify-curve (8 rounds), passes of two tokens took 0.84x the time on SmolLM2 F16
+ * and 0.92x on F32 against AVX2's tile, level on the bundled target. */
 #define X16_MAX_T 32
 static void x16_matmul(const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy, int T,
                        uint32_t o_begin, uint32_t o_end)
 {
-    const bool short_pass = T >= 3 && T < X16_MAX_T;
+    const bool short_pass = T >= 2 && T < X16_MAX_T;
     if (short_pass && W->type == MN_F32)
         matmul_f32(W, x, ldx, y, ldy, T, o_begin, o_end);
     else if (short_pass && W->type == MN_F16)
