@@ -105,21 +105,26 @@ static void matmul_f16(const mn_weight *W, const float *x, size_t ldx, float *y,
     matmul_f_typed(MN_F16, W, x, ldx, y, ldy, T, ob, oe);
 }
 
-/* Float weights in passes of 2 to X16_MAX_T - 1 rows here. One row (decode: it streams the
- * weights, the registers do not matter), passes of 32 rows or more (AVX2's 2 x 6 tiles and lane
- * panels, measured for them) and quantized weights in the float path (the tests' twin; the backend
- * takes the integer path) go to AVX2. Two rows run as AVX2's 2 x 6 tile does, prefetching the next
- * group as one tile does here (AVX2's own does not: it cost the bundled target there): in
- * ab-decode's --verify-curve (8 rounds), passes of two tokens took 0.84x the time on SmolLM2 F16
- * and 0.92x on F32 against AVX2's tile, level on the bundled target. */
+/* Float weights in passes of 2 rows or more here (F32: fewer than X16_MAX_T). One row (decode: it
+ * streams the weights, the registers do not matter), F32 passes of 32 rows or more (AVX2's 2 x 6
+ * tiles and lane panels, measured for them) and quantized weights in the float path (the tests'
+ * twin; the backend takes the integer path) go to AVX2.
+ * - Two rows run as AVX2's 2 x 6 tile does, prefetching the next group as one tile does here
+ *   (AVX2's own does not: it cost the bundled target there): in ab-decode's --verify-curve (8
+ *   rounds), passes of two tokens took 0.84x the time on SmolLM2 F16 and 0.92x on F32 against
+ *   AVX2's tile, level on the bundled target.
+ * - Long F16 passes (no lane panels: those are F32's) convert each weight chunk once for four rows
+ *   in the 4 x 6 blocks, where AVX2's 2 x 6 tiles convert it for two: SmolLM2 F16 prefilled 1.075x
+ *   as fast (ab-decode --prefill 128, 6 rounds) and decoded 32 sequences 1.025x; on their own,
+ *   1536 x 576 and 576 x 1536 matrices (minions-bench-matmul, T = 32..128) 104-111 against 95-99
+ *   GFLOP/s. */
 #define X16_MAX_T 32
 static void x16_matmul(const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy, int T,
                        uint32_t o_begin, uint32_t o_end)
 {
-    const bool short_pass = T >= 2 && T < X16_MAX_T;
-    if (short_pass && W->type == MN_F32)
+    if (W->type == MN_F32 && T >= 2 && T < X16_MAX_T)
         matmul_f32(W, x, ldx, y, ldy, T, o_begin, o_end);
-    else if (short_pass && W->type == MN_F16)
+    else if (W->type == MN_F16 && T >= 2)
         matmul_f16(W, x, ldx, y, ldy, T, o_begin, o_end);
     else
         mn_kernels_avx2.matmul(W, x, ldx, y, ldy, T, o_begin, o_end);
