@@ -33,7 +33,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from importlib import import_module  # noqa: E402
 
 spec = import_module("bench-spec")  # the Server helper of tools/bench-spec.py
-BIN = spec.BIN
+import minionsd  # noqa: E402
 
 
 def gpu_layers(args, *flags):
@@ -86,8 +86,7 @@ def minions_rate(server, prompt, tokens):
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
         f.write(json.dumps({"prompt": prompt}) + "\n")
     rec = f.name + ".out"
-    subprocess.run([os.path.join(BIN, "minions-bench"), "--addr", server.addr, "--clients", "1", "--prompts", f.name,
-                    "--requests", "1", "--max-tokens", str(tokens), "--out", rec], capture_output=True, check=True)
+    minionsd.bench(server.addr, f.name, 1, 1, tokens, "--out", rec)
     r = json.loads(open(rec).read())
     os.unlink(f.name), os.unlink(rec)
     return (r["completion_tokens"] - 1) / (r["latency_s"] - r["ttft_s"])

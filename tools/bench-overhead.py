@@ -26,8 +26,9 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "build")
+import minionsd
+from minionsd import ROOT
+
 DRAFTS = ["draft-kjv", "draft-web", "draft-devil", "ngram"]
 
 # the loop thread's samples, by source file, into what the issue asks about
@@ -83,24 +84,18 @@ def main():
     ap.add_argument("--requests", type=int, default=24)
     ap.add_argument("--tokens", type=int, default=64)
     args = ap.parse_args()
-    cmd = [os.path.join(BIN, "minionsd"), "--port", "0", "--admin", "none", "--max-batch", "16"]
-    for d in DRAFTS:
-        cmd += ["--draft", d if d == "ngram" else os.path.join(ROOT, "models", d + ".gguf")]
-    srv = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    cmd = ["--max-batch", "16"] + minionsd.draft_args(DRAFTS)
+    srv = minionsd.Server(cmd, admin=False)
     try:
-        addr = srv.stdout.readline().split("tcp ")[1].split()[0]
-        print(f"minionsd {' '.join(cmd[1:])}; {args.requests} requests of {args.tokens} tokens, "
+        print(f"minionsd {' '.join(cmd)}; {args.requests} requests of {args.tokens} tokens, "
               f"{os.path.relpath(args.prompts, ROOT)}, greedy; perf cpu-clock at 4999 Hz\n")
         print("| clients | wall s | loop / compute-worker CPU | voter | tuner | messaging, other actors "
               "| sockets, JSON | kernel, libraries | n-gram drafting |")
         print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for clients in (1, 16):
-            run = lambda: subprocess.run([os.path.join(BIN, "minions-bench"), "--addr", addr, "--clients",
-                                          str(clients), "--prompts", args.prompts, "--requests",
-                                          str(args.requests), "--max-tokens", str(args.tokens)],
-                                         capture_output=True, check=True)
+            run = lambda: minionsd.bench(srv.addr, args.prompts, clients, args.requests, args.tokens)
             secs = []
-            per = sample(srv.pid, run, secs)
+            per = sample(srv.proc.pid, run, secs)
             compute = per[("compute", "")]
             share = lambda cat: 100.0 * per[("loop", cat)] / max(compute, 1)
             loop = sum(v for (role, _), v in per.items() if role == "loop")
@@ -109,8 +104,7 @@ def main():
             print(f"| {clients} | {secs[0]:.2f} | {100.0 * loop / max(compute, 1):.2f}% | " +
                   " | ".join(f"{share(c):.2f}%" for c in cats) + " |")
     finally:
-        srv.terminate()
-        srv.wait()
+        srv.stop()
 
 
 if __name__ == "__main__":

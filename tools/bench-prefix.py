@@ -23,32 +23,17 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.environ.get("MINIONS_BIN_DIR") or os.path.join(ROOT, "build")
+import minionsd
+from minionsd import ROOT
 
 
-class Server:
-    def __init__(self, args, workdir, cache):
-        self.admin_addr = f"ipc://{workdir}/admin-{cache}"
-        cmd = [os.path.join(BIN, "minionsd"), "--model", os.path.join(ROOT, args.target), "--port", "0",
-               "--admin", self.admin_addr, "--threads", str(args.threads), "--prefix-cache", cache]
-        for d in filter(None, args.drafts.split(",")):
-            cmd += ["--draft", d if d == "ngram" else os.path.join(ROOT, "models", d + ".gguf")]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-        self.addr = self.proc.stdout.readline().split("tcp ")[1].split()[0]
-
-    def stats(self):
-        out = subprocess.run([os.path.join(BIN, "minions-cli"), "--admin", self.admin_addr, '{"cmd":"stats"}'],
-                             capture_output=True, text=True, check=True).stdout
-        return json.loads(out)["stats"]
-
-    def stop(self):
-        self.proc.terminate()
-        self.proc.wait()
+def server(args, cache):
+    """A minionsd of this run with its prefix cache on or off."""
+    return minionsd.Server(["--model", os.path.join(ROOT, args.target), "--threads", str(args.threads),
+                            "--prefix-cache", cache] + minionsd.draft_args(filter(None, args.drafts.split(","))))
 
 
 def prompts_file(args, workdir):
@@ -61,13 +46,6 @@ def prompts_file(args, workdir):
         for p in texts(args.set):
             f.write(json.dumps({"prompt": preamble + p}) + "\n")
     return path
-
-
-def serve(server, prompts, clients, requests, args):
-    out = subprocess.run([os.path.join(BIN, "minions-bench"), "--addr", server.addr, "--clients", str(clients),
-                          "--prompts", prompts, "--requests", str(requests), "--max-tokens", str(args.tokens)],
-                         capture_output=True, text=True, check=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
 
 
 def main():
@@ -85,13 +63,14 @@ def main():
     args = ap.parse_args()
     workdir = tempfile.mkdtemp(prefix="minions-bench-prefix-")
     prompts = prompts_file(args, workdir)
-    servers = {c: Server(args, workdir, c) for c in ("on", "off")}
+    servers = {c: server(args, c) for c in ("on", "off")}
     runs = {}
     try:
         for r in range(args.rounds):
             for clients, requests in ((1, args.requests1), (16, args.requests16)):
                 for c in (("on", "off") if r % 2 == 0 else ("off", "on")):
-                    runs.setdefault((c, clients), []).append(serve(servers[c], prompts, clients, requests, args))
+                    run = minionsd.bench(servers[c].addr, prompts, clients, requests, args.tokens)
+                    runs.setdefault((c, clients), []).append(run)
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
         stats = {c: s.stats() for c, s in servers.items()}
     finally:

@@ -51,11 +51,10 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
-import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.environ.get("MINIONS_BIN_DIR") or os.path.join(ROOT, "build")
+import minionsd
+from minionsd import BIN, ROOT
+
 TARGET = os.path.join(ROOT, "models/target.gguf")
 DRAFTS = ["draft-kjv", "draft-web", "draft-devil", "ngram"]
 KV_BLOCKS = 0  # --kv-blocks for the server; 0: its default
@@ -68,37 +67,17 @@ VOTES = ["vote-fixed", "vote-global", "vote-sequence", "vote-global+skip", "vote
 CONFIGS = ["plain"] + DRAFTS + VOTES
 
 
-class Server:
+class Server(minionsd.Server):
+    """The minionsd of these benchmarks: the target and every drafter, configured live."""
+
     def __init__(self, spec_length, threads, max_batch, extra=()):
-        self.dir = tempfile.mkdtemp(prefix="minions-bench-spec-")
-        self.admin_addr = f"ipc://{self.dir}/admin"
-        args = [os.path.join(BIN, "minionsd"), "--model", TARGET, "--port", "0",
-                "--admin", self.admin_addr, "--threads", str(threads), "--max-batch", str(max_batch),
-                "--spec-length", str(spec_length)]
-        for d in DRAFTS:
-            args += ["--draft", d if d == "ngram" else os.path.join(ROOT, "models", d + ".gguf")]
+        args = ["--model", TARGET, "--threads", str(threads), "--max-batch", str(max_batch),
+                "--spec-length", str(spec_length)] + minionsd.draft_args(DRAFTS)
         if KV_BLOCKS:
             args += ["--kv-blocks", str(KV_BLOCKS)]
         if DRAFT_BACKEND:
             args += ["--draft-backend", DRAFT_BACKEND]
-        args += SERVER_ARGS + list(extra)
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
-        line = self.proc.stdout.readline()
-        self.addr = line.split("tcp ")[1].split()[0]
-
-    def admin(self, cmd):
-        out = subprocess.run([os.path.join(BIN, "minions-cli"), "--admin", self.admin_addr, json.dumps(cmd)],
-                             capture_output=True, text=True, check=True).stdout
-        reply = json.loads(out)
-        if not reply.get("ok"):
-            raise RuntimeError(f"admin {cmd}: {reply}")
-        return reply
-
-    def set(self, key, value):
-        self.admin({"cmd": "set", "key": key, "value": value})
-
-    def stats(self):
-        return self.admin({"cmd": "stats"})["stats"]
+        super().__init__(args + SERVER_ARGS + list(extra))
 
     def configure(self, config):
         self.set("spec.enabled", config != "plain")
@@ -113,10 +92,6 @@ class Server:
         self.set("spec.weights", mode)
         self.set("spec.skip_below", SKIP if config.endswith("+skip") else 0)
 
-    def stop(self):
-        self.proc.terminate()
-        self.proc.wait()
-
 
 def gnuplot(script):
     """Draw with gnuplot, or say how to get it: the tables are printed either way."""
@@ -129,11 +104,7 @@ def gnuplot(script):
 
 def run_bench(server, prompts, clients, requests, tokens, first=0):
     before = server.stats()
-    out = subprocess.run([os.path.join(BIN, "minions-bench"), "--addr", server.addr, "--clients", str(clients),
-                          "--prompts", prompts, "--requests", str(requests), "--max-tokens", str(tokens),
-                          "--first", str(first)],
-                         capture_output=True, text=True, check=True).stdout
-    summary = json.loads(out.strip().splitlines()[-1])
+    summary = minionsd.bench(server.addr, prompts, clients, requests, tokens, "--first", first)
     after = server.stats()
     gen = after["tokens"]["generated"] - before["tokens"]["generated"]
     verify_s = after["step_seconds"] - before["step_seconds"]
@@ -412,6 +383,8 @@ def main():
     ap.add_argument("--server-arg", action="append", default=[],
                     help="one more minionsd argument, repeatable: --server-arg=--pipeline")
     args = ap.parse_args()
+    if args.tuner and args.rounds < 2:
+        ap.error("--tuner needs --rounds 2 or more: its held-out length is chosen on the other rounds")
     TARGET, DRAFTS, KV_BLOCKS = os.path.abspath(args.target), args.drafts.split(","), args.kv_blocks
     DRAFT_BACKEND, SERVER_ARGS = args.draft_backend, args.server_arg
     CONFIGS = ["plain"] + DRAFTS + VOTES

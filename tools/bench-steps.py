@@ -55,48 +55,45 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.environ.get("MINIONS_BIN_DIR") or os.path.join(ROOT, "build")
+import minionsd
+from minionsd import BIN, ROOT
+
 DRAFTS = {"ngram": ["ngram"], "vote": ["draft-kjv", "draft-web", "draft-devil", "ngram"]}
 COLUMNS = ["tok/s", "pass %", "us/pass tok", "us/token", "tok/pass", "prompt %", "seqs", "to worker us", "to loop us",
            "loop us", "round us", "draft/seq", "beta us", "theta"]
 
 
-class Server:
+class Server(minionsd.Server):
+    """A configuration's minionsd, tracing its steps."""
+
     def __init__(self, config, args, workdir):
         name, _, bindir = config.partition("@")
         name, *options = name.split("+")
         self.trace = os.path.join(workdir, config.replace("/", "_") + ".jsonl")
         pipe = "pipe" in options
         threads = args.threads + (args.pipe_threads if pipe else 0)
-        cmd = [os.path.join(bindir or BIN, "minionsd"), "--model", os.path.join(ROOT, args.target), "--port", "0",
-               "--admin", "none", "--threads", str(threads), "--max-batch", "16",
+        cmd = ["--model", os.path.join(ROOT, args.target), "--threads", str(threads), "--max-batch", "16",
                "--spec-length", str(args.spec_length), "--ngram-cache", "0", "--step-trace", self.trace]
         if name != "plain":
-            for d in DRAFTS[name]:
-                cmd += ["--draft", d if d == "ngram" else os.path.join(ROOT, "models", d + ".gguf")]
+            cmd += minionsd.draft_args(DRAFTS[name])
         if "tuner" in options:
             cmd += ["--tuner", "adaptive,rule=sequence"]
         if pipe:
             cmd += ["--pipeline", "--draft-threads", str(args.pipe_threads)]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-        self.addr = self.proc.stdout.readline().split("tcp ")[1].split()[0]
+        super().__init__(cmd, admin=False, bindir=bindir)
 
     def stop(self):
-        """SIGTERM drains and frees the engine, which completes the trace."""
-        self.proc.terminate()
-        self.proc.wait()
+        """The steps of the trace, complete once the engine has drained."""
+        super().stop()
         with open(self.trace) as f:
             return [json.loads(line) for line in f]
 
 
 def serve(server, prompts, clients, requests, args):
     t0 = time.monotonic()  # the trace's clock (CLOCK_MONOTONIC)
-    out = subprocess.run([os.path.join(BIN, "minions-bench"), "--addr", server.addr, "--clients", str(clients),
-                          "--prompts", prompts, "--requests", str(requests), "--max-tokens", str(args.tokens),
-                          "--temperature", str(args.temperature), "--top-p", str(args.top_p)],
-                         capture_output=True, text=True, check=True).stdout
-    return {"t0": t0, "t1": time.monotonic(), "tok_per_s": json.loads(out.strip().splitlines()[-1])["tok_per_s"]}
+    summary = minionsd.bench(server.addr, prompts, clients, requests, args.tokens, "--temperature", args.temperature,
+                             "--top-p", args.top_p)
+    return {"t0": t0, "t1": time.monotonic(), "tok_per_s": summary["tok_per_s"]}
 
 
 def breakdown(run, steps):
