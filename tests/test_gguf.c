@@ -168,6 +168,34 @@ Test(model, loader_names_missing_and_misshapen_tensors)
     cr_assert(strstr(err.msg, "/nonexistent/model.gguf"), "%s", err.msg);
 }
 
+/* A block count the file's tensors cannot hold is refused by name, before anything is sized by it
+ * (libFuzzer's tools/fuzz-gguf.c found a 2^28 that made the loader ask for 4 GB). */
+Test(model, a_block_count_past_the_tensors_is_refused)
+{
+    size_t len;
+    unsigned char *buf = slurp(fixture("gqa_f32.gguf"), &len);
+    /* the u32 value of llama.block_count follows its key and its type */
+    const char *key = "llama.block_count";
+    unsigned char *p = NULL;
+    for (size_t i = 0; i + strlen(key) < len && !p; i++)
+        if (memcmp(buf + i, key, strlen(key)) == 0)
+            p = buf + i + strlen(key) + 4;
+    cr_assert_not_null(p);
+    uint32_t blocks;
+    memcpy(&blocks, p, 4);
+    cr_assert_eq(blocks, 2);
+    for (uint32_t n = 3; n; n = n == 3 ? 1u << 28 : 0) {
+        memcpy(p, &n, 4);
+        gguf_file *f;
+        mn_err err = {{0}};
+        cr_assert_eq(gguf_open_mem(buf, len, &f, &err), MN_OK, "%s", err.msg);
+        mn_model *m = NULL;
+        cr_assert_eq(mn_model_from_gguf(f, "blocks", &m, &err), MN_INVALID, "block_count %u", n);
+        cr_assert(strstr(err.msg, "block_count"), "block_count %u: %s", n, err.msg);
+    }
+    free(buf);
+}
+
 Test(model, hparams_and_tied_output)
 {
     mn_model *m = load_model("gqa_f32.gguf");

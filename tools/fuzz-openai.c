@@ -3,9 +3,10 @@
  * it accepts is split into its choices and answered, whole and as a chunk, with its own prompt as
  * the text. ASan and UBSan watch every run; a leak fails it at exit. Not part of the build:
  *
- *   S=src; clang -g -O1 -fsanitize=fuzzer,address,undefined -I$S -Ibuild -include build/config.h \
+ *   grep -v MN_HAVE_JEMALLOC build/config.h > /tmp/fuzz-config.h   # ASan wants libc's malloc
+ *   S=src; clang -g -O1 -fsanitize=fuzzer,address,undefined -I$S -Ibuild -include /tmp/fuzz-config.h \
  *     tools/fuzz-openai.c $S/net/openai.c $S/net/proto.c $S/model/chat.c $S/util/alloc.c \
- *     $S/util/status.c $S/util/log.c -ljansson -ljemalloc -o /tmp/fuzz-openai
+ *     $S/util/status.c $S/util/log.c -ljansson -o /tmp/fuzz-openai
  *   mkdir -p /tmp/fuzz-corpus && /tmp/fuzz-openai /tmp/fuzz-corpus -max_total_time=300 -max_len=4096
  *
  * The first byte picks the kind (bit 0), the max_tokens limit and the chat format; the rest is the

@@ -71,6 +71,11 @@ static mn_status read_hparams(gguf_file *f, mn_hparams *hp, mn_err *err)
         return s;
     if (hp->n_ctx > (1u << 20))
         return mn_fail(err, MN_INVALID, "model: context length %u is absurd", hp->n_ctx);
+    /* a block has nine tensors: a count the file cannot hold is refused before it sizes anything (a
+     * fuzzed file's 2^28 blocks asked for 4 GB before its first missing tensor was found) */
+    if (hp->n_layers > gguf_n_tensors(f) / 9)
+        return mn_fail(err, MN_INVALID, "model: llama.block_count is %u, but the file holds %zu tensors (9 a block)",
+                       hp->n_layers, gguf_n_tensors(f));
     return MN_OK;
 }
 
