@@ -168,19 +168,24 @@ Test(model, loader_names_missing_and_misshapen_tensors)
     cr_assert(strstr(err.msg, "/nonexistent/model.gguf"), "%s", err.msg);
 }
 
+/* Where the value of a file's key begins: `skip` bytes (its type, a string's length) after the key's
+ * first occurrence in buf. */
+static unsigned char *value_of(unsigned char *buf, size_t len, const char *key, size_t skip)
+{
+    for (size_t i = 0; i + strlen(key) + skip < len; i++)
+        if (memcmp(buf + i, key, strlen(key)) == 0)
+            return buf + i + strlen(key) + skip;
+    cr_assert_fail("no key %s", key);
+    return NULL;
+}
+
 /* A block count the file's tensors cannot hold is refused by name, before anything is sized by it
  * (libFuzzer's tools/fuzz-gguf.c found a 2^28 that made the loader ask for 4 GB). */
 Test(model, a_block_count_past_the_tensors_is_refused)
 {
     size_t len;
     unsigned char *buf = slurp(fixture("gqa_f32.gguf"), &len);
-    /* the u32 value of llama.block_count follows its key and its type */
-    const char *key = "llama.block_count";
-    unsigned char *p = NULL;
-    for (size_t i = 0; i + strlen(key) < len && !p; i++)
-        if (memcmp(buf + i, key, strlen(key)) == 0)
-            p = buf + i + strlen(key) + 4;
-    cr_assert_not_null(p);
+    unsigned char *p = value_of(buf, len, "llama.block_count", 4); /* a u32 after its type */
     uint32_t blocks;
     memcpy(&blocks, p, 4);
     cr_assert_eq(blocks, 2);
@@ -216,13 +221,8 @@ Test(model, unknown_pre_tokenizer_is_named)
 {
     size_t len;
     unsigned char *buf = slurp(fixture("gqa_f32.gguf"), &len);
-    /* the value of tokenizer.ggml.pre follows its key, type and length: "default" -> "defaulX" */
-    const char *key = "tokenizer.ggml.pre";
-    unsigned char *p = NULL;
-    for (size_t i = 0; i + strlen(key) < len && !p; i++)
-        if (memcmp(buf + i, key, strlen(key)) == 0)
-            p = buf + i + strlen(key) + 4 + 8;
-    cr_assert_not_null(p);
+    /* the string follows its key's type and its length: "default" -> "defaulX" */
+    unsigned char *p = value_of(buf, len, "tokenizer.ggml.pre", 4 + 8);
     cr_assert(memcmp(p, "default", 7) == 0);
     p[6] = 'X';
     gguf_file *f;
