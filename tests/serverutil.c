@@ -301,6 +301,36 @@ int load_references(char **prompts, char **want, int max_tokens)
 }
 
 
+void check_prompts_cached(server *s, char **prompts, int n, int n_drafters, const bool *drafted)
+{
+    json_int_t total = 0;
+    json_t *r = admin(s, "{\"cmd\":\"get\",\"key\":\"kv.block_size\"}");
+    json_int_t bs = json_integer_value(json_object_get(r, "value"));
+    json_decref(r);
+    cr_assert_gt(bs, 0);
+    tconn c;
+    connect_to(s->tcp, &c);
+    for (int i = 0; i < n; i++) {
+        json_t *before = admin(s, "{\"cmd\":\"stats\"}");
+        send_request(&c, "again", prompts[i], 1, 0, 0);
+        json_t *done = await(&c, "again");
+        json_int_t tokens = json_integer_value(json_object_get(json_object_get(done, "usage"), "prompt_tokens"));
+        json_decref(done);
+        json_t *after = admin(s, "{\"cmd\":\"stats\"}");
+        json_int_t want = (tokens - 1) / bs * bs;
+        cr_assert_eq(kv_of(after, "target", "adopted") - kv_of(before, "target", "adopted"), want,
+                     "prompt %d (%lld tokens): the target's pool", i, (long long)tokens);
+        json_int_t drafts = kv_of(after, "drafts", "adopted") - kv_of(before, "drafts", "adopted");
+        cr_assert_eq(drafts, drafted && drafted[i] ? n_drafters * want : 0,
+                     "prompt %d (%lld tokens): the drafts' pools", i, (long long)tokens);
+        total += want;
+        json_decref(before);
+        json_decref(after);
+    }
+    cr_assert_gt(total, 0, "no prompt fills a block");
+    tconn_close(&c);
+}
+
 /* Every KV block free (the drafts' too) and no request in flight, within 10 s. */
 void wait_idle(server *s)
 {

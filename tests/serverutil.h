@@ -5,6 +5,7 @@
 #define MN_TEST_SERVERUTIL_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <sys/resource.h>
 #include <sys/types.h>
 
@@ -48,6 +49,14 @@ void connect_to(const char *addr, tconn *t);
 void tconn_close(tconn *t);
 void send_line(tconn *t, const char *line);
 void send_request(tconn *c, const char *id, const char *prompt, int max_tokens, double temperature, int stream);
+
+/* On an idle server whose prefix cache has seen each of the n prompts: each asked again (one token,
+ * greedy, one after another) adopts every whole block of its prompt but the last token, exactly,
+ * in the target's pool, and in each of the n_drafters model drafts' pools where drafted[i] says
+ * earlier requests for prompt i speculated (none otherwise; drafted NULL: none did). A count taken
+ * while many clients run is not fixed (which requests end before others are admitted moves it);
+ * these are. */
+void check_prompts_cached(server *s, char **prompts, int n, int n_drafters, const bool *drafted);
 
 /* The next reply line from the socket (the stash is not consulted). */
 json_t *read_reply(tconn *t);

@@ -177,11 +177,18 @@ Test(speculate, thirty_two_clients_greedy_equals_generate, .timeout = 600, .disa
     cr_assert_eq(failures, 0, "%d of 128 requests failed or differed from minions-generate", failures);
     wait_idle(&s);
     /* the prompts repeat: the target's and the drafts' prefix caches served them (the texts above
-     * say the target's held the right K/V; a draft's wrong K/V could only cost acceptance) */
+     * say the target's held the right K/V; a draft's wrong K/V could only cost acceptance), and now
+     * every prompt's blocks are in each cache */
     json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
-    cr_assert_gt(kv_of(st, "target", "adopted"), 64 * 16);
-    cr_assert_gt(kv_of(st, "drafts", "adopted"), 64 * 16, "%s", json_dumps(st, 0));
+    cr_assert_gt(kv_of(st, "target", "adopted"), 0);
+    cr_assert_gt(kv_of(st, "drafts", "adopted"), 0, "%s", json_dumps(st, 0));
     json_decref(st);
+    /* client i's k-th request asks for prompt (i + k) % 6 and speculates when (i + k) % 3 != 0: so
+     * prompts 0 and 3 never did, and only the target's pool holds them */
+    bool drafted[6];
+    for (int i = 0; i < n; i++)
+        drafted[i] = i % 3 != 0;
+    check_prompts_cached(&s, prompts, n, 3, drafted);
     server_stop(&s);
     for (int i = 0; i < n; i++)
         free(prompts[i]), free(want[i]);
