@@ -300,7 +300,6 @@ int load_references(char **prompts, char **want, int max_tokens)
     return n;
 }
 
-
 void check_prompts_cached(server *s, char **prompts, int n, int n_drafters, const bool *drafted)
 {
     json_int_t total = 0;
