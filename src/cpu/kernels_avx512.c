@@ -35,7 +35,7 @@
 
 /* The rows in blocks of RB and one of the remaining 1..RB-1, each block one tile of OT outputs a
  * stride apart (the hardware prefetcher follows the OT streams). With more than one block, the
- * second prefetches the next group's rows (o + 1) into L2 while the others run on this group's from
+ * second prefetches a later group's rows (`next`) into L2 while the others run on this group's from
  * L1, as kernels_avx2.c's 2 x 6 tiles do; a pass of one tile (3..7 rows) prefetches them itself.
  * Measured on 6b505ec (tools/ab-decode.py --verify-curve, medians of 8 alternating rounds,
  * one sequence): a pass of 3..7 tokens took 0.71-0.87 of the time without it on SmolLM2 F32 and,
@@ -44,11 +44,10 @@
  * slower with it, a 16 MB one 6-60% faster; the first tile of two prefetching instead of the second
  * lost 10-20% on a 32 MB matrix at T = 8..16. */
 ALWAYS_INLINE void rows_f(uint32_t type, const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy,
-                          int T, uint32_t o, uint32_t stride, bool last, const int RB, const int OT)
+                          int T, uint32_t o, uint32_t stride, const uint8_t *next, const int RB, const int OT)
 {
 #define TILE_F(RT, PF) tile(type, W, x, ldx, y, ldy, t, o, stride, RT, OT, (PF) ? OT : 0, PF, pf_step)
     const size_t pf_step = W->cols >= 8 ? W->row_bytes / (W->cols / 8) : 0;
-    const uint8_t *next = last ? NULL : W->data + (size_t)(o + 1) * W->row_bytes;
     int t = 0;
     for (; t + RB <= T; t += RB)
         TILE_F(RB, t == RB || T == RB ? next : NULL);
@@ -65,15 +64,25 @@ ALWAYS_INLINE void rows_f(uint32_t type, const mn_weight *W, const float *x, siz
 #undef TILE_F
 }
 
+/* How many groups ahead rows_f prefetches. One group ahead left the bundled target's passes of
+ * 2..7 tokens waiting on L3: with two, they took 0.78-0.88 of the time (tools/ab-decode.py
+ * --verify-curve, medians of 30-40 alternating rounds, one sequence; 8 tokens, two tiles a group
+ * and so twice the time to hide a fetch in, 0.94-0.99), SmolLM2 F16 0.95-1.00 and F32 level
+ * (memory-bound: 6 rounds). Three groups ahead was no better on the target and lost 5-11% on F16's
+ * passes of 5..8 tokens; six lost the gain. */
+#define PF_GROUPS 2
+
 /* OT outputs a tile, q = range / OT apart; the outputs past the last full stride one at a time. */
 ALWAYS_INLINE void outputs_f(uint32_t type, const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy,
                              int T, uint32_t ob, uint32_t oe, const int RB, const int OT)
 {
     const uint32_t q = (oe - ob) / (uint32_t)OT;
-    for (uint32_t o = ob; o < ob + q; o++)
-        rows_f(type, W, x, ldx, y, ldy, T, o, q, o + 1 == ob + q, RB, OT);
+    for (uint32_t o = ob; o < ob + q; o++) {
+        const uint8_t *next = o + PF_GROUPS < ob + q ? W->data + (size_t)(o + PF_GROUPS) * W->row_bytes : NULL;
+        rows_f(type, W, x, ldx, y, ldy, T, o, q, next, RB, OT);
+    }
     for (uint32_t o = ob + (uint32_t)OT * q; o < oe; o++)
-        rows_f(type, W, x, ldx, y, ldy, T, o, 1, true, RB, 1);
+        rows_f(type, W, x, ldx, y, ldy, T, o, 1, NULL, RB, 1);
 }
 
 /* The tile by the rows of the pass: 3 x 6, 5 x 4, 6 x 4 and 7 x 3 in one sweep over the weights;
