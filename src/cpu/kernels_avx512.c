@@ -164,26 +164,7 @@ ALWAYS_INLINE void matmul_q8_typed(uint32_t type, const mn_weight *W, const mn_q
             tile_q8(type, W, xq, ldxq, y, ldy, t, o, 1, 1, 1);
 }
 
-#define DEFINE_MATMUL_Q8(name, type)                                                                 \
-    static void name(const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, size_t ldy, int T,    \
-                     uint32_t ob, uint32_t oe)                                                         \
-    {                                                                                                  \
-        matmul_q8_typed(type, W, xq, ldxq, y, ldy, T, ob, oe);                                         \
-    }
-DEFINE_MATMUL_Q8(matmul_q8_q8_0, MN_Q8_0)
-DEFINE_MATMUL_Q8(matmul_q8_q4_0, MN_Q4_0)
-DEFINE_MATMUL_Q8(matmul_q8_q4_1, MN_Q4_1)
-
-static void x16_matmul_q8(const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, size_t ldy, int T,
-                          uint32_t o_begin, uint32_t o_end)
-{
-    switch (W->type) {
-    case MN_Q8_0: matmul_q8_q8_0(W, xq, ldxq, y, ldy, T, o_begin, o_end); break;
-    case MN_Q4_0: matmul_q8_q4_0(W, xq, ldxq, y, ldy, T, o_begin, o_end); break;
-    case MN_Q4_1: matmul_q8_q4_1(W, xq, ldxq, y, ldy, T, o_begin, o_end); break;
-    default: break; /* mn_weight_uses_q8 is false for every other type */
-    }
-}
+DEFINE_MATMUL_Q8_ENTRY(x16_matmul_q8)
 
 #ifdef MN_X16_EMULATE
 static int x16_usable(void) { return mn_kernels_avx2.usable(); }
