@@ -14,7 +14,8 @@ prompts and --tokens per request; the order rotates every round):
   +adaptive    a second minionsd, --tuner adaptive, the vote
   +pipeline    a third minionsd, --tuner adaptive --pipeline --draft-threads 1, the vote
   llama.cpp    llama-server (-np 16), plain
-  llama.cpp-spec  llama-server with the set's best model draft (-md, --draft-max = that length)
+  llama.cpp-spec  llama-server with the set's best model draft (-md, --draft-max or, in newer
+                  llama.cpp, --spec-draft-n-max = that length)
 
 The ablation is plain -> single -> +vote -> +adaptive -> +pipeline; each step's gain in %. For
 1 and --clients-many clients on every set, and a client sweep (--sweep, on --sweep-set) for
@@ -45,6 +46,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from importlib import import_module  # noqa: E402
 
 spec = import_module("bench-spec")  # the minionsd Server helper and run_bench
+llamacpp_spec = import_module("bench-llamacpp-spec")  # draft_length_flags: the flags differ by version
 ROOT, BIN, DRAFTS = spec.ROOT, spec.BIN, spec.DRAFTS
 MODELS = [d for d in DRAFTS if d != "ngram"]
 ABLATION = ["plain", "single", "+vote", "+adaptive", "+pipeline"]
@@ -68,8 +70,8 @@ class Llama:
                 "--port", str(self.port), "-t", str(threads), "-tb", str(threads), "-np", str(slots),
                 "-c", str(1024 * slots), "--log-disable"]
         if draft:
-            args += ["-md", os.path.join(ROOT, "models", draft + ".gguf"), "--draft-max", str(draft_max),
-                     "--draft-min", "0"]
+            n_max, n_min = llamacpp_spec.draft_length_flags(args[0])
+            args += ["-md", os.path.join(ROOT, "models", draft + ".gguf"), n_max, str(draft_max), n_min, "0"]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for _ in range(300):
             try:
