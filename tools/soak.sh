@@ -7,6 +7,9 @@
 #   tools/soak.sh        env: REQUESTS (10000) CLIENTS (16) SEED (1) MAX_TOKENS (24) KV_BLOCKS (24)
 #                             MAX_BATCH (8) THREADS (2) BIN (build, or $MINIONS_BIN_DIR: where minionsd
 #                             and minions-soak are) MODEL (models/target.gguf) PROMPTS (prompts/kjv.jsonl)
+#                             DRAFTS (none: plain decoding; else minionsd's --draft values, separated
+#                             by spaces, e.g. "models/draft-kjv.gguf ngram": the soak then speculates,
+#                             and greedy and seeded repeats must still give one text, as plain decoding's)
 # The last line is `soak: N passed, M failed` (minions-soak's checks and minionsd's exit status);
 # exit 0 when nothing failed. Everything the run wrote is kept in the directory printed on failure.
 # Relative paths (BIN, MODEL, PROMPTS) are taken from the source root, where the script runs.
@@ -22,6 +25,8 @@ max_batch=${MAX_BATCH:-8}
 threads=${THREADS:-2}
 model=${MODEL:-models/target.gguf}
 prompts=${PROMPTS:-prompts/kjv.jsonl}
+drafts=
+for d in ${DRAFTS:-}; do drafts="$drafts --draft $d"; done
 max_line=8192
 
 for b in minionsd minions-soak; do
@@ -42,7 +47,7 @@ trap 'exit 1' INT TERM
 : >"$tmp/minionsd.err"
 "$bin/minionsd" --model "$model" --port 0 --unix "$tmp/sock" --admin "ipc://$tmp/admin" --threads "$threads" \
   --max-batch "$max_batch" --kv-blocks "$kv_blocks" --output-buffer 4 --max-line "$max_line" \
-  --drain-timeout 30 >"$tmp/minionsd.out" 2>"$tmp/minionsd.err" &
+  --drain-timeout 30 $drafts >"$tmp/minionsd.out" 2>"$tmp/minionsd.err" &
 pid=$!
 addr=
 for _ in $(seq 600); do
@@ -57,7 +62,7 @@ if [ -z "$addr" ]; then
   exit 1
 fi
 echo "soak.sh: minionsd pid $pid on $addr, $tmp/sock; kv-blocks $kv_blocks, max-batch $max_batch;" \
-  "$requests requests, $clients clients, seed $seed" >&2
+  "$requests requests, $clients clients, seed $seed; drafts: ${DRAFTS:-none}" >&2
 
 set +e
 "$bin/minions-soak" --addr "$addr" --unix "$tmp/sock" --admin "ipc://$tmp/admin" --requests "$requests" \

@@ -18,15 +18,16 @@
  * line its error, no line names an unknown id, no delta follows a final line, the deltas of a
  * stream add up to its done text. On every session: replies are well formed, a cancel's unknown_id
  * comes only after the request's final line, finish_reason "cancelled" only after a cancel, usage
- * agrees with max_tokens and the prompt file's token counts, stop strings are honoured, and
- * repeated greedy (and seeded sampled) requests give the same text (a shorter one a prefix).
+ * agrees with max_tokens and the prompt file's token counts, a speculating server's `spec` figures
+ * agree with each other, stop strings are honoured, and repeated greedy (and seeded sampled)
+ * requests give the same text (a shorter one a prefix), speculation or not.
  * A duplicate id races with its original: when the original's final line comes first, the server
  * took the duplicate as a new request, and it must be answered as one.
  *
  * A monitor thread reads the admin stats while the soak runs (KV used + free + cached == total) and moves
  * batch.max_sequences and queue.max (busy answers) unless --no-churn. At the end: the server must
- * become idle (running, queued, in_flight 0) with KV used 0 and no connection left, and answer a
- * greedy request with the text it gave at the start.
+ * become idle (running, queued, in_flight 0) with KV used 0 (the target's and the draft models') and
+ * no connection left, and answer a greedy request with the text it gave at the start.
  *
  * Output: detail lines on stderr; on stdout one JSON summary line, then `soak: N passed, M failed`
  * (one count per check). Exit 0 only when every check passed. */
@@ -78,7 +79,7 @@ typedef enum check_id {
     C_PROGRESS,       /* no session stalled, every connect worked, every request was sent */
     C_LIVE_STATS,     /* during the run: KV used + free + cached == total, used <= total */
     C_IDLE,           /* at the end: running, queued, in_flight all 0 */
-    C_KV_ZERO,        /* at the end: KV used == 0 */
+    C_KV_ZERO,        /* at the end: KV used == 0, the target's and the draft models' */
     C_CONNS_ZERO,     /* at the end: no connection left */
     C_COUNTERS,       /* stats done + failed within what was sent and what was answered */
     C_FINAL_GREEDY,   /* the server still answers, and the same greedy text as at the start */
@@ -639,6 +640,34 @@ static void compare_repeat(session *s, const sreq *r, const char *text, size_t l
     pthread_mutex_unlock(&k->table_mu);
 }
 
+/* A speculating server's done line carries "spec" (docs/server.md): whole counts, no more tokens
+ * accepted than drafted, one voted drafter per verification, and mean_accepted_len their ratio. */
+static bool spec_consistent(json_t *spec)
+{
+    json_t *dr = json_object_get(spec, "drafted"), *ac = json_object_get(spec, "accepted"),
+           *ve = json_object_get(spec, "verifications"), *mean = json_object_get(spec, "mean_accepted_len"),
+           *voted = json_object_get(spec, "voted");
+    if (json_object_size(spec) != 5 || !json_is_integer(dr) || !json_is_integer(ac) || !json_is_integer(ve) ||
+        !json_is_real(mean) || !json_is_object(voted))
+        return false;
+    json_int_t drafted = json_integer_value(dr), accepted = json_integer_value(ac), n = json_integer_value(ve);
+    if (accepted < 0 || accepted > drafted || n < 0)
+        return false;
+    /* the server writes reals to 6 significant digits */
+    double want = n ? (double)accepted / (double)n : 0.0, got = json_real_value(mean);
+    if (got < want - 1e-5 * (want + 1) || got > want + 1e-5 * (want + 1))
+        return false;
+    json_int_t votes = 0;
+    const char *name;
+    json_t *count;
+    json_object_foreach(voted, name, count) {
+        if (!json_is_integer(count) || json_integer_value(count) < 0)
+            return false;
+        votes += json_integer_value(count);
+    }
+    return votes == n;
+}
+
 static void check_done(session *s, sreq *r, json_t *o)
 {
     soak *k = s->k;
@@ -646,10 +675,16 @@ static void check_done(session *s, sreq *r, json_t *o)
     json_t *text = json_object_get(o, "text"), *fr = json_object_get(o, "finish_reason"),
            *usage = json_object_get(o, "usage");
     json_t *pt = json_object_get(usage, "prompt_tokens"), *ct = json_object_get(usage, "completion_tokens");
+    json_t *spec = json_object_get(o, "spec");
     if (!json_is_true(json_object_get(o, "done")) || !json_is_string(text) || !json_is_string(fr) ||
-        !json_is_integer(pt) || !json_is_integer(ct) || json_object_size(o) != 5) {
+        !json_is_integer(pt) || !json_is_integer(ct) || json_object_size(o) != 5 + (spec != NULL)) {
         violation(k, C_DONE_FIELDS, "%s id %s: malformed done line", s->tag, r->id);
         return;
+    }
+    if (spec && !spec_consistent(spec)) {
+        char *figures = json_dumps(spec, JSON_COMPACT);
+        violation(k, C_DONE_FIELDS, "%s id %s: spec figures that disagree: %s", s->tag, r->id, figures ? figures : "?");
+        free(figures);
     }
     const char *reason = json_string_value(fr), *t = json_string_value(text);
     size_t len = json_string_length(text);
@@ -1134,6 +1169,7 @@ static void *client_main(void *arg)
 typedef struct stats {
     long running, queued, in_flight, done, failed, used, free, cached, total, connections, throttled, preemptions,
         steps;
+    long drafts_used; /* the draft models' KV blocks in use (0 without model drafters) */
 } stats;
 
 static int admin_open(const char *addr)
@@ -1193,6 +1229,7 @@ static int admin_stats(int sock, stats *st)
         .total = jget(s, "kv", "target", "total"),
         .connections = jget(s, "connections", NULL, NULL), .throttled = jget(s, "throttled", NULL, NULL),
         .preemptions = jget(s, "preemptions", NULL, NULL), .steps = jget(s, "steps", NULL, NULL),
+        .drafts_used = json_object_get(json_object_get(s, "kv"), "drafts") ? jget(s, "kv", "drafts", "used") : 0,
     };
     json_decref(o);
     return 0;
@@ -1351,7 +1388,7 @@ static void wait_idle(int sock, stats *st, double limit)
         stats now;
         if (admin_stats(sock, &now) == 0) {
             *st = now;
-            if (!now.running && !now.queued && !now.in_flight && !now.used && !now.connections)
+            if (!now.running && !now.queued && !now.in_flight && !now.used && !now.drafts_used && !now.connections)
                 return;
         }
         if (mn_now() - t >= limit)
@@ -1473,9 +1510,10 @@ int main(int argc, char **argv)
     else if (st.running || st.queued || st.in_flight)
         violation(k, C_IDLE, "not idle after %.0f s: running %ld queued %ld in_flight %ld", IDLE_WAIT_S, st.running,
                   st.queued, st.in_flight);
-    if (st.used != 0)
-        violation(k, C_KV_ZERO, "KV used %ld of %ld blocks after the soak (running %ld queued %ld in_flight %ld)",
-                  st.used, st.total, st.running, st.queued, st.in_flight);
+    if (st.used != 0 || st.drafts_used != 0)
+        violation(k, C_KV_ZERO,
+                  "KV used %ld of %ld blocks, drafts' %ld, after the soak (running %ld queued %ld in_flight %ld)",
+                  st.used, st.total, st.drafts_used, st.running, st.queued, st.in_flight);
     if (st.connections != 0)
         violation(k, C_CONNS_ZERO, "%ld connections left after the soak", st.connections);
     long finished = (st.done - st0.done) + (st.failed - st0.failed) - 1; /* the base request */
@@ -1492,8 +1530,8 @@ int main(int argc, char **argv)
     wait_idle(admin, &st2, 5);
     if (st2.in_flight != 0 && st.total >= 0)
         violation(k, C_IDLE, "after the final request: in_flight %ld", st2.in_flight);
-    if (st2.used != 0 && st.used == 0)
-        violation(k, C_KV_ZERO, "after the final request: KV used %ld", st2.used);
+    if ((st2.used != 0 || st2.drafts_used != 0) && st.used == 0 && st.drafts_used == 0)
+        violation(k, C_KV_ZERO, "after the final request: KV used %ld, drafts' %ld", st2.used, st2.drafts_used);
     if (st2.connections != 0 && st.connections == 0)
         violation(k, C_CONNS_ZERO, "after the final request: %ld connections", st2.connections);
     nn_close(admin);
