@@ -6,9 +6,14 @@ at a time, greedy, --tokens tokens, 2 threads:
   llama.cpp plain        llama-completion -no-cnv, or llama-cli where that is all there is (older
                          llama.cpp); its eval time: decode only
   llama.cpp speculative  llama-speculative with the set's draft, draft length S (its "decoded" rate)
+  llama.cpp lookup       llama-lookup: llama.cpp's n-gram (prompt lookup) drafting, draft length S, where
+                         the build has it (its "decoded" rate)
   minions plain          minionsd, spec.enabled false (decode rate: tokens after the first / time after it)
   minions speculative    the same minionsd: the set's draft alone, the n-gram drafter alone, the
-                         vote of all drafters (spec.weights sequence, spec.skip_below 0.25)
+                         vote of all drafters (spec.weights sequence, spec.skip_below 0.25); the
+                         n-gram drafter without its shared cache of finished requests (--ngram-cache
+                         0), which would hold the text of the same prompts from earlier rounds and
+                         systems, so that it drafts from each request's own tokens, as llama-lookup
 Prints the median decode tok/s of each and each engine's speculative/plain ratio.
 
     tools/bench-llamacpp-spec.py --llama /tmp/llama/build/bin [--rounds 5] [--tokens 64] [--sets kjv,web] [--gpu]
@@ -89,6 +94,15 @@ def llama_spec(args, prompt, draft):
     return int(m.group(1)) / float(m.group(2))
 
 
+def llama_lookup(args, prompt):
+    exe = os.path.join(args.llama, "llama-lookup")
+    n_max, _ = draft_length_flags(exe)
+    m = run_llama([exe, "-m", os.path.join(ROOT, "models/target.gguf"), "-p", prompt, "-n", str(args.tokens),
+                   n_max, str(args.spec_length), "--temp", "0", "-t", str(args.threads), "-c", "1024"]
+                  + gpu_layers(args, "-ngl"), r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds")
+    return int(m.group(1)) / float(m.group(2))
+
+
 def minions_rate(server, prompt, tokens):
     """Decode rate of one request: tokens after the first over the time after the first."""
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
@@ -111,7 +125,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--gpu", action="store_true", help="llama.cpp with every layer on the GPU")
     args = ap.parse_args()
-    server = spec.Server(args.spec_length, args.threads, 16)
+    server = spec.Server(args.spec_length, args.threads, 16, extra=["--ngram-cache", "0"])
+    lookup = os.path.exists(os.path.join(args.llama, "llama-lookup"))
     rates = {}
     try:
         for r in range(args.rounds):
@@ -122,6 +137,7 @@ def main():
                 systems = [
                     ("llama.cpp plain", lambda p: llama_plain(args, p)),
                     ("llama.cpp speculative", lambda p: llama_spec(args, p, draft)),
+                ] + ([("llama.cpp lookup", lambda p: llama_lookup(args, p))] if lookup else []) + [
                     ("minions plain", lambda p: (server.configure("plain"), minions_rate(server, p, args.tokens))[1]),
                     ("minions speculative, " + draft,
                      lambda p: (server.configure(draft), minions_rate(server, p, args.tokens))[1]),

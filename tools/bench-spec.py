@@ -77,7 +77,10 @@ class Server(minionsd.Server):
             args += ["--kv-blocks", str(KV_BLOCKS)]
         if DRAFT_BACKEND:
             args += ["--draft-backend", DRAFT_BACKEND]
-        super().__init__(args + SERVER_ARGS + list(extra))
+        args += SERVER_ARGS + list(extra)
+        # with --ngram-cache 0 there is no shared cache, and minionsd refuses drafter.ngram.shared
+        self.shared_cache = not any(a == "--ngram-cache" and b == "0" for a, b in zip(args, args[1:]))
+        super().__init__(args)
 
     def configure(self, config):
         self.set("spec.enabled", config != "plain")
@@ -87,7 +90,8 @@ class Server(minionsd.Server):
         if "ngram" in DRAFTS:
             self.set("drafter.ngram.short_len", 16 if config == "ngram-flat" else NGRAM_SHORT)
             self.set("drafter.ngram.min_n", 1 if config == "ngram-min1" else NGRAM_MIN_N)
-            self.set("drafter.ngram.shared", config != "ngram-own")
+            if self.shared_cache:
+                self.set("drafter.ngram.shared", config != "ngram-own")
         mode = "fixed" if "fixed" in config else "global" if "global" in config else "sequence"
         self.set("spec.weights", mode)
         self.set("spec.skip_below", SKIP if config.endswith("+skip") else 0)
