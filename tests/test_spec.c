@@ -1535,6 +1535,40 @@ Test(tuner, sequence_rule_goes_plain_and_back)
     cr_assert_eq(t.c[0].home, p.s_max, "speculating, the sequences choosing up to s_max");
 }
 
+/* Drafting that costs a fixed share of every speculating step (model drafters' rounds) and drafts
+ * that do not repay it: the class must measure plain decoding as soon as it has left its starting
+ * length, and then stay plain. A line through the speculating lengths' times carries the fixed cost
+ * down to 0, where plain decoding pays none; taken for plain's time, it kept the class at s_max
+ * until its first timed probe, probe_every windows later (a vote of three model drafts served 16
+ * clients at 0.78x plain so). */
+Test(tuner, sequence_rule_measures_plain_decoding_before_judging_it)
+{
+    mn_tuner_params p = with_rule(MN_TUNER_RULE_SEQUENCE);
+    mn_tuner t;
+    mn_tuner_init(&t, &p, 4);
+    uint32_t rng = 5, cls = mn_tuner_class_of(16);
+    for (int decisions = 0; decisions < 4;) {
+        uint32_t s = t.c[cls].s;
+        /* a sequence's step: 1 plain, 2 + 0.1 s speculating; each draft token kept with probability
+         * 0.5 while the previous ones were: about 1.4 a token at s = 8 */
+        mn_tuner_step st = {.batch = 16, .s = s, .drafted = 16 * s, .seconds = 16 * (s ? 2 + 0.1 * s : 1)};
+        for (int i = 0; i < 16; i++) {
+            uint32_t a = 0;
+            while (a < s && (lcg(&rng) & 0xffff) < 0x8000)
+                a++;
+            if (s && a == s)
+                st.full[a]++;
+            else
+                st.ended[a]++;
+            st.tokens += 1 + a;
+        }
+        mn_tuner_decision d;
+        decisions += mn_tuner_observe(&t, &st, true, &d);
+    }
+    cr_assert_eq(t.c[cls].home, 0, "plain decoding, measured, is cheaper: home %u after 4 windows", t.c[cls].home);
+    cr_assert_eq(t.c[cls].s, 0);
+}
+
 /* Classes that have not decided follow the nearest one that has: when no draft pays at 16
  * sequences, 5-8 sequences (passed through while clients ramp down) decode plainly too, with the
  * leader's theta and rho, instead of drafting the starting length at every step; once they decide
