@@ -73,7 +73,9 @@
  * drafted tokens, which the varying lengths themselves spread). Every speculating sequence drafts
  * at least 1 token. The class's own length is then a bound, s_max, or 0 while plain steps cost
  * less per produced token than speculating ones (a window at s_max now and then, less often while
- * those probes change nothing).
+ * those probes change nothing). Plain steps' cost is only ever measured: a class that has not run
+ * a window at 0 tries one before it judges (an estimate from the speculating lengths would carry
+ * the drafters' cost per step to plain decoding, which pays none).
  *
  * A class that has not decided yet (a batch size the load passes through briefly, 2-8 sequences
  * while 16 clients ramp up and down, may never fill a window) runs at the length of its leader,
