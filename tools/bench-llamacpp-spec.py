@@ -83,23 +83,17 @@ def run_llama(cmd, pattern):
     return m
 
 
-def llama_spec(args, prompt, draft):
-    exe = os.path.join(args.llama, "llama-speculative")
+def llama_spec(args, prompt, draft=None):
+    """The decode rate of llama-speculative with a draft model, or without one of llama-lookup (its
+    n-gram drafting), at draft length --spec-length."""
+    exe = os.path.join(args.llama, "llama-speculative" if draft else "llama-lookup")
     n_max, n_min = draft_length_flags(exe)
-    m = run_llama([exe, "-m", os.path.join(ROOT, "models/target.gguf"),
-                   "-md", os.path.join(ROOT, "models", draft + ".gguf"), "-p", prompt, "-n", str(args.tokens),
-                   n_max, str(args.spec_length), n_min, "0", "--temp", "0", "-t",
-                   str(args.threads), "-c", "1024"] + gpu_layers(args, "-ngl", "-ngld"),
+    cmd = [exe, "-m", os.path.join(ROOT, "models/target.gguf"), "-p", prompt, "-n", str(args.tokens),
+           n_max, str(args.spec_length), "--temp", "0", "-t", str(args.threads), "-c", "1024"]
+    if draft:
+        cmd += ["-md", os.path.join(ROOT, "models", draft + ".gguf"), n_min, "0"]
+    m = run_llama(cmd + gpu_layers(args, "-ngl", *(["-ngld"] if draft else [])),
                   r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds")
-    return int(m.group(1)) / float(m.group(2))
-
-
-def llama_lookup(args, prompt):
-    exe = os.path.join(args.llama, "llama-lookup")
-    n_max, _ = draft_length_flags(exe)
-    m = run_llama([exe, "-m", os.path.join(ROOT, "models/target.gguf"), "-p", prompt, "-n", str(args.tokens),
-                   n_max, str(args.spec_length), "--temp", "0", "-t", str(args.threads), "-c", "1024"]
-                  + gpu_layers(args, "-ngl"), r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds")
     return int(m.group(1)) / float(m.group(2))
 
 
@@ -137,7 +131,7 @@ def main():
                 systems = [
                     ("llama.cpp plain", lambda p: llama_plain(args, p)),
                     ("llama.cpp speculative", lambda p: llama_spec(args, p, draft)),
-                ] + ([("llama.cpp lookup", lambda p: llama_lookup(args, p))] if lookup else []) + [
+                ] + ([("llama.cpp lookup", lambda p: llama_spec(args, p))] if lookup else []) + [
                     ("minions plain", lambda p: (server.configure("plain"), minions_rate(server, p, args.tokens))[1]),
                     ("minions speculative, " + draft,
                      lambda p: (server.configure(draft), minions_rate(server, p, args.tokens))[1]),
