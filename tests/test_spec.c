@@ -1569,6 +1569,50 @@ Test(tuner, sequence_rule_measures_plain_decoding_before_judging_it)
     cr_assert_eq(t.c[cls].s, 0);
 }
 
+/* The sequence rule's probes are short when a step verifies many sequences: at 16 sequences, drafts
+ * that never pay cost the first window (at the starting length), 8 steps at plain decoding and then
+ * 8 per probe, and the classes that follow 9-16 do not follow its probes; at one sequence a probe
+ * still takes decision_threshold steps. */
+Test(tuner, sequence_rule_probes_briefly_at_a_large_batch)
+{
+    spec_model none = {.a = 0, .verify_slope = 0.2, .draft_cost = 0.1, .drawn = true};
+    mn_tuner_params p = with_rule(MN_TUNER_RULE_SEQUENCE);
+    uint32_t quarter = p.decision_threshold / 4;
+    mn_tuner t;
+    mn_tuner_init(&t, &p, 4);
+    uint32_t rng = 3, cls = mn_tuner_class_of(16);
+    uint64_t speculating = 0, steps = 0, decisions = 0;
+    while (decisions < 200) {
+        mn_tuner_decision d;
+        speculating += t.c[cls].s > 0;
+        steps++;
+        decisions += feed(&t, &none, 16, 0, &rng, &d);
+        if (decisions == 2 && speculating)
+            cr_assert_eq(speculating, p.decision_threshold,
+                         "the first window at 4, then plain: %llu steps speculating", (unsigned long long)speculating);
+        if (decisions >= 2)
+            cr_assert_eq(t.c[mn_tuner_class_of(8)].s, 0, "5-8 follows where 9-16 rests, not its probes");
+    }
+    cr_assert_eq(t.c[cls].s, 0);
+    cr_assert_geq(t.c[cls].probes, 3);
+    uint64_t probes = t.c[cls].probes - 1; /* the first was plain decoding's */
+    cr_assert_eq(speculating, p.decision_threshold + quarter * probes,
+                 "%llu steps speculating: the first window and %llu probes of %u steps", (unsigned long long)speculating,
+                 (unsigned long long)probes, quarter);
+    cr_assert_lt(speculating, steps / 50, "%llu of %llu steps", (unsigned long long)speculating,
+                 (unsigned long long)steps);
+
+    /* one sequence a step: the probe of plain decoding after the first window takes a whole window */
+    mn_tuner_init(&t, &p, 4);
+    mn_tuner_decision d;
+    while (!feed(&t, &none, 1, 0, &rng, &d))
+        ;
+    cr_assert_eq(t.c[0].s, 0, "probing plain decoding");
+    for (uint32_t i = 1; i < p.decision_threshold; i++)
+        cr_assert(!feed(&t, &none, 1, 0, &rng, &d), "decided after %u steps of one sequence", i);
+    cr_assert(feed(&t, &none, 1, 0, &rng, &d));
+}
+
 /* Classes that have not decided follow the nearest one that has: when no draft pays at 16
  * sequences, 5-8 sequences (passed through while clients ramp down) decode plainly too, with the
  * leader's theta and rho, instead of drafting the starting length at every step; once they decide

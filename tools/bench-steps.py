@@ -7,6 +7,9 @@ every round, one server busy at a time). Each step is assigned to the run it fel
 configuration, prompt set and client count the medians over rounds of:
 
   tok/s        the client's throughput (prefill included)
+  mean tok/s   its mean over rounds, and x first, the mean over rounds of its ratio to the first
+               configuration's run in the same round: what medians hide, rare costly runs (a tuner
+               learning or probing), shows here
   pass %       target passes (and acceptance, on the worker) over the run's span
   us/pass tok  pass time per token the passes computed (prompt, own and drafted tokens)
   us/token     pass time per token produced
@@ -199,13 +202,20 @@ def main():
     lines = [f"minionsd, {os.path.basename(args.target)}, {args.tokens} tokens per request, {sampling}, {args.threads} threads, "
              f"spec.length {args.spec_length}, {args.busy} busy processes beside; medians of {args.rounds} alternating rounds "
              f"(`{' '.join(['tools/bench-steps.py'] + sys.argv[1:])}`)", "",
-             "| set | clients | config | " + " | ".join(COLUMNS) + " |", "|---|---:|---|" + "---:|" * len(COLUMNS)]
+             "| set | clients | config | tok/s | mean tok/s | x first | " + " | ".join(COLUMNS[1:]) + " |",
+             "|---|---:|---|" + "---:|" * (len(COLUMNS) + 2)]
+    tps = {}  # (set, clients, config) -> tok/s by round
+    for c, s, k, run in runs:
+        tps.setdefault((s, k, c), []).append(run["tok_per_s"])
     for s in args.sets.split(","):
         for k in clients:
             for c in configs:
                 med = {col: statistics.median(b[col] for b in rows.get((s, k, c), [])) for col in COLUMNS}
-                lines.append(f"| {s} | {k} | {c} | " + " | ".join(
-                    f"{med[col]:.2f}" if col in ("tok/pass", "seqs", "draft/seq", "theta") else f"{med[col]:.0f}" for col in COLUMNS) + " |")
+                mine, first = tps[(s, k, c)], tps[(s, k, configs[0])]
+                mean = f"{statistics.mean(mine):.0f} | {statistics.mean(a / b for a, b in zip(mine, first)):.3f}"
+                lines.append(f"| {s} | {k} | {c} | {med['tok/s']:.0f} | {mean} | " + " | ".join(
+                    f"{med[col]:.2f}" if col in ("tok/pass", "seqs", "draft/seq", "theta") else f"{med[col]:.0f}"
+                    for col in COLUMNS[1:]) + " |")
     if args.by_draft:
         lines += ["", "One-sequence verifications by tokens drafted (all rounds): steps, mean kept, share kept whole", "",
                   "| set | config | drafted | steps | kept | kept whole |", "|---|---|---:|---:|---:|---:|"]

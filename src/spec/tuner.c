@@ -150,6 +150,7 @@ static void restart_window(mn_tuner_class *c)
     c->win_seconds = 0;
     c->win_tokens = 0;
     c->win_steps = 0;
+    c->win_seqs = 0;
 }
 
 void mn_tuner_reparam(mn_tuner *t, const mn_tuner_params *p)
@@ -416,10 +417,14 @@ static void follow_leaders(mn_tuner *t)
     for (uint32_t k = 0; k < MN_TUNER_CLASSES; k++) {
         mn_tuner_class *c = &t->c[k];
         int lead = c->decisions ? -1 : leader(t, k);
-        if (lead < 0 || c->s == t->c[lead].s)
+        if (lead < 0)
             continue;
-        c->s = t->c[lead].s;
-        c->home = t->c[lead].home;
+        /* the leader's resting length, not a probe's: a probe is the leader's own measurement (of
+         * s_max at 16 sequences, say), and followers copying it drafted at every ramp step while it ran */
+        uint32_t s = t->p.rule == MN_TUNER_RULE_SLOPE ? t->c[lead].s : t->c[lead].home;
+        if (c->s == s && c->home == s)
+            continue;
+        c->s = c->home = s;
         restart_window(c);
     }
 }
@@ -515,8 +520,10 @@ static void decide_sequence(mn_tuner *t, mn_tuner_class *c, uint32_t cls, double
     c->probe_gap = c->probe_gap < p->probe_every ? p->probe_every : c->probe_gap > max_gap ? max_gap : c->probe_gap;
     uint32_t to = c->home, other = to == lo ? hi : lo;
     c->decisions++;
-    bool blind = isnan(other == 0 ? plain : spec);
-    if (from == c->home && lo == 0 && hi > 0 && (blind || c->decisions - c->probed_at >= c->probe_gap)) {
+    /* blind: the other side has no figure (also right after the starting length, which is neither
+     * side: its window measured speculation, so plain decoding comes next, not a window at s_max) */
+    bool blind = isnan(other == 0 ? plain : spec), due = from == c->home && c->decisions - c->probed_at >= c->probe_gap;
+    if (lo == 0 && hi > 0 && (blind || due)) {
         to = other;
         why = "probe";
         c->probes++;
@@ -525,6 +532,24 @@ static void decide_sequence(mn_tuner *t, mn_tuner_class *c, uint32_t cls, double
     c->moves += to != from;
     c->s = to;
     *d = (mn_tuner_decision){.cls = cls, .from = from, .to = to, .cost = cost, .slope = 0, .why = why};
+}
+
+/* Whether the class's window is complete: decision_threshold steps at s. Under the sequence rule a
+ * probe (a window away from home) is short: it ends once it holds decision_threshold verified
+ * sequences and a quarter of decision_threshold steps. It asks a coarse question (is the other side
+ * cheaper at all?), and with many sequences a step, where speculating usually loses by far, a full
+ * window was much of what the adaptive vote lost to plain decoding: with three model drafts and the
+ * n-gram one at 16 sequences, a probe's 32 steps at s_max cost a fifth of a 32-request run.
+ * A class's first window stays whole: short, it let the classes a ramp passes through (2-8 sequences)
+ * decide for themselves within a few runs, and each then paid for probes of its own where
+ * following its neighbor costs nothing (bench-steps, 16 clients: drafting rounds in most runs, 0.86-0.97x plain). */
+static bool window_done(const mn_tuner *t, const mn_tuner_class *c)
+{
+    uint32_t n = t->p.decision_threshold;
+    if (c->win_steps >= n)
+        return true;
+    bool probe = t->p.rule == MN_TUNER_RULE_SEQUENCE && c->s != c->home;
+    return probe && 4 * c->win_steps >= n && c->win_seqs >= n;
 }
 
 bool mn_tuner_observe(mn_tuner *t, const mn_tuner_step *st, bool adapt, mn_tuner_decision *d)
@@ -538,8 +563,10 @@ bool mn_tuner_observe(mn_tuner *t, const mn_tuner_step *st, bool adapt, mn_tuner
         return false;
     c->win_seconds += st->seconds;
     c->win_tokens += st->tokens;
+    c->win_seqs += st->batch;
     c->at[st->s].steps++;
-    if (++c->win_steps < t->p.decision_threshold)
+    c->win_steps++;
+    if (!window_done(t, c))
         return false;
     double cost = record(t, c);
     model_decay(&c->model);

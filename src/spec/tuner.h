@@ -76,10 +76,14 @@
  * those probes change nothing). Plain steps' cost is only ever measured: a class that has not run
  * a window at 0 tries one before it judges (an estimate from the speculating lengths would carry
  * the drafters' cost per step to plain decoding, which pays none).
+ * Its probes are short: a quarter of decision_threshold steps once they hold decision_threshold
+ * verified sequences (so a full window at one sequence a step). They only ask which side is
+ * cheaper, and at a large batch, where model drafters lose by far, every step of them is paid for.
  *
  * A class that has not decided yet (a batch size the load passes through briefly, 2-8 sequences
- * while 16 clients ramp up and down, may never fill a window) runs at the length of its leader,
- * the nearest class that has (the larger batch on a tie), and under the sequence rule takes its
+ * while 16 clients ramp up and down, may never fill a window) runs at the length its leader rests
+ * at (not at a probe's), the leader being the nearest class that has decided (the larger batch on a
+ * tie), and under the sequence rule takes its
  * theta and rho until it has figures of its own: a neighbor's length is a better guess than the
  * starting one, which with model drafters that do not pay drafts at every step.
  *
@@ -175,6 +179,7 @@ typedef struct mn_tuner_class {
     double win_seconds;               /* the window at s since the last decision */
     uint64_t win_tokens;
     uint32_t win_steps;
+    uint64_t win_seqs;                /* sequences verified in the window */
     mn_tuner_point at[MN_TUNER_MAX_LEN + 1];
     mn_tuner_model model;
     uint32_t home;                    /* model and sequence rules: the length a probe returns to */
