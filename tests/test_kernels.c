@@ -396,7 +396,7 @@ static void check_q8_weight(const mn_weight *orig, const char *what)
     mn_q8_pack(orig, bytes, &packed);
     const mn_weight *w = &packed;
     size_t ld = mn_q8_groups(w->cols);
-    for (int T = 1; T <= 13; T++) { /* every tile shape and remainder: 1, 2, 4, 4+2+1, ... */
+    for (int T = 1; T <= 13; T++) { /* every tile shape and remainder: 1, 2, 3, 5, 4+3, 4+2+1, ... */
         float *x = malloc((size_t)T * w->cols * sizeof(float));
         mn_q8 *xq = malloc((size_t)T * ld * sizeof(mn_q8));
         float *y = calloc((size_t)T * w->rows, sizeof(float)), *r = calloc((size_t)T * w->rows, sizeof(float));

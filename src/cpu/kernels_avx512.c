@@ -141,27 +141,53 @@ static void x16_matmul(const mn_weight *W, const float *x, size_t ldx, float *y,
 
 /* ---- quantized weights, 16-bit activations ------------------------------------------------------ */
 
-/* Outputs outer, a quarter of the range apart (four streams), rows inner: one row (decode) in
- * 1 x 4 tiles, as AVX2 does; more in 4 x 4 tiles (16 chains), then 2 x 4 and 1 x 4; the outputs
- * past the last full stride one at a time. With VNNI, SmolLM2 Q4_1 decoded 16 sequences at
+/* The rows of one group of OT outputs (a stride apart) in tiles of RB rows, then one of the rest. */
+ALWAYS_INLINE void rows_q8(uint32_t type, const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, size_t ldy,
+                           int T, uint32_t o, uint32_t stride, const int RB, const int OT)
+{
+#define TILE_Q(RT) tile_q8(type, W, xq, ldxq, y, ldy, t, o, stride, RT, OT)
+    int t = 0;
+    for (; t + RB <= T; t += RB)
+        TILE_Q(RB);
+    switch (T - t) {
+    case 7: TILE_Q(7); break;
+    case 6: TILE_Q(6); break;
+    case 5: TILE_Q(5); break;
+    case 4: TILE_Q(4); break;
+    case 3: TILE_Q(3); break;
+    case 2: TILE_Q(2); break;
+    case 1: TILE_Q(1); break;
+    default: break;
+    }
+#undef TILE_Q
+}
+
+/* Outputs outer, OT streams range / OT apart, rows inner; the outputs past the last full stride one
+ * at a time. */
+ALWAYS_INLINE void outputs_q8(uint32_t type, const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, size_t ldy,
+                              int T, uint32_t ob, uint32_t oe, const int RB, const int OT)
+{
+    const uint32_t q = (oe - ob) / (uint32_t)OT;
+    for (uint32_t o = ob; o < ob + q; o++)
+        rows_q8(type, W, xq, ldxq, y, ldy, T, o, q, RB, OT);
+    for (uint32_t o = ob + (uint32_t)OT * q; o < oe; o++)
+        rows_q8(type, W, xq, ldxq, y, ldy, T, o, 1, RB, 1);
+}
+
+/* One row (decode) in 1 x 4 tiles, as AVX2 does; more in 4 x 4 tiles (16 chains) and one tile of
+ * the 1..3 rows left, five rows in one 5 x 4. With VNNI, SmolLM2 Q4_1 decoded 16 sequences at
  * 1.14-1.17x AVX2's 4 x 2 tiles on a Zen 4 core and one at 0.98-1.00x (tools/ab-decode.py, two
- * runs of 6-8 rounds each). */
+ * runs of 6-8 rounds each). Three rows left in one 3 x 4 tile rather than 2 x 4 + 1 x 4 (a second
+ * decode of the weights), and five rows in one tile: verification passes of 3, 5 and 7 tokens took
+ * 0.84-0.89x the time (ab-decode --verify-curve, 6 rounds, one sequence). Wider tiles were slower
+ * or level: 8 x 3 at 8 rows 1.30x, 6 x 4 1.07x, 7 x 3 and 8 x 2 1.00-1.03x, 3 + 3 rows 1.06x. */
 ALWAYS_INLINE void matmul_q8_typed(uint32_t type, const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y,
                                    size_t ldy, int T, uint32_t ob, uint32_t oe)
 {
-    const uint32_t q = (oe - ob) / 4;
-    for (uint32_t o = ob; o < ob + q; o++) {
-        int t = 0;
-        for (; t + 4 <= T; t += 4)
-            tile_q8(type, W, xq, ldxq, y, ldy, t, o, q, 4, 4);
-        for (; t + 2 <= T; t += 2)
-            tile_q8(type, W, xq, ldxq, y, ldy, t, o, q, 2, 4);
-        for (; t < T; t++)
-            tile_q8(type, W, xq, ldxq, y, ldy, t, o, q, 1, 4);
-    }
-    for (uint32_t o = ob + 4 * q; o < oe; o++)
-        for (int t = 0; t < T; t++)
-            tile_q8(type, W, xq, ldxq, y, ldy, t, o, 1, 1, 1);
+    if (T == 5) /* the tile shapes must be constants: each call compiles its own */
+        outputs_q8(type, W, xq, ldxq, y, ldy, T, ob, oe, 5, 4);
+    else
+        outputs_q8(type, W, xq, ldxq, y, ldy, T, ob, oe, 4, 4);
 }
 
 DEFINE_MATMUL_Q8_ENTRY(x16_matmul_q8)

@@ -214,14 +214,14 @@ ALWAYS_INLINE void tile_q8(uint32_t type, const mn_weight *W, const mn_q8 *xq, s
     const size_t qb = q_quant_bytes(type), ahead = RT == 1 ? (size_t)OT * W->row_bytes : PREFETCH_BYTES;
     const bool prefetch = stride == 1; /* rows a stride apart are streams the hardware follows */
     const uint8_t *dp[4], *mp[4], *qp[4];
-    __m256 acc[4][4];
+    __m256 acc[8][4];
 #pragma GCC unroll 4
     for (int o = 0; o < OT; o++) {
         dp[o] = W->data + (size_t)(o0 + (uint32_t)o * stride) * W->row_bytes;
         mp[o] = dp[o] + 2 * (size_t)nb;
         qp[o] = dp[o] + 2 * (size_t)nb * (1 + q41);
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int t = 0; t < RT; t++)
 #pragma GCC unroll 4
         for (int o = 0; o < OT; o++)
@@ -229,13 +229,13 @@ ALWAYS_INLINE void tile_q8(uint32_t type, const mn_weight *W, const mn_q8 *xq, s
     for (int g = 0; g < ng; g++) {
         const int n = nb - 8 * g < 8 ? nb - 8 * g : 8;
         /* the group's scales dw_b * dx_b, computed 8 at a time, broadcast block by block from here */
-        float sc[4][4][8] __attribute__((aligned(32)));
+        float sc[8][4][8] __attribute__((aligned(32)));
 #pragma GCC unroll 4
         for (int o = 0; o < OT; o++) {
             if (prefetch)
                 _mm_prefetch((const char *)(dp[o] + 16 * g) + ahead, _MM_HINT_T0);
             __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dp[o] + 16 * g)));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int t = 0; t < RT; t++)
                 _mm256_store_ps(sc[t][o], _mm256_mul_ps(dw, _mm256_loadu_ps(xq[(size_t)(t0 + t) * ldxq + g].d)));
         }
@@ -247,7 +247,7 @@ ALWAYS_INLINE void tile_q8(uint32_t type, const mn_weight *W, const mn_q8 *xq, s
                     _mm_prefetch((const char *)(qp[o] + b * qb) + ahead, _MM_HINT_T0);
                 __m256i wlo, whi;
                 load_wq(type, qp[o] + b * qb, &wlo, &whi);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
                 for (int t = 0; t < RT; t++) {
                     const int16_t *x = xq[(size_t)(t0 + t) * ldxq + g].qs[j];
                     acc[t][o] = _mm256_fmadd_ps(_mm256_broadcast_ss(&sc[t][o][j]),
@@ -262,13 +262,13 @@ ALWAYS_INLINE void tile_q8(uint32_t type, const mn_weight *W, const mn_q8 *xq, s
             for (int o = 0; o < OT; o++) {
                 __m256 m = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mp[o] + 16 * g)));
                 m = _mm256_and_ps(m, keep); /* past the row's end: other bytes of the row */
-#pragma GCC unroll 4
+#pragma GCC unroll 8
                 for (int t = 0; t < RT; t++)
                     acc[t][o] = _mm256_fmadd_ps(m, _mm256_loadu_ps(xq[(size_t)(t0 + t) * ldxq + g].s), acc[t][o]);
             }
         }
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int t = 0; t < RT; t++)
 #pragma GCC unroll 4
         for (int o = 0; o < OT; o++)
