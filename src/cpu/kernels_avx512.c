@@ -141,7 +141,7 @@ static void x16_matmul(const mn_weight *W, const float *x, size_t ldx, float *y,
 
 /* ---- quantized weights, 16-bit activations ------------------------------------------------------ */
 
-/* The rows of one group of OT outputs (a stride apart) in tiles of RB rows, then one of the rest. */
+/* The rows of one group of OT outputs (a stride apart) in tiles of RB <= 5 rows, then one of the rest. */
 ALWAYS_INLINE void rows_q8(uint32_t type, const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, size_t ldy,
                            int T, uint32_t o, uint32_t stride, const int RB, const int OT)
 {
@@ -150,9 +150,6 @@ ALWAYS_INLINE void rows_q8(uint32_t type, const mn_weight *W, const mn_q8 *xq, s
     for (; t + RB <= T; t += RB)
         TILE_Q(RB);
     switch (T - t) {
-    case 7: TILE_Q(7); break;
-    case 6: TILE_Q(6); break;
-    case 5: TILE_Q(5); break;
     case 4: TILE_Q(4); break;
     case 3: TILE_Q(3); break;
     case 2: TILE_Q(2); break;
@@ -179,7 +176,7 @@ ALWAYS_INLINE void outputs_q8(uint32_t type, const mn_weight *W, const mn_q8 *xq
  * 1.14-1.17x AVX2's 4 x 2 tiles on a Zen 4 core and one at 0.98-1.00x (tools/ab-decode.py, two
  * runs of 6-8 rounds each). Three rows left in one 3 x 4 tile rather than 2 x 4 + 1 x 4 (a second
  * decode of the weights), and five rows in one tile: verification passes of 3, 5 and 7 tokens took
- * 0.84-0.89x the time (ab-decode --verify-curve, 6 rounds, one sequence). Wider tiles were slower
+ * 0.86-0.94x the time (ab-decode --verify-curve, 12 rounds, one sequence, two runs). Wider tiles were slower
  * or level: 8 x 3 at 8 rows 1.30x, 6 x 4 1.07x, 7 x 3 and 8 x 2 1.00-1.03x, 3 + 3 rows 1.06x. */
 ALWAYS_INLINE void matmul_q8_typed(uint32_t type, const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y,
                                    size_t ldy, int T, uint32_t ob, uint32_t oe)
