@@ -187,9 +187,8 @@ ALWAYS_INLINE void load_wq(uint32_t type, const uint8_t *qs, __m256i *lo, __m256
 /* 8 int32 lanes: lane l = w[2l]x[2l] + w[2l+1]x[2l+1] + w[16+2l]x[16+2l] + w[17+2l]x[17+2l]. Exact
  * (int32 arithmetic wraps alike either way), so AVX-512 VNNI's two vpdpwssd give vpmaddwd + vpaddd's
  * bits in one instruction fewer. */
-ALWAYS_INLINE __m256i dot_lanes(__m256i wlo, __m256i whi, const int16_t *x)
+ALWAYS_INLINE __m256i dot_lanes(__m256i wlo, __m256i whi, __m256i xlo, __m256i xhi)
 {
-    const __m256i xlo = _mm256_loadu_si256((const __m256i *)x), xhi = _mm256_loadu_si256((const __m256i *)(x + 16));
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
     return _mm256_dpwssd_epi32(_mm256_dpwssd_epi32(_mm256_setzero_si256(), wlo, xlo), whi, xhi);
 #else
@@ -206,6 +205,18 @@ ALWAYS_INLINE __m256i dot_lanes(__m256i wlo, __m256i whi, const int16_t *x)
  * 143 -> 183 tok/s (tools/ab-decode.py: medians of 10 alternating rounds, batch 1); prefetching
  * one or two rows ahead in each stream on top changed nothing. */
 #define PREFETCH_BYTES 384
+
+/* Whether a quantized tile holds its rows' activations in registers across its outputs (2 per row)
+ * rather than loading them again for each output: with 32 registers (AVX-512) they fit beside the
+ * chains, and a (block, row) pair's two activation loads and scale broadcast had bound the tile as
+ * much as its two vpdpwssd and one FMA did (loads: 3 a pair, at most 2 a cycle). SmolLM2 Q4_1
+ * verification passes of 1..8 tokens took 0.94-0.96x the time, of four sequences 0.96-1.01x
+ * (tools/ab-decode.py --verify-curve, 8 rounds); decode of 16 sequences 1.04x, of one level. */
+#ifdef __AVX512F__
+#define Q8_HOLD_X 1
+#else
+#define Q8_HOLD_X 0
+#endif
 
 ALWAYS_INLINE void tile_q8(uint32_t type, const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, size_t ldy,
                            int t0, uint32_t o0, uint32_t stride, const int RT, const int OT)
@@ -241,6 +252,17 @@ ALWAYS_INLINE void tile_q8(uint32_t type, const mn_weight *W, const mn_q8 *xq, s
         }
         for (int j = 0; j < n; j++) {
             const size_t b = (size_t)(8 * g + j);
+            __m256i xlo[8], xhi[8]; /* the block's activations, loaded once for all OT outputs */
+#pragma GCC unroll 8
+            for (int t = 0; t < RT; t++) {
+                const int16_t *x = xq[(size_t)(t0 + t) * ldxq + g].qs[j];
+                xlo[t] = _mm256_loadu_si256((const __m256i *)x);
+                xhi[t] = _mm256_loadu_si256((const __m256i *)(x + 16));
+                if (Q8_HOLD_X && OT > 1) {
+                    IN_REGISTER(xlo[t]);
+                    IN_REGISTER(xhi[t]);
+                }
+            }
 #pragma GCC unroll 4
             for (int o = 0; o < OT; o++) {
                 if (prefetch)
@@ -248,11 +270,9 @@ ALWAYS_INLINE void tile_q8(uint32_t type, const mn_weight *W, const mn_q8 *xq, s
                 __m256i wlo, whi;
                 load_wq(type, qp[o] + b * qb, &wlo, &whi);
 #pragma GCC unroll 8
-                for (int t = 0; t < RT; t++) {
-                    const int16_t *x = xq[(size_t)(t0 + t) * ldxq + g].qs[j];
+                for (int t = 0; t < RT; t++)
                     acc[t][o] = _mm256_fmadd_ps(_mm256_broadcast_ss(&sc[t][o][j]),
-                                                _mm256_cvtepi32_ps(dot_lanes(wlo, whi, x)), acc[t][o]);
-                }
+                                                _mm256_cvtepi32_ps(dot_lanes(wlo, whi, xlo[t], xhi[t])), acc[t][o]);
             }
         }
         if (q41) {
