@@ -170,30 +170,14 @@ static void voted(mn_voter *v, mn_round *round)
     mn_mailbox_post(v->cfg.addr->verifier, &round->msg);
 }
 
-/* Which enabled drafters draft for r this round (bit i: drafter i). All of them, unless skip_below
- * > 0: then a model drafter whose weight is below skip_below x the best weight among r's enabled
- * drafters sits the round out (its proposal could hardly win the vote, and on the CPU every model
- * drafter's passes add to the round's time); the n-gram drafter costs nothing and always drafts;
- * and every EXPLORE_EVERY-th round of a request asks all, so a skipped drafter keeps being judged
- * and can win its weight back when the text moves to its domain. */
-#define EXPLORE_EVERY 8
+/* Which enabled drafters draft for r this round: spec/vote.h's rule over the weights r votes with. */
 static uint32_t ask_mask(const mn_voter *v, mn_req *r)
 {
-    const float *w = vote_weights(v, r);
-    float best = 0;
     uint32_t enabled = 0;
     for (uint32_t i = 0; i < v->cfg.n_drafters; i++)
-        if (v->enabled[i]) {
-            enabled |= 1u << i;
-            best = w[i] > best ? w[i] : best;
-        }
-    if (v->cfg.skip_below <= 0 || r->spec.rounds++ % EXPLORE_EVERY == 0)
-        return enabled;
-    uint32_t ask = 0;
-    for (uint32_t i = 0; i < v->cfg.n_drafters; i++)
-        if ((enabled >> i & 1) && (!(v->cfg.costly >> i & 1) || w[i] >= v->cfg.skip_below * best))
-            ask |= 1u << i;
-    return ask;
+        enabled |= (uint32_t)v->enabled[i] << i;
+    return mn_vote_ask(vote_weights(v, r), enabled, v->cfg.costly, v->cfg.skip_below, r->spec.rounds++,
+                       v->cfg.n_drafters);
 }
 
 static void round_in(mn_voter *v, mn_round *round)

@@ -7,7 +7,8 @@
  * heaviest path, by the weights spec.weights selects, becomes its draft (spec.vtoks[1..], n_draft,
  * voted); the round goes back to the verifier (MN_MSG_VOTED). Drafters are listed in command-line
  * order, which is the tie-break order. With spec.skip_below > 0, a model drafter far lighter than a
- * request's best drafter sits that request's round out (spec.ask), except every 8th round.
+ * request's best drafter sits that request's round out (spec.ask), but for a round in 8 now and then
+ * (mn_vote_ask in spec/vote.h).
  *
  * Learning: a vote is judged when the request next comes through the voter, i.e. at its next round
  * or when the verifier hands it back (MN_MSG_RELEASE passes through here on its way to kvmem), so

@@ -123,3 +123,26 @@ mn_status mn_vote(const int32_t *const *drafts, const uint32_t *lens, const floa
     out->weight = scratch[leaf].weight;
     return MN_OK;
 }
+
+uint32_t mn_vote_ask(const float *weights, uint32_t enabled, uint32_t costly, float skip_below, uint32_t round,
+                     uint32_t n_drafters)
+{
+    float best = 0;
+    for (uint32_t i = 0; i < n_drafters; i++)
+        if (enabled >> i & 1)
+            best = weights[i] > best ? weights[i] : best;
+    if (skip_below <= 0 || round == 0)
+        return enabled;
+    uint32_t ask = 0;
+    for (uint32_t i = 0; i < n_drafters; i++)
+        if ((enabled >> i & 1) && (!(costly >> i & 1) || weights[i] >= skip_below * best))
+            ask |= 1u << i;
+    uint32_t out = enabled & ~ask;
+    if (out && round % MN_VOTE_EXPLORE_EVERY == 0) { /* the k-th of those sitting out */
+        uint32_t k = (round / MN_VOTE_EXPLORE_EVERY - 1) % (uint32_t)__builtin_popcount(out);
+        while (k--)
+            out &= out - 1;
+        ask |= out & -out;
+    }
+    return ask;
+}

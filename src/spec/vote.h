@@ -82,4 +82,19 @@ mn_status mn_vote(const int32_t *const *drafts, const uint32_t *lens, const floa
                   uint32_t n_drafters, mn_vote_node *scratch, uint32_t cap, mn_vote_result *out,
                   mn_err *err);
 
+/* Which drafters draft for one sequence this round (bit i: drafter i), of the enabled ones. All of
+ * them when skip_below <= 0. Otherwise a costly drafter (bit set in `costly`: it runs a model)
+ * whose weight is below skip_below x the best enabled weight sits the round out: its proposal
+ * could hardly win the vote, and on the CPU every model drafter's passes add to the round's time;
+ * drafters that cost nothing always draft. `round` counts the sequence's rounds from 0: its first
+ * asks all, and every MN_VOTE_EXPLORE_EVERY-th after it one of the drafters sitting out, in turn
+ * (the k-th lowest index, k = (round / MN_VOTE_EXPLORE_EVERY - 1) mod their count), so a skipped
+ * drafter keeps being judged and can win its weight back when the text moves to its domain.
+ * All of them at once, as until 2026-11-29, cost the vote of three model drafts and the n-gram
+ * one about a fifth of its throughput with one client on the CPU: each caught up and drafted its
+ * whole length to be outvoted (docs/speculation.md). */
+#define MN_VOTE_EXPLORE_EVERY 8
+uint32_t mn_vote_ask(const float *weights, uint32_t enabled, uint32_t costly, float skip_below, uint32_t round,
+                     uint32_t n_drafters);
+
 #endif
