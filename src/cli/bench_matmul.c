@@ -8,7 +8,7 @@
  * 2 rows cols T / time. The weights and activations are small enough to stay in L2 for the
  * shapes of SmolLM2 (576 x 576, 1536 x 576, 576 x 1536), so this measures compute, not memory.
  * First line: an FMA-only loop (ten independent 8-lane chains) on the same core, the peak the
- * kernel is compared with. Values are arbitrary; results are not checked here (test_kernels does
+ * kernel is compared with; with AVX-512 VNNI, a second: the quantized tiles' inner step alone. Values are arbitrary; results are not checked here (test_kernels does
  * that bit for bit).
  */
 #include <getopt.h>
@@ -47,6 +47,37 @@ __attribute__((target("avx2,fma"))) static double fma_peak(void)
         sink += a[i][0];
     (void)sink;
     return (double)n * 10 * 16 / t * 1e-9;
+}
+
+/* Millions a second of the quantized tiles' inner step (kernels_x86.h, tile_q8 with VNNI): one
+ * block of 32 weights against one row's 32 activations, as two vpdpwssd from zero, a conversion
+ * and an FMA into the row's chain, ten chains apart. With the kernels' loads, weight decoding and
+ * everything around them left out, it bounds what the quantized passes can reach: a pass over T
+ * rows makes T x (weights / 32) such steps. Called only where the CPU has AVX-512 VNNI and VL. */
+__attribute__((target("avx512f,avx512vl,avx512vnni,avx2,fma"))) static double q8_step_peak(void)
+{
+    __m256 a[10];
+    for (int i = 0; i < 10; i++)
+        a[i] = _mm256_set1_ps((float)i);
+    const __m256i w = _mm256_set1_epi16(3), x = _mm256_set1_epi16(5);
+    const __m256 sc = _mm256_set1_ps(1e-6f);
+    const long n = 30000000;
+    double t0 = mn_now();
+    for (long k = 0; k < n; k++) {
+#pragma GCC unroll 10
+        for (int i = 0; i < 10; i++) {
+            __m256i z = _mm256_setzero_si256();
+            __asm__ volatile("" : "+v"(z)); /* a fresh dot each time, as in the tile, not hoisted */
+            __m256i d = _mm256_dpwssd_epi32(_mm256_dpwssd_epi32(z, w, x), x, w);
+            a[i] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(d), a[i]);
+        }
+    }
+    double t = mn_now() - t0;
+    volatile float sink = 0.0f;
+    for (int i = 0; i < 10; i++)
+        sink += a[i][0];
+    (void)sink;
+    return (double)n * 10 / t * 1e-6;
 }
 #endif
 
@@ -97,6 +128,8 @@ int main(int argc, char **argv)
 #if defined(__x86_64__)
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         printf("FMA peak (one core)                 %6.1f GFLOP/s\n", fma_peak());
+    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl"))
+        printf("Q8 block step peak (one core)       %6.0f M/s (2 vpdpwssd + cvt + FMA)\n", q8_step_peak());
 #endif
     for (const char *p = tokens; *p;) {
         char *end;
