@@ -93,7 +93,6 @@ typedef struct mn_req_spec {
     mn_req_draft *d;                /* [n_drafters], intake allocates; NULL without drafters */
     mn_weights w;                   /* voter: the sequence's weights (n_drafters 0 until its first vote) */
     uint32_t ask;                   /* voter: bit i: drafter i drafts for it this round */
-    uint32_t rounds;                /* voter: rounds it has been in */
     bool unjudged;                  /* voter: a vote waits for the target's verdict */
     uint32_t voted_at;              /* voter: toks.n when that vote was made */
     uint32_t voted;                 /* voter: the voted drafter, MN_VOTE_NONE when nothing */

@@ -131,15 +131,15 @@ uint32_t mn_vote_ask(const float *weights, uint32_t enabled, uint32_t costly, fl
     for (uint32_t i = 0; i < n_drafters; i++)
         if (enabled >> i & 1)
             best = weights[i] > best ? weights[i] : best;
-    if (skip_below <= 0 || round == 0)
+    if (skip_below <= 0)
         return enabled;
     uint32_t ask = 0;
     for (uint32_t i = 0; i < n_drafters; i++)
         if ((enabled >> i & 1) && (!(costly >> i & 1) || weights[i] >= skip_below * best))
             ask |= 1u << i;
     uint32_t out = enabled & ~ask;
-    if (out && round % MN_VOTE_EXPLORE_EVERY == 0) { /* the k-th of those sitting out */
-        uint32_t k = (round / MN_VOTE_EXPLORE_EVERY - 1) % (uint32_t)__builtin_popcount(out);
+    if (out && round % MN_VOTE_EXPLORE_EVERY == MN_VOTE_EXPLORE_EVERY - 1) { /* the k-th of those sitting out */
+        uint32_t k = round / MN_VOTE_EXPLORE_EVERY % (uint32_t)__builtin_popcount(out);
         while (k--)
             out &= out - 1;
         ask |= out & -out;

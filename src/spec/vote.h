@@ -86,13 +86,16 @@ mn_status mn_vote(const int32_t *const *drafts, const uint32_t *lens, const floa
  * them when skip_below <= 0. Otherwise a costly drafter (bit set in `costly`: it runs a model)
  * whose weight is below skip_below x the best enabled weight sits the round out: its proposal
  * could hardly win the vote, and on the CPU every model drafter's passes add to the round's time;
- * drafters that cost nothing always draft. `round` counts the sequence's rounds from 0: its first
- * asks all, and every MN_VOTE_EXPLORE_EVERY-th after it one of the drafters sitting out, in turn
- * (the k-th lowest index, k = (round / MN_VOTE_EXPLORE_EVERY - 1) mod their count), so a skipped
- * drafter keeps being judged and can win its weight back when the text moves to its domain.
- * All of them at once, as until 2026-11-29, cost the vote of three model drafts and the n-gram
- * one about a fifth of its throughput with one client on the CPU: each caught up and drafted its
- * whole length to be outvoted (docs/speculation.md). */
+ * drafters that cost nothing always draft. `round` is the caller's round clock: every
+ * MN_VOTE_EXPLORE_EVERY-th round (round % MN_VOTE_EXPLORE_EVERY == MN_VOTE_EXPLORE_EVERY - 1) asks
+ * one of the drafters sitting out, in turn (the k-th lowest index, k = round /
+ * MN_VOTE_EXPLORE_EVERY mod their count), so that a skipped drafter keeps being judged and can win
+ * its weight back when the text moves to its domain. The voter passes its own count of rounds, so
+ * a drafter explored in a round drafts for every sequence in it, in one shared pass.
+ * Until 2026-11-29 each sequence kept its own count, its first round asked all, and every 8th asked
+ * all those sitting out at once: three model drafts then each caught up and drafted the whole length
+ * to be outvoted, and with 16 clients some sequence was at such a round in most rounds
+ * (docs/speculation.md, "The vote and the weights"). */
 #define MN_VOTE_EXPLORE_EVERY 8
 uint32_t mn_vote_ask(const float *weights, uint32_t enabled, uint32_t costly, float skip_below, uint32_t round,
                      uint32_t n_drafters);
