@@ -8,8 +8,8 @@
  * 2 rows cols T / time. The weights and activations are small enough to stay in L2 for the
  * shapes of SmolLM2 (576 x 576, 1536 x 576, 576 x 1536), so this measures compute, not memory.
  * First line: an FMA-only loop (ten independent 8-lane chains) on the same core, the peak the
- * kernel is compared with; with AVX-512 VNNI, a second: the quantized tiles' inner step alone. Values are arbitrary; results are not checked here (test_kernels does
- * that bit for bit).
+ * kernel is compared with; with AVX-512 VNNI, a second: the quantized tiles' inner step alone.
+ * Values are arbitrary; results are not checked here (test_kernels does that bit for bit).
  */
 #include <getopt.h>
 #if defined(__x86_64__)

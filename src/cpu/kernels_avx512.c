@@ -176,8 +176,9 @@ ALWAYS_INLINE void outputs_q8(uint32_t type, const mn_weight *W, const mn_q8 *xq
  * 1.14-1.17x AVX2's 4 x 2 tiles on a Zen 4 core and one at 0.98-1.00x (tools/ab-decode.py, two
  * runs of 6-8 rounds each). Three rows left in one 3 x 4 tile rather than 2 x 4 + 1 x 4 (a second
  * decode of the weights), and five rows in one tile: verification passes of 3, 5 and 7 tokens took
- * 0.86-0.94x the time (ab-decode --verify-curve, 12 rounds, one sequence, two runs). Wider tiles were slower
- * or level: 8 x 3 at 8 rows 1.30x, 6 x 4 1.07x, 7 x 3 and 8 x 2 1.00-1.03x, 3 + 3 rows 1.06x. */
+ * 0.86-0.94x the time (ab-decode --verify-curve, 12 rounds, one sequence, two runs). Wider tiles
+ * were slower or level: 8 x 3 at 8 rows 1.30x, 6 x 4 1.07x, 7 x 3 and 8 x 2 1.00-1.03x, 3 + 3 rows
+ * 1.06x (Q8_MAX_RT in kernels_x86.h bounds the tiles at five rows since). */
 ALWAYS_INLINE void matmul_q8_typed(uint32_t type, const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y,
                                    size_t ldy, int T, uint32_t ob, uint32_t oe)
 {

@@ -218,6 +218,8 @@ ALWAYS_INLINE __m256i dot_lanes(__m256i wlo, __m256i whi, __m256i xlo, __m256i x
 #define Q8_HOLD_X 0
 #endif
 
+#define Q8_MAX_RT 5 /* the most rows of a quantized tile (kernels_avx512.c's 5 x 4) */
+
 ALWAYS_INLINE void tile_q8(uint32_t type, const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, size_t ldy,
                            int t0, uint32_t o0, uint32_t stride, const int RT, const int OT)
 {
@@ -225,14 +227,14 @@ ALWAYS_INLINE void tile_q8(uint32_t type, const mn_weight *W, const mn_q8 *xq, s
     const size_t qb = q_quant_bytes(type), ahead = RT == 1 ? (size_t)OT * W->row_bytes : PREFETCH_BYTES;
     const bool prefetch = stride == 1; /* rows a stride apart are streams the hardware follows */
     const uint8_t *dp[4], *mp[4], *qp[4];
-    __m256 acc[8][4];
+    __m256 acc[Q8_MAX_RT][4];
 #pragma GCC unroll 4
     for (int o = 0; o < OT; o++) {
         dp[o] = W->data + (size_t)(o0 + (uint32_t)o * stride) * W->row_bytes;
         mp[o] = dp[o] + 2 * (size_t)nb;
         qp[o] = dp[o] + 2 * (size_t)nb * (1 + q41);
     }
-#pragma GCC unroll 8
+#pragma GCC unroll 5
     for (int t = 0; t < RT; t++)
 #pragma GCC unroll 4
         for (int o = 0; o < OT; o++)
@@ -240,20 +242,20 @@ ALWAYS_INLINE void tile_q8(uint32_t type, const mn_weight *W, const mn_q8 *xq, s
     for (int g = 0; g < ng; g++) {
         const int n = nb - 8 * g < 8 ? nb - 8 * g : 8;
         /* the group's scales dw_b * dx_b, computed 8 at a time, broadcast block by block from here */
-        float sc[8][4][8] __attribute__((aligned(32)));
+        float sc[Q8_MAX_RT][4][8] __attribute__((aligned(32)));
 #pragma GCC unroll 4
         for (int o = 0; o < OT; o++) {
             if (prefetch)
                 _mm_prefetch((const char *)(dp[o] + 16 * g) + ahead, _MM_HINT_T0);
             __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dp[o] + 16 * g)));
-#pragma GCC unroll 8
+#pragma GCC unroll 5
             for (int t = 0; t < RT; t++)
                 _mm256_store_ps(sc[t][o], _mm256_mul_ps(dw, _mm256_loadu_ps(xq[(size_t)(t0 + t) * ldxq + g].d)));
         }
         for (int j = 0; j < n; j++) {
             const size_t b = (size_t)(8 * g + j);
-            __m256i xlo[8], xhi[8]; /* the block's activations, loaded once for all OT outputs */
-#pragma GCC unroll 8
+            __m256i xlo[Q8_MAX_RT], xhi[Q8_MAX_RT]; /* the block's activations, once for all OT outputs */
+#pragma GCC unroll 5
             for (int t = 0; t < RT; t++) {
                 const int16_t *x = xq[(size_t)(t0 + t) * ldxq + g].qs[j];
                 xlo[t] = _mm256_loadu_si256((const __m256i *)x);
@@ -269,7 +271,7 @@ ALWAYS_INLINE void tile_q8(uint32_t type, const mn_weight *W, const mn_q8 *xq, s
                     _mm_prefetch((const char *)(qp[o] + b * qb) + ahead, _MM_HINT_T0);
                 __m256i wlo, whi;
                 load_wq(type, qp[o] + b * qb, &wlo, &whi);
-#pragma GCC unroll 8
+#pragma GCC unroll 5
                 for (int t = 0; t < RT; t++)
                     acc[t][o] = _mm256_fmadd_ps(_mm256_broadcast_ss(&sc[t][o][j]),
                                                 _mm256_cvtepi32_ps(dot_lanes(wlo, whi, xlo[t], xhi[t])), acc[t][o]);
@@ -282,13 +284,13 @@ ALWAYS_INLINE void tile_q8(uint32_t type, const mn_weight *W, const mn_q8 *xq, s
             for (int o = 0; o < OT; o++) {
                 __m256 m = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mp[o] + 16 * g)));
                 m = _mm256_and_ps(m, keep); /* past the row's end: other bytes of the row */
-#pragma GCC unroll 8
+#pragma GCC unroll 5
                 for (int t = 0; t < RT; t++)
                     acc[t][o] = _mm256_fmadd_ps(m, _mm256_loadu_ps(xq[(size_t)(t0 + t) * ldxq + g].s), acc[t][o]);
             }
         }
     }
-#pragma GCC unroll 8
+#pragma GCC unroll 5
     for (int t = 0; t < RT; t++)
 #pragma GCC unroll 4
         for (int o = 0; o < OT; o++)
