@@ -540,9 +540,10 @@ static void decide_sequence(mn_tuner *t, mn_tuner_class *c, uint32_t cls, double
  * cheaper at all?), and with many sequences a step, where speculating usually loses by far, a full
  * window was much of what the adaptive vote lost to plain decoding: with three model drafts and the
  * n-gram one at 16 sequences, a probe's 32 steps at s_max cost a fifth of a 32-request run.
- * A class's first window stays whole: short, it let the classes a ramp passes through (2-8 sequences)
- * decide for themselves within a few runs, and each then paid for probes of its own where
- * following its neighbor costs nothing (bench-steps, 16 clients: drafting rounds in most runs, 0.86-0.97x plain). */
+ * A class's first window stays whole: short, it let the classes a ramp passes through (2-8
+ * sequences) decide for themselves within a few runs, and each then paid for probes of its own
+ * where following its neighbor costs nothing (bench-steps, 16 clients: drafting rounds in most
+ * runs, 0.86-0.97x plain). */
 static bool window_done(const mn_tuner *t, const mn_tuner_class *c)
 {
     uint32_t n = t->p.decision_threshold;

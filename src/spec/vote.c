@@ -127,12 +127,12 @@ mn_status mn_vote(const int32_t *const *drafts, const uint32_t *lens, const floa
 uint32_t mn_vote_ask(const float *weights, uint32_t enabled, uint32_t costly, float skip_below, uint32_t round,
                      uint32_t n_drafters)
 {
+    if (skip_below <= 0)
+        return enabled;
     float best = 0;
     for (uint32_t i = 0; i < n_drafters; i++)
         if (enabled >> i & 1)
             best = weights[i] > best ? weights[i] : best;
-    if (skip_below <= 0)
-        return enabled;
     uint32_t ask = 0;
     for (uint32_t i = 0; i < n_drafters; i++)
         if ((enabled >> i & 1) && (!(costly >> i & 1) || weights[i] >= skip_below * best))
