@@ -1430,20 +1430,47 @@ Test(tuner, model_learns_in_fixed_mode_and_from_any_length)
 Test(tuner, sequence_length_by_hand)
 {
     mn_tuner_seq q = {0};
-    mn_tuner_advice a = {.s = 8, .theta = 0.3f, .rho = 0.5f};
+    mn_tuner_advice a = {.s = 8, .theta = 0.3f, .first = 0.5f};
+    for (uint32_t j = 2; j <= MN_TUNER_MAX_LEN; j++)
+        a.carry[j] = 0.5f;
     cr_assert_eq(mn_tuner_seq_length(&q, &a, 8), 1, "the prior alone: 0.5 > 0.3 > 0.25");
     a.theta = 0.2f;
     cr_assert_eq(mn_tuner_seq_length(&q, &a, 8), 2, "0.25 > 0.2 > 0.125");
     cr_assert_eq(mn_tuner_seq_length(&q, &a, 0), 0);
-    for (int i = 0; i < 6; i++) /* kept 4 of 4, six times: rho about 0.95 */
-        mn_tuner_seq_observe(&q, 4, false);
-    cr_assert_eq(mn_tuner_seq_length(&q, &a, 8), 8, "a sequence that keeps everything: its cap");
-    cr_assert_eq(mn_tuner_seq_length(&q, &a, 3), 3);
+    a.carry[3] = 0.9f, a.carry[4] = 0.9f, a.carry[5] = 0.6f;
+    cr_assert_eq(mn_tuner_seq_length(&q, &a, 8), 4, "0.5, 0.25, 0.225, 0.2025 > 0.2 > 0.1215: carry by position");
+    for (int i = 0; i < 6; i++) /* the first token kept six times: f = (3.29 + 0.5) / (3.29 + 1) */
+        mn_tuner_seq_observe(&q, 4);
+    cr_assert_eq(mn_tuner_seq_length(&q, &a, 8), 5, "0.88, 0.44, 0.40, 0.36, 0.21 > 0.2 > 0.11");
+    cr_assert_eq(mn_tuner_seq_length(&q, &a, 3), 3, "never past the cap");
     for (int i = 0; i < 12; i++) /* then rejected at once, twelve times */
-        mn_tuner_seq_observe(&q, 0, true);
+        mn_tuner_seq_observe(&q, 0);
     cr_assert_eq(mn_tuner_seq_length(&q, &a, 8), 1, "it never goes below 1");
     a.theta = NAN;
     cr_assert_eq(mn_tuner_seq_length(&q, &a, 5), 5, "no figures: the cap");
+}
+
+/* The class's acceptance by position from its steps' histograms: a draft that ended after a kept
+ * tokens tried a + 1 positions, one kept whole tried a, and a sequence with no draft tried none. */
+Test(tuner, sequence_acceptance_by_position)
+{
+    mn_tuner_params p = with_rule(MN_TUNER_RULE_SEQUENCE);
+    p.decision_threshold = 1000;
+    mn_tuner t;
+    mn_tuner_init(&t, &p, 4);
+    mn_tuner_decision d;
+    mn_tuner_step st = {.batch = 8, .s = 4, .seconds = 1, .tokens = 10, .drafted = 20, .undrafted = 1};
+    st.ended[0] = 3; /* two rejected at once, one with no draft */
+    st.ended[1] = 2; /* kept 1, rejected the 2nd */
+    st.full[4] = 3;  /* kept all 4 */
+    mn_tuner_observe(&t, &st, true, &d);
+    mn_tuner_advice a = mn_tuner_advise(&t, mn_tuner_class_of(8));
+    cr_assert_float_eq(a.first, 5.0 / 7.0, 1e-6, "7 drafts tried the first token, 5 kept it");
+    double c2 = (3 + 5.0 / 7.0) / (5 + 1), c3 = (3 + c2) / (3 + 1), c4 = (3 + c3) / (3 + 1), c5 = (0 + c4) / (0 + 1);
+    cr_assert_float_eq(a.carry[2], c2, 1e-6, "5 reached the 2nd, 3 kept it (one pseudo-draft at first)");
+    cr_assert_float_eq(a.carry[3], c3, 1e-6);
+    cr_assert_float_eq(a.carry[4], c4, 1e-6);
+    cr_assert_float_eq(a.carry[5], c5, 1e-6, "never reached: as good as the one before");
 }
 
 /* theta = beta / c from a step time that grows by 0.1 s per drafted token and sequence. */
@@ -1464,7 +1491,8 @@ Test(tuner, sequence_theta_from_steps)
     }
     mn_tuner_advice a = mn_tuner_advise(&t, 0);
     cr_assert_float_eq(a.theta, 0.1 / (seconds / tokens), 1e-5);
-    cr_assert_float_eq(a.rho, 6.0 / 12.0, 1e-6, "kept 1 and stopped, six times");
+    cr_assert_float_eq(a.first, 1.0, 1e-6, "the first token kept six times");
+    cr_assert_float_eq(a.carry[2], (0 + 1.0) / (6 + 1), 1e-6, "the second rejected six times");
     cr_assert_eq(a.s, 8);
     p.rule = MN_TUNER_RULE_MODEL;
     mn_tuner_reparam(&t, &p);
@@ -1486,13 +1514,13 @@ static void seq_steps(mn_tuner *t, seq_sim *sim, int steps, bool per_sequence, u
     for (int i = 0; i < steps; i++) {
         mn_tuner_class *c = &t->c[mn_tuner_class_of(4)];
         mn_tuner_advice a = per_sequence ? mn_tuner_advise(t, mn_tuner_class_of(4))
-                                         : (mn_tuner_advice){.s = c->s, .theta = NAN, .rho = NAN};
+                                         : (mn_tuner_advice){.s = c->s, .theta = NAN, .first = NAN};
         mn_tuner_step st = {.batch = 4, .s = c->s};
         for (int k = 0; k < 4; k++) {
             uint32_t cap = mn_tuner_seq_length(&sim->acc[k], &a, c->s), kept = 0;
             while (kept < cap && (lcg(rng) & 0xffff) < accept[k] * 0x10000)
                 kept++;
-            mn_tuner_seq_observe(&sim->acc[k], kept, kept < cap);
+            mn_tuner_seq_observe(&sim->acc[k], kept);
             if (cap && kept == cap)
                 st.full[kept]++;
             else
@@ -1530,6 +1558,62 @@ Test(tuner, sequence_rule_beats_every_fixed_length_on_a_mixed_batch)
     double cost = sim.seconds / sim.tokens;
     cr_log_info("per token: sequence rule %.4f, best fixed length %.4f", cost, best_fixed);
     cr_assert_lt(cost, 0.95 * best_fixed, "sequence rule %.4f against the best fixed length's %.4f", cost, best_fixed);
+}
+
+/* One sequence whose text runs in stretches, as served text does: while it copies (its prompt, a
+ * verse every drafter knows) a draft token is kept with probability 0.95; elsewhere the first token
+ * is kept 0.3 of the time and each next one, after a kept one, 0.6. A stretch lasts 5 verifications
+ * on average. A step costs 1 plus 0.2 per drafted token. Acceptance along a draft is then not
+ * geometric: one rate for every position (the rule before 2026-11-29) takes a copying draft's
+ * later tokens for as risky as a first one and cuts it short. */
+static double stretch_steps(mn_tuner *t, mn_tuner_seq *q, int steps, bool per_sequence, uint32_t *rng)
+{
+    static bool copying;
+    double seconds = 0, tokens = 0;
+    for (int i = 0; i < steps; i++) {
+        if ((lcg(rng) & 0xffff) < 0.2 * 0x10000)
+            copying = !copying;
+        mn_tuner_class *c = &t->c[0];
+        mn_tuner_advice a = per_sequence ? mn_tuner_advise(t, 0) : (mn_tuner_advice){.s = c->s, .theta = NAN, .first = NAN};
+        uint32_t cap = mn_tuner_seq_length(q, &a, c->s), kept = 0;
+        while (kept < cap && (lcg(rng) & 0xffff) < (copying ? 0.95 : kept ? 0.6 : 0.3) * 0x10000)
+            kept++;
+        if (cap)
+            mn_tuner_seq_observe(q, kept);
+        mn_tuner_step st = {.batch = 1, .s = c->s, .drafted = cap, .tokens = 1 + kept, .seconds = 1 + 0.2 * cap};
+        if (cap && kept == cap)
+            st.full[kept]++;
+        else
+            st.ended[kept]++;
+        seconds += st.seconds, tokens += st.tokens;
+        mn_tuner_decision d;
+        mn_tuner_observe(t, &st, per_sequence, &d);
+    }
+    return seconds / tokens;
+}
+
+Test(tuner, sequence_rule_follows_acceptance_along_a_draft)
+{
+    double best_fixed = INFINITY;
+    uint32_t rng = 23, best_s = 0;
+    for (uint32_t s = 0; s <= 8; s++) {
+        mn_tuner_params p = mn_tuner_defaults();
+        mn_tuner t;
+        mn_tuner_init(&t, &p, s);
+        mn_tuner_seq q = {0};
+        double cost = stretch_steps(&t, &q, 20000, false, &rng);
+        if (cost < best_fixed)
+            best_fixed = cost, best_s = s;
+    }
+    mn_tuner_params p = with_rule(MN_TUNER_RULE_SEQUENCE);
+    mn_tuner t;
+    mn_tuner_init(&t, &p, 4);
+    mn_tuner_seq q = {0};
+    stretch_steps(&t, &q, 2000, true, &rng);
+    double cost = stretch_steps(&t, &q, 20000, true, &rng);
+    cr_log_info("per token: sequence rule %.4f, best fixed length (%u) %.4f", cost, best_s, best_fixed);
+    cr_assert_lt(cost, 0.97 * best_fixed, "sequence rule %.4f against the best fixed length's (%u) %.4f", cost, best_s,
+                 best_fixed);
 }
 
 /* Drafts that are never kept: the sequence rule's class goes to plain decoding, probing less and
@@ -1634,7 +1718,7 @@ Test(tuner, sequence_rule_probes_briefly_at_a_large_batch)
 
 /* Classes that have not decided follow the nearest one that has: when no draft pays at 16
  * sequences, 5-8 sequences (passed through while clients ramp down) decode plainly too, with the
- * leader's theta and rho, instead of drafting the starting length at every step; once they decide
+ * leader's theta and acceptance, instead of drafting the starting length at every step; once they decide
  * for themselves they stop following, and a class with two deciding neighbors follows the nearer. */
 Test(tuner, undecided_classes_follow_the_nearest_decided_one)
 {
@@ -1652,8 +1736,9 @@ Test(tuner, undecided_classes_follow_the_nearest_decided_one)
         cr_assert_eq(t.c[k].s, 0, "class %s follows 9-16", mn_tuner_class_name(k));
     mn_tuner_advice a8 = mn_tuner_advise(&t, c8), a16 = mn_tuner_advise(&t, c16);
     /* (theta is NAN here: every step drafted the same length, so no line of time over drafts) */
-    cr_assert(a8.rho == a16.rho && (a8.theta == a16.theta || (isnan(a8.theta) && isnan(a16.theta))),
-              "with its theta and rho: %g %g, %g %g", a8.theta, a16.theta, a8.rho, a16.rho);
+    cr_assert(a8.first == a16.first && !memcmp(a8.carry, a16.carry, sizeof a8.carry) &&
+                  (a8.theta == a16.theta || (isnan(a8.theta) && isnan(a16.theta))),
+              "with its theta and acceptance: %g %g, %g %g", a8.theta, a16.theta, a8.first, a16.first);
 
     /* batch 1 decides for itself (drafts that pay there): 2 sequences now follow batch 1 (nearer),
      * 5-8 still follow 9-16 (nearer), and 3-4 are as near to both: the larger batch leads */

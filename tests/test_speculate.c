@@ -820,12 +820,19 @@ Test(speculate, adaptive_length_is_lossless_and_visible, .timeout = 600, .disabl
     int with_figures = 0;
     json_object_foreach(json_object_get(tuner, "batch"), cls, k) {
         json_t *q = json_object_get(k, "sequence");
-        double theta = json_real_value(json_object_get(q, "theta")), rho = json_real_value(json_object_get(q, "rho"));
-        if (q)
-            cr_assert(theta > 0 && theta <= 1 && rho >= 0 && rho <= 1, "batch %s: %s", cls, json_dumps(q, 0));
+        double theta = json_real_value(json_object_get(q, "theta")), first = json_real_value(json_object_get(q, "first"));
+        json_t *carry = json_object_get(q, "carry");
+        if (q) {
+            cr_assert(theta > 0 && theta <= 1 && first >= 0 && first <= 1, "batch %s: %s", cls, json_dumps(q, 0));
+            cr_assert(json_array_size(carry) == 5, "carry for tokens 2..s_max (6): %s", json_dumps(q, 0));
+            for (size_t j = 0; j < json_array_size(carry); j++) {
+                double x = json_real_value(json_array_get(carry, j));
+                cr_assert(x >= 0 && x <= 1, "batch %s: %s", cls, json_dumps(q, 0));
+            }
+        }
         with_figures += q != NULL;
     }
-    cr_assert_gt(with_figures, 0, "a class shows theta and rho: %s", json_dumps(tuner, 0));
+    cr_assert_gt(with_figures, 0, "a class shows its theta and acceptance: %s", json_dumps(tuner, 0));
     json_decref(r);
 
     /* length 0 is plain decoding, with no round: its steps are measured too (a tuner that moved to

@@ -33,8 +33,9 @@ draft is not geometric, this shows it (docs/speculation.md).
 
 Configurations: plain (no drafter), ngram (the n-gram drafter, no shared cache: rounds repeat
 their prompts), vote (the three bundled drafts and ngram), each optionally +tuner (adaptive,
-sequence rule) and +pipe (--pipeline, the drafts on --pipe-threads compute threads of their own
-beside the target's --threads: vote+tuner+pipe); speculating ones at --spec-length. CONFIG@DIR
+sequence rule; +tuner:s_min=6:s_max=6 sets tuner keys too) and +pipe (--pipeline, the drafts on
+--pipe-threads compute threads of their own beside the target's --threads: vote+tuner+pipe);
+speculating ones at --spec-length. CONFIG@DIR
 runs DIR's minionsd (two builds side by side: plain@/tmp/old/build,plain). --busy N keeps N
 busy-looping processes running beside the servers for the whole run: the engine on cores it
 shares with other work.
@@ -79,8 +80,9 @@ class Server(minionsd.Server):
                "--spec-length", str(args.spec_length), "--ngram-cache", "0", "--step-trace", self.trace]
         if name != "plain":
             cmd += minionsd.draft_args(DRAFTS[name])
-        if "tuner" in options:
-            cmd += ["--tuner", "adaptive,rule=sequence"]
+        tuner = [o for o in options if o.split(":")[0] == "tuner"]
+        if tuner:  # tuner:KEY=VALUE:... sets the tuner's keys beside the sequence rule
+            cmd += ["--tuner", ",".join(["adaptive", "rule=sequence"] + tuner[0].split(":")[1:])]
         if pipe:
             cmd += ["--pipeline", "--draft-threads", str(args.pipe_threads)]
         super().__init__(cmd, admin=False, bindir=bindir)

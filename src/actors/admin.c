@@ -102,7 +102,8 @@ static json_t *config_json(mn_admin *a)
 /* The tuner's figures: per batch class that has run, the length in effect and the measured curve
  * (microseconds per produced token by length, with its age in decisions), the model rule's
  * estimate by length up to s_max (kept in every mode and rule: `model`, where it has one), and
- * under the sequence rule its threshold theta and the class's acceptance rho (`sequence`). */
+ * under the sequence rule its threshold theta and the class's acceptance along a draft
+ * (`sequence`: first, carry). */
 static json_t *tuner_stats_json(const mn_admin *a)
 {
     const mn_stats *s = &a->query.stats;
@@ -137,9 +138,13 @@ static json_t *tuner_stats_json(const mn_admin *a)
                                 (json_int_t)k->decisions, "moves", (json_int_t)k->moves, "probes",
                                 (json_int_t)k->probes, "curve", curve, "model", model);
         mn_tuner_advice adv = mn_tuner_advise(t, c); /* the sequence rule's figures, once measured */
-        if (!isnan(adv.theta) && !isnan(adv.rho))
-            json_object_set_new(cls, "sequence", json_pack("{s:f, s:f}", "theta", (double)adv.theta, "rho",
-                                                           (double)adv.rho));
+        if (!isnan(adv.theta) && !isnan(adv.first)) {
+            json_t *carry = json_array();
+            for (uint32_t j = 2; j <= t->p.s_max; j++)
+                json_array_append_new(carry, json_real(adv.carry[j]));
+            json_object_set_new(cls, "sequence", json_pack("{s:f, s:f, s:o}", "theta", (double)adv.theta, "first",
+                                                           (double)adv.first, "carry", carry));
+        }
         json_object_set_new(classes, mn_tuner_class_name(c), cls);
     }
     return json_pack("{s:s, s:I, s:o}", "mode", mn_tuner_mode_name(s->tuner.mode), "measured",

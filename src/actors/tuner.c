@@ -44,7 +44,7 @@ static void send_length(mn_tuner_actor *t, uint32_t cls, uint32_t s)
         mn_log(MN_LOG_ERROR, "tuner: out of memory for a setting");
         return;
     }
-    mn_tuner_advice a = {.s = s, .theta = NAN, .rho = NAN};
+    mn_tuner_advice a = {.s = s, .theta = NAN, .first = NAN};
     if (cls < MN_TUNER_CLASSES && t->cfg.mode == MN_TUNER_ADAPTIVE)
         a = mn_tuner_advise(&t->state, cls), a.s = s;
     *m = (mn_setting){.msg.type = MN_MSG_SET, .key = MN_SET_SPEC_LENGTH, .index = cls, .advice = a};

@@ -165,7 +165,7 @@ mn_status mn_verifier_new(const mn_verifier_config *cfg, mn_verifier **out, mn_e
         return mn_fail(err, MN_NOMEM, "verifier: out of memory for %u sequences", cap);
     }
     for (int i = 0; i < MN_TUNER_CLASSES; i++)
-        v->advice[i] = (mn_tuner_advice){.s = cfg->spec_length, .theta = NAN, .rho = NAN};
+        v->advice[i] = (mn_tuner_advice){.s = cfg->spec_length, .theta = NAN, .first = NAN};
     v->measure.msg.type = MN_MSG_MEASURED;
     v->step.be = cfg->be;
     v->step.job.run = step_run;
@@ -514,7 +514,7 @@ static bool kept_all(const mn_req *r)
 static void count_verification(mn_verifier *v, mn_req *r)
 {
     uint32_t acc = r->spec.n_kept - 1;
-    mn_tuner_seq_observe(&r->spec.acc, acc, !kept_all(r));
+    mn_tuner_seq_observe(&r->spec.acc, acc);
     r->spec.verifications++;
     r->spec.drafted += r->spec.n_draft;
     r->spec.accepted += acc;
@@ -546,6 +546,7 @@ static void report(mn_verifier *v)
             t->full[a]++;
         else
             t->ended[a]++;
+        t->undrafted += !r->spec.n_draft;
     }
     m->queued = true;
     m->draft_seconds = v->step_draft_seconds;

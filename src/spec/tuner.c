@@ -290,6 +290,10 @@ static void model_add(mn_tuner_model *m, const mn_tuner_step *st)
         m->full[a] += full;
         for (uint32_t x = 0; x <= MN_TUNER_MAX_LEN; x++)
             m->yield[x] += n * (1 + (a < x ? a : x));
+        for (uint32_t j = 1; j <= a; j++) /* positions kept */
+            m->reach[j] += n, m->keep[j] += n;
+        if (a < MN_TUNER_MAX_LEN) /* the one an ended draft stopped at */
+            m->reach[a + 1] += ended - (a == 0 ? st->undrafted : 0);
     }
 }
 
@@ -304,6 +308,8 @@ static void model_decay(mn_tuner_model *m)
         m->full[x] *= MN_TUNER_MODEL_DECAY;
         m->seconds[x] *= MN_TUNER_MODEL_DECAY;
         m->steps[x] *= MN_TUNER_MODEL_DECAY;
+        m->reach[x] *= MN_TUNER_MODEL_DECAY;
+        m->keep[x] *= MN_TUNER_MODEL_DECAY;
     }
 }
 
@@ -431,14 +437,22 @@ static void follow_leaders(mn_tuner *t)
 
 /* ---- the sequence rule ---- */
 
-static double class_rho(const mn_tuner_model *m)
+/* The class's rate of keeping a draft's first token (NAN before any draft was verified), and into
+ * carry[2..MN_TUNER_MAX_LEN] its rate of keeping token j once j - 1 was kept: one pseudo-draft at
+ * the rate before it as a prior, so that a position no draft reached is taken as good as the one
+ * before it. */
+static double class_acceptance(const mn_tuner_model *m, float *carry)
 {
-    return m->kept + m->stopped > 0 ? m->kept / (m->kept + m->stopped) : NAN;
+    double first = m->reach[1] > 0 ? m->keep[1] / m->reach[1] : NAN, prev = first;
+    for (uint32_t j = 2; j <= MN_TUNER_MAX_LEN; j++)
+        carry[j] = (float)(prev = (m->keep[j] + prev) / (m->reach[j] + 1));
+    return first;
 }
 
 /* theta = beta / c: the slope of seconds over drafted tokens (both per sequence of a step: the
- * seconds one more draft token adds), over seconds per produced token at speculating steps. NAN without two distinct draft totals. A slope at or below 0 (noise, or
- * drafting that costs nothing measurable) is taken as the least theta, 0.01. */
+ * seconds one more draft token adds), over seconds per produced token at speculating steps. NAN
+ * without two distinct draft totals. A slope at or below 0 (noise, or drafting that costs nothing
+ * measurable) is taken as the least theta, 0.01. */
 static double class_theta(const mn_tuner_model *m)
 {
     const mn_tuner_line *l = &m->draft_time;
@@ -453,36 +467,35 @@ mn_tuner_advice mn_tuner_advise(const mn_tuner *t, uint32_t cls)
 {
     cls = cls < MN_TUNER_CLASSES ? cls : 0;
     const mn_tuner_class *c = &t->c[cls];
-    mn_tuner_advice a = {.s = c->s, .theta = NAN, .rho = NAN};
+    mn_tuner_advice a = {.s = c->s, .theta = NAN, .first = NAN};
     if (t->p.rule == MN_TUNER_RULE_SEQUENCE) {
         /* a class that has not decided yet and has no figures of its own borrows its leader's */
         int lead = c->decisions ? -1 : leader(t, cls);
         const mn_tuner_model *m = &c->model, *lm = lead >= 0 ? &t->c[lead].model : m;
         a.theta = (float)class_theta(m);
-        a.rho = (float)class_rho(m);
+        a.first = (float)class_acceptance(m, a.carry);
         if (isnan(a.theta))
             a.theta = (float)class_theta(lm);
-        if (isnan(a.rho))
-            a.rho = (float)class_rho(lm);
+        if (isnan(a.first))
+            a.first = (float)class_acceptance(lm, a.carry);
     }
     return a;
 }
 
-void mn_tuner_seq_observe(mn_tuner_seq *q, uint32_t kept, bool stopped)
+void mn_tuner_seq_observe(mn_tuner_seq *q, uint32_t kept)
 {
-    q->kept = q->kept * MN_TUNER_SEQ_DECAY + kept;
-    q->stopped = q->stopped * MN_TUNER_SEQ_DECAY + stopped;
+    q->tries = q->tries * MN_TUNER_SEQ_DECAY + 1;
+    q->hits = q->hits * MN_TUNER_SEQ_DECAY + (kept > 0);
 }
 
 uint32_t mn_tuner_seq_length(const mn_tuner_seq *q, const mn_tuner_advice *a, uint32_t cap)
 {
-    if (!cap || isnan(a->theta) || isnan(a->rho))
+    if (!cap || isnan(a->theta) || isnan(a->first))
         return cap;
-    /* the class's rho as one draft's worth of prior: rho / (1 - rho) kept tokens and one stop */
-    double prior = a->rho < 0.95f ? a->rho : 0.95;
-    double rho = (q->kept + prior / (1 - prior)) / (q->kept + q->stopped + 1 / (1 - prior));
+    /* the class's first-token rate as one draft's worth of prior */
+    double p = (q->hits + a->first) / (q->tries + 1);
     uint32_t j = 1;
-    for (double p = rho * rho; j < cap && p > a->theta; p *= rho)
+    while (j < cap && j < MN_TUNER_MAX_LEN && (p *= a->carry[j + 1]) > a->theta)
         j++;
     return j;
 }

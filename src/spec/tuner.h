@@ -65,17 +65,29 @@
  * none. So each sequence gets its own draft length, from the marginal rule: one more draft token
  * at position j pays when its chance of being kept times what a produced token costs exceeds what
  * it costs to draft and verify it,
- *     rho_i^j * c > beta   <=>   rho_i^j > theta = beta / c,
- * where rho_i is the sequence's own continuation probability (its kept and stopped drafts, decayed
- * by MN_TUNER_SEQ_DECAY per verification, with one draft's worth of the class's rho as a prior), c
- * the class's seconds per produced token at speculating steps, and beta the seconds one more draft
- * token adds to a step (the slope of a decayed least-squares line of step time over the step's
- * drafted tokens, which the varying lengths themselves spread). Every speculating sequence drafts
- * at least 1 token. The class's own length is then a bound, s_max, or 0 while plain steps cost
- * less per produced token than speculating ones (a window at s_max now and then, less often while
- * those probes change nothing). Plain steps' cost is only ever measured: a class that has not run
- * a window at 0 tries one before it judges (an estimate from the speculating lengths would carry
- * the drafters' cost per step to plain decoding, which pays none).
+ *     P_i(j) c > beta   <=>   P_i(j) > theta = beta / c,
+ * where c is the class's seconds per produced token at speculating steps and beta the seconds one
+ * more draft token adds to a step (the slope of a decayed least-squares line of step time over the
+ * step's drafted tokens, which the varying lengths themselves spread). The chance of keeping the
+ * j-th token is the sequence's own chance of keeping the first, times the class's chance of keeping
+ * each later one once the one before it was kept:
+ *     P_i(j) = f_i * carry(2) * ... * carry(j),
+ * f_i from the sequence's recent verifications (decayed by MN_TUNER_SEQ_DECAY per verification,
+ * with one draft's worth of the class's first-token rate as a prior), carry(k) = (drafts that kept
+ * token k) / (drafts that kept token k - 1 and reached k), decayed with the model's sums (one
+ * pseudo-draft at carry(k - 1) as a prior, so a position no draft has reached yet is assumed as
+ * good as the one before it, and the lengths keep reaching further until measured). Acceptance is
+ * not geometric along a draft: a draft whose first tokens were kept is most likely copying or
+ * following text every drafter knows, and it goes on (on the bundled family, kjv, web and devil
+ * with the vote of all four: the first token kept 0.68-0.70 of the time, each next one after a
+ * kept one 0.77-0.97). Until 2026-11-29 the rule took one rate rho_i for every position, rho_i^j,
+ * and so cut drafts short where they paid best (docs/speculation.md, "Acceptance along a draft").
+ * Every speculating sequence drafts at least 1 token. The class's own length is then a bound,
+ * s_max, or 0 while plain steps cost less per produced token than speculating ones (a window at
+ * s_max now and then, less often while those probes change nothing). Plain steps' cost is only
+ * ever measured: a class that has not run a window at 0 tries one before it judges (an estimate
+ * from the speculating lengths would carry the drafters' cost per step to plain decoding, which
+ * pays none).
  * Its probes are short: a quarter of decision_threshold steps once they hold decision_threshold
  * verified sequences (so a full window at one sequence a step). They only ask which side is
  * cheaper, and at a large batch, where model drafters lose by far, every step of them is paid for.
@@ -84,7 +96,7 @@
  * while 16 clients ramp up and down, may never fill a window) runs at the length its leader rests
  * at (not at a probe's), the leader being the nearest class that has decided (the larger batch on a
  * tie), and under the sequence rule takes its
- * theta and rho until it has figures of its own: a neighbor's length is a better guess than the
+ * theta and acceptance figures until it has its own: a neighbor's length is a better guess than the
  * starting one, which with model drafters that do not pay drafts at every step.
  *
  * Storage is inline and fixed; nothing allocates. Thread: one owner (the tuner actor).
@@ -172,6 +184,9 @@ typedef struct mn_tuner_model {
      * tokens (one point a step), and the produced tokens */
     mn_tuner_line draft_time;
     double produced;
+    /* sequence rule: drafts that reached position j (drafted it after keeping j - 1), and that
+     * kept it; index 0 unused */
+    double reach[MN_TUNER_MAX_LEN + 1], keep[MN_TUNER_MAX_LEN + 1];
 } mn_tuner_model;
 
 typedef struct mn_tuner_class {
@@ -214,26 +229,31 @@ typedef struct mn_tuner_step {
     uint16_t full[MN_TUNER_MAX_LEN + 1];  /* sequences that kept all of a draft as long as they were
                                           * allowed (a = its cap: s, or its own under the sequence
                                           * rule): a longer one might have kept more */
+    uint16_t undrafted;                   /* of ended[0], those with no draft at all (the drafters
+                                          * proposed nothing): no position was tried */
 } mn_tuner_step;
 
-/* What the verifier needs of a class: its length, and for the sequence rule the threshold theta and
- * the class's rho (NAN under the other rules, or before the class has measured them). */
+/* What the verifier needs of a class: its length, and for the sequence rule the threshold theta, the
+ * class's rate of keeping a draft's first token, and carry[j], its rate of keeping token j once
+ * token j - 1 was kept (j = 2..s_max; 0 and 1 unused). theta and first are NAN under the other
+ * rules, or before the class has measured them (carry is then unused). */
 typedef struct mn_tuner_advice {
     uint32_t s;
-    float theta, rho;
+    float theta, first;
+    float carry[MN_TUNER_MAX_LEN + 1];
 } mn_tuner_advice;
 
 mn_tuner_advice mn_tuner_advise(const mn_tuner *t, uint32_t cls);
 
-/* A sequence's own acceptance (the sequence rule): zero-initialized, fed every verification. */
+/* A sequence's own acceptance (the sequence rule): its decayed count of verified drafts and of
+ * those that kept their first token. Zero-initialized, fed every verification of a draft. */
 typedef struct mn_tuner_seq {
-    double kept, stopped;
+    double tries, hits;
 } mn_tuner_seq;
 
-/* A verification kept `kept` draft tokens; `stopped`: its draft stopped short of its cap (a token
- * was rejected, or the drafters proposed fewer). */
-void mn_tuner_seq_observe(mn_tuner_seq *q, uint32_t kept, bool stopped);
-/* The sequence's draft length under advice a: the largest j in [1, cap] with rho_i^j > theta (1 when
+/* A verification of a draft of at least one token kept `kept` of them. */
+void mn_tuner_seq_observe(mn_tuner_seq *q, uint32_t kept);
+/* The sequence's draft length under advice a: the largest j in [1, cap] with P_i(j) > theta (1 when
  * none), or cap when a has no theta; 0 when cap is 0. */
 uint32_t mn_tuner_seq_length(const mn_tuner_seq *q, const mn_tuner_advice *a, uint32_t cap);
 
