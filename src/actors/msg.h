@@ -75,6 +75,7 @@ typedef struct mn_measure {
                                     * what each sequence kept; the tuner sets step.seconds */
     double draft_seconds;          /* from planning to the voted drafts (0 without a round) */
     double verify_seconds;         /* the target's pass and acceptance */
+    double cycle_seconds;          /* from the step before's return to this one's (0: none before) */
 } mn_measure;
 
 /* A kick: one message per target actor, posted only when not already queued. */

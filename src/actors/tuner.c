@@ -77,7 +77,15 @@ static void publish(mn_tuner_actor *t, const mn_tuner_decision *d)
 static void measured(mn_tuner_actor *t, mn_measure *m)
 {
     mn_tuner_step step = m->step;
-    step.seconds = m->verify_seconds + (t->state.p.cost == MN_TUNER_COST_ROUND ? m->draft_seconds : 0);
+    step.seconds = m->verify_seconds;
+    if (t->state.p.cost == MN_TUNER_COST_ROUND) {
+        /* drafting, and the hand-offs around the step (the loop's turn, the workers' wake-up), which
+         * every step pays whatever it carries: the rest of the cycle since the step before, at most
+         * the step's own time (more is the engine idling, not a cost), at least 0 (the pipeline
+         * drafted during the step before) */
+        double work = m->verify_seconds + m->draft_seconds, rest = m->cycle_seconds - work;
+        step.seconds = work + (rest < 0 ? 0 : rest > work ? work : rest);
+    }
     m->queued = false;
     t->measured++;
     mn_tuner_decision d;

@@ -50,6 +50,7 @@ struct mn_verifier {
     double t_plan;          /* when the last round was planned */
     double round_seconds;   /* the last round's drafting time: planned to voted */
     double step_draft_seconds; /* that of the round whose drafts this step verifies */
+    double last_back;          /* when the step before came back (0: none yet) */
     uint32_t pool_batch;    /* B: the pool's bound when the last round was planned */
     bool paused;            /* drafting is paused: the pool holds B */
     uint64_t rounds, overlapped, pauses, resumes;
@@ -527,7 +528,7 @@ static void count_verification(mn_verifier *v, mn_req *r)
 
 /* A step the length shaped: its cost and yield to the tuner (unless the last report is still on its
  * way, which the loop's turn between steps makes all but impossible). */
-static void report(mn_verifier *v)
+static void report(mn_verifier *v, double back)
 {
     step_job *s = &v->step;
     if (!v->step_measured || s->st != MN_OK || v->measure.queued)
@@ -551,6 +552,7 @@ static void report(mn_verifier *v)
     m->queued = true;
     m->draft_seconds = v->step_draft_seconds;
     m->verify_seconds = s->seconds;
+    m->cycle_seconds = v->last_back > 0 ? back - v->last_back : 0;
     mn_mailbox_post(v->cfg.addr->tuner, &m->msg);
 }
 
@@ -570,7 +572,8 @@ static void step_done(mn_verifier *v)
     for (uint32_t k = 0; k < s->n; k++)
         s->reqs[k]->phase = MN_PHASE_IDLE;
     v->step_seconds += s->st == MN_OK ? s->seconds : 0;
-    report(v);
+    report(v, back);
+    v->last_back = back;
     uint32_t produced = 0;
     for (uint32_t k = 0; k < s->n; k++) {
         mn_req *r = s->reqs[k];
