@@ -9,6 +9,7 @@
 #include <string.h>
 
 #define FIT_REACH 1 /* the fit takes the fresh points next to s: a local slope */
+#define PROBE_LOSES 1.5 /* a probe this much dearer per token than home ends early (window_done) */
 
 mn_tuner_params mn_tuner_defaults(void)
 {
@@ -500,6 +501,15 @@ uint32_t mn_tuner_seq_length(const mn_tuner_seq *q, const mn_tuner_advice *a, ui
     return j;
 }
 
+/* The sequence rule's figure for one side: seconds per produced token at plain steps (as measured
+ * only), or at speculating ones, decayed; NAN before that side has run. */
+static double side_cost(const mn_tuner_model *m, bool plain)
+{
+    if (plain)
+        return m->steps[0] > 0 ? m->seconds[0] / m->steps[0] : NAN;
+    return m->produced > 0 ? m->draft_time.y / m->produced : NAN;
+}
+
 /* After record(): the sequences choose their lengths, so the class's length is their bound s_max,
  * or, when s_min is 0, plain decoding while plain steps cost less per token than speculating ones
  * (the decayed mean over speculating steps against the time at 0, by the margin, in either
@@ -517,8 +527,7 @@ static void decide_sequence(mn_tuner *t, mn_tuner_class *c, uint32_t cls, double
      * vote of three model drafts at 16 sequences it put plain at 965 us a token, several times what
      * a plain step costs, so the class had a figure for plain (no blind probe) and stayed at s_max
      * until its first timed probe, probe_gap windows later. */
-    double plain = lo == 0 && m->steps[0] > 0 ? m->seconds[0] / m->steps[0] : NAN,
-           spec = m->produced > 0 ? m->draft_time.y / m->produced : NAN;
+    double plain = lo == 0 ? side_cost(m, true) : NAN, spec = side_cost(m, false);
     const char *why = "rest";
     uint32_t home = c->home;
     if (c->home != lo && c->home != hi)
@@ -549,7 +558,9 @@ static void decide_sequence(mn_tuner *t, mn_tuner_class *c, uint32_t cls, double
 
 /* Whether the class's window is complete: decision_threshold steps at s. Under the sequence rule a
  * probe (a window away from home) is short: it ends once it holds decision_threshold verified
- * sequences and a quarter of decision_threshold steps. It asks a coarse question (is the other side
+ * sequences and a quarter of decision_threshold steps, or two steps once those cost PROBE_LOSES
+ * times home's figure per token (the vote of three model drafts at 16 sequences costs 2.5 times
+ * plain decoding: bench-steps traces put a tenth of such a run in its probes). It asks a coarse question (is the other side
  * cheaper at all?), and with many sequences a step, where speculating usually loses by far, a full
  * window was much of what the adaptive vote lost to plain decoding: with three model drafts and the
  * n-gram one at 16 sequences, a probe's 32 steps at s_max cost a fifth of a 32-request run.
@@ -563,7 +574,10 @@ static bool window_done(const mn_tuner *t, const mn_tuner_class *c)
     if (c->win_steps >= n)
         return true;
     bool probe = t->p.rule == MN_TUNER_RULE_SEQUENCE && c->s != c->home;
-    return probe && 4 * c->win_steps >= n && c->win_seqs >= n;
+    if (!probe || c->win_seqs < n)
+        return false;
+    double home = side_cost(&c->model, c->home == 0), cost = c->win_seconds / (double)c->win_tokens;
+    return 4 * c->win_steps >= n || (c->win_steps >= 2 && cost > PROBE_LOSES * home);
 }
 
 bool mn_tuner_observe(mn_tuner *t, const mn_tuner_step *st, bool adapt, mn_tuner_decision *d)
