@@ -84,7 +84,8 @@ static void measured(mn_tuner_actor *t, mn_measure *m)
          * the step's own time (more is the engine idling, not a cost), at least 0 (the pipeline
          * drafted during the step before) */
         double work = m->verify_seconds + m->draft_seconds, rest = m->cycle_seconds - work;
-        step.seconds = work + (rest < 0 ? 0 : rest > work ? work : rest);
+        step.handoff = rest < 0 ? 0 : rest > work ? work : rest;
+        step.seconds = work + step.handoff;
     }
     m->queued = false;
     t->measured++;

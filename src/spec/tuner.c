@@ -279,7 +279,9 @@ static void model_add(mn_tuner_model *m, const mn_tuner_step *st)
     m->steps[s] += 1;
     if (s == 0) /* plain decoding: no draft, nothing learned about acceptance */
         return;
-    line_add(&m->draft_time, 1, (double)st->drafted / st->batch, st->seconds / st->batch); /* per sequence */
+    double work = st->seconds - st->handoff; /* hand-offs do not grow with the draft: not in beta */
+    line_add(&m->draft_time, 1, (double)st->drafted / st->batch, work / st->batch); /* per sequence */
+    m->spec_seconds += st->seconds / st->batch;
     m->produced += (double)st->tokens / st->batch;
     for (uint32_t a = 0; a <= s; a++) {
         double ended = st->ended[a], full = st->full[a], n = ended + full;
@@ -301,7 +303,8 @@ static void model_add(mn_tuner_model *m, const mn_tuner_step *st)
 static void model_decay(mn_tuner_model *m)
 {
     mn_tuner_line *l = &m->draft_time;
-    double *sums[] = {&m->seqs, &m->kept, &m->stopped, &l->w, &l->x, &l->y, &l->xx, &l->xy, &m->produced};
+    double *sums[] = {&m->seqs, &m->kept, &m->stopped, &l->w, &l->x, &l->y, &l->xx, &l->xy, &m->spec_seconds,
+                      &m->produced};
     for (size_t i = 0; i < sizeof sums / sizeof *sums; i++)
         *sums[i] *= MN_TUNER_MODEL_DECAY;
     for (uint32_t x = 0; x <= MN_TUNER_MAX_LEN; x++) {
@@ -450,16 +453,18 @@ static double class_acceptance(const mn_tuner_model *m, float *carry)
     return first;
 }
 
-/* theta = beta / c: the slope of seconds over drafted tokens (both per sequence of a step: the
- * seconds one more draft token adds), over seconds per produced token at speculating steps. NAN
- * without two distinct draft totals. A slope at or below 0 (noise, or drafting that costs nothing
- * measurable) is taken as the least theta, 0.01. */
+/* theta = beta / c: the slope of the steps' work over drafted tokens (both per sequence of a step:
+ * the seconds one more draft token adds), over seconds per produced token at speculating steps,
+ * hand-offs included (what a produced token saves). NAN without two distinct draft totals. A slope
+ * at or below 0 (noise, or drafting that costs nothing measurable) is taken as the least theta,
+ * 0.01. Hand-offs stay out of the slope: a step pays them whatever it drafted, and their noise
+ * (the workers' wake-up with 16 clients on two cores: 200-300 us a step) would only blur it. */
 static double class_theta(const mn_tuner_model *m)
 {
     const mn_tuner_line *l = &m->draft_time;
-    if (!(l->w >= 2) || !(line_den(l) > 1e-9 * l->w * l->xx) || !(m->produced > 0) || !(l->y > 0))
+    if (!(l->w >= 2) || !(line_den(l) > 1e-9 * l->w * l->xx) || !(m->produced > 0) || !(m->spec_seconds > 0))
         return NAN;
-    double beta = line_slope(l), c = l->y / m->produced;
+    double beta = line_slope(l), c = m->spec_seconds / m->produced;
     double theta = beta / c;
     return theta < 0.01 ? 0.01 : theta > 1 ? 1 : theta;
 }
@@ -507,7 +512,7 @@ static double side_cost(const mn_tuner_model *m, bool plain)
 {
     if (plain)
         return m->steps[0] > 0 ? m->seconds[0] / m->steps[0] : NAN;
-    return m->produced > 0 ? m->draft_time.y / m->produced : NAN;
+    return m->produced > 0 ? m->spec_seconds / m->produced : NAN;
 }
 
 /* After record(): the sequences choose their lengths, so the class's length is their bound s_max,

@@ -185,10 +185,11 @@ typedef struct mn_tuner_model {
     double kept, stopped;                     /* draft tokens kept; drafts that stopped short */
     double seconds[MN_TUNER_MAX_LEN + 1];     /* seconds per sequence, summed over steps, by length */
     double steps[MN_TUNER_MAX_LEN + 1];
-    /* speculating steps (sequence rule), per sequence of a step: the line of seconds over drafted
-     * tokens (one point a step), and the produced tokens */
+    /* speculating steps (sequence rule), per sequence of a step: the line of the step's work
+     * (seconds less hand-offs) over drafted tokens (one point a step), the seconds and the
+     * produced tokens */
     mn_tuner_line draft_time;
-    double produced;
+    double spec_seconds, produced;
     /* sequence rule: drafts that reached position j (drafted it after keeping j - 1), and that
      * kept it; index 0 unused */
     double reach[MN_TUNER_MAX_LEN + 1], keep[MN_TUNER_MAX_LEN + 1];
@@ -227,6 +228,9 @@ typedef struct mn_tuner_decision {
 typedef struct mn_tuner_step {
     uint32_t batch, s;
     double seconds;
+    double handoff;                      /* of seconds, the hand-offs around the pass: no draft
+                                          * token adds to them (a step pays them per produced
+                                          * token, whatever it drafted) */
     uint32_t tokens;                     /* produced: accepted drafts + each sequence's own token */
     uint32_t drafted;                    /* draft tokens verified */
     uint16_t ended[MN_TUNER_MAX_LEN + 1]; /* sequences whose draft stopped after a tokens: the next was
