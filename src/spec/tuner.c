@@ -565,8 +565,8 @@ static void decide_sequence(mn_tuner *t, mn_tuner_class *c, uint32_t cls, double
  * probe (a window away from home) is short: it ends once it holds decision_threshold verified
  * sequences and a quarter of decision_threshold steps, or two steps once those cost PROBE_LOSES
  * times home's figure per token (the vote of three model drafts at 16 sequences costs 2.5 times
- * plain decoding: bench-steps traces put a tenth of such a run in its probes). It asks a coarse question (is the other side
- * cheaper at all?), and with many sequences a step, where speculating usually loses by far, a full
+ * plain decoding a token). It asks a coarse question (is the other side cheaper at all?), and
+ * with many sequences a step, where speculating usually loses by far, a full
  * window was much of what the adaptive vote lost to plain decoding: with three model drafts and the
  * n-gram one at 16 sequences, a probe's 32 steps at s_max cost a fifth of a 32-request run.
  * A class's first window stays whole: short, it let the classes a ramp passes through (2-8

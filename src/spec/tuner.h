@@ -72,8 +72,9 @@
  * it costs to draft and verify it,
  *     P_i(j) c > beta   <=>   P_i(j) > theta = beta / c,
  * where c is the class's seconds per produced token at speculating steps and beta the seconds one
- * more draft token adds to a step (the slope of a decayed least-squares line of step time over the
- * step's drafted tokens, which the varying lengths themselves spread). The chance of keeping the
+ * more draft token adds to a step (the slope of a decayed least-squares line of the steps' drafting
+ * and pass time, hand-offs left out, over their drafted tokens, which the varying lengths
+ * themselves spread). The chance of keeping the
  * j-th token is the sequence's own chance of keeping the first, times the class's chance of keeping
  * each later one once the one before it was kept:
  *     P_i(j) = f_i * carry(2) * ... * carry(j),
@@ -94,8 +95,9 @@
  * from the speculating lengths would carry the drafters' cost per step to plain decoding, which
  * pays none).
  * Its probes are short: a quarter of decision_threshold steps once they hold decision_threshold
- * verified sequences (so a full window at one sequence a step). They only ask which side is
- * cheaper, and at a large batch, where model drafters lose by far, every step of them is paid for.
+ * verified sequences (so a full window at one sequence a step), two steps once those already cost
+ * 1.5 times home's figure a token. They only ask which side is cheaper, and at a large batch,
+ * where model drafters lose by far, every step of them is paid for.
  *
  * A class that has not decided yet (a batch size the load passes through briefly, 2-8 sequences
  * while 16 clients ramp up and down, may never fill a window) runs at the length its leader rests
