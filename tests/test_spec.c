@@ -1499,6 +1499,36 @@ Test(tuner, sequence_theta_from_steps)
     cr_assert(isnan(mn_tuner_advise(&t, 0).theta), "other rules give no figures");
 }
 
+/* Plain decoding renews nothing the sequence rule knows about drafts: a class that rests at plain
+ * decoding for a hundred windows keeps its theta and acceptance as they were, where the decay
+ * had worn the line of drafting time below two points' worth (theta NAN: every sequence of the
+ * next probe drafted s_max). */
+Test(tuner, plain_windows_keep_the_sequence_rules_figures)
+{
+    mn_tuner_params p = with_rule(MN_TUNER_RULE_SEQUENCE);
+    p.decision_threshold = 4;
+    mn_tuner t;
+    mn_tuner_init(&t, &p, 8);
+    mn_tuner_decision d;
+    for (uint32_t k = 0; k < 8; k++) { /* two windows at 8 */
+        mn_tuner_step st = {.batch = 1, .s = 8, .drafted = 2 + k, .seconds = 1 + 0.1 * (2 + k), .tokens = 3};
+        st.ended[2] = 1;
+        mn_tuner_observe(&t, &st, false, &d);
+    }
+    mn_tuner_advice before = mn_tuner_advise(&t, 0);
+    cr_assert(!isnan(before.theta) && !isnan(before.first));
+    mn_tuner_restart(&t, 0, true);
+    for (uint32_t k = 0; k < 400; k++) { /* a hundred windows at 0 */
+        mn_tuner_step st = {.batch = 1, .s = 0, .seconds = 1, .tokens = 1};
+        st.ended[0] = 1;
+        mn_tuner_observe(&t, &st, false, &d);
+    }
+    mn_tuner_advice after = mn_tuner_advise(&t, 0);
+    cr_assert(after.theta == before.theta && after.first == before.first &&
+                  !memcmp(after.carry, before.carry, sizeof after.carry),
+              "theta %g -> %g, first %g -> %g", before.theta, after.theta, before.first, after.first);
+}
+
 /* A batch of two sequences that copy (each draft token kept with probability 0.95) and two that do
  * not (0.2), a step costing 1 per sequence plus 0.12 per drafted token: one length for all is a
  * compromise, a length per sequence is not. The sequence rule, as the verifier runs it (each

@@ -300,8 +300,21 @@ static void model_add(mn_tuner_model *m, const mn_tuner_step *st)
     }
 }
 
-static void model_decay(mn_tuner_model *m)
+/* After a window at length s: the per-length times decay; the speculation sums (acceptance, the
+ * line of drafting time, seconds and tokens at speculating steps) only after a window that
+ * speculated. Decaying them while the class decodes plainly renews nothing: their ratios stay
+ * where they were, but their weights fell until the line had less than its two points' worth
+ * (theta NAN) and every sequence drafted s_max. With the vote at 16 sequences, a probe after 50
+ * plain windows then verified 8 draft tokens for each of 16 sequences a step, 12-16 ms against a
+ * plain step's 2.5 (bench-steps traces, 2026-11-29), where the rule's own lengths were 1 each. */
+static void model_decay(mn_tuner_model *m, uint32_t s)
 {
+    for (uint32_t x = 0; x <= MN_TUNER_MAX_LEN; x++) {
+        m->seconds[x] *= MN_TUNER_MODEL_DECAY;
+        m->steps[x] *= MN_TUNER_MODEL_DECAY;
+    }
+    if (!s)
+        return;
     mn_tuner_line *l = &m->draft_time;
     double *sums[] = {&m->seqs, &m->kept, &m->stopped, &l->w, &l->x, &l->y, &l->xx, &l->xy, &m->spec_seconds,
                       &m->produced};
@@ -310,8 +323,6 @@ static void model_decay(mn_tuner_model *m)
     for (uint32_t x = 0; x <= MN_TUNER_MAX_LEN; x++) {
         m->yield[x] *= MN_TUNER_MODEL_DECAY;
         m->full[x] *= MN_TUNER_MODEL_DECAY;
-        m->seconds[x] *= MN_TUNER_MODEL_DECAY;
-        m->steps[x] *= MN_TUNER_MODEL_DECAY;
         m->reach[x] *= MN_TUNER_MODEL_DECAY;
         m->keep[x] *= MN_TUNER_MODEL_DECAY;
     }
@@ -601,8 +612,9 @@ bool mn_tuner_observe(mn_tuner *t, const mn_tuner_step *st, bool adapt, mn_tuner
     c->win_steps++;
     if (!window_done(t, c))
         return false;
+    uint32_t s = c->s;
     double cost = record(t, c);
-    model_decay(&c->model);
+    model_decay(&c->model, s);
     if (!adapt)
         return false;
     if (t->p.rule == MN_TUNER_RULE_MODEL)

@@ -52,7 +52,8 @@
  * censored: a longer draft might have kept more). So every verification gives, on the same text and
  * at the same moment, the yield of every length up to s, and of every length when it stopped short.
  * The model keeps per class, decayed by MN_TUNER_MODEL_DECAY per window (a memory of about eight
- * windows, so that it follows a change of text):
+ * windows, so that it follows a change of text; what only speculating steps feed decays only after
+ * windows that speculated, so plain decoding does not wear it away):
  *   - the summed yield 1 + min(a, x) of every length x over the sequences verified;
  *   - the censored sequences by s, whose yield past s is extrapolated with the continuation
  *     probability rho = (draft tokens kept) / (kept + drafts stopped), the censored-geometric
