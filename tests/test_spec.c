@@ -1529,6 +1529,34 @@ Test(tuner, plain_windows_keep_the_sequence_rules_figures)
               "theta %g -> %g, first %g -> %g", before.theta, after.theta, before.first, after.first);
 }
 
+/* A class that has only decoded plainly, decided or not, drafts its first probe with the nearest
+ * class's figures, not with none (every sequence at its cap). */
+Test(tuner, a_class_without_figures_borrows_the_nearest)
+{
+    mn_tuner_params p = with_rule(MN_TUNER_RULE_SEQUENCE);
+    p.decision_threshold = 4;
+    mn_tuner t;
+    mn_tuner_init(&t, &p, 0);
+    mn_tuner_decision d;
+    uint32_t c16 = mn_tuner_class_of(16);
+    bool decided = false;
+    for (uint32_t k = 0; k < 4; k++) { /* 9-16 decodes plainly and decides (to probe speculating) */
+        mn_tuner_step st = {.batch = 16, .s = 0, .seconds = 1, .tokens = 16};
+        st.ended[0] = 16;
+        decided |= mn_tuner_observe(&t, &st, true, &d);
+    }
+    cr_assert(decided && t.c[c16].decisions == 1);
+    cr_assert(isnan(mn_tuner_advise(&t, c16).theta), "no class has figures yet");
+    for (uint32_t k = 0; k < 6; k++) { /* one sequence speculates */
+        mn_tuner_step st = {.batch = 1, .s = 8, .drafted = 2 + k, .seconds = 1 + 0.1 * (2 + k), .tokens = 3};
+        st.ended[2] = 1;
+        mn_tuner_observe(&t, &st, true, &d);
+    }
+    mn_tuner_advice a1 = mn_tuner_advise(&t, 0), a16 = mn_tuner_advise(&t, c16);
+    cr_assert(!isnan(a1.theta) && a16.theta == a1.theta && a16.first == a1.first, "theta %g, %g", a1.theta,
+              a16.theta);
+}
+
 /* A batch of two sequences that copy (each draft token kept with probability 0.95) and two that do
  * not (0.2), a step costing 1 per sequence plus 0.12 per drafted token: one length for all is a
  * compromise, a length per sequence is not. The sequence rule, as the verifier runs it (each

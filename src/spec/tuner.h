@@ -103,9 +103,10 @@
  * A class that has not decided yet (a batch size the load passes through briefly, 2-8 sequences
  * while 16 clients ramp up and down, may never fill a window) runs at the length its leader rests
  * at (not at a probe's), the leader being the nearest class that has decided (the larger batch on a
- * tie), and under the sequence rule takes its
- * theta and acceptance figures until it has its own: a neighbor's length is a better guess than the
- * starting one, which with model drafters that do not pay drafts at every step.
+ * tie): a neighbor's length is a better guess than the starting one, which with model drafters
+ * that do not pay drafts at every step. Under the sequence rule any class, decided or not, takes
+ * theta and the acceptance figures it has not measured yet from the nearest class that has them
+ * (without theta every sequence would draft its cap, the dearest length there is).
  *
  * Storage is inline and fixed; nothing allocates. Thread: one owner (the tuner actor).
  */
