@@ -1499,6 +1499,18 @@ Test(tuner, sequence_theta_from_steps)
     cr_assert(isnan(mn_tuner_advise(&t, 0).theta), "other rules give no figures");
 }
 
+/* n steps of one sequence at 8 drafting 2, 3, ... tokens, each step 1 s plus 0.1 s a draft token,
+ * keeping 2 of them: a line of drafting time with a spread, so theta is defined. */
+static void spread_drafts(mn_tuner *t, uint32_t n, bool adapt)
+{
+    for (uint32_t k = 0; k < n; k++) {
+        mn_tuner_step st = {.batch = 1, .s = 8, .drafted = 2 + k, .seconds = 1 + 0.1 * (2 + k), .tokens = 3};
+        st.ended[2] = 1;
+        mn_tuner_decision d;
+        mn_tuner_observe(t, &st, adapt, &d);
+    }
+}
+
 /* Plain decoding renews nothing the sequence rule knows about drafts: a class that rests at plain
  * decoding for a hundred windows keeps its theta and acceptance as they were, where the decay
  * had worn the line of drafting time below two points' worth (theta NAN: every sequence of the
@@ -1510,11 +1522,7 @@ Test(tuner, plain_windows_keep_the_sequence_rules_figures)
     mn_tuner t;
     mn_tuner_init(&t, &p, 8);
     mn_tuner_decision d;
-    for (uint32_t k = 0; k < 8; k++) { /* two windows at 8 */
-        mn_tuner_step st = {.batch = 1, .s = 8, .drafted = 2 + k, .seconds = 1 + 0.1 * (2 + k), .tokens = 3};
-        st.ended[2] = 1;
-        mn_tuner_observe(&t, &st, false, &d);
-    }
+    spread_drafts(&t, 8, false); /* two windows at 8 */
     mn_tuner_advice before = mn_tuner_advise(&t, 0);
     cr_assert(!isnan(before.theta) && !isnan(before.first));
     mn_tuner_restart(&t, 0, true);
@@ -1547,11 +1555,7 @@ Test(tuner, a_class_without_figures_borrows_the_nearest)
     }
     cr_assert(decided && t.c[c16].decisions == 1);
     cr_assert(isnan(mn_tuner_advise(&t, c16).theta), "no class has figures yet");
-    for (uint32_t k = 0; k < 6; k++) { /* one sequence speculates */
-        mn_tuner_step st = {.batch = 1, .s = 8, .drafted = 2 + k, .seconds = 1 + 0.1 * (2 + k), .tokens = 3};
-        st.ended[2] = 1;
-        mn_tuner_observe(&t, &st, true, &d);
-    }
+    spread_drafts(&t, 6, true); /* one sequence speculates */
     mn_tuner_advice a1 = mn_tuner_advise(&t, 0), a16 = mn_tuner_advise(&t, c16);
     cr_assert(!isnan(a1.theta) && a16.theta == a1.theta && a16.first == a1.first, "theta %g, %g", a1.theta,
               a16.theta);
