@@ -17,7 +17,7 @@
 struct mn_voter {
     mn_voter_config cfg;
     mn_weights global;
-    bool enabled[MN_MAX_DRAFTERS];
+    uint32_t enabled;                     /* bit i: drafter i is enabled (drafter.<name>.enabled) */
     mn_drafter_stats st[MN_MAX_DRAFTERS]; /* counters; weight, acr, enabled filled at stats time */
     mn_vote_node nodes[1 + MN_MAX_DRAFTERS * MN_SPEC_MAX_LEN];
     uint32_t rounds;                      /* rounds taken in: the exploration schedule's clock */
@@ -46,8 +46,7 @@ mn_status mn_voter_new(const mn_voter_config *cfg, mn_voter **out, mn_err *err)
         mn_free(v);
         return st;
     }
-    for (uint32_t i = 0; i < cfg->n_drafters; i++)
-        v->enabled[i] = true;
+    v->enabled = (1u << cfg->n_drafters) - 1;
     *out = v;
     return MN_OK;
 }
@@ -177,10 +176,7 @@ static void voted(mn_voter *v, mn_round *round)
  * with 16 clients. */
 static uint32_t ask_mask(const mn_voter *v, mn_req *r)
 {
-    uint32_t enabled = 0;
-    for (uint32_t i = 0; i < v->cfg.n_drafters; i++)
-        enabled |= (uint32_t)v->enabled[i] << i;
-    return mn_vote_ask(vote_weights(v, r), enabled, v->cfg.costly, v->cfg.skip_below, v->rounds, v->cfg.n_drafters);
+    return mn_vote_ask(vote_weights(v, r), v->enabled, v->cfg.costly, v->cfg.skip_below, v->rounds, v->cfg.n_drafters);
 }
 
 static void round_in(mn_voter *v, mn_round *round)
@@ -231,7 +227,7 @@ static void set(mn_voter *v, mn_setting *s)
             mn_log(MN_LOG_ERROR, "voter: %s", err.msg); /* the admin checked: a bug */
         }
     } else if (s->key == MN_SET_DRAFTER && s->index < v->cfg.n_drafters) {
-        v->enabled[s->index] = s->value != 0;
+        v->enabled = s->value ? v->enabled | 1u << s->index : v->enabled & ~(1u << s->index);
     }
     mn_free(s);
 }
@@ -242,7 +238,7 @@ static void stats(mn_voter *v, mn_stats_part *q)
     for (uint32_t i = 0; i < v->cfg.n_drafters; i++) {
         mn_drafter_stats *d = &q->stats->voter.drafter[i];
         *d = v->st[i];
-        d->enabled = v->enabled[i];
+        d->enabled = v->enabled >> i & 1;
         d->weight = v->global.w[i];
         d->acr = mn_weights_acr(&v->global, i);
     }
