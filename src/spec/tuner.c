@@ -416,15 +416,28 @@ static void decide_model(mn_tuner *t, mn_tuner_class *c, uint32_t cls, double co
 
 /* ---- classes that have not decided ---- */
 
+/* Every class into near[0..MN_TUNER_CLASSES), nearest to cls (< MN_TUNER_CLASSES) first: cls
+ * itself, then at each distance the larger batch before the smaller. */
+static void nearest_first(uint32_t cls, uint32_t *near)
+{
+    uint32_t n = 0;
+    near[n++] = cls;
+    for (uint32_t k = 1; k < MN_TUNER_CLASSES; k++) {
+        if (cls + k < MN_TUNER_CLASSES)
+            near[n++] = cls + k;
+        if (cls >= k)
+            near[n++] = cls - k;
+    }
+}
+
 /* The nearest class that has decided, the larger batch on a tie; -1 when none has. */
 static int leader(const mn_tuner *t, uint32_t cls)
 {
-    for (uint32_t k = 1; k < MN_TUNER_CLASSES; k++) {
-        if (cls + k < MN_TUNER_CLASSES && t->c[cls + k].decisions)
-            return (int)(cls + k);
-        if (cls >= k && t->c[cls - k].decisions)
-            return (int)(cls - k);
-    }
+    uint32_t near[MN_TUNER_CLASSES];
+    nearest_first(cls, near);
+    for (uint32_t i = 1; i < MN_TUNER_CLASSES; i++)
+        if (t->c[near[i]].decisions)
+            return (int)near[i];
     return -1;
 }
 
@@ -492,17 +505,14 @@ mn_tuner_advice mn_tuner_advise(const mn_tuner *t, uint32_t cls)
      * and a class's first probe of speculating (a batch size that has only decoded plainly) then
      * drafted s_max for every sequence (with the vote at 16 sequences, 12-16 ms steps against 2.5
      * plain). A smaller batch's theta is lower (its draft tokens are cheaper), but nearer than that. */
-    for (uint32_t k = 0; k < MN_TUNER_CLASSES && (isnan(a.theta) || isnan(a.first)); k++) {
-        int near[2] = {(int)(cls + k), (int)cls - (int)k};
-        for (int i = 0; i < 2 - !k; i++) {
-            if (near[i] < 0 || near[i] >= MN_TUNER_CLASSES)
-                continue;
-            const mn_tuner_model *m = &t->c[near[i]].model;
-            if (isnan(a.theta))
-                a.theta = (float)class_theta(m);
-            if (isnan(a.first))
-                a.first = (float)class_acceptance(m, a.carry);
-        }
+    uint32_t near[MN_TUNER_CLASSES];
+    nearest_first(cls, near);
+    for (uint32_t i = 0; i < MN_TUNER_CLASSES && (isnan(a.theta) || isnan(a.first)); i++) {
+        const mn_tuner_model *m = &t->c[near[i]].model;
+        if (isnan(a.theta))
+            a.theta = (float)class_theta(m);
+        if (isnan(a.first))
+            a.first = (float)class_acceptance(m, a.carry);
     }
     return a;
 }
