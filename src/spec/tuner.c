@@ -481,8 +481,9 @@ static double class_acceptance(const mn_tuner_model *m, float *carry)
  * the seconds one more draft token adds), over seconds per produced token at speculating steps,
  * hand-offs included (what a produced token saves). NAN without two distinct draft totals. A slope
  * at or below 0 (noise, or drafting that costs nothing measurable) is taken as the least theta,
- * 0.01. Hand-offs stay out of the slope: a step pays them whatever it drafted, and their noise
- * (the workers' wake-up with 16 clients on two cores: 200-300 us a step) would only blur it. */
+ * 0.01. Hand-offs stay out of the slope: a step pays them whatever it drafted, and they are large
+ * and vary (254-377 us a step with 16 clients on two cores, most of it the workers' wake-up), which
+ * would only blur it. */
 static double class_theta(const mn_tuner_model *m)
 {
     const mn_tuner_line *l = &m->draft_time;

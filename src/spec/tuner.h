@@ -9,10 +9,10 @@
  * target take turns on the same cores and a longer draft costs its own passes, and the hand-offs
  * around the pass (the loop's turn, the compute workers' wake-up), which every step pays whatever it
  * carries, so that a step that produces more tokens saves them too: with 16 clients on two cores
- * they took 300 us a step beside passes of 1.8 ms, and a tuner that did not count them (before
- * 2026-11-29) rested at plain decoding where the n-gram drafter at a fixed length served 1.06-1.11x
- * plain. MN_TUNER_COST_VERIFY counts the target's pass alone, the paper's t_LLM / vl (right when
- * drafting overlaps verification).
+ * they took 254-377 us a step, and a tuner that did not count them (before 2026-11-29) rested at
+ * plain decoding where the n-gram drafter at a fixed length served 1.08-1.11x plain
+ * (docs/speculation.md, "The length tuner"). MN_TUNER_COST_VERIFY counts the target's pass alone,
+ * the paper's t_LLM / vl (right when drafting overlaps verification).
  *
  * The rule: the paper's slope rule, with measured points kept per length. Each batch-size class
  * (1, 2, 3-4, 5-8, 9-16, 17-32, 33+: the best length falls as the batch grows, because a wide pass
