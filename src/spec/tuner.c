@@ -304,9 +304,9 @@ static void model_add(mn_tuner_model *m, const mn_tuner_step *st)
  * line of drafting time, seconds and tokens at speculating steps) only after a window that
  * speculated. Decaying them while the class decodes plainly renews nothing: their ratios stay
  * where they were, but their weights fell until the line had less than its two points' worth
- * (theta NAN) and every sequence drafted s_max. With the vote at 16 sequences, a probe after 50
- * plain windows then verified 8 draft tokens for each of 16 sequences a step, 12-16 ms against a
- * plain step's 2.5 (bench-steps traces, 2026-11-29), where the rule's own lengths were 1 each. */
+ * (theta NAN) and every sequence drafted s_max. With the vote at 16 sequences, a probe after
+ * long plain decoding then verified 122-128 draft tokens a step, passes of 11.7-15.8 ms where a
+ * plain step took 2.6 (bench-steps traces, docs/speculation.md, "The length tuner"). */
 static void model_decay(mn_tuner_model *m, uint32_t s)
 {
     for (uint32_t x = 0; x <= MN_TUNER_MAX_LEN; x++) {
@@ -504,8 +504,9 @@ mn_tuner_advice mn_tuner_advise(const mn_tuner *t, uint32_t cls)
     /* A figure the class has not measured yet comes from the nearest class that has it (the larger
      * batch on a tie): without theta every sequence drafts its cap, the dearest length there is,
      * and a class's first probe of speculating (a batch size that has only decoded plainly) then
-     * drafted s_max for every sequence (with the vote at 16 sequences, 12-16 ms steps against 2.5
-     * plain). A smaller batch's theta is lower (its draft tokens are cheaper), but nearer than that. */
+     * drafted s_max for every sequence (with the vote at 16 sequences, passes of 11.7-15.8 ms
+     * against 2.6 for a plain step). A smaller batch's theta is lower (its draft tokens are
+     * cheaper), but nearer than that. */
     uint32_t near[MN_TUNER_CLASSES];
     nearest_first(cls, near);
     for (uint32_t i = 0; i < MN_TUNER_CLASSES && (isnan(a.theta) || isnan(a.first)); i++) {
