@@ -28,8 +28,10 @@ configuration, prompt set and client count the medians over rounds of:
 
 With --by-draft, a second table: for each speculating configuration and set, the one-sequence
 steps without prompt tokens (each a single sequence's verification) grouped by the tokens drafted,
-with how many the target kept on average and how often it kept them all: where acceptance along a
-draft is not geometric, this shows it (docs/speculation.md).
+with how many the target kept on average and how often it kept them all, and a third: the same
+steps by draft position, how many drafts reached each position and the share that kept it
+(position 1 is the first token's rate, each later one the rate once the token before was kept):
+where acceptance along a draft is not geometric, these show it (docs/speculation.md).
 
 Configurations: plain (no drafter), ngram (the n-gram drafter, no shared cache: rounds repeat
 their prompts), vote (the three bundled drafts and ngram), each optionally +tuner (adaptive,
@@ -157,6 +159,19 @@ def by_draft(steps):
     return {d: (len(k), statistics.mean(k), sum(a == d for a in k) / len(k)) for d, k in sorted(kept.items())}
 
 
+def by_position(steps):
+    """{j: (drafts that reached draft position j, share of them that kept it)} over one-sequence steps
+    without prompt tokens: a draft reaches j when it has j tokens and kept the j - 1 before."""
+    reached, kept = {}, {}
+    for st in steps:
+        if st["seqs"] == 1 and not st["prompt"]:
+            a = st["produced"] - 1
+            for j in range(1, min(a + 1, st["drafted"]) + 1):
+                reached[j] = reached.get(j, 0) + 1
+                kept[j] = kept.get(j, 0) + (a >= j)
+    return {j: (reached[j], kept[j] / reached[j]) for j in sorted(reached)}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--configs", default="plain,ngram,ngram+tuner")
@@ -227,6 +242,15 @@ def main():
                       for x in traces[c] if run["t0"] <= x["submit"] <= run["t1"]]
                 for d, (n, mean, whole) in by_draft(st).items():
                     lines.append(f"| {s} | {c} | {d} | {n} | {mean:.2f} | {whole:.2f} |")
+        lines += ["", "The same verifications by draft position: drafts that reached it (kept every token before it),"
+                  " and the share that kept it; `all` pools the sets", "",
+                  "| set | config | position | reached | kept |", "|---|---|---:|---:|---:|"]
+        for c in (c for c in configs if not c.startswith("plain")):
+            for s in args.sets.split(",") + ["all"]:
+                st = [x for cc, ss, k, run in runs if cc == c and s in (ss, "all")
+                      for x in traces[c] if run["t0"] <= x["submit"] <= run["t1"]]
+                for j, (n, rate) in by_position(st).items():
+                    lines.append(f"| {s} | {c} | {j} | {n} | {rate:.2f} |")
     print("\n".join(lines))
     out = os.path.join(BIN, "bench-steps")
     os.makedirs(out, exist_ok=True)

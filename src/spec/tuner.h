@@ -86,8 +86,8 @@
  * good as the one before it, and the lengths keep reaching further until measured). Acceptance is
  * not geometric along a draft: a draft whose first tokens were kept is most likely copying or
  * following text every drafter knows, and it goes on (on the bundled family, kjv, web and devil
- * with the vote of all four: the first token kept 0.68-0.70 of the time, each next one after a
- * kept one 0.77-0.97). Until 2026-11-29 the rule took one rate rho_i for every position, rho_i^j,
+ * with the vote of all four: the first token kept 0.70 of the time, each next one after a kept
+ * one 0.77-0.94; `tools/bench-steps.py --by-draft` prints it by position). Until 2026-11-29 the rule took one rate rho_i for every position, rho_i^j,
  * and so cut drafts short where they paid best (docs/speculation.md, "Acceptance along a draft").
  * Every speculating sequence drafts at least 1 token. The class's own length is then a bound,
  * s_max, or 0 while plain steps cost less per produced token than speculating ones (a window at
