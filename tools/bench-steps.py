@@ -33,6 +33,11 @@ steps by draft position, how many drafts reached each position and the share tha
 (position 1 is the first token's rate, each later one the rate once the token before was kept):
 where acceptance along a draft is not geometric, these show it (docs/speculation.md).
 
+With --by-class, a last table: every step of each configuration's server, whatever run it fell in,
+by sequences per step (1, 2, 3-4, 5-8, 9-16): how many were speculating and their share of the
+class's time, the class's us per produced token, and draft tokens per speculating step: where an
+adaptive tuner's probes and first windows go.
+
 Configurations: plain (no drafter), ngram (the n-gram drafter, no shared cache: rounds repeat
 their prompts), vote (the three bundled drafts and ngram), each optionally +tuner (adaptive,
 sequence rule; +tuner:s_min=6:s_max=6 sets tuner keys too) and +pipe (--pipeline, the drafts on
@@ -45,7 +50,7 @@ shares with other work.
     tools/bench-steps.py [--configs plain,ngram,ngram+tuner] [--sets kjv,mixed] [--clients 1,16]
                          [--rounds 4] [--requests1 16] [--requests16 128] [--tokens 64]
                          [--busy 0] [--pipe-threads 1] [--target models/target.gguf]
-                         [--temperature 0 [--top-p 1]] [--by-draft]
+                         [--temperature 0 [--top-p 1]] [--by-draft] [--by-class]
 
 Another --target serves plain and ngram configurations (the bundled drafts share only the bundled
 target's vocabulary); --temperature above 0 makes every request sampled.
@@ -172,6 +177,26 @@ def by_position(steps):
     return {j: (reached[j], kept[j] / reached[j]) for j in sorted(reached)}
 
 
+CLASSES = [(1, 1, "1"), (2, 2, "2"), (3, 4, "3-4"), (5, 8, "5-8"), (9, 16, "9-16")]
+
+
+def by_class(steps):
+    """[(class, steps, speculating steps, their share of the class's time, us per produced token,
+    draft tokens per speculating step)] by sequences per step; a step's time runs from its round's
+    start (or its submission) to its return."""
+    out = []
+    for lo, hi, name in CLASSES:
+        st = [s for s in steps if lo <= s["seqs"] <= hi]
+        if not st:
+            continue
+        took = [s["back"] - (s["round"][0] if s["round"] else s["submit"]) for s in st]
+        spec = [(s, t) for s, t in zip(st, took) if s["round"]]
+        out.append((name, len(st), len(spec), sum(t for _, t in spec) / sum(took),
+                    1e6 * sum(took) / max(sum(s["produced"] for s in st), 1),
+                    sum(s["drafted"] for s, _ in spec) / max(len(spec), 1)))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--configs", default="plain,ngram,ngram+tuner")
@@ -189,6 +214,7 @@ def main():
     ap.add_argument("--temperature", type=float, default=0.0, help="the requests' (0: greedy)")
     ap.add_argument("--top-p", type=float, default=1.0, help="the requests' top_p, with --temperature")
     ap.add_argument("--by-draft", action="store_true", help="also: one-sequence verifications by drafted tokens")
+    ap.add_argument("--by-class", action="store_true", help="also: each server's steps by batch size class")
     args = ap.parse_args()
     configs = args.configs.split(",")
     clients = [int(c) for c in args.clients.split(",")]
@@ -251,6 +277,14 @@ def main():
                       for x in traces[c] if run["t0"] <= x["submit"] <= run["t1"]]
                 for j, (n, rate) in by_position(st).items():
                     lines.append(f"| {s} | {c} | {j} | {n} | {rate:.2f} |")
+    if args.by_class:
+        lines += ["", "Every step of each configuration's server (all sets and client counts), by sequences per step:"
+                  " speculating steps and their share of the time, us per produced token, draft tokens per"
+                  " speculating step", "", "| config | class | steps | speculating | share | us/token | drafted |",
+                  "|---|---|---:|---:|---:|---:|---:|"]
+        for c in configs:
+            for name, n, ns, share, us, dr in by_class(traces[c]):
+                lines.append(f"| {c} | {name} | {n} | {ns} | {share:.3f} | {us:.1f} | {dr:.1f} |")
     print("\n".join(lines))
     out = os.path.join(BIN, "bench-steps")
     os.makedirs(out, exist_ok=True)
