@@ -38,6 +38,12 @@ by sequences per step (1, 2, 3-4, 5-8, 9-16): how many were speculating and thei
 class's time, the class's us per produced token, and draft tokens per speculating step: where an
 adaptive tuner's probes and first windows go.
 
+With --first-windows K, each configuration's server's first K windows of 32 steps reported to the
+tuner (the trace's `measured`; those of the tuner's warm-up included), in trace order: us per
+produced token of the whole cycle (return to return), of drafting rounds, of passes, and of the
+drafters' backlog (catching up after plain steps), and the window's speculating steps: what the
+tuner's first decisions compare, as the vote's weights learn.
+
 Configurations: plain (no drafter), ngram (the n-gram drafter, no shared cache: rounds repeat
 their prompts), vote (the three bundled drafts and ngram), each optionally +tuner (adaptive,
 sequence rule; +tuner:s_min=6:s_max=6 sets tuner keys too) and +pipe (--pipeline, the drafts on
@@ -50,7 +56,7 @@ shares with other work.
     tools/bench-steps.py [--configs plain,ngram,ngram+tuner] [--sets kjv,mixed] [--clients 1,16]
                          [--rounds 4] [--requests1 16] [--requests16 128] [--tokens 64]
                          [--busy 0] [--pipe-threads 1] [--target models/target.gguf]
-                         [--temperature 0 [--top-p 1]] [--by-draft] [--by-class]
+                         [--temperature 0 [--top-p 1]] [--by-draft] [--by-class] [--first-windows 8]
 
 Another --target serves plain and ngram configurations (the bundled drafts share only the bundled
 target's vocabulary); --temperature above 0 makes every request sampled.
@@ -197,6 +203,24 @@ def by_class(steps):
     return out
 
 
+def by_window(steps, k, n=32):
+    """The first k windows of n measured steps: (us per produced token of the cycle, of rounds, of
+    passes, of backlog, speculating steps); a step's cycle runs from the return of the step before."""
+    out, w = [], []
+    for a, b in zip(steps, steps[1:]):
+        if not b["measured"]:
+            continue
+        w.append((b["back"] - a["back"], b["produced"], b["round"][1] - b["round"][0] if b["round"] else 0,
+                  b["end"] - b["start"], b.get("backlog", 0), b["round"] is not None))
+        if len(w) == n:
+            tokens = sum(x[1] for x in w)
+            out.append(tuple(1e6 * sum(x[i] for x in w) / tokens for i in (0, 2, 3, 4)) + (sum(x[5] for x in w),))
+            w = []
+            if len(out) == k:
+                break
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--configs", default="plain,ngram,ngram+tuner")
@@ -215,6 +239,7 @@ def main():
     ap.add_argument("--top-p", type=float, default=1.0, help="the requests' top_p, with --temperature")
     ap.add_argument("--by-draft", action="store_true", help="also: one-sequence verifications by drafted tokens")
     ap.add_argument("--by-class", action="store_true", help="also: each server's steps by batch size class")
+    ap.add_argument("--first-windows", type=int, default=0, help="also: each server's first K windows of 32 measured steps")
     args = ap.parse_args()
     configs = args.configs.split(",")
     clients = [int(c) for c in args.clients.split(",")]
@@ -285,6 +310,13 @@ def main():
         for c in configs:
             for name, n, ns, share, us, dr in by_class(traces[c]):
                 lines.append(f"| {c} | {name} | {n} | {ns} | {share:.3f} | {us:.1f} | {dr:.1f} |")
+    if args.first_windows:
+        lines += ["", f"Each server's first {args.first_windows} windows of 32 measured steps: us per produced token of"
+                  " the cycle, of rounds, of passes and of the drafters' backlog; speculating steps of 32", "",
+                  "| config | window | cycle | round | pass | backlog | speculating |", "|---|---:|---:|---:|---:|---:|---:|"]
+        for c in configs:
+            for i, (cyc, rnd, pas, bl, ns) in enumerate(by_window(traces[c], args.first_windows)):
+                lines.append(f"| {c} | {i + 1} | {cyc:.0f} | {rnd:.0f} | {pas:.0f} | {bl:.0f} | {ns} |")
     print("\n".join(lines))
     out = os.path.join(BIN, "bench-steps")
     os.makedirs(out, exist_ok=True)
