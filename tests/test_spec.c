@@ -1089,6 +1089,19 @@ static uint32_t lcg(uint32_t *st)
     return *st >> 8;
 }
 
+/* The length of class cls's next step as the verifier plays it: the class's s, or during a paired
+ * probe s and the other side in blocks of MN_TUNER_PAIR_BLOCK. */
+static uint32_t next_s(const mn_tuner *t, uint32_t cls)
+{
+    static uint32_t steps[MN_TUNER_CLASSES];
+    mn_tuner_advice a = mn_tuner_advise(t, cls);
+    if (a.other == a.s) {
+        steps[cls] = 0;
+        return a.s;
+    }
+    return mn_tuner_step_length(&a, steps[cls]++);
+}
+
 /* A step without histograms (what the slope rule reads). */
 static bool observe(mn_tuner *t, uint32_t batch, uint32_t s, double seconds, uint32_t tokens, bool adapt,
                     mn_tuner_decision *d)
@@ -1097,13 +1110,17 @@ static bool observe(mn_tuner *t, uint32_t batch, uint32_t s, double seconds, uin
     return mn_tuner_observe(t, &st, adapt, d);
 }
 
-/* One step of `batch` sequences at the tuner's current s of that class, its time times (1 +- noise)
- * uniform. Not drawn: seconds per produced token from the model, the step yields 10 tokens. Drawn:
- * each sequence keeps each draft token with probability a while it kept the previous ones, and the
- * step takes batch * (1 + (verify_slope + draft_cost) * s) seconds. Returns whether it decided. */
-static bool feed(mn_tuner *t, const spec_model *m, uint32_t batch, double noise, uint32_t *rng, mn_tuner_decision *d)
+/* One step of `batch` sequences at the length the tuner gives that class (next_s), its time times
+ * (1 +- noise) uniform. Not drawn: seconds per produced token from the model, the step yields 10
+ * tokens. Drawn: each sequence keeps each draft token with probability a while it kept the
+ * previous ones, and the step takes batch * (1 + (verify_slope + draft_cost) * s) seconds.
+ * Returns whether it decided; *ran (when not NULL) the step's length. */
+static bool feed(mn_tuner *t, const spec_model *m, uint32_t batch, double noise, uint32_t *rng, mn_tuner_decision *d,
+                 uint32_t *ran)
 {
-    uint32_t s = t->c[mn_tuner_class_of(batch)].s;
+    uint32_t s = next_s(t, mn_tuner_class_of(batch));
+    if (ran)
+        *ran = s;
     double jitter = 1 + noise * (2.0 * (lcg(rng) & 0xffff) / 0xffff - 1);
     if (!m->drawn)
         return observe(t, batch, s, 10 * model_cost(m, s) * jitter, 10, true, d);
@@ -1132,9 +1149,11 @@ static double run_decisions(mn_tuner *t, const spec_model *m, uint32_t batch, do
     *at_best = 0;
     for (int k = 0; k < n;) {
         mn_tuner_decision d;
-        sum += model_cost(m, t->c[mn_tuner_class_of(batch)].s);
+        uint32_t s;
+        bool decided = feed(t, m, batch, noise, rng, &d, &s);
+        sum += model_cost(m, s);
         steps++;
-        if (feed(t, m, batch, noise, rng, &d)) {
+        if (decided) {
             k++;
             *at_best += d.to == best;
         }
@@ -1142,10 +1161,17 @@ static double run_decisions(mn_tuner *t, const spec_model *m, uint32_t batch, do
     return sum / steps / model_cost(m, best);
 }
 
-/* The defaults with another rule. */
-static mn_tuner_params with_rule(mn_tuner_rule rule)
+/* The defaults without the warm-up (the tests below count steps from the first), and with a rule. */
+static mn_tuner_params warm(void)
 {
     mn_tuner_params p = mn_tuner_defaults();
+    p.warm_up = 0;
+    return p;
+}
+
+static mn_tuner_params with_rule(mn_tuner_rule rule)
+{
+    mn_tuner_params p = warm();
     p.rule = rule;
     return p;
 }
@@ -1157,6 +1183,40 @@ Test(tuner, defaults_are_valid)
     cr_assert_eq(p.s_min, 0);
     cr_assert_eq(p.s_max, 8);
     cr_assert_eq(p.rule, MN_TUNER_RULE_SEQUENCE);
+    cr_assert_eq(p.warm_up, 64);
+}
+
+/* While the drafters' weights learn (the first warm_up speculating sequences) no speculating step
+ * counts: no window fills, the model learns nothing; plain steps count meanwhile, and once warm
+ * every step does. */
+Test(tuner, speculating_steps_count_once_warm)
+{
+    mn_tuner_params p = mn_tuner_defaults();
+    p.warm_up = 10;
+    p.decision_threshold = 2;
+    mn_tuner t;
+    mn_tuner_init(&t, &p, 4);
+    mn_tuner_decision d;
+    mn_tuner_step wide = {.batch = 3, .s = 4, .seconds = 1.0, .tokens = 6};
+    wide.ended[1] = 3;
+    mn_tuner_step plain = {.batch = 1, .s = 0, .seconds = 0.5, .tokens = 1};
+    for (int i = 0; i < 4; i++) /* 12 sequences: the fourth step ends the warm-up, and is not counted */
+        cr_assert_not(mn_tuner_observe(&t, &wide, true, &d));
+    const mn_tuner_class *c3 = &t.c[mn_tuner_class_of(3)];
+    cr_assert_eq(c3->win_steps, 0);
+    cr_assert_eq(c3->model.seqs, 0);
+    cr_assert_eq(c3->model.steps[4], 0);
+    cr_assert_eq(t.warmed, 12);
+    cr_assert_not(mn_tuner_observe(&t, &wide, true, &d));
+    cr_assert_eq(c3->win_steps, 1, "warm: the step counts");
+    cr_assert_eq(c3->model.seqs, 3);
+    cr_assert(mn_tuner_observe(&t, &wide, true, &d), "a window of decision_threshold steps");
+
+    mn_tuner cold;
+    mn_tuner_init(&cold, &p, 0);
+    cr_assert_not(mn_tuner_observe(&cold, &plain, true, &d));
+    cr_assert(mn_tuner_observe(&cold, &plain, true, &d), "plain steps count from the first");
+    cr_assert_eq(cold.warmed, 0);
 }
 
 Test(tuner, batch_classes)
@@ -1406,7 +1466,7 @@ Test(tuner, model_goes_to_the_ends)
  * class's (in flight across a change) still teaches it. */
 Test(tuner, model_learns_in_fixed_mode_and_from_any_length)
 {
-    mn_tuner_params p = mn_tuner_defaults();
+    mn_tuner_params p = warm();
     p.decision_threshold = 2;
     mn_tuner t;
     mn_tuner_init(&t, &p, 3);
@@ -1575,11 +1635,12 @@ static void seq_steps(mn_tuner *t, seq_sim *sim, int steps, bool per_sequence, u
     static const double accept[4] = {0.95, 0.95, 0.2, 0.2};
     for (int i = 0; i < steps; i++) {
         mn_tuner_class *c = &t->c[mn_tuner_class_of(4)];
+        uint32_t s = per_sequence ? next_s(t, mn_tuner_class_of(4)) : c->s;
         mn_tuner_advice a = per_sequence ? mn_tuner_advise(t, mn_tuner_class_of(4))
-                                         : (mn_tuner_advice){.s = c->s, .theta = NAN, .first = NAN};
-        mn_tuner_step st = {.batch = 4, .s = c->s};
+                                         : (mn_tuner_advice){.s = s, .other = s, .theta = NAN, .first = NAN};
+        mn_tuner_step st = {.batch = 4, .s = s};
         for (int k = 0; k < 4; k++) {
-            uint32_t cap = mn_tuner_seq_length(&sim->acc[k], &a, c->s), kept = 0;
+            uint32_t cap = mn_tuner_seq_length(&sim->acc[k], &a, s), kept = 0;
             while (kept < cap && (lcg(rng) & 0xffff) < accept[k] * 0x10000)
                 kept++;
             mn_tuner_seq_observe(&sim->acc[k], kept);
@@ -1602,7 +1663,7 @@ Test(tuner, sequence_rule_beats_every_fixed_length_on_a_mixed_batch)
     double best_fixed = INFINITY;
     uint32_t rng = 17;
     for (uint32_t s = 0; s <= 8; s++) {
-        mn_tuner_params p = mn_tuner_defaults();
+        mn_tuner_params p = warm();
         mn_tuner t;
         mn_tuner_init(&t, &p, s);
         seq_sim sim = {0};
@@ -1635,14 +1696,15 @@ static double stretch_steps(mn_tuner *t, mn_tuner_seq *q, int steps, bool per_se
     for (int i = 0; i < steps; i++) {
         if ((lcg(rng) & 0xffff) < 0.2 * 0x10000)
             copying = !copying;
-        mn_tuner_class *c = &t->c[0];
-        mn_tuner_advice a = per_sequence ? mn_tuner_advise(t, 0) : (mn_tuner_advice){.s = c->s, .theta = NAN, .first = NAN};
-        uint32_t cap = mn_tuner_seq_length(q, &a, c->s), kept = 0;
+        uint32_t s = per_sequence ? next_s(t, 0) : t->c[0].s;
+        mn_tuner_advice a = per_sequence ? mn_tuner_advise(t, 0)
+                                         : (mn_tuner_advice){.s = s, .other = s, .theta = NAN, .first = NAN};
+        uint32_t cap = mn_tuner_seq_length(q, &a, s), kept = 0;
         while (kept < cap && (lcg(rng) & 0xffff) < (copying ? 0.95 : kept ? 0.6 : 0.3) * 0x10000)
             kept++;
         if (cap)
             mn_tuner_seq_observe(q, kept);
-        mn_tuner_step st = {.batch = 1, .s = c->s, .drafted = cap, .tokens = 1 + kept, .seconds = 1 + 0.2 * cap};
+        mn_tuner_step st = {.batch = 1, .s = s, .drafted = cap, .tokens = 1 + kept, .seconds = 1 + 0.2 * cap};
         if (cap && kept == cap)
             st.full[kept]++;
         else
@@ -1659,7 +1721,7 @@ Test(tuner, sequence_rule_follows_acceptance_along_a_draft)
     double best_fixed = INFINITY;
     uint32_t rng = 23, best_s = 0;
     for (uint32_t s = 0; s <= 8; s++) {
-        mn_tuner_params p = mn_tuner_defaults();
+        mn_tuner_params p = warm();
         mn_tuner t;
         mn_tuner_init(&t, &p, s);
         mn_tuner_seq q = {0};
@@ -1713,7 +1775,7 @@ Test(tuner, sequence_rule_measures_plain_decoding_before_judging_it)
     mn_tuner_init(&t, &p, 4);
     uint32_t rng = 5, cls = mn_tuner_class_of(16);
     for (int decisions = 0; decisions < 4;) {
-        uint32_t s = t.c[cls].s;
+        uint32_t s = next_s(&t, cls);
         /* a sequence's step: 1 plain, 2 + 0.1 s speculating; each draft token kept with probability
          * 0.5 while the previous ones were: about 1.4 a token at s = 8 */
         mn_tuner_step st = {.batch = 16, .s = s, .drafted = 16 * s, .seconds = 16 * (s ? 2 + 0.1 * s : 1)};
@@ -1735,58 +1797,82 @@ Test(tuner, sequence_rule_measures_plain_decoding_before_judging_it)
 }
 
 /* The sequence rule's probes are short when a step verifies many sequences: at 16 sequences, drafts
- * that never pay cost the first window (at the starting length), 8 steps at plain decoding and then
- * 8 per probe, and the classes that follow 9-16 do not follow its probes; at one sequence a probe
- * still takes decision_threshold steps. */
+ * that never pay cost the first window (at the starting length), 6 blocks at s_max in the first
+ * paired probe (16 counted steps a side, 3 in a block of 4 after its transition), and then 3 steps
+ * at s_max per probe (a transition and 2 that cost more than 1.5x plain decoding over the same
+ * steps), and the classes that follow 9-16 do not follow its probes; at one sequence a paired
+ * probe counts decision_threshold steps on each side. */
 Test(tuner, sequence_rule_probes_briefly_at_a_large_batch)
 {
     spec_model none = {.a = 0, .verify_slope = 0.2, .draft_cost = 0.1, .drawn = true};
     mn_tuner_params p = with_rule(MN_TUNER_RULE_SEQUENCE);
-    uint32_t quarter = p.decision_threshold / 4;
     mn_tuner t;
     mn_tuner_init(&t, &p, 4);
     uint32_t rng = 3, cls = mn_tuner_class_of(16);
     uint64_t speculating = 0, steps = 0, decisions = 0;
     while (decisions < 200) {
         mn_tuner_decision d;
-        speculating += t.c[cls].s > 0;
+        uint32_t s;
+        decisions += feed(&t, &none, 16, 0, &rng, &d, &s);
+        speculating += s > 0;
         steps++;
-        decisions += feed(&t, &none, 16, 0, &rng, &d);
-        if (decisions == 2 && speculating)
-            cr_assert_eq(speculating, p.decision_threshold,
-                         "the first window at 4, then plain: %llu steps speculating", (unsigned long long)speculating);
+        if (decisions == 2)
+            cr_assert_eq(speculating, p.decision_threshold + 6 * MN_TUNER_PAIR_BLOCK,
+                         "the first window at 4, then a paired probe of 6 blocks a side: %llu steps speculating",
+                         (unsigned long long)speculating);
         if (decisions >= 2)
             cr_assert_eq(t.c[mn_tuner_class_of(8)].s, 0, "5-8 follows where 9-16 rests, not its probes");
     }
     cr_assert_eq(t.c[cls].s, 0);
     cr_assert_geq(t.c[cls].probes, 3);
-    uint64_t probes = t.c[cls].probes - 1; /* the first was plain decoding's */
-    cr_assert_eq(speculating, p.decision_threshold + 2 * probes,
-                 "%llu steps speculating: the first window and %llu probes of 2 steps (they cost more than 1.5x plain)",
+    uint64_t probes = t.c[cls].probes - 1; /* after the first */
+    cr_assert_eq(speculating, p.decision_threshold + 6 * MN_TUNER_PAIR_BLOCK + 3 * probes,
+                 "%llu steps speculating: the first window and probe, and %llu probes of 3 steps at s_max",
                  (unsigned long long)speculating, (unsigned long long)probes);
-    cr_assert_lt(speculating, steps / 50, "%llu of %llu steps", (unsigned long long)speculating,
+    cr_assert_lt(speculating, steps / 40, "%llu of %llu steps", (unsigned long long)speculating,
                  (unsigned long long)steps);
 
-    /* a probe whose side is not clearly dearer runs a quarter of a window: plain decoding's, after
-     * the first window, at 16 sequences */
-    mn_tuner_init(&t, &p, 4);
-    uint32_t plain_steps = 0;
-    for (decisions = 0; decisions < 2;) {
-        mn_tuner_decision d;
-        plain_steps += decisions == 1;
-        decisions += feed(&t, &none, 16, 0, &rng, &d);
-    }
-    cr_assert_eq(plain_steps, quarter, "plain decoding probed for %u steps", plain_steps);
-
-    /* one sequence a step: the probe of plain decoding after the first window takes a whole window */
+    /* one sequence a step: the paired probe after the first window counts decision_threshold steps a
+     * side: 11 blocks of 4 at s_max (3 counted in each, the first after the window at 4 too), and
+     * at plain decoding 10 and the 3 steps (a transition and 2) that make its 32 */
     mn_tuner_init(&t, &p, 4);
     mn_tuner_decision d;
-    while (!feed(&t, &none, 1, 0, &rng, &d))
+    while (!feed(&t, &none, 1, 0, &rng, &d, NULL))
         ;
-    cr_assert_eq(t.c[0].s, 0, "probing plain decoding");
-    for (uint32_t i = 1; i < p.decision_threshold; i++)
-        cr_assert(!feed(&t, &none, 1, 0, &rng, &d), "decided after %u steps of one sequence", i);
-    cr_assert(feed(&t, &none, 1, 0, &rng, &d));
+    cr_assert(t.c[0].pairing, "a paired probe follows the first window");
+    uint32_t at[2] = {0, 0}, s;
+    for (uint32_t i = 1; i < 87; i++) {
+        cr_assert(!feed(&t, &none, 1, 0, &rng, &d, &s), "decided after %u steps of one sequence", i);
+        at[s > 0]++;
+    }
+    cr_assert(feed(&t, &none, 1, 0, &rng, &d, &s));
+    at[s > 0]++;
+    cr_assert_eq(at[1], 11 * MN_TUNER_PAIR_BLOCK);
+    cr_assert_eq(at[0], 10 * MN_TUNER_PAIR_BLOCK + 3);
+    cr_assert_eq(t.c[0].home, 0, "plain decoding costs less");
+}
+
+/* The machine's speed moves under the tuner (other tenants on a shared host: the same plain window
+ * cost 380-570 us a token within one run on this one), here a square wave between 1 and 1.8 times
+ * every 24 steps, while speculating is 10% cheaper than plain decoding at any speed. A paired probe
+ * sees both sides at the same speeds, so the class stays speculating; windows measured one after
+ * the other would each catch their own share of slow steps. */
+Test(tuner, paired_probes_see_through_a_drifting_machine)
+{
+    spec_model m = {.a = 0.5, .verify_slope = 0.05, .draft_cost = 0.05};
+    mn_tuner_params p = with_rule(MN_TUNER_RULE_SEQUENCE);
+    mn_tuner t;
+    mn_tuner_init(&t, &p, 4);
+    cr_assert_lt(model_cost(&m, p.s_max), 0.91 * model_cost(&m, 0));
+    int decisions = 0, speculating = 0;
+    for (uint64_t step = 0; decisions < 400; step++) {
+        uint32_t s = next_s(&t, 0);
+        double speed = (step / 24) % 2 ? 1.8 : 1.0;
+        mn_tuner_decision d;
+        if (observe(&t, 1, s, 10 * model_cost(&m, s) * speed, 10, true, &d) && ++decisions > 20)
+            speculating += t.c[0].home == p.s_max;
+    }
+    cr_assert_geq(speculating, 370, "speculating after %d of 380 decisions", speculating);
 }
 
 /* Classes that have not decided follow the nearest one that has: when no draft pays at 16
@@ -1842,6 +1928,9 @@ Test(tuner, parameters_and_option)
     cr_assert_eq(mn_tuner_set_param(&p, "decision_threshold", 2.5, NULL, &err), MN_INVALID);
     cr_assert_eq(mn_tuner_set_param(&p, "margin", 1, NULL, &err), MN_INVALID);
     cr_assert_eq(mn_tuner_set_param(&p, "probe_every", NAN, "x", &err), MN_INVALID);
+    cr_assert_eq(mn_tuner_set_param(&p, "warm_up", 0, NULL, &err), MN_OK);
+    cr_assert_eq(p.warm_up, 0);
+    cr_assert_eq(mn_tuner_set_param(&p, "warm_up", -1, NULL, &err), MN_INVALID);
     cr_assert_eq(mn_tuner_set_param(&p, "cost", NAN, "verify", &err), MN_OK);
     cr_assert_eq(p.cost, MN_TUNER_COST_VERIFY);
     cr_assert_eq(mn_tuner_set_param(&p, "rule", NAN, "model", &err), MN_OK);

@@ -860,6 +860,86 @@ Test(speculate, adaptive_length_is_lossless_and_visible, .timeout = 600, .disabl
         free(prompts[i]), free(want[i]);
 }
 
+/* A request that decoded plain and then speculates: the model drafter's first round catches up on
+ * every token generated meanwhile, a one-off that the tuner leaves out of the step's cost (stats
+ * backlog_seconds, the trace's backlog), where a request that speculated from its first token has
+ * none (its prompt and the last step's tokens are every round's work); the text is plain
+ * decoding's. */
+Test(speculate, catching_up_after_plain_steps_is_a_backlog, .timeout = 300)
+{
+    enum { STEADY = 48, LONG = 600 };
+    char *prompts[6];
+    int n = load_prompts(prompts, 2);
+    cr_assert_geq(n, 2);
+    char *want_steady = generate(prompts[0], STEADY), *want_long = generate(prompts[1], LONG);
+    char dir[] = "/tmp/minions-backlog-XXXXXX", path[1100];
+    cr_assert(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/steps.jsonl", dir);
+    server s;
+    server_start(&s, (const char *[]){"--draft", model_file("draft-kjv.gguf"), "--spec-length", "4", "--step-trace",
+                                      path, NULL});
+    tconn c;
+    connect_to(s.tcp, &c);
+    send_request(&c, "steady", prompts[0], STEADY, 0, 0);
+    json_t *done = await(&c, "steady");
+    cr_assert_str_eq(json_string_value(json_object_get(done, "text")), want_steady);
+    cr_assert_gt(json_integer_value(json_object_get(json_object_get(done, "spec"), "drafted")), 0);
+    json_decref(done);
+    json_t *r = admin(&s, "{\"cmd\":\"stats\"}");
+    json_t *tuner = json_object_get(json_object_get(json_object_get(r, "stats"), "spec"), "tuner");
+    cr_assert(json_is_real(json_object_get(tuner, "backlog_seconds")), "%s", json_dumps(tuner, 0));
+    cr_assert_eq(json_real_value(json_object_get(tuner, "backlog_seconds")), 0.0, "no backlog while speculating: %s",
+                 json_dumps(tuner, 0));
+    json_decref(r);
+
+    /* plain for a stretch (spec.length 0), then speculating again, within one request */
+    admin_ok(&s, "{\"cmd\":\"set\",\"key\":\"spec.length\",\"value\":0}");
+    send_request(&c, "switch", prompts[1], LONG, 0, 1);
+    size_t streamed = 0;
+    while (streamed < 40) {
+        json_t *o = next_for(&c, "switch");
+        cr_assert(json_object_get(o, "delta"), "ended before the switch: %s", json_dumps(o, 0));
+        streamed += json_string_length(json_object_get(o, "delta"));
+        json_decref(o);
+    }
+    admin_ok(&s, "{\"cmd\":\"set\",\"key\":\"spec.length\",\"value\":4}");
+    done = await(&c, "switch");
+    cr_assert_str_eq(json_string_value(json_object_get(done, "text")), want_long);
+    cr_assert_gt(json_integer_value(json_object_get(json_object_get(done, "spec"), "drafted")), 0, "%s",
+                 json_dumps(done, 0));
+    json_decref(done);
+    r = admin(&s, "{\"cmd\":\"stats\"}");
+    tuner = json_object_get(json_object_get(json_object_get(r, "stats"), "spec"), "tuner");
+    double backlog = json_real_value(json_object_get(tuner, "backlog_seconds"));
+    cr_assert_gt(backlog, 0, "the drafter caught up on the plain stretch: %s", json_dumps(tuner, 0));
+    json_decref(r);
+    tconn_close(&c);
+    server_stop(&s); /* the trace is complete */
+
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "no trace at %s", path);
+    char buf[1024];
+    double traced = 0;
+    int with_backlog = 0;
+    while (fgets(buf, sizeof buf, f)) {
+        json_t *o = json_loads(buf, 0, NULL);
+        cr_assert(o, "%s", buf);
+        double b = json_real_value(json_object_get(o, "backlog"));
+        cr_assert(b == 0 || !json_is_null(json_object_get(o, "round")), "a backlog without a round: %s", buf);
+        traced += b;
+        with_backlog += b > 0;
+        json_decref(o);
+    }
+    fclose(f);
+    cr_assert_eq(with_backlog, 1, "one round caught up after the plain stretch, not %d", with_backlog);
+    cr_assert(traced >= backlog - 1e-5, "stats %.6f s, the trace %.6f s", backlog, traced);
+    unlink(path);
+    rmdir(dir);
+    free(want_steady), free(want_long);
+    for (int i = 0; i < n; i++)
+        free(prompts[i]);
+}
+
 /* ---- the pipeline ------------------------------------------------------------------------------ */
 
 static void start_pipelined(server *s)
@@ -1013,9 +1093,11 @@ Test(speculate, step_trace_accounts_for_every_step, .timeout = 300)
         double submit, start, end, back;
         json_t *round;
         int measured;
-        cr_assert_eq(json_unpack_ex(o, &e, JSON_STRICT, "{s:I, s:f, s:f, s:f, s:f, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:b}",
-                                    "step", &step, "submit", &submit, "start", &start, "end", &end, "back", &back,
-                                    "round", &round, "seqs", &seqs, "tokens", &tokens, "prompt", &p, "drafted", &d,
+        double backlog;
+        cr_assert_eq(json_unpack_ex(o, &e, JSON_STRICT,
+                                    "{s:I, s:f, s:f, s:f, s:f, s:o, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "step",
+                                    &step, "submit", &submit, "start", &start, "end", &end, "back", &back, "round",
+                                    &round, "backlog", &backlog, "seqs", &seqs, "tokens", &tokens, "prompt", &p, "drafted", &d,
                                     "produced", &produced, "s", &len, "measured", &measured),
                      0, "trace line %lld: %s", (long long)n + 1, e.text);
         cr_assert_eq(step, ++n);
@@ -1031,6 +1113,7 @@ Test(speculate, step_trace_accounts_for_every_step, .timeout = 300)
         cr_assert(produced >= sampled && produced <= sampled + d, "step %lld: produced %lld", (long long)step,
                   (long long)produced);
         cr_assert(d == 0 || len > 0, "step %lld: drafts at length 0", (long long)step);
+        cr_assert_eq(backlog, 0.0, "step %lld: the n-gram drafter has no KV to catch up", (long long)step);
         sum_prompt += p, sum_produced += produced, sum_drafted += d;
         last_back = back;
         json_decref(o);

@@ -83,6 +83,7 @@ static json_t *config_json(mn_admin *a)
     json_object_set_new(o, "tuner.s_punish", json_integer(t->s_punish));
     json_object_set_new(o, "tuner.probe_every", json_integer(t->probe_every));
     json_object_set_new(o, "tuner.margin", json_real(t->margin));
+    json_object_set_new(o, "tuner.warm_up", json_integer(t->warm_up));
     json_object_set_new(o, "tuner.cost", json_string(mn_tuner_cost_name(t->cost)));
     json_object_set_new(o, "tuner.rule", json_string(mn_tuner_rule_name(t->rule)));
     for (uint32_t i = 0; i < a->cfg.n_drafters; i++) {
@@ -99,11 +100,11 @@ static json_t *config_json(mn_admin *a)
     return o;
 }
 
-/* The tuner's figures: per batch class that has run, the length in effect and the measured curve
- * (microseconds per produced token by length, with its age in decisions), the model rule's
- * estimate by length up to s_max (kept in every mode and rule: `model`, where it has one), and
- * under the sequence rule its threshold theta and the class's acceptance along a draft
- * (`sequence`: first, carry). */
+/* The tuner's figures: the drafters' backlogs it left out of the steps' cost (seconds); per batch
+ * class that has run, the length in effect and the measured curve (microseconds per produced
+ * token by length, with its age in decisions), the model rule's estimate by length up to s_max
+ * (kept in every mode and rule: `model`, where it has one), and under the sequence rule its
+ * threshold theta and the class's acceptance along a draft (`sequence`: first, carry). */
 static json_t *tuner_stats_json(const mn_admin *a)
 {
     const mn_stats *s = &a->query.stats;
@@ -147,8 +148,8 @@ static json_t *tuner_stats_json(const mn_admin *a)
         }
         json_object_set_new(classes, mn_tuner_class_name(c), cls);
     }
-    return json_pack("{s:s, s:I, s:o}", "mode", mn_tuner_mode_name(s->tuner.mode), "measured",
-                     (json_int_t)s->tuner.measured, "batch", classes);
+    return json_pack("{s:s, s:I, s:f, s:o}", "mode", mn_tuner_mode_name(s->tuner.mode), "measured",
+                     (json_int_t)s->tuner.measured, "backlog_seconds", s->tuner.backlog_seconds, "batch", classes);
 }
 
 /* The speculation figures: the verifier's and, per drafter, the voter's. */

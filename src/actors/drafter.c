@@ -23,6 +23,7 @@ typedef struct draft_job {
     uint32_t *who;           /* [max_batch] index into live of each pass entry */
     float *logits;           /* [max_batch][n_vocab]: left unwritten by a GPU backend (the drafts are greedy) */
     int32_t *pick;           /* [max_batch]: each row's argmax, the draft token */
+    double backlog_seconds;  /* the catch-up passes' share spent on backlogs (round part's) */
     mn_status st;
     mn_err err;
 } draft_job;
@@ -71,6 +72,17 @@ static uint32_t own_cap(const mn_backend *be, const mn_req *r)
  * the request's whole length), so rollback is a length. */
 static void roll_back(mn_req_draft *x, const mn_req *r) { x->kv.len = mn_req_draft_valid(x, r); }
 
+/* Of the catch-up positions [from, from + n) of r, those its latest run of plain decoding steps
+ * produced: no drafter drafted while they came. Catching up on them is a one-off after such a run,
+ * not what a length costs; the prompt, the tokens of speculating steps and those a drafter missed
+ * while the vote left it out are paid at every length and stay. */
+static uint32_t backlog_in(const mn_req *r, uint32_t from, uint32_t n)
+{
+    uint32_t lo = from > r->spec.plain_from ? from : r->spec.plain_from, end = r->spec.plain_end;
+    uint32_t hi = from + n < end ? from + n : end;
+    return hi > lo ? hi - lo : 0;
+}
+
 /* On the worker: catch every request up, then draft cap tokens, one pass per position. */
 static mn_status draft_passes(draft_job *j, uint32_t n_live, uint32_t index)
 {
@@ -78,8 +90,9 @@ static mn_status draft_passes(draft_job *j, uint32_t n_live, uint32_t index)
     uint32_t max_cap = 0;
     for (uint32_t i = 0; i < n_live; i++)
         max_cap = j->cap[i] > max_cap ? j->cap[i] : max_cap;
+    j->backlog_seconds = 0;
     for (;;) { /* catch-up: passes within the backend's token budget, every sequence unpadded */
-        uint32_t budget = be->cfg.max_tokens, nb = 0;
+        uint32_t budget = be->cfg.max_tokens, nb = 0, backlog = 0;
         for (uint32_t i = 0; i < n_live && budget > 0; i++) {
             mn_req *r = j->live[i];
             mn_req_draft *x = &r->spec.d[index];
@@ -88,15 +101,18 @@ static mn_status draft_passes(draft_job *j, uint32_t n_live, uint32_t index)
                 continue;
             uint32_t take = behind < budget ? behind : budget;
             budget -= take;
+            backlog += backlog_in(r, x->kv.len, take);
             j->seqs[nb] = (mn_batch_seq){.kv = &x->kv, .tokens = r->toks.ids + x->kv.len, .n_tokens = take,
                                          .pick_only = true};
             j->who[nb++] = i;
         }
         if (!nb)
             break;
+        double t0 = mn_now();
         mn_status st = mn_backend_forward(be, &(mn_batch){j->seqs, nb, j->pick}, j->logits, &j->err);
         if (st != MN_OK)
             return st;
+        j->backlog_seconds += (mn_now() - t0) * backlog / (be->cfg.max_tokens - budget);
         for (uint32_t b = 0; b < nb; b++) {
             mn_req *r = j->live[j->who[b]];
             mn_req_draft *x = &r->spec.d[index];
@@ -151,6 +167,7 @@ static void draft_run(mn_job *job)
         }
     }
     j->part->seconds = mn_now() - t0;
+    j->part->backlog_seconds = j->st == MN_OK ? j->backlog_seconds : 0;
 }
 
 /* The n-gram drafter needs no model: propose on the loop thread, from the request's own tokens,

@@ -54,11 +54,15 @@ typedef struct mn_round {
     struct mn_req **reqs;          /* [n] the verifier's: each in phase DRAFTING while the round is out */
     uint32_t n;
     uint32_t pending;              /* voter: drafters not yet answered */
+    double backlog_seconds;        /* voter: the parts' backlog_seconds, summed */
     struct mn_round_part {
         mn_msg msg;                /* MN_MSG_DRAFT to drafter i, MN_MSG_PROPOSED back */
         struct mn_round *round;
         uint32_t drafter;
-        double seconds;            /* drafter: time its proposals took */
+        double seconds;            /* drafter: time its proposals took, */
+        double backlog_seconds;    /* of which catching up on tokens that plain decoding steps
+                                    * produced (spec.plain_from/end), its share of the passes by
+                                    * tokens */
         uint32_t from_cache;       /* n-gram drafter: proposals it took from its shared cache */
         uint32_t cache_cap;        /* and that cache's size in tokens (0: none), */
         uint64_t cache_added;      /* and the tokens it ever took in */
@@ -73,9 +77,12 @@ typedef struct mn_measure {
     bool queued;
     mn_tuner_step step;            /* batch, s (the length the step was planned with), tokens and
                                     * what each sequence kept; the tuner sets step.seconds */
-    double draft_seconds;          /* from planning to the voted drafts (0 without a round) */
+    double draft_seconds;          /* from planning to the voted drafts (0 without a round), */
+    double backlog_seconds;        /* of which the drafters' backlog (the round's backlog_seconds) */
     double verify_seconds;         /* the target's pass and acceptance */
-    double cycle_seconds;          /* from the step before's return to this one's (0: none before) */
+    double handoff_seconds;        /* the step's hand-offs: submitted to its pass's start (the
+                                    * compute worker's wake-up), the pass's end to the loop taking
+                                    * it (the loop's) */
 } mn_measure;
 
 /* A kick: one message per target actor, posted only when not already queued. */
@@ -194,6 +201,7 @@ typedef struct mn_stats {
         mn_tuner_mode mode;
         uint32_t spec_length;      /* spec.length: the fixed length, and where adaptive starts */
         uint64_t measured;         /* steps reported to it */
+        double backlog_seconds;    /* drafters' backlogs left out of those steps' cost */
         mn_tuner state;            /* parameters, each class's s and curve */
     } tuner;
     size_t depth[4];               /* mailbox depths: client, intake, kvmem, verifier (the admin's) */

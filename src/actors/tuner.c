@@ -14,6 +14,7 @@ struct mn_tuner_actor {
     mn_tuner_actor_config cfg;   /* mode, params, spec_length: the live values */
     mn_tuner state;
     uint64_t measured;
+    double backlog_seconds; /* the drafters' backlogs left out of the steps' cost */
 };
 
 static void restart(mn_tuner_actor *t);
@@ -44,9 +45,12 @@ static void send_length(mn_tuner_actor *t, uint32_t cls, uint32_t s)
         mn_log(MN_LOG_ERROR, "tuner: out of memory for a setting");
         return;
     }
-    mn_tuner_advice a = {.s = s, .theta = NAN, .first = NAN};
-    if (cls < MN_TUNER_CLASSES && t->cfg.mode == MN_TUNER_ADAPTIVE)
-        a = mn_tuner_advise(&t->state, cls), a.s = s;
+    mn_tuner_advice a = {.s = s, .other = s, .theta = NAN, .first = NAN};
+    if (cls < MN_TUNER_CLASSES && t->cfg.mode == MN_TUNER_ADAPTIVE) {
+        a = mn_tuner_advise(&t->state, cls);
+        if (a.s != s) /* a length set from outside: no paired probe */
+            a.s = a.other = s;
+    }
     *m = (mn_setting){.msg.type = MN_MSG_SET, .key = MN_SET_SPEC_LENGTH, .index = cls, .advice = a};
     mn_mailbox_post(t->cfg.addr->verifier, &m->msg);
 }
@@ -79,13 +83,18 @@ static void measured(mn_tuner_actor *t, mn_measure *m)
     mn_tuner_step step = m->step;
     step.seconds = m->verify_seconds;
     if (t->state.p.cost == MN_TUNER_COST_ROUND) {
-        /* drafting, and the hand-offs around the step (the loop's turn, the workers' wake-up), which
-         * every step pays whatever it carries: the rest of the cycle since the step before, at most
-         * the step's own time (more is the engine idling, not a cost), at least 0 (the pipeline
-         * drafted during the step before) */
-        double work = m->verify_seconds + m->draft_seconds, rest = m->cycle_seconds - work;
-        step.handoff = rest < 0 ? 0 : rest > work ? work : rest;
-        step.seconds = work + step.handoff;
+        /* drafting, and the step's hand-offs (the compute worker's and the loop's wake-ups), which
+         * every step pays whatever it carries. Not the loop's own turn after a step (streaming its
+         * tokens, scheduling): until 2026-11-29 the whole cycle since the step before came back was
+         * counted, which charged that turn to the next step, and in a paired probe a plain step
+         * paid for the speculating step before it. Less the drafters' backlog: a round after plain
+         * steps catches the model drafters up on their tokens, a cost of having decoded plain (a
+         * paired probe's alternation, or a stretch at plain), not of speculating. */
+        double backlog = m->backlog_seconds < m->draft_seconds ? m->backlog_seconds : m->draft_seconds;
+        step.handoff = m->handoff_seconds > 0 ? m->handoff_seconds : 0;
+        step.drafting = m->draft_seconds - backlog;
+        step.seconds = m->verify_seconds + step.drafting + step.handoff;
+        t->backlog_seconds += backlog;
     }
     m->queued = false;
     t->measured++;
@@ -123,6 +132,7 @@ static void stats(mn_tuner_actor *t, mn_stats_part *q)
     q->stats->tuner.mode = t->cfg.mode;
     q->stats->tuner.spec_length = t->cfg.spec_length;
     q->stats->tuner.measured = t->measured;
+    q->stats->tuner.backlog_seconds = t->backlog_seconds;
     q->stats->tuner.state = t->state;
     mn_stats_reply(q);
 }

@@ -42,6 +42,7 @@ struct mn_verifier {
     bool drafting;          /* the round is out */
     step_job step;
     mn_round round;         /* requests being drafted */
+    uint32_t paired[MN_TUNER_CLASSES];        /* a paired probe's steps so far, by class */
     mn_tuner_advice advice[MN_TUNER_CLASSES]; /* the tuner's, by batch class: the speculation length, and
                                                * (sequence rule) what each sequence's own length takes */
     uint32_t round_s;       /* the length the last round was planned with */
@@ -50,7 +51,7 @@ struct mn_verifier {
     double t_plan;          /* when the last round was planned */
     double round_seconds;   /* the last round's drafting time: planned to voted */
     double step_draft_seconds; /* that of the round whose drafts this step verifies */
-    double last_back;          /* when the step before came back (0: none yet) */
+    double round_backlog, step_backlog; /* of those, the drafters' backlog (mn_measure) */
     uint32_t pool_batch;    /* B: the pool's bound when the last round was planned */
     bool paused;            /* drafting is paused: the pool holds B */
     uint64_t rounds, overlapped, pauses, resumes;
@@ -166,7 +167,7 @@ mn_status mn_verifier_new(const mn_verifier_config *cfg, mn_verifier **out, mn_e
         return mn_fail(err, MN_NOMEM, "verifier: out of memory for %u sequences", cap);
     }
     for (int i = 0; i < MN_TUNER_CLASSES; i++)
-        v->advice[i] = (mn_tuner_advice){.s = cfg->spec_length, .theta = NAN, .first = NAN};
+        v->advice[i] = (mn_tuner_advice){.s = cfg->spec_length, .other = cfg->spec_length, .theta = NAN, .first = NAN};
     v->measure.msg.type = MN_MSG_MEASURED;
     v->step.be = cfg->be;
     v->step.job.run = step_run;
@@ -281,10 +282,10 @@ static bool may_draft(const mn_verifier *v, const mn_req *r)
     return v->cfg.addr->voter && v->cfg.spec_enabled && r->spec.on && decoding(r);
 }
 
-/* The tuner's advice for the next round: that of the batch class of the sequences a step will
- * verify (with the pipeline, the pool's bound; without, every decoding sequence). *bound: the
- * pool's bound B, half the speculating sequences (at least 1, at most batch.max_sequences). */
-static const mn_tuner_advice *round_advice(const mn_verifier *v, uint32_t *bound)
+/* The batch class of the sequences the next step will verify (with the pipeline, the pool's bound;
+ * without, every decoding sequence). *bound: the pool's bound B, half the speculating sequences
+ * (at least 1, at most batch.max_sequences). */
+static uint32_t step_class(const mn_verifier *v, uint32_t *bound)
 {
     uint32_t dec = 0, spec = 0;
     for (uint32_t i = 0; i < v->n_running; i++) {
@@ -299,7 +300,14 @@ static const mn_tuner_advice *round_advice(const mn_verifier *v, uint32_t *bound
     uint32_t cap = v->cfg.max_batch, half = (spec + 1) / 2;
     *bound = half < 1 ? 1 : half < cap ? half : cap;
     uint32_t batch = v->cfg.pipeline ? *bound : dec < cap ? dec : cap;
-    return &v->advice[mn_tuner_class_of(batch ? batch : 1)];
+    return mn_tuner_class_of(batch ? batch : 1);
+}
+
+/* The length of class cls's next step: its advice's, or in a paired probe the side whose block it
+ * is (start_step counts the probe's steps). */
+static uint32_t class_length(const mn_verifier *v, uint32_t cls)
+{
+    return mn_tuner_step_length(&v->advice[cls], v->paired[cls]);
 }
 
 /* Whether r waits for drafts before its next step: it decodes, may draft, and a round at the
@@ -317,8 +325,8 @@ static bool start_round(mn_verifier *v)
 {
     if (!v->cfg.addr->voter || !v->cfg.spec_enabled)
         return false;
-    const mn_tuner_advice *advice = round_advice(v, &v->pool_batch);
-    uint32_t s = advice->s;
+    uint32_t cls = step_class(v, &v->pool_batch), s = class_length(v, cls);
+    const mn_tuner_advice *advice = &v->advice[cls];
     if (!s)
         return false;
     uint32_t budget = v->cfg.be->cfg.max_tokens, n = 0, depth = 0, want = 0;
@@ -376,7 +384,8 @@ static bool start_round(mn_verifier *v)
 static bool start_step(mn_verifier *v)
 {
     step_job *st = &v->step;
-    uint32_t bound, budget = v->cfg.be->cfg.max_tokens, n = 0, drafted = 0, s = round_advice(v, &bound)->s;
+    uint32_t bound, budget = v->cfg.be->cfg.max_tokens, n = 0, drafted = 0, cls = step_class(v, &bound);
+    uint32_t s = class_length(v, cls);
     bool decoding_only = true; /* every sequence brings its one next token: no prompt chunk */
     for (uint32_t i = 0; i < v->n_running && budget > 0 && n < v->cfg.max_batch; i++) {
         mn_req *r = v->running[i];
@@ -386,19 +395,27 @@ static bool start_step(mn_verifier *v)
         uint32_t n_new = (uint32_t)r->toks.n - r->kv.len; /* >= 1: a running request knows its next token */
         n_new = n_new < budget ? n_new : budget;
         budget -= n_new;
-        if (r->phase != MN_PHASE_DRAFTED)
+        bool drafted_now = r->phase == MN_PHASE_DRAFTED;
+        if (!drafted_now)
             r->spec.n_draft = 0;
-        drafted += r->phase == MN_PHASE_DRAFTED;
+        drafted += drafted_now;
         r->phase = MN_PHASE_VERIFYING;
         st->reqs[n] = r;
         st->seqs[n] = (mn_batch_seq){.kv = &r->kv, .tokens = r->toks.ids + r->kv.len, .n_tokens = n_new};
         st->sample[n] = r->kv.len + n_new == r->toks.n;
         decoding_only &= n_new == 1 && st->sample[n];
+        if (!drafted_now && n_new == 1 && st->sample[n]) { /* a plain decoding step: its token at toks.n */
+            if (r->spec.plain_end != r->toks.n) /* the step before was not one: a new run */
+                r->spec.plain_from = (uint32_t)r->toks.n;
+            r->spec.plain_end = (uint32_t)r->toks.n + 1;
+        }
         n++;
     }
     st->n = n;
     if (!n)
         return false;
+    if (v->advice[cls].other != v->advice[cls].s) /* a paired probe: one more of its steps */
+        v->paired[cls]++;
     for (uint32_t k = 0; k < n; k++) {
         mn_req *r = st->reqs[k];
         r->spec.n_draft = r->spec.n_draft < budget ? r->spec.n_draft : budget;
@@ -432,6 +449,7 @@ static bool start_step(mn_verifier *v)
     v->step_measured = v->cfg.addr->tuner && (drafted == n || plain);
     v->step_s = plain ? 0 : v->round_s;
     v->step_draft_seconds = plain ? 0 : v->round_seconds;
+    v->step_backlog = plain ? 0 : v->round_backlog;
     st->round_t0 = drafted ? v->t_plan : 0;
     st->round_t1 = drafted ? v->t_plan + v->round_seconds : 0;
     st->t_submit = mn_now();
@@ -471,6 +489,7 @@ static void voted(mn_verifier *v)
 {
     v->drafting = false;
     v->round_seconds = mn_now() - v->t_plan;
+    v->round_backlog = v->round.backlog_seconds;
     for (uint32_t k = 0; k < v->round.n; k++)
         v->round.reqs[k]->phase = MN_PHASE_DRAFTED;
     schedule(v);
@@ -551,8 +570,9 @@ static void report(mn_verifier *v, double back)
     }
     m->queued = true;
     m->draft_seconds = v->step_draft_seconds;
+    m->backlog_seconds = v->step_backlog;
     m->verify_seconds = s->seconds;
-    m->cycle_seconds = v->last_back > 0 ? back - v->last_back : 0;
+    m->handoff_seconds = (s->t_start - s->t_submit) + (back - s->t_end);
     mn_mailbox_post(v->cfg.addr->tuner, &m->msg);
 }
 
@@ -573,7 +593,6 @@ static void step_done(mn_verifier *v)
         s->reqs[k]->phase = MN_PHASE_IDLE;
     v->step_seconds += s->st == MN_OK ? s->seconds : 0;
     report(v, back);
-    v->last_back = back;
     uint32_t produced = 0;
     for (uint32_t k = 0; k < s->n; k++) {
         mn_req *r = s->reqs[k];
@@ -603,8 +622,10 @@ static void step_done(mn_verifier *v)
             snprintf(round, sizeof round, "[%.6f,%.6f]", s->round_t0, s->round_t1);
         fprintf(v->cfg.step_trace,
                 "{\"step\":%" PRIu64 ",\"submit\":%.6f,\"start\":%.6f,\"end\":%.6f,\"back\":%.6f,\"round\":%s,"
-                "\"seqs\":%u,\"tokens\":%u,\"prompt\":%u,\"drafted\":%u,\"produced\":%u,\"s\":%u,\"measured\":%s}\n",
-                v->steps, s->t_submit, s->t_start, s->t_end, back, round, s->n, tokens, tokens - sampled - drafted,
+                "\"backlog\":%.6f,\"seqs\":%u,\"tokens\":%u,\"prompt\":%u,\"drafted\":%u,\"produced\":%u,\"s\":%u,"
+                "\"measured\":%s}\n",
+                v->steps, s->t_submit, s->t_start, s->t_end, back, round, s->round_t0 > 0 ? v->step_backlog : 0, s->n,
+                tokens, tokens - sampled - drafted,
                 drafted, produced, v->step_s, v->step_measured ? "true" : "false");
     }
     schedule(v);
@@ -667,9 +688,14 @@ void mn_verifier_handle(void *verifier, mn_msg *m)
             v->cfg.spec_enabled = s->value != 0;
         else if (s->key == MN_SET_PIPELINE)
             v->cfg.pipeline = s->value != 0;
-        else if (s->key == MN_SET_SPEC_LENGTH && s->advice.s <= MN_SPEC_MAX_LEN)
-            for (uint32_t i = 0; i < MN_TUNER_CLASSES; i++)
-                v->advice[i] = s->index == i || s->index >= MN_TUNER_CLASSES ? s->advice : v->advice[i];
+        else if (s->key == MN_SET_SPEC_LENGTH && s->advice.s <= MN_SPEC_MAX_LEN && s->advice.other <= MN_SPEC_MAX_LEN)
+            for (uint32_t i = 0; i < MN_TUNER_CLASSES; i++) {
+                if (s->index != i && s->index < MN_TUNER_CLASSES)
+                    continue;
+                if (s->advice.other == s->advice.s || v->advice[i].other != s->advice.other)
+                    v->paired[i] = 0; /* no probe, or a new one: it starts at home */
+                v->advice[i] = s->advice;
+            }
         mn_free(s);
         schedule(v);
         break;

@@ -191,6 +191,7 @@ static void round_in(mn_voter *v, mn_round *round)
     }
     v->rounds++;
     round->pending = 1; /* held until every part is out, so an answer cannot finish the round early */
+    round->backlog_seconds = 0;
     for (uint32_t i = 0; i < v->cfg.n_drafters; i++) {
         if (!(asked >> i & 1))
             continue;
@@ -208,6 +209,7 @@ static void part_in(mn_voter *v, mn_round_part *part)
     mn_round *round = part->round;
     mn_drafter_stats *st = &v->st[part->drafter];
     st->seconds += part->seconds;
+    round->backlog_seconds += part->backlog_seconds; /* the drafters' jobs run one after another */
     st->cache_proposals += part->from_cache;
     st->cache_cap = part->cache_cap;
     st->cache_added = part->cache_added;

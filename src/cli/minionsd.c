@@ -62,7 +62,7 @@ static void usage(FILE *f)
             "                         token, starting at --spec-length (default fixed); keys rule\n"
             "                         (sequence: each sequence its own length, the default; model;\n"
             "                         slope), s_min, s_max, decision_threshold, s_reward, s_punish,\n"
-            "                         probe_every, margin, cost (docs/speculation.md)\n"
+            "                         probe_every, margin, warm_up, cost (docs/speculation.md)\n"
             "      --pipeline         draft one group of sequences while the target verifies another\n"
             "                         (live: pipeline.enabled; default off)\n"
             "      --draft-threads N  compute threads (of -t) for the draft models alone; 0 = they share\n"

@@ -10,6 +10,7 @@
 
 #define FIT_REACH 1 /* the fit takes the fresh points next to s: a local slope */
 #define PROBE_LOSES 1.5 /* a probe this much dearer per token than home ends early (window_done) */
+#define PAIR_Z 2.0      /* standard errors by which a paired probe's other side must be cheaper */
 
 mn_tuner_params mn_tuner_defaults(void)
 {
@@ -21,6 +22,7 @@ mn_tuner_params mn_tuner_defaults(void)
         .s_punish = 1,
         .probe_every = 16,
         .margin = 0.01f,
+        .warm_up = 64,
         .cost = MN_TUNER_COST_ROUND,
         .rule = MN_TUNER_RULE_SEQUENCE,
     };
@@ -66,8 +68,9 @@ mn_status mn_tuner_set_param(mn_tuner_params *p, const char *key, double value, 
         q.margin = (float)value;
     } else {
         static const char *const names[] = {"s_min", "s_max", "decision_threshold", "s_reward", "s_punish",
-                                            "probe_every"};
-        uint32_t *fields[] = {&q.s_min, &q.s_max, &q.decision_threshold, &q.s_reward, &q.s_punish, &q.probe_every};
+                                            "probe_every", "warm_up"};
+        uint32_t *fields[] = {&q.s_min, &q.s_max, &q.decision_threshold, &q.s_reward, &q.s_punish, &q.probe_every,
+                              &q.warm_up};
         size_t i = 0;
         while (i < sizeof names / sizeof *names && strcmp(key, names[i]))
             i++;
@@ -152,6 +155,7 @@ static void restart_window(mn_tuner_class *c)
     c->win_tokens = 0;
     c->win_steps = 0;
     c->win_seqs = 0;
+    memset(c->pair, 0, sizeof c->pair);
 }
 
 void mn_tuner_reparam(mn_tuner *t, const mn_tuner_params *p)
@@ -160,6 +164,7 @@ void mn_tuner_reparam(mn_tuner *t, const mn_tuner_params *p)
     for (int i = 0; i < MN_TUNER_CLASSES; i++) {
         t->c[i].s = clamp_s(p, t->c[i].s);
         t->c[i].home = clamp_s(p, t->c[i].home);
+        t->c[i].pairing = false;
         restart_window(&t->c[i]);
     }
 }
@@ -168,6 +173,7 @@ void mn_tuner_restart(mn_tuner *t, uint32_t s0, bool clamp)
 {
     for (int i = 0; i < MN_TUNER_CLASSES; i++) {
         t->c[i].s = t->c[i].home = clamp ? clamp_s(&t->p, s0) : s0;
+        t->c[i].pairing = false;
         restart_window(&t->c[i]);
     }
 }
@@ -191,6 +197,12 @@ const char *mn_tuner_class_name(uint32_t cls)
 {
     static const char *const names[MN_TUNER_CLASSES] = {"1", "2", "3-4", "5-8", "9-16", "17-32", "33+"};
     return cls < MN_TUNER_CLASSES ? names[cls] : "?";
+}
+
+/* The side other than home that a paired probe alternates with: s_max when home is plain, else 0. */
+static uint32_t other_side(const mn_tuner *t, const mn_tuner_class *c)
+{
+    return c->home == t->p.s_min ? t->p.s_max : t->p.s_min;
 }
 
 static bool fresh(const mn_tuner *t, const mn_tuner_class *c, uint32_t s)
@@ -279,7 +291,7 @@ static void model_add(mn_tuner_model *m, const mn_tuner_step *st)
     m->steps[s] += 1;
     if (s == 0) /* plain decoding: no draft, nothing learned about acceptance */
         return;
-    double work = st->seconds - st->handoff; /* hand-offs do not grow with the draft: not in beta */
+    double work = st->seconds - st->handoff - st->drafting; /* the pass: beta's (tuner.h) */
     line_add(&m->draft_time, 1, (double)st->drafted / st->batch, work / st->batch); /* per sequence */
     m->spec_seconds += st->seconds / st->batch;
     m->produced += (double)st->tokens / st->batch;
@@ -300,20 +312,20 @@ static void model_add(mn_tuner_model *m, const mn_tuner_step *st)
     }
 }
 
-/* After a window at length s: the per-length times decay; the speculation sums (acceptance, the
+/* After a window: the per-length times decay; the speculation sums (acceptance, the
  * line of drafting time, seconds and tokens at speculating steps) only after a window that
  * speculated. Decaying them while the class decodes plainly renews nothing: their ratios stay
  * where they were, but their weights fell until the line had less than its two points' worth
  * (theta NAN) and every sequence drafted s_max. With the vote at 16 sequences, a probe after
  * long plain decoding then verified 122-128 draft tokens a step, passes of 11.7-15.8 ms where a
  * plain step took 2.6 (bench-steps traces, docs/speculation.md, "The length tuner"). */
-static void model_decay(mn_tuner_model *m, uint32_t s)
+static void model_decay(mn_tuner_model *m, bool speculated)
 {
     for (uint32_t x = 0; x <= MN_TUNER_MAX_LEN; x++) {
         m->seconds[x] *= MN_TUNER_MODEL_DECAY;
         m->steps[x] *= MN_TUNER_MODEL_DECAY;
     }
-    if (!s)
+    if (!speculated)
         return;
     mn_tuner_line *l = &m->draft_time;
     double *sums[] = {&m->seqs, &m->kept, &m->stopped, &l->w, &l->x, &l->y, &l->xx, &l->xy, &m->spec_seconds,
@@ -498,9 +510,11 @@ mn_tuner_advice mn_tuner_advise(const mn_tuner *t, uint32_t cls)
 {
     cls = cls < MN_TUNER_CLASSES ? cls : 0;
     const mn_tuner_class *c = &t->c[cls];
-    mn_tuner_advice a = {.s = c->s, .theta = NAN, .first = NAN};
+    mn_tuner_advice a = {.s = c->s, .other = c->s, .theta = NAN, .first = NAN};
     if (t->p.rule != MN_TUNER_RULE_SEQUENCE)
         return a;
+    if (c->pairing)
+        a.other = other_side(t, c);
     /* A figure the class has not measured yet comes from the nearest class that has it (the larger
      * batch on a tie): without theta every sequence drafts its cap, the dearest length there is,
      * and a class's first probe of speculating (a batch size that has only decoded plainly) then
@@ -537,83 +551,124 @@ uint32_t mn_tuner_seq_length(const mn_tuner_seq *q, const mn_tuner_advice *a, ui
     return j;
 }
 
-/* The sequence rule's figure for one side: seconds per produced token at plain steps (as measured
- * only), or at speculating ones, decayed; NAN before that side has run. */
-static double side_cost(const mn_tuner_model *m, bool plain)
+/* A paired probe's figure for one side: seconds per produced token. */
+static double pair_cost(const mn_tuner_pair *q) { return q->tokens ? q->seconds / (double)q->tokens : NAN; }
+
+/* How many standard errors side a's cost per token (its steps' seconds over their tokens) lies
+ * below side b's (negative: above; both need two steps). A step's time and tokens vary with what
+ * it kept (a speculating step of one sequence makes 1 to s + 1 tokens) and with the machine; the
+ * ratio's variance is the delta method's, sum (s_i - R t_i)^2 / (n (n - 1) tbar^2). */
+static double pair_z(const mn_tuner_pair *a, const mn_tuner_pair *b)
 {
-    if (plain)
-        return m->steps[0] > 0 ? m->seconds[0] / m->steps[0] : NAN;
-    return m->produced > 0 ? m->spec_seconds / m->produced : NAN;
+    double r[2], v = 0;
+    const mn_tuner_pair *q[2] = {a, b};
+    for (int i = 0; i < 2; i++) {
+        double n = q[i]->steps, tbar = q[i]->tokens / n;
+        r[i] = pair_cost(q[i]);
+        double dev = q[i]->ss - 2 * r[i] * q[i]->st + r[i] * r[i] * q[i]->tt;
+        double var = dev / (n * (n - 1) * tbar * tbar);
+        v += var > 0 ? var : 0;
+    }
+    return v > 0 ? (r[1] - r[0]) / sqrt(v) : r[1] > r[0] ? INFINITY : r[1] < r[0] ? -INFINITY : 0;
 }
 
-/* After record(): the sequences choose their lengths, so the class's length is their bound s_max,
- * or, when s_min is 0, plain decoding while plain steps cost less per token than speculating ones
- * (the decayed mean over speculating steps against the time at 0, by the margin, in either
- * direction). While the other side has no figure, and then every probe_gap windows, one window runs
- * at the other side; a probe that changes nothing doubles the gap (up to 4 probe_every: a side
- * that loses by far, model drafters at a large batch, should not cost a window in 16 forever), one
- * that moves the class resets it to probe_every. */
-static void decide_sequence(mn_tuner *t, mn_tuner_class *c, uint32_t cls, double cost, mn_tuner_decision *d)
+/* Whether side `to` of a paired probe is cheaper than side `from`: by the margin over their steps,
+ * and, when `clearly`, by PAIR_Z standard errors. */
+static bool pair_cheaper(const mn_tuner_pair *to, const mn_tuner_pair *from, float margin, bool clearly)
+{
+    return to->steps >= 2 && from->steps >= 2 && pair_cost(to) < pair_cost(from) * (1 - margin) &&
+           (!clearly || pair_z(to, from) > PAIR_Z);
+}
+
+/* After a paired probe: both sides' points on the curve, from their own steps; the window's cost. */
+static double record_pair(const mn_tuner *t, mn_tuner_class *c)
+{
+    for (uint32_t x = 0; x <= MN_TUNER_MAX_LEN; x++)
+        c->at[x].age += c->at[x].known;
+    for (int side = 0; side < 2; side++) {
+        mn_tuner_point *pt = &c->at[side ? t->p.s_max : t->p.s_min];
+        if (c->pair[side].tokens)
+            *pt = (mn_tuner_point){.cost = pair_cost(&c->pair[side]), .age = 0, .known = true, .steps = pt->steps};
+    }
+    double cost = c->win_tokens ? c->win_seconds / (double)c->win_tokens : INFINITY;
+    restart_window(c);
+    return cost;
+}
+
+/* After a window: the sequences choose their lengths, so the class's length is their bound s_max,
+ * or, when s_min is 0, plain decoding where that costs less per produced token. Which side is
+ * cheaper only a paired probe decides: for one window the class's steps alternate between its
+ * home and the other side, and whichever costs less per token over those steps, by the margin,
+ * becomes home; after the class's first probe, only clearly (pair_cheaper: a home stays while the
+ * steps do not tell). The class starts with one (right after its window at the starting length,
+ * which is neither side), and runs one every probe_gap windows; a probe that changes nothing doubles
+ * the gap (up to 4 probe_every: a side that loses by far, model drafters at a large batch, should
+ * not cost half a window in 16 forever), one that moves the class resets it to probe_every. A
+ * home window that costs PROBE_LOSES times the other side's last paired figure starts one at once. */
+static void decide_sequence(mn_tuner *t, mn_tuner_class *c, uint32_t cls, double cost,
+                            const mn_tuner_pair *paired, mn_tuner_decision *d)
 {
     const mn_tuner_params *p = &t->p;
-    const mn_tuner_model *m = &c->model;
-    uint32_t from = c->s, lo = p->s_min, hi = p->s_max;
-    /* Plain decoding's time only as measured. model_time's line through the speculating lengths
-     * carries the drafters' fixed cost per step down to 0, where plain decoding pays none: with the
-     * vote of three model drafts at 16 sequences it put plain at 965 us a token, several times what
-     * a plain step costs, so the class had a figure for plain (no blind probe) and stayed at s_max
-     * until its first timed probe, probe_gap windows later. */
-    double plain = lo == 0 ? side_cost(m, true) : NAN, spec = side_cost(m, false);
+    uint32_t from = c->home, lo = p->s_min, hi = p->s_max;
     const char *why = "rest";
-    uint32_t home = c->home;
-    if (c->home != lo && c->home != hi)
+    if (paired) {
+        bool clearly = c->probes > 1; /* the first chooses; later ones must be sure to move it */
+        if (c->home == hi && pair_cheaper(&paired[0], &paired[1], p->margin, clearly))
+            c->home = lo, why = "pair";
+        else if (c->home == lo && pair_cheaper(&paired[1], &paired[0], p->margin, clearly))
+            c->home = hi, why = "pair";
+        c->probe_gap = c->home == from ? 2 * c->probe_gap : p->probe_every;
+    } else if (c->home != lo && c->home != hi) { /* the starting length */
         c->home = hi, why = "model";
-    if (lo == 0 && c->home == hi && plain < spec * (1 - p->margin))
-        c->home = lo, why = "model";
-    else if (c->home == lo && (spec < plain * (1 - p->margin) || lo > 0))
-        c->home = hi, why = "model";
-    if (from != home) /* a probe's window: a probe that changed nothing waits twice as long next time */
-        c->probe_gap = c->home == home ? 2 * c->probe_gap : p->probe_every;
+    }
     uint32_t max_gap = 4 * p->probe_every;
     c->probe_gap = c->probe_gap < p->probe_every ? p->probe_every : c->probe_gap > max_gap ? max_gap : c->probe_gap;
-    uint32_t to = c->home, other = to == lo ? hi : lo;
     c->decisions++;
-    /* blind: the other side has no figure (also right after the starting length, which is neither
-     * side: its window measured speculation, so plain decoding comes next, not a window at s_max) */
-    bool blind = isnan(other == 0 ? plain : spec), due = from == c->home && c->decisions - c->probed_at >= c->probe_gap;
-    if (lo == 0 && hi > 0 && (blind || due)) {
-        to = other;
+    /* a home window that cost PROBE_LOSES times the other side's last paired figure: something
+     * changed (the text, the load), and the next probe should not wait out the gap */
+    const mn_tuner_point *there = &c->at[other_side(t, c)];
+    bool alarm = !paired && there->known && cost > PROBE_LOSES * there->cost;
+    bool first = !c->probes, due = alarm || c->decisions - c->probed_at >= c->probe_gap;
+    c->pairing = lo == 0 && hi > 0 && !paired && (first || due);
+    if (c->pairing) {
         why = "probe";
         c->probes++;
         c->probed_at = c->decisions;
     }
-    c->moves += to != from;
-    c->s = to;
-    *d = (mn_tuner_decision){.cls = cls, .from = from, .to = to, .cost = cost, .slope = 0, .why = why};
+    c->moves += c->home != from;
+    c->s = c->home;
+    *d = (mn_tuner_decision){.cls = cls, .from = from, .to = c->home, .cost = cost, .slope = 0, .why = why};
 }
 
-/* Whether the class's window is complete: decision_threshold steps at s. Under the sequence rule a
- * probe (a window away from home) is short: it ends once it holds decision_threshold verified
- * sequences and a quarter of decision_threshold steps, or two steps once those cost PROBE_LOSES
- * times home's figure per token (the vote of three model drafts at 16 sequences costs 2.5 times
- * plain decoding a token). It asks a coarse question (is the other side cheaper at all?), and
- * with many sequences a step, where speculating usually loses by far, a full
- * window was much of what the adaptive vote lost to plain decoding: with three model drafts and the
- * n-gram one at 16 sequences, a probe's 32 steps at s_max cost a fifth of a 32-request run.
- * A class's first window stays whole: short, it let the classes a ramp passes through (2-8
- * sequences) decide for themselves within a few runs, and each then paid for probes of its own
- * where following its neighbor costs nothing (bench-steps, 16 clients: drafting rounds in most
- * runs, 0.86-0.97x plain). */
+/* Whether the class's window is complete: decision_threshold steps at s. A paired probe (sequence
+ * rule) runs until one side is clearly cheaper (PAIR_Z standard errors), once each side holds
+ * decision_threshold verified sequences and half decision_threshold steps; or after two
+ * steps on each once the other side already costs PROBE_LOSES times home's figure a token over
+ * the same steps (the vote of three model drafts at 16 sequences costs 2.5 times plain decoding a
+ * token); at most 4 decision_threshold steps. It asks a coarse question (is the other side
+ * cheaper at all?), and with many sequences a step, where speculating usually loses by far, every
+ * step of it at the other side is paid for: with three model drafts and the n-gram one at 16
+ * sequences, a probe's 32 steps at s_max cost a fifth of a 32-request run. */
 static bool window_done(const mn_tuner *t, const mn_tuner_class *c)
 {
     uint32_t n = t->p.decision_threshold;
-    if (c->win_steps >= n)
+    if (!c->pairing)
+        return c->win_steps >= n;
+    if (c->win_steps >= 4 * n)
         return true;
-    bool probe = t->p.rule == MN_TUNER_RULE_SEQUENCE && c->s != c->home;
-    if (!probe || c->win_seqs < n)
+    const mn_tuner_pair *a = &c->pair[c->home > 0], *b = &c->pair[c->home == 0];
+    if (a->steps < 2 || b->steps < 2 || b->seqs < n)
         return false;
-    double home = side_cost(&c->model, c->home == 0), cost = c->win_seconds / (double)c->win_tokens;
-    return 4 * c->win_steps >= n || (c->win_steps >= 2 && cost > PROBE_LOSES * home);
+    if (pair_cost(b) > PROBE_LOSES * pair_cost(a))
+        return true;
+    if (2 * a->steps < n || 2 * b->steps < n || a->seqs < n)
+        return false;
+    return fabs(pair_z(a, b)) > PAIR_Z;
+}
+
+uint32_t mn_tuner_step_length(const mn_tuner_advice *a, uint32_t steps)
+{
+    return steps / MN_TUNER_PAIR_BLOCK % 2 ? a->other : a->s;
 }
 
 bool mn_tuner_observe(mn_tuner *t, const mn_tuner_step *st, bool adapt, mn_tuner_decision *d)
@@ -622,9 +677,25 @@ bool mn_tuner_observe(mn_tuner *t, const mn_tuner_step *st, bool adapt, mn_tuner
     mn_tuner_class *c = &t->c[cls];
     if (st->s > MN_TUNER_MAX_LEN || !(st->seconds >= 0) || !st->batch)
         return false;
-    model_add(&c->model, st); /* any length's step tells the model something */
-    if (st->s != c->s)
+    if (st->s && t->warmed < t->p.warm_up) { /* the drafters' weights are still learning */
+        t->warmed += st->batch;
         return false;
+    }
+    model_add(&c->model, st); /* any length's step tells the model something */
+    bool paired = c->pairing && st->s == other_side(t, c), transition = st->s != c->last_s;
+    c->last_s = st->s;
+    if (st->s != c->s && !paired)
+        return false;
+    if (c->pairing && !transition) {
+        mn_tuner_pair *q = &c->pair[st->s > 0];
+        q->ss += st->seconds * st->seconds;
+        q->st += st->seconds * st->tokens;
+        q->tt += (double)st->tokens * st->tokens;
+        q->seconds += st->seconds;
+        q->tokens += st->tokens;
+        q->steps++;
+        q->seqs += st->batch;
+    }
     c->win_seconds += st->seconds;
     c->win_tokens += st->tokens;
     c->win_seqs += st->batch;
@@ -632,15 +703,17 @@ bool mn_tuner_observe(mn_tuner *t, const mn_tuner_step *st, bool adapt, mn_tuner
     c->win_steps++;
     if (!window_done(t, c))
         return false;
-    uint32_t s = c->s;
-    double cost = record(t, c);
-    model_decay(&c->model, s);
+    bool was_pairing = c->pairing, speculated = c->s > 0 || c->pair[1].steps > 0;
+    mn_tuner_pair pair[2] = {c->pair[0], c->pair[1]};
+    double cost = was_pairing ? record_pair(t, c) : record(t, c);
+    model_decay(&c->model, speculated);
+    c->pairing = false; /* decide_sequence may start the next one */
     if (!adapt)
         return false;
     if (t->p.rule == MN_TUNER_RULE_MODEL)
         decide_model(t, c, cls, cost, d);
     else if (t->p.rule == MN_TUNER_RULE_SEQUENCE)
-        decide_sequence(t, c, cls, cost, d);
+        decide_sequence(t, c, cls, cost, was_pairing ? pair : NULL, d);
     else
         decide(t, c, cls, cost, d);
     follow_leaders(t);

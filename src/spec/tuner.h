@@ -5,14 +5,23 @@
  * decoding, every one speculating), the caller reports the step's batch size, the length s it ran
  * at, its time and the tokens it produced (accepted drafts plus each sequence's own token). The
  * cost of s is seconds per produced token. With mn_tuner_params.cost = MN_TUNER_COST_ROUND the time
- * is the step's whole cycle: drafting + verification, because on the CPU the drafters and the
- * target take turns on the same cores and a longer draft costs its own passes, and the hand-offs
- * around the pass (the loop's turn, the compute workers' wake-up), which every step pays whatever it
- * carries, so that a step that produces more tokens saves them too: with 16 clients on two cores
- * they took 254-377 us a step, and a tuner that did not count them (before 2026-11-29) rested at
- * plain decoding where the n-gram drafter at a fixed length served 1.08-1.11x plain
- * (docs/speculation.md, "The length tuner"). MN_TUNER_COST_VERIFY counts the target's pass alone,
- * the paper's t_LLM / vl (right when drafting overlaps verification).
+ * is drafting + verification, because on the CPU the drafters and the target take turns on the
+ * same cores and a longer draft costs its own passes, plus the hand-offs around the pass (the
+ * compute worker's and the loop's wake-ups), which every step pays whatever it carries, so that a
+ * step that produces more tokens saves them too: with 16 clients on two cores they took 254-377 us
+ * a step, and a tuner that did not count them rested at plain decoding where the n-gram drafter at
+ * a fixed length served 1.08-1.11x plain (docs/speculation.md, "The length tuner"). Not counted:
+ * the model drafters' backlog (a round catching them up on tokens plain decoding steps produced,
+ * the caller's step.drafting leaves it out), a cost of having decoded plain, not of the length.
+ * MN_TUNER_COST_VERIFY counts the target's pass alone, the paper's t_LLM / vl (right when drafting
+ * overlaps verification).
+ *
+ * The warm-up: the first warm_up (64) speculating sequences the tuner is told of count nowhere:
+ * no window, no model. They are the vote's learning. Its drafters' weights start equal, so every
+ * model draft drafts every round until they part and the losers sit their rounds out; at one
+ * sequence the first window's rounds cost 206-348 us a produced token, the next ones' 95-137
+ * (`tools/bench-steps.py --first-windows`, the fixed vote), and a tuner that judged speculating on
+ * that window left it for good. Plain steps count from the first.
  *
  * The rule: the paper's slope rule, with measured points kept per length. Each batch-size class
  * (1, 2, 3-4, 5-8, 9-16, 17-32, 33+: the best length falls as the batch grows, because a wide pass
@@ -38,8 +47,8 @@
  * A fresh point is averaged with each new window at its length (halving a resting length's noise).
  *
  * Defaults (mn_tuner_defaults): s_min 0, s_max 8, decision_threshold 32, s_reward = s_punish = 1,
- * probe_every 16, margin 0.01, cost round, rule sequence (the best worst case of the three side by
- * side: README). Under the slope rule at rest the two neighbors go stale at different times and are
+ * probe_every 16, margin 0.01, warm_up 64, cost round, rule sequence (the best worst case of the
+ * three side by side: README). Under the slope rule at rest the two neighbors go stale at different times and are
  * re-measured one by one (s + 1, back, s - 1, back): 4 windows in about 20 away from the best
  * length, at neighbors that cost a few % more on a flat optimum (tests/test_spec.c models it).
  *
@@ -73,9 +82,16 @@
  * it costs to draft and verify it,
  *     P_i(j) c > beta   <=>   P_i(j) > theta = beta / c,
  * where c is the class's seconds per produced token at speculating steps and beta the seconds one
- * more draft token adds to a step (the slope of a decayed least-squares line of the steps' drafting
- * and pass time, hand-offs left out, over their drafted tokens, which the varying lengths
- * themselves spread). The chance of keeping the
+ * more draft token adds to the target's pass (the slope of a decayed least-squares line of the
+ * steps' pass time over their drafted tokens, which the varying lengths themselves spread).
+ * Drafting stays out of beta (and in c): what a draft token adds to a round is no marginal that
+ * holds still. With the vote, longer drafts let the drafters' weights part and the losers sit out,
+ * so rounds get cheaper as drafts get longer (one client, kjv and web, fixed lengths 1, 2, 4, 6:
+ * rounds of about 375, 255, 130 and 95 us a step; `tools/bench-steps.py --configs plain,vote
+ * --spec-length L`); a line over the steps took the cost of every drafter drafting at the short
+ * lengths for a draft token's, theta came to 0.6-0.9, and drafts to 1-3 tokens with all three model
+ * drafts drafting: the adaptive vote lost to the fixed one by far (docs/speculation.md, "The
+ * length tuner"). The chance of keeping the
  * j-th token is the sequence's own chance of keeping the first, times the class's chance of keeping
  * each later one once the one before it was kept:
  *     P_i(j) = f_i * carry(2) * ... * carry(j),
@@ -90,15 +106,19 @@
  * one 0.77-0.94; `tools/bench-steps.py --by-draft` prints it by position). Until 2026-11-29 the rule took one rate rho_i for every position, rho_i^j,
  * and so cut drafts short where they paid best (docs/speculation.md, "Acceptance along a draft").
  * Every speculating sequence drafts at least 1 token. The class's own length is then a bound,
- * s_max, or 0 while plain steps cost less per produced token than speculating ones (a window at
- * s_max now and then, less often while those probes change nothing). Plain steps' cost is only
- * ever measured: a class that has not run a window at 0 tries one before it judges (an estimate
- * from the speculating lengths would carry the drafters' cost per step to plain decoding, which
- * pays none).
- * Its probes are short: a quarter of decision_threshold steps once they hold decision_threshold
- * verified sequences (so a full window at one sequence a step), two steps once those already cost
- * 1.5 times home's figure a token. They only ask which side is cheaper, and at a large batch,
- * where model drafters lose by far, every step of them is paid for.
+ * s_max, or 0 where plain decoding costs less per produced token. Which side is cheaper only a
+ * paired probe decides: for one window the class's steps alternate between its home and the other
+ * side, MN_TUNER_PAIR_BLOCK steps at a time, and the two sides' costs over those steps (the first
+ * step of each block left out) are compared. Until 2026-11-29 the sides' figures came from windows
+ * run one after the other, and the noise between two windows on this shared host (10-20%, above)
+ * was larger than the difference to find: with one client one slow window sent the vote to plain
+ * decoding, where a stale figure of the other side kept it. The first paired probe chooses by the figures alone; after it, the other side must be
+ * cheaper by PAIR_Z standard errors (of a ratio of the steps' seconds over their tokens) to move
+ * the class. Probes come every probe_gap windows (probe_every, doubling up to 4 probe_every while
+ * they change nothing), and at once after a home window that cost PROBE_LOSES (1.5) times the
+ * other side's last figure. A probe whose other side already costs PROBE_LOSES times home's over
+ * the same steps ends after two of its steps: at a large batch, where model drafters lose by far,
+ * every step of it is paid for.
  *
  * A class that has not decided yet (a batch size the load passes through briefly, 2-8 sequences
  * while 16 clients ramp up and down, may never fill a window) runs at the length its leader rests
@@ -143,6 +163,7 @@ typedef struct mn_tuner_params {
     uint32_t s_reward, s_punish; /* step up / down, >= 1 */
     uint32_t probe_every;        /* decisions a point stays fresh, >= 1 */
     float margin;                /* a fresh target must be cheaper by this share to move, [0, 1) */
+    uint32_t warm_up;            /* speculating sequences verified before any step counts */
     mn_tuner_cost cost;
     mn_tuner_rule rule;
 } mn_tuner_params;
@@ -199,6 +220,14 @@ typedef struct mn_tuner_model {
     double reach[MN_TUNER_MAX_LEN + 1], keep[MN_TUNER_MAX_LEN + 1];
 } mn_tuner_model;
 
+/* One side's steps in a paired probe (sequence rule): index 0 plain decoding, 1 speculating; with
+ * the sums of squares and products of the steps' seconds and produced tokens (the ratio's error). */
+typedef struct mn_tuner_pair {
+    double seconds, ss, st, tt;
+    uint64_t tokens, seqs;
+    uint32_t steps;
+} mn_tuner_pair;
+
 typedef struct mn_tuner_class {
     uint32_t s;                       /* the current length */
     double win_seconds;               /* the window at s since the last decision */
@@ -211,11 +240,15 @@ typedef struct mn_tuner_class {
     uint64_t decisions, moves, probes;
     uint64_t probed_at;               /* sequence rule: the decision of the last probe, */
     uint32_t probe_gap;               /* and the decisions until the next */
+    bool pairing;                     /* sequence rule: this window alternates home and the other side */
+    mn_tuner_pair pair[2];            /* and their steps in it, transitions left out */
+    uint32_t last_s;                  /* the length of the class's step before */
 } mn_tuner_class;
 
 typedef struct mn_tuner {
     mn_tuner_params p;
     mn_tuner_class c[MN_TUNER_CLASSES];
+    uint64_t warmed;                  /* speculating sequences seen while warming up (<= p.warm_up) */
 } mn_tuner;
 
 /* One decision, as the actor publishes it. */
@@ -223,8 +256,9 @@ typedef struct mn_tuner_decision {
     uint32_t cls, from, to;
     double cost;       /* the point of `from` after this window: seconds per token */
     double slope;      /* of the fit, seconds per token per unit of s (0 with one point) */
-    const char *why;   /* "slope", "probe" (the target had no fresh point; model rule: a neighbor's time),
-                        * "rest" (stays at a minimum), "model" (the model's cheapest length) */
+    const char *why;   /* "slope", "probe" (the target had no fresh point; model rule: a neighbor's time;
+                        * sequence rule: a paired probe starts), "rest" (stays at a minimum), "model"
+                        * (the model's cheapest length), "pair" (a paired probe moved the class) */
 } mn_tuner_decision;
 
 /* One measured verification step. The histograms feed the model rule (a, the draft tokens a
@@ -235,6 +269,8 @@ typedef struct mn_tuner_step {
     double handoff;                      /* of seconds, the hand-offs around the pass: no draft
                                           * token adds to them (a step pays them per produced
                                           * token, whatever it drafted) */
+    double drafting;                     /* of seconds, the drafting round: left out of beta too
+                                          * (the sequence rule, tuner.h) */
     uint32_t tokens;                     /* produced: accepted drafts + each sequence's own token */
     uint32_t drafted;                    /* draft tokens verified */
     uint16_t ended[MN_TUNER_MAX_LEN + 1]; /* sequences whose draft stopped after a tokens: the next was
@@ -252,11 +288,24 @@ typedef struct mn_tuner_step {
  * rules, or before the class has measured them (carry is then unused). */
 typedef struct mn_tuner_advice {
     uint32_t s;
+    uint32_t other;    /* != s: a paired probe, the class's steps alternate between s and other */
     float theta, first;
     float carry[MN_TUNER_MAX_LEN + 1];
 } mn_tuner_advice;
 
 mn_tuner_advice mn_tuner_advise(const mn_tuner *t, uint32_t cls);
+/* During a paired probe the class's steps alternate between its two sides in blocks of
+ * MN_TUNER_PAIR_BLOCK steps. The first step of each block is a transition, which the probe does not
+ * count: on the CPU the other side's passes have just filled the caches, and a speculating step
+ * after plain ones catches its drafters up on their tokens. Counted (steps alternating one by one),
+ * plain steps beside the vote's at 16 sequences cost a quarter more a token than in a run of them,
+ * and the probes kept the class speculating where it lost a fifth. */
+#define MN_TUNER_PAIR_BLOCK 4
+
+/* The length of a class's next step under advice a, `steps` steps into a paired probe (the caller
+ * counts the class's steps while a->other != a->s, from 0): a->s, or a->other in the other side's
+ * blocks. */
+uint32_t mn_tuner_step_length(const mn_tuner_advice *a, uint32_t steps);
 
 /* A sequence's own acceptance (the sequence rule): its decayed count of verified drafts and of
  * those that kept their first token. Zero-initialized, fed every verification of a draft. */
