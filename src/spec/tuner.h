@@ -19,9 +19,9 @@
  * The warm-up: the first warm_up (64) speculating sequences the tuner is told of count nowhere:
  * no window, no model. They are the vote's learning. Its drafters' weights start equal, so every
  * model draft drafts every round until they part and the losers sit their rounds out; at one
- * sequence the first window's rounds cost 206-348 us a produced token, the next ones' 95-137
- * (`tools/bench-steps.py --first-windows`, the fixed vote), and a tuner that judged speculating on
- * that window left it for good. Plain steps count from the first.
+ * sequence the first window's rounds cost 228 us a produced token, the next three's 97-109
+ * (`tools/bench-steps.py --first-windows 6`, the fixed vote, docs/speculation.md), and a tuner
+ * that judged speculating on that window left it for good. Plain steps count from the first.
  *
  * The rule: the paper's slope rule, with measured points kept per length. Each batch-size class
  * (1, 2, 3-4, 5-8, 9-16, 17-32, 33+: the best length falls as the batch grows, because a wide pass
