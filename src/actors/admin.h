@@ -12,8 +12,8 @@
  * drafter.<name>.enabled (voter), drafter.ngram.short_len, drafter.ngram.min_n,
  * drafter.ngram.shared and drafter.ngram.learn (the n-gram drafter),
  * spec.length and tuner.mode, tuner.s_min, tuner.s_max, tuner.decision_threshold, tuner.s_reward,
- * tuner.s_punish, tuner.probe_every, tuner.margin, tuner.warm_up, tuner.cost (tuner). The voter and the tuner answer
- * stats too when there are drafters.
+ * tuner.s_punish, tuner.probe_every, tuner.margin, tuner.warm_up, tuner.cost (tuner). The voter and
+ * the tuner answer stats too when there are drafters.
  *
  * Messages in: STATS (the parts coming back). Out: STATS, SET.
  * Thread: the engine's loop.
