@@ -8,9 +8,10 @@
  * is drafting + verification, because on the CPU the drafters and the target take turns on the
  * same cores and a longer draft costs its own passes, plus the hand-offs around the pass (the
  * compute worker's and the loop's wake-ups), which every step pays whatever it carries, so that a
- * step that produces more tokens saves them too: with 16 clients on two cores they took 254-377 us
- * a step, and a tuner that did not count them rested at plain decoding where the n-gram drafter at
- * a fixed length served 1.08-1.11x plain (docs/speculation.md, "The length tuner"). Not counted:
+ * step that produces more tokens saves them too: with 16 clients on two cores they and the loop's
+ * own turn took 254-377 us a step, and a tuner that did not count them rested at plain decoding
+ * where the n-gram drafter at a fixed length served 1.08-1.11x plain (docs/speculation.md, "The
+ * length tuner"). Not counted:
  * the model drafters' backlog (a round catching them up on tokens plain decoding steps produced,
  * the caller's step.drafting leaves it out), a cost of having decoded plain, not of the length.
  * MN_TUNER_COST_VERIFY counts the target's pass alone, the paper's t_LLM / vl (right when drafting
