@@ -1797,8 +1797,8 @@ Test(tuner, sequence_rule_measures_plain_decoding_before_judging_it)
 }
 
 /* The sequence rule's probes are short when a step verifies many sequences: at 16 sequences, drafts
- * that never pay cost the first window (at the starting length), 6 blocks at s_max in the first
- * paired probe (16 counted steps a side, 3 in a block of 4 after its transition), and then 3 steps
+ * that never pay cost the first window (at the starting length), 11 blocks at s_max in the first
+ * paired probe (32 counted steps a side, 3 in a block of 4 after its transition), and then 3 steps
  * at s_max per probe (a transition and 2 that cost more than 1.5x plain decoding over the same
  * steps), and the classes that follow 9-16 do not follow its probes; at one sequence a paired
  * probe counts decision_threshold steps on each side. */
@@ -1817,8 +1817,8 @@ Test(tuner, sequence_rule_probes_briefly_at_a_large_batch)
         speculating += s > 0;
         steps++;
         if (decisions == 2)
-            cr_assert_eq(speculating, p.decision_threshold + 6 * MN_TUNER_PAIR_BLOCK,
-                         "the first window at 4, then a paired probe of 6 blocks a side: %llu steps speculating",
+            cr_assert_eq(speculating, p.decision_threshold + 11 * MN_TUNER_PAIR_BLOCK,
+                         "the first window at 4, then a paired probe of 11 blocks a side: %llu steps speculating",
                          (unsigned long long)speculating);
         if (decisions >= 2)
             cr_assert_eq(t.c[mn_tuner_class_of(8)].s, 0, "5-8 follows where 9-16 rests, not its probes");
@@ -1826,7 +1826,7 @@ Test(tuner, sequence_rule_probes_briefly_at_a_large_batch)
     cr_assert_eq(t.c[cls].s, 0);
     cr_assert_geq(t.c[cls].probes, 3);
     uint64_t probes = t.c[cls].probes - 1; /* after the first */
-    cr_assert_eq(speculating, p.decision_threshold + 6 * MN_TUNER_PAIR_BLOCK + 3 * probes,
+    cr_assert_eq(speculating, p.decision_threshold + 11 * MN_TUNER_PAIR_BLOCK + 3 * probes,
                  "%llu steps speculating: the first window and probe, and %llu probes of 3 steps at s_max",
                  (unsigned long long)speculating, (unsigned long long)probes);
     cr_assert_lt(speculating, steps / 40, "%llu of %llu steps", (unsigned long long)speculating,

@@ -642,7 +642,8 @@ static void decide_sequence(mn_tuner *t, mn_tuner_class *c, uint32_t cls, double
 
 /* Whether the class's window is complete: decision_threshold steps at s. A paired probe (sequence
  * rule) runs until one side is clearly cheaper (PAIR_Z standard errors), once each side holds
- * decision_threshold verified sequences and half decision_threshold steps; or after two
+ * decision_threshold verified sequences and half decision_threshold counted steps (a class's first
+ * probe, whose choice later ones must clearly refute to undo, decision_threshold); or after two
  * steps on each once the other side already costs PROBE_LOSES times home's figure a token over
  * the same steps (the vote of three model drafts at 16 sequences costs 2.5 times plain decoding a
  * token); at most 4 decision_threshold steps. It asks a coarse question (is the other side
@@ -661,7 +662,8 @@ static bool window_done(const mn_tuner *t, const mn_tuner_class *c)
         return false;
     if (pair_cost(b) > PROBE_LOSES * pair_cost(a))
         return true;
-    if (2 * a->steps < n || 2 * b->steps < n || a->seqs < n)
+    uint32_t least = c->probes > 1 ? (n + 1) / 2 : n; /* the first probe's choice is the hardest to undo */
+    if (a->steps < least || b->steps < least || a->seqs < n)
         return false;
     return fabs(pair_z(a, b)) > PAIR_Z;
 }
