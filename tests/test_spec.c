@@ -1797,11 +1797,10 @@ Test(tuner, sequence_rule_measures_plain_decoding_before_judging_it)
 }
 
 /* The sequence rule's probes are short when a step verifies many sequences: at 16 sequences, drafts
- * that never pay cost the first window (at the starting length), 11 blocks at s_max in the first
- * paired probe (32 counted steps a side, 3 in a block of 4 after its transition), and then 3 steps
- * at s_max per probe (a transition and 2 that cost more than 1.5x plain decoding over the same
- * steps), and the classes that follow 9-16 do not follow its probes; at one sequence a paired
- * probe counts decision_threshold steps on each side. */
+ * that never pay cost the first window (at the starting length), 8 blocks at s_max in the first
+ * paired probe (decision_threshold steps a side), and then 2 steps at s_max per probe (they cost
+ * more than 1.5x plain decoding over the same steps), and the classes that follow 9-16 do not
+ * follow its probes; at one sequence a paired probe takes decision_threshold steps on each side. */
 Test(tuner, sequence_rule_probes_briefly_at_a_large_batch)
 {
     spec_model none = {.a = 0, .verify_slope = 0.2, .draft_cost = 0.1, .drawn = true};
@@ -1817,8 +1816,8 @@ Test(tuner, sequence_rule_probes_briefly_at_a_large_batch)
         speculating += s > 0;
         steps++;
         if (decisions == 2)
-            cr_assert_eq(speculating, p.decision_threshold + 11 * MN_TUNER_PAIR_BLOCK,
-                         "the first window at 4, then a paired probe of 11 blocks a side: %llu steps speculating",
+            cr_assert_eq(speculating, 2 * p.decision_threshold,
+                         "the first window at 4, then a paired probe of 8 blocks a side: %llu steps speculating",
                          (unsigned long long)speculating);
         if (decisions >= 2)
             cr_assert_eq(t.c[mn_tuner_class_of(8)].s, 0, "5-8 follows where 9-16 rests, not its probes");
@@ -1826,29 +1825,28 @@ Test(tuner, sequence_rule_probes_briefly_at_a_large_batch)
     cr_assert_eq(t.c[cls].s, 0);
     cr_assert_geq(t.c[cls].probes, 3);
     uint64_t probes = t.c[cls].probes - 1; /* after the first */
-    cr_assert_eq(speculating, p.decision_threshold + 11 * MN_TUNER_PAIR_BLOCK + 3 * probes,
-                 "%llu steps speculating: the first window and probe, and %llu probes of 3 steps at s_max",
+    cr_assert_eq(speculating, 2 * p.decision_threshold + 2 * probes,
+                 "%llu steps speculating: the first window and probe, and %llu probes of 2 steps at s_max",
                  (unsigned long long)speculating, (unsigned long long)probes);
     cr_assert_lt(speculating, steps / 40, "%llu of %llu steps", (unsigned long long)speculating,
                  (unsigned long long)steps);
 
-    /* one sequence a step: the paired probe after the first window counts decision_threshold steps a
-     * side: 11 blocks of 4 at s_max (3 counted in each, the first after the window at 4 too), and
-     * at plain decoding 10 and the 3 steps (a transition and 2) that make its 32 */
+    /* one sequence a step: the paired probe after the first window takes decision_threshold steps a
+     * side, in blocks of 4 from its home, s_max */
     mn_tuner_init(&t, &p, 4);
     mn_tuner_decision d;
     while (!feed(&t, &none, 1, 0, &rng, &d, NULL))
         ;
     cr_assert(t.c[0].pairing, "a paired probe follows the first window");
     uint32_t at[2] = {0, 0}, s;
-    for (uint32_t i = 1; i < 87; i++) {
+    for (uint32_t i = 1; i < 2 * p.decision_threshold; i++) {
         cr_assert(!feed(&t, &none, 1, 0, &rng, &d, &s), "decided after %u steps of one sequence", i);
         at[s > 0]++;
     }
     cr_assert(feed(&t, &none, 1, 0, &rng, &d, &s));
     at[s > 0]++;
-    cr_assert_eq(at[1], 11 * MN_TUNER_PAIR_BLOCK);
-    cr_assert_eq(at[0], 10 * MN_TUNER_PAIR_BLOCK + 3);
+    cr_assert_eq(at[1], p.decision_threshold);
+    cr_assert_eq(at[0], p.decision_threshold);
     cr_assert_eq(t.c[0].home, 0, "plain decoding costs less");
 }
 

@@ -684,11 +684,10 @@ bool mn_tuner_observe(mn_tuner *t, const mn_tuner_step *st, bool adapt, mn_tuner
         return false;
     }
     model_add(&c->model, st); /* any length's step tells the model something */
-    bool paired = c->pairing && st->s == other_side(t, c), transition = st->s != c->last_s;
-    c->last_s = st->s;
+    bool paired = c->pairing && st->s == other_side(t, c);
     if (st->s != c->s && !paired)
         return false;
-    if (c->pairing && !transition) {
+    if (c->pairing) {
         mn_tuner_pair *q = &c->pair[st->s > 0];
         q->ss += st->seconds * st->seconds;
         q->st += st->seconds * st->tokens;

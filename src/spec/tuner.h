@@ -109,8 +109,8 @@
  * Every speculating sequence drafts at least 1 token. The class's own length is then a bound,
  * s_max, or 0 where plain decoding costs less per produced token. Which side is cheaper only a
  * paired probe decides: for one window the class's steps alternate between its home and the other
- * side, MN_TUNER_PAIR_BLOCK steps at a time, and the two sides' costs over those steps (the first
- * step of each block left out) are compared. Until 2026-11-29 the sides' figures came from windows
+ * side, MN_TUNER_PAIR_BLOCK steps at a time, and the two sides' costs over those steps are
+ * compared. Until 2026-11-29 the sides' figures came from windows
  * run one after the other, and the noise between two windows on this shared host (10-20%, above)
  * was larger than the difference to find: with one client one slow window sent the vote to plain
  * decoding, where a stale figure of the other side kept it. The first paired probe chooses by the figures alone; after it, the other side must be
@@ -242,8 +242,7 @@ typedef struct mn_tuner_class {
     uint64_t probed_at;               /* sequence rule: the decision of the last probe, */
     uint32_t probe_gap;               /* and the decisions until the next */
     bool pairing;                     /* sequence rule: this window alternates home and the other side */
-    mn_tuner_pair pair[2];            /* and their steps in it, transitions left out */
-    uint32_t last_s;                  /* the length of the class's step before */
+    mn_tuner_pair pair[2];            /* and their steps in it */
 } mn_tuner_class;
 
 typedef struct mn_tuner {
@@ -296,11 +295,15 @@ typedef struct mn_tuner_advice {
 
 mn_tuner_advice mn_tuner_advise(const mn_tuner *t, uint32_t cls);
 /* During a paired probe the class's steps alternate between its two sides in blocks of
- * MN_TUNER_PAIR_BLOCK steps. The first step of each block is a transition, which the probe does not
- * count: on the CPU the other side's passes have just filled the caches, and a speculating step
- * after plain ones catches its drafters up on their tokens. Counted (steps alternating one by one),
- * plain steps beside the vote's at 16 sequences cost a quarter more a token than in a run of them,
- * and the probes kept the class speculating where it lost a fifth. */
+ * MN_TUNER_PAIR_BLOCK steps, so that few of them are transitions: on the CPU the other side's passes
+ * have just filled the caches. Alternating one by one, plain steps beside the vote's at 16
+ * sequences cost a quarter more a token than in a run of them, and the probes kept the class
+ * speculating where it lost a fifth. Transitions count: left out, they took with them the first
+ * rounds of requests that arrived during a plain block (the model drafts catching up on their
+ * prompts), a cost speculating pays at every length, and the vote at 16 sequences looked cheaper
+ * than plain decoding in probes while it served 0.7-0.85x of it (docs/speculation.md). The tokens
+ * of the plain block, which a speculating block's first round catches up on, are left out as the
+ * drafters' backlog (mn_tuner_step.drafting). */
 #define MN_TUNER_PAIR_BLOCK 4
 
 /* The length of a class's next step under advice a, `steps` steps into a paired probe (the caller
