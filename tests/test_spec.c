@@ -1873,6 +1873,28 @@ Test(tuner, paired_probes_see_through_a_drifting_machine)
     cr_assert_geq(speculating, 370, "speculating after %d of 380 decisions", speculating);
 }
 
+/* A later probe moves the class when the other side is far cheaper, even when its steps' costs
+ * have heavy tails (a model draft catching up when it is asked again), where two standard errors
+ * would take longer than a probe lasts: speculating steps cost 0.25 or, one in eight, 12 seconds a
+ * token (1.72 on average), plain ones 1.0 flat; the class starts speculating and must leave. */
+Test(tuner, a_far_cheaper_side_wins_a_probe_whatever_its_noise)
+{
+    mn_tuner_params p = with_rule(MN_TUNER_RULE_SEQUENCE);
+    p.probe_every = 1;
+    mn_tuner t;
+    mn_tuner_init(&t, &p, p.s_max);
+    t.c[0].probes = 1; /* as if the first probe had chosen speculating */
+    t.c[0].probed_at = 0;
+    mn_tuner_decision d;
+    uint32_t k = 0;
+    for (int decisions = 0; decisions < 2 && t.c[0].home == p.s_max;) {
+        uint32_t s = next_s(&t, 0);
+        double seconds = s ? (k++ % 8 == 7 ? 12.0 : 0.25) : 1.0;
+        decisions += observe(&t, 1, s, seconds, 1, true, &d);
+    }
+    cr_assert_eq(t.c[0].home, 0, "plain decoding costs 0.58 as much: home %u", t.c[0].home);
+}
+
 /* Classes that have not decided follow the nearest one that has: when no draft pays at 16
  * sequences, 5-8 sequences (passed through while clients ramp down) decode plainly too, with the
  * leader's theta and acceptance, instead of drafting the starting length at every step; once they decide
