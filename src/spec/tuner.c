@@ -646,9 +646,10 @@ static void decide_sequence(mn_tuner *t, mn_tuner_class *c, uint32_t cls, double
 }
 
 /* Whether the class's window is complete: decision_threshold steps at s. A paired probe (sequence
- * rule) runs until one side is clearly cheaper (PAIR_Z standard errors), once each side holds
- * decision_threshold verified sequences and half decision_threshold counted steps (a class's first
- * probe, whose choice later ones must clearly refute to undo, decision_threshold); or after two
+ * rule) runs until one side is clearly cheaper (by PAIR_Z standard errors or PAIR_CLEAR of the
+ * other's cost), once each side holds decision_threshold verified sequences and half
+ * decision_threshold steps (a class's first probe, whose choice later ones must clearly refute to
+ * undo, decision_threshold); or after two
  * steps on each once the other side already costs PROBE_LOSES times home's figure a token over
  * the same steps (the vote of three model drafts at 16 sequences costs 2.5 times plain decoding a
  * token); at most 4 decision_threshold steps. It asks a coarse question (is the other side
@@ -670,7 +671,8 @@ static bool window_done(const mn_tuner *t, const mn_tuner_class *c)
     uint32_t least = c->probes > 1 ? (n + 1) / 2 : n; /* the first probe's choice is the hardest to undo */
     if (a->steps < least || b->steps < least || a->seqs < n)
         return false;
-    return fabs(pair_z(a, b)) > PAIR_Z;
+    double ca = pair_cost(a), cb = pair_cost(b); /* clear either way: pair_cheaper's tests */
+    return fabs(pair_z(a, b)) > PAIR_Z || ca < cb * (1 - PAIR_CLEAR) || cb < ca * (1 - PAIR_CLEAR);
 }
 
 uint32_t mn_tuner_step_length(const mn_tuner_advice *a, uint32_t steps)
