@@ -114,8 +114,9 @@
  * run one after the other, and the noise between two windows on this shared host (10-20%, above)
  * was larger than the difference to find: with one client one slow window sent the vote to plain
  * decoding, where a stale figure of the other side kept it. The first paired probe chooses by the figures alone; after it, the other side must be
- * cheaper by PAIR_Z standard errors (of a ratio of the steps' seconds over their tokens) to move
- * the class. Probes come every probe_gap windows (probe_every, doubling up to 4 probe_every while
+ * cheaper by PAIR_Z standard errors (of a ratio of the steps' seconds over their tokens), or by
+ * PAIR_CLEAR (15%) of home's cost, to move the class; a probe ends once either holds (tuner.c,
+ * window_done). Probes come every probe_gap windows (probe_every, doubling up to 4 probe_every while
  * they change nothing), and at once after a home window that cost PROBE_LOSES (1.5) times the
  * other side's last figure. A probe whose other side already costs PROBE_LOSES times home's over
  * the same steps ends after two of its steps: at a large batch, where model drafters lose by far,
