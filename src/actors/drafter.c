@@ -23,7 +23,6 @@ typedef struct draft_job {
     uint32_t *who;           /* [max_batch] index into live of each pass entry */
     float *logits;           /* [max_batch][n_vocab]: left unwritten by a GPU backend (the drafts are greedy) */
     int32_t *pick;           /* [max_batch]: each row's argmax, the draft token */
-    double backlog_seconds;  /* the catch-up passes' share spent on backlogs (round part's) */
     mn_status st;
     mn_err err;
 } draft_job;
@@ -90,7 +89,6 @@ static mn_status draft_passes(draft_job *j, uint32_t n_live, uint32_t index)
     uint32_t max_cap = 0;
     for (uint32_t i = 0; i < n_live; i++)
         max_cap = j->cap[i] > max_cap ? j->cap[i] : max_cap;
-    j->backlog_seconds = 0;
     for (;;) { /* catch-up: passes within the backend's token budget, every sequence unpadded */
         uint32_t budget = be->cfg.max_tokens, nb = 0, backlog = 0;
         for (uint32_t i = 0; i < n_live && budget > 0; i++) {
@@ -112,7 +110,7 @@ static mn_status draft_passes(draft_job *j, uint32_t n_live, uint32_t index)
         mn_status st = mn_backend_forward(be, &(mn_batch){j->seqs, nb, j->pick}, j->logits, &j->err);
         if (st != MN_OK)
             return st;
-        j->backlog_seconds += (mn_now() - t0) * backlog / (be->cfg.max_tokens - budget);
+        j->part->backlog_seconds += (mn_now() - t0) * backlog / (be->cfg.max_tokens - budget);
         for (uint32_t b = 0; b < nb; b++) {
             mn_req *r = j->live[j->who[b]];
             mn_req_draft *x = &r->spec.d[index];
@@ -167,7 +165,8 @@ static void draft_run(mn_job *job)
         }
     }
     j->part->seconds = mn_now() - t0;
-    j->part->backlog_seconds = j->st == MN_OK ? j->backlog_seconds : 0;
+    if (j->st != MN_OK)
+        j->part->backlog_seconds = 0;
 }
 
 /* The n-gram drafter needs no model: propose on the loop thread, from the request's own tokens,

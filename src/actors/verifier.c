@@ -449,7 +449,7 @@ static bool start_step(mn_verifier *v)
     v->step_measured = v->cfg.addr->tuner && (drafted == n || plain);
     v->step_s = plain ? 0 : v->round_s;
     v->step_draft_seconds = plain ? 0 : v->round_seconds;
-    v->step_backlog = plain ? 0 : v->round_backlog;
+    v->step_backlog = drafted ? v->round_backlog : 0;
     st->round_t0 = drafted ? v->t_plan : 0;
     st->round_t1 = drafted ? v->t_plan + v->round_seconds : 0;
     st->t_submit = mn_now();
@@ -624,7 +624,7 @@ static void step_done(mn_verifier *v)
                 "{\"step\":%" PRIu64 ",\"submit\":%.6f,\"start\":%.6f,\"end\":%.6f,\"back\":%.6f,\"round\":%s,"
                 "\"backlog\":%.6f,\"seqs\":%u,\"tokens\":%u,\"prompt\":%u,\"drafted\":%u,\"produced\":%u,\"s\":%u,"
                 "\"measured\":%s}\n",
-                v->steps, s->t_submit, s->t_start, s->t_end, back, round, s->round_t0 > 0 ? v->step_backlog : 0, s->n,
+                v->steps, s->t_submit, s->t_start, s->t_end, back, round, v->step_backlog, s->n,
                 tokens, tokens - sampled - drafted,
                 drafted, produced, v->step_s, v->step_measured ? "true" : "false");
     }

@@ -573,16 +573,21 @@ static double pair_z(const mn_tuner_pair *a, const mn_tuner_pair *b)
     return v > 0 ? (r[1] - r[0]) / sqrt(v) : r[1] > r[0] ? INFINITY : r[1] < r[0] ? -INFINITY : 0;
 }
 
+/* Whether side a of a paired probe is clearly cheaper than side b: by PAIR_Z standard errors or by
+ * PAIR_CLEAR of b's cost. The second is for speculating steps whose costs have heavy tails (a
+ * model draft that sat out catching up when it is asked again): with the vote at 16 sequences a
+ * probe found speculating 60% dearer at 1.1 standard errors, and a class that had chosen it stayed. */
+static bool pair_clearly_cheaper(const mn_tuner_pair *a, const mn_tuner_pair *b)
+{
+    return pair_cost(a) < pair_cost(b) * (1 - PAIR_CLEAR) || pair_z(a, b) > PAIR_Z;
+}
+
 /* Whether side `to` of a paired probe is cheaper than side `from`: by the margin over their steps,
- * and, when `clearly`, by PAIR_Z standard errors or by PAIR_CLEAR of from's cost. The second is
- * for speculating steps whose costs have heavy tails (a model draft that sat out catching up when
- * it is asked again): with the vote at 16 sequences a probe found speculating 60% dearer at 1.1
- * standard errors, and a class that had chosen it stayed. */
+ * and, when `clearly`, pair_clearly_cheaper. */
 static bool pair_cheaper(const mn_tuner_pair *to, const mn_tuner_pair *from, float margin, bool clearly)
 {
-    double a = pair_cost(to), b = pair_cost(from);
-    return to->steps >= 2 && from->steps >= 2 && a < b * (1 - margin) &&
-           (!clearly || a < b * (1 - PAIR_CLEAR) || pair_z(to, from) > PAIR_Z);
+    return to->steps >= 2 && from->steps >= 2 && pair_cost(to) < pair_cost(from) * (1 - margin) &&
+           (!clearly || pair_clearly_cheaper(to, from));
 }
 
 /* After a paired probe: both sides' points on the curve, from their own steps; the window's cost. */
@@ -671,8 +676,7 @@ static bool window_done(const mn_tuner *t, const mn_tuner_class *c)
     uint32_t least = c->probes > 1 ? (n + 1) / 2 : n; /* the first probe's choice is the hardest to undo */
     if (a->steps < least || b->steps < least || a->seqs < n)
         return false;
-    double ca = pair_cost(a), cb = pair_cost(b); /* clear either way: pair_cheaper's tests */
-    return fabs(pair_z(a, b)) > PAIR_Z || ca < cb * (1 - PAIR_CLEAR) || cb < ca * (1 - PAIR_CLEAR);
+    return pair_clearly_cheaper(a, b) || pair_clearly_cheaper(b, a);
 }
 
 uint32_t mn_tuner_step_length(const mn_tuner_advice *a, uint32_t steps)
