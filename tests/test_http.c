@@ -383,6 +383,19 @@ Test(http, several_choices_each_equal_their_own_request, .timeout = 300)
     for (int j = 0; j < 3; j++)
         free(sampled[j]);
 
+    /* unseeded samples (no seed, or null) are drawn afresh, as OpenAI's are: the same request
+     * three times does not give one text three times (seed 0 for all would) */
+    const char *unseeded[] = {"{\"prompt\":\"In the beginning\",\"max_tokens\":12,\"temperature\":1}",
+                              "{\"prompt\":\"In the beginning\",\"max_tokens\":12,\"temperature\":1,\"seed\":null}"};
+    for (int u = 0; u < 2; u++) {
+        for (int j = 0; j < 3; j++)
+            sampled[j] = choice_text(&s, unseeded[u], 0);
+        cr_assert(strcmp(sampled[0], sampled[1]) || strcmp(sampled[1], sampled[2]), "unseeded samples differ: %s",
+                  unseeded[u]);
+        for (int j = 0; j < 3; j++)
+            free(sampled[j]);
+    }
+
     /* a chat's choices each open their message with the role */
     body = "{\"messages\":[{\"role\":\"user\",\"content\":\"Who made the heaven?\"}],\"n\":2,\"max_tokens\":6,"
            "\"stream\":true}";

@@ -43,6 +43,7 @@ Test(openai, requests_take_openais_defaults_and_fields)
     cr_assert_eq(q.p.max_tokens, 16, "OpenAI's default for a completion");
     cr_assert_float_eq(q.p.temperature, 1.0, 1e-6);
     cr_assert(q.p.speculate && !q.p.stream && !q.p.logprobs && !q.p.parse_special);
+    cr_assert(!q.seeded, "no seed: the http actor draws one");
     cr_assert_null(q.p.end_of_turn, "a completion ends at end of text only");
     mn_oai_request_free(&q);
     q = parse_ok(MN_OAI_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":null,\"stop\":\"END\",\"logprobs\":2,"
@@ -52,7 +53,7 @@ Test(openai, requests_take_openais_defaults_and_fields)
     cr_assert_str_eq(q.p.stop[0], "END");
     cr_assert(q.p.logprobs && q.p.top_logprobs == 2 && q.p.stream && q.include_usage && !q.p.speculate);
     cr_assert_eq(q.p.spec_max_len, 3);
-    cr_assert_eq(q.p.seed, 5);
+    cr_assert(q.seeded && q.p.seed == 5);
     mn_oai_request_free(&q);
     q = parse_ok(MN_OAI_CHAT, "{\"messages\":[{\"role\":\"developer\",\"content\":\"Be kind.\"},"
                               "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Hi \"},"

@@ -19,11 +19,14 @@
 #include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "actors/request.h"
 #include "actors/stats.h"
+#include "model/sampler.h"
 #include "net/metrics.h"
 #include "net/openai.h"
 #include "util/alloc.h"
@@ -70,6 +73,7 @@ struct mn_http_actor {
     uint64_t done, failed, rejected;
     uint64_t outcomes[MN_OUTCOMES];
     int64_t created;                 /* when it started: /v1/models says so */
+    mn_rng seeds;                    /* the seeds of requests that give none */
     bool draining, drained;
 };
 
@@ -552,6 +556,8 @@ static void generate(mn_http_actor *ha, hreq *h, mn_oai_kind api)
         ha->rejected++;
         return send_json(h, e.status, out, len);
     }
+    if (!q.seeded) /* a seed of JSON's exact integers, as a client could have sent */
+        q.p.seed = (uint64_t)(mn_rng_uniform(&ha->seeds) * 0x1p53);
     snprintf(h->id, sizeof h->id, "%s-%llu", api == MN_OAI_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)++ha->serial);
     h->api = api;
@@ -665,6 +671,12 @@ mn_status mn_http_actor_new(struct event_base *base, const mn_http_config *cfg, 
         return mn_fail(err, MN_NOMEM, "http: out of memory");
     ha->cfg = *cfg;
     ha->created = (int64_t)time(NULL);
+    /* Unseeded requests must not repeat across restarts either: the kernel's entropy, or (where
+     * getrandom fails) the clock and the process id. */
+    uint64_t s;
+    if (getrandom(&s, sizeof s, GRND_NONBLOCK) != (ssize_t)sizeof s)
+        s = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid() ^ (uint64_t)(uintptr_t)ha;
+    mn_rng_seed(&ha->seeds, s);
     if (!(ha->http = evhttp_new(base))) {
         mn_free(ha);
         return mn_fail(err, MN_NOMEM, "http: out of memory");

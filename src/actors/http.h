@@ -6,6 +6,9 @@
  * or 503 while draining), GET /metrics (net/metrics.h, from a stats query to every actor). With an
  * API key every route but /health wants `Authorization: Bearer KEY` (401 otherwise).
  *
+ * A request without a seed gets one drawn here (a generator seeded from the kernel's entropy), so
+ * that the same unseeded request samples afresh each time, as OpenAI's API does.
+ *
  * A generation becomes one mn_req per choice (a list of prompts, n: net/openai.h), owned by this
  * actor (r->owner is its mailbox): posted to intake, streamed on MN_MSG_FLUSH, and answered once
  * the last is DONE, then freed here. One request at a time per connection (HTTP/1.1 without

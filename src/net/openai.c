@@ -295,6 +295,7 @@ static mn_status parse_object(json_t *o, mn_oai_kind kind, const mn_oai_config *
     p->temperature = (float)temperature;
     p->top_p = (float)top_p;
     p->seed = (uint64_t)(int64_t)seed;
+    q->seeded = field(o, "seed") != NULL;
     if (stops(o, p, err) != MN_OK)
         return MN_INVALID;
     double n = 1;

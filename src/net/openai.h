@@ -47,6 +47,8 @@ typedef struct mn_oai_request {
     uint32_t n_prompts;          /* 1 + the entries of more */
     uint32_t n;                  /* choices per prompt */
     char *model;                 /* owned: the name the client asked for, echoed back */
+    bool seeded;                 /* the body gave a seed; without one p.seed is 0 and the caller
+                                  * draws one (OpenAI: unseeded requests sample afresh each time) */
     bool include_usage;          /* stream_options.include_usage: a last chunk with usage and no choice */
 } mn_oai_request;
 
