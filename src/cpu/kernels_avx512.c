@@ -85,43 +85,69 @@ ALWAYS_INLINE void outputs_f(uint32_t type, const mn_weight *W, const float *x, 
         rows_f(type, W, x, ldx, y, ldy, T, o, 1, NULL, RB, 1);
 }
 
-/* The tile by the rows of the pass: 3 x 6, 5 x 4, 6 x 4 and 7 x 3 in one sweep over the weights;
- * 2, 4 and more than 7 rows in blocks of 4 x 6 (2: one 2 x 6 remainder). On a Zen 4 core (minions-bench-matmul, F32,
+/* The tile by the rows of the pass: 2 x 8, 3 x 6, 5 x 5, 6 x 4 and 7 x 3 in one sweep over the
+ * weights; 4 and more than 7 rows in blocks of 4 x 6. On a Zen 4 core (minions-bench-matmul, F32,
  * L2-resident and 9.4 MB matrices, alternating) these reached 80-112 GFLOP/s at T = 3..16, against
- * 57-106 for AVX2's 3 x 3 and 2 x 6; at T = 7, 7 x 3 beat 4 x 6 + 3 x 6 (84-96 against 64-84). */
-ALWAYS_INLINE void matmul_f_typed(uint32_t type, const mn_weight *W, const float *x, size_t ldx, float *y,
-                                  size_t ldy, int T, uint32_t ob, uint32_t oe)
-{
-    if (T == 3)
-        outputs_f(type, W, x, ldx, y, ldy, T, ob, oe, 3, 6);
-    else if (T == 5 || T == 6)
-        outputs_f(type, W, x, ldx, y, ldy, T, ob, oe, 6, 4);
-    else if (T == 7)
-        outputs_f(type, W, x, ldx, y, ldy, T, ob, oe, 7, 3);
-    else
-        outputs_f(type, W, x, ldx, y, ldy, T, ob, oe, 4, 6);
-}
+ * 57-106 for AVX2's 3 x 3 and 2 x 6; at T = 7, 7 x 3 beat 4 x 6 + 3 x 6 (84-96 against 64-84).
+ * Two and five rows ran as the remainders of 4 x 6 and 6 x 4 (2 x 6, 5 x 4) until 2026-11-29; as
+ * 2 x 8 and 5 x 5 (25 chains), one core, L2-resident matrices of the bundled target's and
+ * SmolLM2's shapes, three alternating rounds (minions-bench-matmul --tokens 2,5): F32 five rows
+ * 57-73 -> 75-97 GFLOP/s, F16 62-79 -> 87-96; two rows F32 level, F16 576 x 576 49 -> 63-73. In
+ * the model (bundled target, --verify-curve --rounds 60, 16 runs alternating with the build before,
+ * medians of the runs' ratios) a pass of 5 tokens took 0.92x the time (quartiles 0.89-0.93), the
+ * other lengths 0.96-1.03x; the same binary against itself gives 0.96-1.02x.
+ *
+ * Each weight type and shape is a function of its own, compiled apart (noinline): with all shapes
+ * inlined into one dispatch, giving five rows a branch of its own changed the code GCC made for
+ * the 6 x 4 sweep, and passes of 6 and 7 tokens of the bundled target took 1.1-1.2x the time
+ * (--verify-curve, 5-8 alternating runs). */
+typedef void matmul_f_fn(const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy, int T, uint32_t ob,
+                         uint32_t oe);
+#define SHAPE_F(NAME, TYPE, RB, OT)                                                                             \
+    static __attribute__((noinline)) void NAME(const mn_weight *W, const float *x, size_t ldx, float *y,       \
+                                               size_t ldy, int T, uint32_t ob, uint32_t oe)                    \
+    {                                                                                                           \
+        outputs_f(TYPE, W, x, ldx, y, ldy, T, ob, oe, RB, OT);                                                  \
+    }
+SHAPE_F(f32_2x8, MN_F32, 2, 8)
+SHAPE_F(f32_3x6, MN_F32, 3, 6)
+SHAPE_F(f32_4x6, MN_F32, 4, 6)
+SHAPE_F(f32_5x5, MN_F32, 5, 5)
+SHAPE_F(f32_6x4, MN_F32, 6, 4)
+SHAPE_F(f32_7x3, MN_F32, 7, 3)
+SHAPE_F(f16_2x8, MN_F16, 2, 8)
+SHAPE_F(f16_3x6, MN_F16, 3, 6)
+SHAPE_F(f16_4x6, MN_F16, 4, 6)
+SHAPE_F(f16_5x5, MN_F16, 5, 5)
+SHAPE_F(f16_6x4, MN_F16, 6, 4)
+SHAPE_F(f16_7x3, MN_F16, 7, 3)
+#undef SHAPE_F
 
+/* By the pass's rows, 2..7; more run in 4 x 6 blocks. */
+static matmul_f_fn *const f32_by_rows[8] = {NULL, NULL, f32_2x8, f32_3x6, f32_4x6, f32_5x5, f32_6x4, f32_7x3};
+static matmul_f_fn *const f16_by_rows[8] = {NULL, NULL, f16_2x8, f16_3x6, f16_4x6, f16_5x5, f16_6x4, f16_7x3};
+
+/* T >= 2 (x16_matmul's rule) */
 static void matmul_f32(const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy, int T, uint32_t ob,
                        uint32_t oe)
 {
-    matmul_f_typed(MN_F32, W, x, ldx, y, ldy, T, ob, oe);
+    (T < 8 ? f32_by_rows[T] : f32_4x6)(W, x, ldx, y, ldy, T, ob, oe);
 }
 
 static void matmul_f16(const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy, int T, uint32_t ob,
                        uint32_t oe)
 {
-    matmul_f_typed(MN_F16, W, x, ldx, y, ldy, T, ob, oe);
+    (T < 8 ? f16_by_rows[T] : f16_4x6)(W, x, ldx, y, ldy, T, ob, oe);
 }
 
 /* Float weights in passes of 2 rows or more here (F32: fewer than X16_MAX_T). One row (decode: it
  * streams the weights, the registers do not matter), F32 passes of 32 rows or more (AVX2's 2 x 6
  * tiles and lane panels, measured for them) and quantized weights in the float path (the tests'
  * twin; the backend takes the integer path) go to AVX2.
- * - Two rows run as AVX2's 2 x 6 tile does, prefetching the next group as one tile does here
- *   (AVX2's own does not: it cost the bundled target there): in ab-decode's --verify-curve (8
- *   rounds), passes of two tokens took 0.84x the time on SmolLM2 F16 and 0.92x on F32 against
- *   AVX2's tile, level on the bundled target.
+ * - Two rows run here too, prefetching the next group as one tile does here (AVX2's 2 x 6 does
+ *   not: it cost the bundled target there): in ab-decode's --verify-curve (8 rounds), passes of two
+ *   tokens in a 2 x 6 tile took 0.84x the time on SmolLM2 F16 and 0.92x on F32 against AVX2's
+ *   tile, level on the bundled target (2 x 8 since, above).
  * - Long F16 passes (no lane panels: those are F32's) convert each weight chunk once for four rows
  *   in the 4 x 6 blocks, where AVX2's 2 x 6 tiles convert it for two: SmolLM2 F16 prefilled 1.075x
  *   as fast (ab-decode --prefill 128, 6 rounds) and decoded 32 sequences 1.025x; on their own,
