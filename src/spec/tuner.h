@@ -1,134 +1,58 @@
-/* tuner.h - the speculation length, chosen online from measured cost per token (Minions, section
- * 3.3, "adaptive speculation length selector").
+/* tuner.h - the speculation length, chosen online from measured cost per produced token (Minions,
+ * section 3.3). docs/speculation.md, "The length tuner", has the measurements behind each choice.
  *
- * What is measured. After every verification step whose shape the length decides (every sequence
- * decoding, every one speculating), the caller reports the step's batch size, the length s it ran
- * at, its time and the tokens it produced (accepted drafts plus each sequence's own token). The
- * cost of s is seconds per produced token. With mn_tuner_params.cost = MN_TUNER_COST_ROUND the time
- * is drafting + verification, because on the CPU the drafters and the target take turns on the
- * same cores and a longer draft costs its own passes, plus the hand-offs around the pass (the
- * compute worker's and the loop's wake-ups), which every step pays whatever it carries, so that a
- * step that produces more tokens saves them too: with 16 clients on two cores they and the loop's
- * own turn took 254-377 us a step, and a tuner that did not count them rested at plain decoding
- * where the n-gram drafter at a fixed length served 1.08-1.11x plain (docs/speculation.md, "The
- * length tuner"). Not counted:
- * the model drafters' backlog (a round catching them up on tokens plain decoding steps produced,
- * the caller's step.drafting leaves it out), a cost of having decoded plain, not of the length.
- * MN_TUNER_COST_VERIFY counts the target's pass alone, the paper's t_LLM / vl (right when drafting
- * overlaps verification).
+ * What is measured. After every verification step whose shape the length decided (every sequence
+ * decoding, or every one speculating), the caller reports its batch size, length, time and produced
+ * tokens (accepted drafts plus each sequence's own token): mn_tuner_step. A length's cost is
+ * seconds per produced token. With cost = MN_TUNER_COST_ROUND the time is drafting + verification +
+ * the step's hand-offs (the compute worker's and the loop's wake-ups): on the CPU the drafters and
+ * the target take turns on the same cores, and a step pays its hand-offs whatever it carries, so a
+ * step that produces more tokens saves them too. The drafters' backlog (a round catching the model
+ * drafts up on tokens that plain steps produced) is left out: it is a cost of having decoded plain,
+ * not of the length. MN_TUNER_COST_VERIFY counts the pass alone, the paper's t_LLM / vl (right once
+ * drafting overlaps verification). The first warm_up speculating sequences count nowhere: the
+ * vote's weights are still parting, and its first rounds cost twice the later ones.
  *
- * The warm-up: the first warm_up (64) speculating sequences the tuner is told of count nowhere:
- * no window, no model. They are the vote's learning. Its drafters' weights start equal, so every
- * model draft drafts every round until they part and the losers sit their rounds out; at one
- * sequence the first window's rounds cost 228 us a produced token, the next three's 97-109
- * (`tools/bench-steps.py --first-windows 6`, the fixed vote, docs/speculation.md), and a tuner
- * that judged speculating on that window left it for good. Plain steps count from the first.
+ * Classes. Batch sizes 1, 2, 3-4, 5-8, 9-16, 17-32 and 33+ each have their own length and figures
+ * (the best length falls as the batch grows: a wide pass stops being cheap). A class that has not
+ * decided yet runs at the length its leader rests at, the nearest class that has decided (the
+ * larger batch on a tie).
  *
- * The rule: the paper's slope rule, with measured points kept per length. Each batch-size class
- * (1, 2, 3-4, 5-8, 9-16, 17-32, 33+: the best length falls as the batch grows, because a wide pass
- * stops being cheap) has its own s and its own curve. Once `decision_threshold` steps at the current
- * s have arrived, their cost becomes the point of s, and the tuner fits a least-squares line
- * through the fresh points among s - 1, s and s + 1 (a local slope):
- *     slope < 0 (longer is cheaper)  ->  the target is s + s_reward
- *     slope > 0 (shorter is cheaper) ->  the target is s - s_punish
- *     slope = 0                      ->  the target is s + s_reward
- * clamped to [s_min, s_max]. It moves to the target unless the target's own point is fresh and not
- * cheaper than s by `margin` (then s is a measured local minimum and it stays). A point is fresh
- * for `probe_every` decisions; a stale one leaves the fit, so a resting tuner re-measures its
- * neighbors now and then and follows a curve that drifts (other text, other load). With only the
- * current point fresh it probes upward (downward at s_max).
- *
- * Why not the paper's rule as it stands: it fits the line over the time series since the last
- * change and always moves, so it never rests at the best length, and one noisy window on this
- * shared 2-core machine swings it (windows of 16 steps vary by 10-20%). Keeping a point per length
- * and resting at a measured minimum cost little: a probe every probe_every windows. And the length
- * may reach 0, plain decoding, when s_min = 0: where no draft pays (a large batch, a text no drafter
- * knows), the tuner finds that out instead of paying for drafts forever.
- *
- * A fresh point is averaged with each new window at its length (halving a resting length's noise).
+ * Three rules (mn_tuner_params.rule):
+ * - slope: the paper's rule, with a measured point per length. Every decision_threshold steps at s
+ *   the window's cost becomes the point of s, and a least-squares line through the fresh points
+ *   among s - 1, s and s + 1 moves s against its slope (s_reward up, s_punish down, within
+ *   [s_min, s_max]; a slope of 0 moves up), unless the target's own point is fresh and not cheaper
+ *   by margin: then s rests at a measured minimum. A point goes stale after probe_every decisions,
+ *   so a resting class re-measures its neighbors one at a time. The paper's rule always moves, and
+ *   one noisy window swings it; this one rests, at the cost of a probe now and then.
+ * - model: one verification tells the yield of every shorter length too (the first x tokens of a
+ *   draft are the draft of length x). Per class, decayed by MN_TUNER_MODEL_DECAY a window: the
+ *   summed yield 1 + min(a, x) of every length x, the sequences that kept a whole draft (their
+ *   yield past it extrapolated with the continuation rate rho = kept / (kept + stopped)), and the
+ *   time per sequence and step by length (a weighted line where a length has not run). The class
+ *   moves to the cheapest length when that is cheaper by margin; every probe_every-th window runs
+ *   at a neighbor, so that the times around s stay current.
+ * - sequence (the default): each sequence drafts its own length, by the marginal rule: one more
+ *   draft token at position j pays when P_i(j) c > beta, that is P_i(j) > theta = beta / c, where c
+ *   is the class's seconds per produced token at speculating steps and beta what one more draft
+ *   token adds to the target's pass (the slope of a decayed line of pass time over drafted tokens;
+ *   drafting stays out of it, since with the vote rounds get cheaper as drafts get longer).
+ *   P_i(j) = f_i carry(2) ... carry(j): the sequence's own rate of keeping a first token (decayed
+ *   by MN_TUNER_SEQ_DECAY a verification, the class's rate as one draft's prior) times the class's
+ *   rates of keeping token k once k - 1 was kept (acceptance along a draft is not geometric). Every
+ *   speculating sequence drafts at least one token. The class's own length is then a bound, s_max,
+ *   or 0 where plain decoding costs less, and only a paired probe decides which: for one window
+ *   the class's steps alternate between its home and the other side, MN_TUNER_PAIR_BLOCK steps at
+ *   a time. The first probe chooses by the measured costs; later ones move the class only when the
+ *   other side is cheaper by PAIR_Z standard errors or by PAIR_CLEAR of home's cost (tuner.c).
+ *   Probes come every probe_gap windows (probe_every, doubling up to 4 probe_every while they
+ *   change nothing), and at once after a home window that cost PROBE_LOSES times the other side's
+ *   last figure. A class takes theta and acceptance figures it has not measured yet from the
+ *   nearest class that has them.
  *
  * Defaults (mn_tuner_defaults): s_min 0, s_max 8, decision_threshold 32, s_reward = s_punish = 1,
- * probe_every 16, margin 0.01, warm_up 64, cost round, rule sequence (the best worst case of the
- * three side by side: README). Under the slope rule at rest the two neighbors go stale at different times and are
- * re-measured one by one (s + 1, back, s - 1, back): 4 windows in about 20 away from the best
- * length, at neighbors that cost a few % more on a flat optimum (tests/test_spec.c models it).
- *
- * The model rule (rule = model): what the slope rule compares are windows measured at different
- * times, on different text: a repetitive stretch is cheap at any s, and the machine's speed moves,
- * so the noise between two windows is larger than the difference between two lengths. But one
- * verification tells more than the cost of its own s. A sequence that drafted s tokens and kept a of
- * them would, at any length x, have kept min(a, x) (the first x tokens of a draft are the draft of
- * length x: drafters and the vote propose prefix by prefix), unless it kept all s (then it is
- * censored: a longer draft might have kept more). So every verification gives, on the same text and
- * at the same moment, the yield of every length up to s, and of every length when it stopped short.
- * The model keeps per class, decayed by MN_TUNER_MODEL_DECAY per window (a memory of about eight
- * windows, so that it follows a change of text; what only speculating steps feed decays only after
- * windows that speculated, so plain decoding does not wear it away):
- *   - the summed yield 1 + min(a, x) of every length x over the sequences verified;
- *   - the censored sequences by s, whose yield past s is extrapolated with the continuation
- *     probability rho = (draft tokens kept) / (kept + drafts stopped), the censored-geometric
- *     estimate over all verifications;
- *   - the time per sequence and step at each length that ran.
- * The cost of x is its time over its yield; a length that has not run (or not for long) takes its
- * time from a line fitted through the lengths >= 1 that have, weighted by their decayed steps.
- * After every window the class moves to the cheapest length if it is cheaper than s by `margin`,
- * and every probe_every-th window runs at a neighbor (above, then below) so that the times around
- * s stay current. Acceptance needs no probes: it comes with every verification.
- *
- * The sequence rule (rule = sequence): one length for a whole class is a compromise between its
- * sequences, and between the stretches of one sequence: a request that copies its prompt accepts
- * 8 tokens in a row while its neighbor in the batch, or the same request a sentence later, accepts
- * none. So each sequence gets its own draft length, from the marginal rule: one more draft token
- * at position j pays when its chance of being kept times what a produced token costs exceeds what
- * it costs to draft and verify it,
- *     P_i(j) c > beta   <=>   P_i(j) > theta = beta / c,
- * where c is the class's seconds per produced token at speculating steps and beta the seconds one
- * more draft token adds to the target's pass (the slope of a decayed least-squares line of the
- * steps' pass time over their drafted tokens, which the varying lengths themselves spread).
- * Drafting stays out of beta (and in c): what a draft token adds to a round is no marginal that
- * holds still. With the vote, longer drafts let the drafters' weights part and the losers sit out,
- * so rounds get cheaper as drafts get longer (one client, kjv and web, fixed lengths 1, 2, 4, 6:
- * rounds of about 375, 255, 130 and 95 us a step; `tools/bench-steps.py --configs plain,vote
- * --spec-length L`); a line over the steps took the cost of every drafter drafting at the short
- * lengths for a draft token's, theta came to 0.6-0.9, and drafts to 1-3 tokens with all three model
- * drafts drafting: the adaptive vote lost to the fixed one by far (docs/speculation.md, "The
- * length tuner"). The chance of keeping the
- * j-th token is the sequence's own chance of keeping the first, times the class's chance of keeping
- * each later one once the one before it was kept:
- *     P_i(j) = f_i * carry(2) * ... * carry(j),
- * f_i from the sequence's recent verifications (decayed by MN_TUNER_SEQ_DECAY per verification,
- * with one draft's worth of the class's first-token rate as a prior), carry(k) = (drafts that kept
- * token k) / (drafts that kept token k - 1 and reached k), decayed with the model's sums (one
- * pseudo-draft at carry(k - 1) as a prior, so a position no draft has reached yet is assumed as
- * good as the one before it, and the lengths keep reaching further until measured). Acceptance is
- * not geometric along a draft: a draft whose first tokens were kept is most likely copying or
- * following text every drafter knows, and it goes on (on the bundled family, kjv, web and devil
- * with the vote of all four: the first token kept 0.70 of the time, each next one after a kept
- * one 0.77-0.94; `tools/bench-steps.py --by-draft` prints it by position). Until 2026-11-29 the rule took one rate rho_i for every position, rho_i^j,
- * and so cut drafts short where they paid best (docs/speculation.md, "Acceptance along a draft").
- * Every speculating sequence drafts at least 1 token. The class's own length is then a bound,
- * s_max, or 0 where plain decoding costs less per produced token. Which side is cheaper only a
- * paired probe decides: for one window the class's steps alternate between its home and the other
- * side, MN_TUNER_PAIR_BLOCK steps at a time, and the two sides' costs over those steps are
- * compared. Until 2026-11-29 the sides' figures came from windows
- * run one after the other, and the noise between two windows on this shared host (10-20%, above)
- * was larger than the difference to find: with one client one slow window sent the vote to plain
- * decoding, where a stale figure of the other side kept it. The first paired probe chooses by the figures alone; after it, the other side must be
- * cheaper by PAIR_Z standard errors (of a ratio of the steps' seconds over their tokens), or by
- * PAIR_CLEAR (15%) of home's cost, to move the class; a probe ends once either holds (tuner.c,
- * window_done). Probes come every probe_gap windows (probe_every, doubling up to 4 probe_every while
- * they change nothing), and at once after a home window that cost PROBE_LOSES (1.5) times the
- * other side's last figure. A probe whose other side already costs PROBE_LOSES times home's over
- * the same steps ends after two of its steps: at a large batch, where model drafters lose by far,
- * every step of it is paid for.
- *
- * A class that has not decided yet (a batch size the load passes through briefly, 2-8 sequences
- * while 16 clients ramp up and down, may never fill a window) runs at the length its leader rests
- * at (not at a probe's), the leader being the nearest class that has decided (the larger batch on a
- * tie): a neighbor's length is a better guess than the starting one, which with model drafters
- * that do not pay drafts at every step. Under the sequence rule any class, decided or not, takes
- * theta and the acceptance figures it has not measured yet from the nearest class that has them
- * (without theta every sequence would draft its cap, the dearest length there is).
+ * probe_every 16, margin 0.01, warm_up 64, cost round, rule sequence.
  *
  * Storage is inline and fixed; nothing allocates. Thread: one owner (the tuner actor).
  */
@@ -156,7 +80,7 @@ typedef enum mn_tuner_cost {
 typedef enum mn_tuner_rule {
     MN_TUNER_RULE_SLOPE,    /* the paper's slope over measured points per length */
     MN_TUNER_RULE_MODEL,    /* time per length over counterfactual yield (above) */
-    MN_TUNER_RULE_SEQUENCE, /* a length per sequence from its own acceptance (below) */
+    MN_TUNER_RULE_SEQUENCE, /* a length per sequence from its own acceptance (above) */
 } mn_tuner_rule;
 
 typedef struct mn_tuner_params {
@@ -173,7 +97,8 @@ typedef struct mn_tuner_params {
 mn_tuner_params mn_tuner_defaults(void);
 mn_status mn_tuner_check(const mn_tuner_params *p, mn_err *err);
 /* Set one parameter by its key name (s_min, s_max, decision_threshold, s_reward, s_punish,
- * probe_every, margin; cost and rule take their names as text) into *p, checked together with the others.
+ * probe_every, margin, warm_up; cost and rule take their names as text) into *p, checked together
+ * with the others.
  * Exactly one of value / text is used. MN_INVALID with a message naming the key otherwise. */
 mn_status mn_tuner_set_param(mn_tuner_params *p, const char *key, double value, const char *text, mn_err *err);
 /* --tuner: "MODE[,KEY=VALUE...]" (MODE fixed or adaptive, keys as above) into *mode and *p, which
@@ -184,7 +109,7 @@ int mn_tuner_mode_parse(const char *name);
 const char *mn_tuner_mode_name(mn_tuner_mode m);
 int mn_tuner_cost_parse(const char *name);
 const char *mn_tuner_cost_name(mn_tuner_cost c);
-/* "slope" / "model" (-1 when neither). */
+/* "slope" / "model" / "sequence" (-1 when none). */
 int mn_tuner_rule_parse(const char *name);
 const char *mn_tuner_rule_name(mn_tuner_rule r);
 
