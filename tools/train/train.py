@@ -4,8 +4,9 @@
     /usr/bin/python3 tools/train/train.py --corpora DIR --out models [--minutes-target 25] [--draft-tokens N]
 
 Needs Debian's python3-torch (with libopenblas0-openmp; the reference BLAS is ~20x slower) and
-corpora from tools/train/corpora.py. Writes OUT/tokenizer.json, OUT/{target,draft-*}.gguf (F32) and
-OUT/manifest.json. The llama here rotates adjacent pairs (the GGUF RoPE convention), so weights
+corpora from tools/train/corpora.py. Writes OUT/tokenizer.json, OUT/target.gguf (F32),
+OUT/draft-*.gguf (matrices F16, norms F32: a draft's precision only moves what it proposes, and half
+the bytes make its passes cheaper; docs/models.md) and OUT/manifest.json. The llama here rotates adjacent pairs (the GGUF RoPE convention), so weights
 export as they are. Deterministic for a given seed and thread count.
 """
 import argparse
@@ -102,17 +103,18 @@ class Llama(torch.nn.Module):
         return sum(p.numel() for p in self.parameters())
 
 
-def export(model, path, name, tok):
+def export(model, path, name, tok, matrices=ggufw.T_F32):
+    """The model as GGUF: matrices (embedding, projections) in `matrices`, norms in F32."""
     w = ggufw.llama_writer(name, model.dim, len(model.layers), model.heads, model.kv_heads,
                            model.layers[0].gate.out_features, 1024, VOCAB, tok["tokens"], tok["types"], tok["merges"])
     T = lambda t: t.detach().float().numpy()
-    w.add_tensor("token_embd.weight", T(model.emb.weight), ggufw.T_F32)
+    w.add_tensor("token_embd.weight", T(model.emb.weight), matrices)
     for i, L in enumerate(model.layers):
         p = f"blk.{i}."
         for gname, t in (("attn_norm", L.attn_norm), ("attn_q", L.q.weight), ("attn_k", L.k.weight),
                          ("attn_v", L.v.weight), ("attn_output", L.o.weight), ("ffn_norm", L.ffn_norm),
                          ("ffn_gate", L.gate.weight), ("ffn_up", L.up.weight), ("ffn_down", L.down.weight)):
-            w.add_tensor(p + gname + ".weight", T(t), ggufw.T_F32)
+            w.add_tensor(p + gname + ".weight", T(t), matrices if t.dim() >= 2 else ggufw.T_F32)
     w.add_tensor("output_norm.weight", T(model.out_norm), ggufw.T_F32)
     w.write(path)
 
@@ -253,7 +255,7 @@ def main():
         model, seen = train(spec, streams, budget, a.minutes_target * 60 if role == "target" else 0, 1000 + i, log,
                             teacher)
         path = os.path.join(a.out, f"{name}.gguf")
-        export(model, path, f"minions-{name}", tok)
+        export(model, path, f"minions-{name}", tok, ggufw.T_F16 if role == "draft" else ggufw.T_F32)
         manifest["models"][name] = {
             "file": f"{name}.gguf", "role": role, "parameters": model.n_params(),
             "dim": spec[2], "layers": spec[3], "heads": spec[4], "kv_heads": spec[5], "ff": spec[6],
