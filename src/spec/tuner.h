@@ -23,14 +23,18 @@
  *   the window's cost becomes the point of s, and a least-squares line through the fresh points
  *   among s - 1, s and s + 1 moves s against its slope (s_reward up, s_punish down, within
  *   [s_min, s_max]; a slope of 0 moves up), unless the target's own point is fresh and not cheaper
- *   by margin: then s rests at a measured minimum. A point goes stale after probe_every decisions,
- *   so a resting class re-measures its neighbors one at a time. The paper's rule always moves, and
- *   one noisy window swings it; this one rests, at the cost of a probe now and then.
+ *   by margin: then s rests at a measured minimum (with only s fresh it probes upward, downward at
+ *   s_max). A fresh point is averaged with each new window at its length. A point goes stale after
+ *   probe_every decisions, so a resting class re-measures its neighbors one at a time (s + 1, back,
+ *   s - 1, back: 4 windows in about 20 away from the best length; tests/test_spec.c models it).
+ *   The paper's rule always moves, and one noisy window swings it; this one rests, at the cost of
+ *   a probe now and then.
  * - model: one verification tells the yield of every shorter length too (the first x tokens of a
- *   draft are the draft of length x). Per class, decayed by MN_TUNER_MODEL_DECAY a window: the
- *   summed yield 1 + min(a, x) of every length x, the sequences that kept a whole draft (their
- *   yield past it extrapolated with the continuation rate rho = kept / (kept + stopped)), and the
- *   time per sequence and step by length (a weighted line where a length has not run). The class
+ *   draft are the draft of length x). Per class, decayed by MN_TUNER_MODEL_DECAY a window (what
+ *   only speculating steps feed, only after windows that speculated): the summed yield
+ *   1 + min(a, x) of every length x, the sequences that kept a whole draft (their yield past it
+ *   extrapolated with the continuation rate rho = kept / (kept + stopped)), and the time per
+ *   sequence and step by length (a weighted line where a length has not run). The class
  *   moves to the cheapest length when that is cheaper by margin; every probe_every-th window runs
  *   at a neighbor, so that the times around s stay current.
  * - sequence (the default): each sequence drafts its own length, by the marginal rule: one more
