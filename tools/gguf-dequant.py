@@ -5,8 +5,8 @@ Every quantized tensor (Q4_0, Q4_1, Q8_0, ...) is dequantized with the PyPI `ggu
 reference dequantizers and stored as F16 or F32; F32 tensors (norms) and F16 ones stay as they are
 unless --type f32 asks for F32 everywhere. With --type f16 --matrices, F32 matrices (tensors of two
 or more dimensions) become F16 too and only vectors (norms) stay F32: how the bundled drafts' F32
-files from tools/train/train.py became F16 (docs/models.md). Every metadata key, its type and order, the tensor names,
-order and shapes are copied, and the file is written by `gguf`'s GGUFWriter, so it keeps llama.cpp's
+files from tools/train/train.py became F16 (docs/models.md). Every metadata key, its type and
+order, the tensor names, order and shapes are copied, and the file is written by `gguf`'s GGUFWriter, so it keeps llama.cpp's
 conventions (alignment, ne order, general.file_type updated to the new type) and llama.cpp's tools
 load it.
 
