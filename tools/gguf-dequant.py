@@ -6,9 +6,9 @@ reference dequantizers and stored as F16 or F32; F32 tensors (norms) and F16 one
 unless --type f32 asks for F32 everywhere. With --type f16 --matrices, F32 matrices (tensors of two
 or more dimensions) become F16 too and only vectors (norms) stay F32: how the bundled drafts' F32
 files from tools/train/train.py became F16 (docs/models.md). Every metadata key, its type and
-order, the tensor names, order and shapes are copied, and the file is written by `gguf`'s GGUFWriter, so it keeps llama.cpp's
-conventions (alignment, ne order, general.file_type updated to the new type) and llama.cpp's tools
-load it.
+order, the tensor names, order and shapes are copied, and the file is written by `gguf`'s
+GGUFWriter, so it keeps llama.cpp's conventions (alignment, ne order, general.file_type updated to
+the new type) and llama.cpp's tools load it.
 
     .venv/bin/python tools/gguf-dequant.py models/cache/SmolLM2-135M-Instruct.Q4_1.gguf --type f16 \\
         --out models/cache/SmolLM2-135M-Instruct.F16.gguf
