@@ -111,18 +111,16 @@ typedef void matmul_f_fn(const mn_weight *W, const float *x, size_t ldx, float *
     {                                                                                                           \
         outputs_f(TYPE, W, x, ldx, y, ldy, (EXACT) ? (RB) : T, ob, oe, RB, OT);                                 \
     }
-SHAPE_F(f32_2x8, MN_F32, 2, 8, true)
-SHAPE_F(f32_3x6, MN_F32, 3, 6, true)
-SHAPE_F(f32_4x6, MN_F32, 4, 6, false)
-SHAPE_F(f32_5x5, MN_F32, 5, 5, true)
-SHAPE_F(f32_6x4, MN_F32, 6, 4, true)
-SHAPE_F(f32_7x3, MN_F32, 7, 3, true)
-SHAPE_F(f16_2x8, MN_F16, 2, 8, true)
-SHAPE_F(f16_3x6, MN_F16, 3, 6, true)
-SHAPE_F(f16_4x6, MN_F16, 4, 6, false)
-SHAPE_F(f16_5x5, MN_F16, 5, 5, true)
-SHAPE_F(f16_6x4, MN_F16, 6, 4, true)
-SHAPE_F(f16_7x3, MN_F16, 7, 3, true)
+#define SHAPES_F(SHAPE, RB, OT, EXACT)                                                                          \
+    SHAPE_F(f32_##SHAPE, MN_F32, RB, OT, EXACT)                                                                 \
+    SHAPE_F(f16_##SHAPE, MN_F16, RB, OT, EXACT)
+SHAPES_F(2x8, 2, 8, true)
+SHAPES_F(3x6, 3, 6, true)
+SHAPES_F(4x6, 4, 6, false)
+SHAPES_F(5x5, 5, 5, true)
+SHAPES_F(6x4, 6, 4, true)
+SHAPES_F(7x3, 7, 3, true)
+#undef SHAPES_F
 #undef SHAPE_F
 
 /* By the pass's rows, 2..7; more run in 4 x 6 blocks. */
