@@ -99,7 +99,7 @@ ALWAYS_INLINE void outputs_f(uint32_t type, const mn_weight *W, const float *x, 
  *
  * Each weight type and shape is a function of its own, compiled apart (noinline): with all shapes
  * inlined into one dispatch, giving five rows a branch of its own changed the code GCC made for
- * the 6 x 4 sweep, and passes of 6 and 7 tokens of the bundled target took 1.1-1.2x the time
+ * the 6 x 4 sweep, and passes of 6 and 7 tokens of the bundled target took 1.06-1.20x the time
  * (--verify-curve, 5-8 alternating runs). The shapes of one tile (EXACT) take T as the constant
  * RB, so no remainder tiles are compiled for them: half the code and the compile time of passing T
  * through, at the same speed (14 alternating runs, 0.98-1.01x at k = 2..8). */
