@@ -123,22 +123,10 @@ SHAPES_F(7x3, 7, 3, true)
 #undef SHAPES_F
 #undef SHAPE_F
 
-/* By the pass's rows, 2..7; more run in 4 x 6 blocks. */
+/* By the pass's rows, 2..7 (no pass of fewer comes here); more run in 4 x 6 blocks, as 4 do. */
 static matmul_f_fn *const f32_by_rows[8] = {NULL, NULL, f32_2x8, f32_3x6, f32_4x6, f32_5x5, f32_6x4, f32_7x3};
 static matmul_f_fn *const f16_by_rows[8] = {NULL, NULL, f16_2x8, f16_3x6, f16_4x6, f16_5x5, f16_6x4, f16_7x3};
-
-/* T >= 2 (x16_matmul's rule) */
-static void matmul_f32(const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy, int T, uint32_t ob,
-                       uint32_t oe)
-{
-    (T < 8 ? f32_by_rows[T] : f32_4x6)(W, x, ldx, y, ldy, T, ob, oe);
-}
-
-static void matmul_f16(const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy, int T, uint32_t ob,
-                       uint32_t oe)
-{
-    (T < 8 ? f16_by_rows[T] : f16_4x6)(W, x, ldx, y, ldy, T, ob, oe);
-}
+#define BY_ROWS(T) ((T) < 8 ? (T) : 4)
 
 /* Float weights in passes of 2 rows or more here (F32: fewer than X16_MAX_T). One row (decode: it
  * streams the weights, the registers do not matter), F32 passes of 32 rows or more (AVX2's 2 x 6
@@ -158,9 +146,9 @@ static void x16_matmul(const mn_weight *W, const float *x, size_t ldx, float *y,
                        uint32_t o_begin, uint32_t o_end)
 {
     if (W->type == MN_F32 && T >= 2 && T < X16_MAX_T)
-        matmul_f32(W, x, ldx, y, ldy, T, o_begin, o_end);
+        f32_by_rows[BY_ROWS(T)](W, x, ldx, y, ldy, T, o_begin, o_end);
     else if (W->type == MN_F16 && T >= 2)
-        matmul_f16(W, x, ldx, y, ldy, T, o_begin, o_end);
+        f16_by_rows[BY_ROWS(T)](W, x, ldx, y, ldy, T, o_begin, o_end);
     else
         mn_kernels_avx2.matmul(W, x, ldx, y, ldy, T, o_begin, o_end);
 }
