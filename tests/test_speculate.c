@@ -864,7 +864,7 @@ Test(speculate, adaptive_length_is_lossless_and_visible, .timeout = 600, .disabl
  * every token generated meanwhile, a one-off that the tuner leaves out of the step's cost (stats
  * backlog_seconds, the trace's backlog), where a request that speculated from its first token has
  * none (its prompt and the last step's tokens are every round's work); the text is plain
- * decoding's. */
+ * decoding's. The length is fixed, so that the plain stretch is the admin's alone. */
 Test(speculate, catching_up_after_plain_steps_is_a_backlog, .timeout = 300)
 {
     enum { STEADY = 48, LONG = 600 };
@@ -876,8 +876,8 @@ Test(speculate, catching_up_after_plain_steps_is_a_backlog, .timeout = 300)
     cr_assert(mkdtemp(dir));
     snprintf(path, sizeof path, "%s/steps.jsonl", dir);
     server s;
-    server_start(&s, (const char *[]){"--draft", model_file("draft-kjv.gguf"), "--spec-length", "4", "--step-trace",
-                                      path, NULL});
+    server_start(&s, (const char *[]){"--draft", model_file("draft-kjv.gguf"), "--spec-length", "4", "--tuner", "fixed",
+                                      "--step-trace", path, NULL});
     tconn c;
     connect_to(s.tcp, &c);
     send_request(&c, "steady", prompts[0], STEADY, 0, 0);

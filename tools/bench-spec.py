@@ -71,8 +71,9 @@ class Server(minionsd.Server):
     """The minionsd of these benchmarks: the target and every drafter, configured live."""
 
     def __init__(self, spec_length, threads, max_batch, extra=()):
+        # the length is fixed (and switched live) unless extra names a --tuner, which comes later and wins
         args = ["--model", TARGET, "--threads", str(threads), "--max-batch", str(max_batch),
-                "--spec-length", str(spec_length)] + minionsd.draft_args(DRAFTS)
+                "--spec-length", str(spec_length), "--tuner", "fixed"] + minionsd.draft_args(DRAFTS)
         if KV_BLOCKS:
             args += ["--kv-blocks", str(KV_BLOCKS)]
         if DRAFT_BACKEND:

@@ -96,6 +96,8 @@ class Server(minionsd.Server):
         tuner = [o for o in options if o.split(":")[0] == "tuner"]
         if tuner:  # tuner:KEY=VALUE:... sets the tuner's keys beside the sequence rule
             cmd += ["--tuner", ",".join(["adaptive", "rule=sequence"] + tuner[0].split(":")[1:])]
+        else:
+            cmd += ["--tuner", "fixed"]
         if pipe:
             cmd += ["--pipeline", "--draft-threads", str(args.pipe_threads)]
         super().__init__(cmd, admin=False, bindir=bindir)

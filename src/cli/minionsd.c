@@ -59,7 +59,7 @@ static void usage(FILE *f)
             "                         when a request's own tokens give no match; 0 = none (default 262144:\n"
             "                         5 MiB; live off/on: drafter.ngram.shared)\n"
             "      --tuner MODE[,K=V] fixed|adaptive: adaptive chooses the length from measured cost per\n"
-            "                         token, starting at --spec-length (default fixed); keys rule\n"
+            "                         token, starting at --spec-length (default adaptive); keys rule\n"
             "                         (sequence: each sequence its own length, the default; model;\n"
             "                         slope), s_min, s_max, decision_threshold, s_reward, s_punish,\n"
             "                         probe_every, margin, warm_up, cost (docs/speculation.md)\n"
