@@ -860,6 +860,44 @@ Test(speculate, adaptive_length_is_lossless_and_visible, .timeout = 600, .disabl
         free(prompts[i]), free(want[i]);
 }
 
+/* spec.length 0 is plain decoding in either mode. The adaptive tuner (the default), deciding every
+ * 2 steps with no warm-up, would otherwise probe speculating from there within a request; set live
+ * to 4 it speculates, and set back to 0 it stops. */
+Test(speculate, length_zero_turns_speculation_off_in_either_mode, .timeout = 300)
+{
+    enum { TOKENS = 40 };
+    char *prompts[6];
+    int n = load_prompts(prompts, 2); /* two of each set */
+    server s;
+    server_start(&s, (const char *[]){"--draft", model_file("draft-kjv.gguf"), "--draft", "ngram", "--spec-length", "0",
+                                      "--tuner", "adaptive,decision_threshold=2,probe_every=2,warm_up=0", NULL});
+    tconn c;
+    connect_to(s.tcp, &c);
+    static const char *const lengths[] = {NULL, "{\"cmd\":\"set\",\"key\":\"spec.length\",\"value\":4}",
+                                          "{\"cmd\":\"set\",\"key\":\"spec.length\",\"value\":0}"};
+    for (int phase = 0; phase < 3; phase++) {
+        if (lengths[phase])
+            admin_ok(&s, lengths[phase]);
+        json_int_t drafted = 0;
+        for (int i = 0; i < n; i++) {
+            char id[16];
+            snprintf(id, sizeof id, "p%dr%d", phase, i);
+            send_request(&c, id, prompts[i], TOKENS, 0, 0);
+            json_t *done = await(&c, id);
+            drafted += json_integer_value(json_object_get(json_object_get(done, "spec"), "drafted"));
+            json_decref(done);
+        }
+        if (phase == 1)
+            cr_assert_gt(drafted, 0, "spec.length 4 did not speculate");
+        else
+            cr_assert_eq(drafted, 0, "phase %d: %lld tokens drafted at spec.length 0", phase, (long long)drafted);
+    }
+    tconn_close(&c);
+    server_stop(&s);
+    for (int i = 0; i < n; i++)
+        free(prompts[i]);
+}
+
 /* A request that decoded plain and then speculates: the model drafter's first round catches up on
  * every token generated meanwhile, a one-off that the tuner leaves out of the step's cost (stats
  * backlog_seconds, the trace's backlog), where a request that speculated from its first token has

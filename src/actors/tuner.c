@@ -36,8 +36,12 @@ mn_status mn_tuner_actor_new(const mn_tuner_actor_config *cfg, mn_tuner_actor **
 
 void mn_tuner_actor_free(mn_tuner_actor *t) { mn_free(t); }
 
+/* Whether the tuner chooses the lengths: in adaptive mode, unless spec.length is 0, which turns
+ * speculation off in either mode (the tuner would otherwise probe speculating from there). */
+static bool adapting(const mn_tuner_actor *t) { return t->cfg.mode == MN_TUNER_ADAPTIVE && t->cfg.spec_length > 0; }
+
 /* Tell the verifier the length of class cls (MN_TUNER_CLASSES: of every class), with the sequence
- * rule's figures in adaptive mode (none in fixed mode: every sequence drafts the fixed length). */
+ * rule's figures while adapting (none otherwise: every sequence drafts the fixed length). */
 static void send_length(mn_tuner_actor *t, uint32_t cls, uint32_t s)
 {
     mn_setting *m = mn_malloc(sizeof *m);
@@ -46,7 +50,7 @@ static void send_length(mn_tuner_actor *t, uint32_t cls, uint32_t s)
         return;
     }
     mn_tuner_advice a = {.s = s, .other = s, .theta = NAN, .first = NAN};
-    if (cls < MN_TUNER_CLASSES && t->cfg.mode == MN_TUNER_ADAPTIVE) {
+    if (cls < MN_TUNER_CLASSES && adapting(t)) {
         a = mn_tuner_advise(&t->state, cls);
         if (a.s != s) /* a length set from outside: no paired probe */
             a.s = a.other = s;
@@ -55,12 +59,11 @@ static void send_length(mn_tuner_actor *t, uint32_t cls, uint32_t s)
     mn_mailbox_post(t->cfg.addr->verifier, &m->msg);
 }
 
-/* Every class back to spec.length (clamped to the bounds in adaptive mode), curves kept; the
+/* Every class back to spec.length (clamped to the bounds while adapting), curves kept; the
  * verifier follows. */
 static void restart(mn_tuner_actor *t)
 {
-    bool adaptive = t->cfg.mode == MN_TUNER_ADAPTIVE;
-    mn_tuner_restart(&t->state, t->cfg.spec_length, adaptive);
+    mn_tuner_restart(&t->state, t->cfg.spec_length, adapting(t));
     send_length(t, MN_TUNER_CLASSES, t->state.c[0].s);
 }
 
@@ -99,7 +102,7 @@ static void measured(mn_tuner_actor *t, mn_measure *m)
     m->queued = false;
     t->measured++;
     mn_tuner_decision d;
-    if (!mn_tuner_observe(&t->state, &step, t->cfg.mode == MN_TUNER_ADAPTIVE, &d))
+    if (!mn_tuner_observe(&t->state, &step, adapting(t), &d))
         return;
     publish(t, &d);
     if (d.to != d.from || t->state.p.rule == MN_TUNER_RULE_SEQUENCE) /* its figures move every window */
@@ -120,7 +123,7 @@ static void set(mn_tuner_actor *t, mn_setting *s)
         mn_tuner_reparam(&t->state, &s->tuner);
         if (mode_changed || t->cfg.mode == MN_TUNER_FIXED)
             restart(t);
-        else if (t->cfg.mode == MN_TUNER_ADAPTIVE)
+        else if (adapting(t))
             for (uint32_t i = 0; i < MN_TUNER_CLASSES; i++) /* new bounds may have moved some */
                 send_length(t, i, t->state.c[i].s);
     }
