@@ -609,6 +609,7 @@ Test(speculate, admin_keys_stats_and_events, .timeout = 300)
         "{\"cmd\":\"set\",\"key\":\"spec.length\",\"value\":17}",
         "{\"cmd\":\"set\",\"key\":\"spec.length\",\"value\":-1}",
         "{\"cmd\":\"set\",\"key\":\"spec.enabled\",\"value\":1}",
+        "{\"cmd\":\"set\",\"key\":\"spec.cascade\",\"value\":\"on\"}",
         "{\"cmd\":\"set\",\"key\":\"spec.weights\",\"value\":\"loudest\"}",
         "{\"cmd\":\"set\",\"key\":\"spec.punish_factor\",\"value\":2}",
         "{\"cmd\":\"set\",\"key\":\"spec.reward_threshold\",\"value\":0.1}", /* below punish_threshold */
@@ -706,6 +707,56 @@ Test(speculate, admin_keys_stats_and_events, .timeout = 300)
     tconn_close(&c);
     server_stop(&s);
     rmdir(dir);
+}
+
+/* Rounds drafter `name` was asked to draft in (stats). */
+static json_int_t drafter_rounds(server *s, const char *name)
+{
+    json_t *r = admin(s, "{\"cmd\":\"stats\"}");
+    json_t *d = json_object_get(json_object_get(json_object_get(json_object_get(r, "stats"), "spec"), "drafters"), name);
+    json_t *v = json_object_get(d, "rounds");
+    cr_assert(json_is_integer(v), "stats: no spec.drafters.%s.rounds", name);
+    json_int_t n = json_integer_value(v);
+    json_decref(r);
+    return n;
+}
+
+/* spec.cascade: the model drafter drafts only for requests the n-gram drafter proposed nothing for.
+ * A text that repeats itself gives the n-gram drafter a match in most rounds: with the cascade (the
+ * default) the model drafter sits those out, without it it drafts in every round. The texts are
+ * plain decoding's either way. */
+Test(speculate, cascade_asks_the_model_drafter_where_ngram_has_nothing, .timeout = 300)
+{
+    enum { TOKENS = 48 };
+    static const char prompt[] = "And God said, Let there be light: and there was light. And God said, Let there be light:";
+    char *want = generate(prompt, TOKENS);
+    server s;
+    server_start(&s, (const char *[]){"--draft", model_file("draft-kjv.gguf"), "--draft", "ngram", "--tuner", "fixed",
+                                      "--spec-skip-below", "0", "--ngram-cache", "0", NULL});
+    json_t *r = admin(&s, "{\"cmd\":\"get\"}");
+    cr_assert(json_is_true(json_object_get(json_object_get(r, "config"), "spec.cascade")), "the cascade is the default");
+    json_decref(r);
+    tconn c;
+    connect_to(s.tcp, &c);
+    json_int_t model[2], ngram[2];
+    for (int on = 1; on >= 0; on--) {
+        if (!on)
+            admin_ok(&s, "{\"cmd\":\"set\",\"key\":\"spec.cascade\",\"value\":false}");
+        json_int_t m0 = drafter_rounds(&s, "draft-kjv"), n0 = drafter_rounds(&s, "ngram");
+        send_request(&c, on ? "on" : "off", prompt, TOKENS, 0, 0);
+        json_t *done = await(&c, on ? "on" : "off");
+        cr_assert_str_eq(json_string_value(json_object_get(done, "text")), want, "cascade %s", on ? "on" : "off");
+        json_decref(done);
+        model[on] = drafter_rounds(&s, "draft-kjv") - m0;
+        ngram[on] = drafter_rounds(&s, "ngram") - n0;
+    }
+    cr_assert_gt(ngram[0], 0);
+    cr_assert_eq(model[0], ngram[0], "without the cascade the model drafts in every round");
+    cr_assert_lt(model[1], ngram[1], "with the cascade the model drafted in all %lld rounds", (long long)ngram[1]);
+    cr_assert_gt(model[1], 0, "the n-gram drafter matched every time: the test shows nothing");
+    tconn_close(&c);
+    server_stop(&s);
+    free(want);
 }
 
 /* ---- the length tuner -------------------------------------------------------------------------- */

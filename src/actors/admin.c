@@ -26,6 +26,7 @@ struct mn_admin {
     mn_weights_mode weights_mode;
     mn_weights_params weights;
     float skip_below;
+    bool cascade;
     mn_tuner_mode tuner_mode;
     mn_tuner_params tuner;
     bool drafter_enabled[MN_ADDR_MAX_DRAFTERS];
@@ -74,6 +75,7 @@ static json_t *config_json(mn_admin *a)
     json_object_set_new(o, "spec.reward_factor", json_real(w->reward_factor));
     json_object_set_new(o, "spec.punish_factor", json_real(w->punish_factor));
     json_object_set_new(o, "spec.skip_below", json_real(a->skip_below));
+    json_object_set_new(o, "spec.cascade", json_boolean(a->cascade));
     const mn_tuner_params *t = &a->tuner;
     json_object_set_new(o, "tuner.mode", json_string(mn_tuner_mode_name(a->tuner_mode)));
     json_object_set_new(o, "tuner.s_min", json_integer(t->s_min));
@@ -232,7 +234,7 @@ static void send_voter(mn_admin *a)
         return;
     }
     *s = (mn_setting){.msg.type = MN_MSG_SET, .key = MN_SET_VOTER, .value = a->weights_mode, .params = a->weights,
-                      .fvalue = a->skip_below};
+                      .fvalue = a->skip_below, .flag = a->cascade};
     mn_mailbox_post(a->cfg.addr_book->voter, &s->msg);
 }
 
@@ -287,6 +289,13 @@ static json_t *set_spec_key(mn_admin *a, const char *key, json_t *value)
         if (mode < 0)
             return fail("%s must be one of sequence, global, fixed", key);
         a->weights_mode = (mn_weights_mode)mode;
+        send_voter(a);
+        return NULL;
+    }
+    if (!strcmp(key, "spec.cascade")) {
+        if (!json_is_boolean(value))
+            return fail("%s must be true or false", key);
+        a->cascade = json_is_true(value);
         send_voter(a);
         return NULL;
     }
@@ -465,6 +474,7 @@ mn_status mn_admin_new(struct event_base *base, const mn_admin_config *cfg, mn_a
     a->weights_mode = cfg->weights_mode;
     a->weights = cfg->weights;
     a->skip_below = cfg->skip_below;
+    a->cascade = cfg->cascade;
     a->tuner_mode = cfg->tuner_mode;
     a->tuner = cfg->tuner;
     a->ngram = -1;

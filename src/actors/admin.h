@@ -8,8 +8,8 @@
  * sent when all four have answered. A setting goes to the actors that own it as MN_MSG_SET.
  * Settable keys (docs/server.md): batch.max_sequences, queue.max, log.level; with drafters also
  * spec.enabled, pipeline.enabled (verifier), spec.weights, spec.reward_threshold,
- * spec.punish_threshold, spec.reward_factor, spec.punish_factor, spec.skip_below and
- * drafter.<name>.enabled (voter), drafter.ngram.short_len, drafter.ngram.min_n,
+ * spec.punish_threshold, spec.reward_factor, spec.punish_factor, spec.skip_below,
+ * spec.cascade and drafter.<name>.enabled (voter), drafter.ngram.short_len, drafter.ngram.min_n,
  * drafter.ngram.shared and drafter.ngram.learn (the n-gram drafter),
  * spec.length and tuner.mode, tuner.s_min, tuner.s_max, tuner.decision_threshold, tuner.s_reward,
  * tuner.s_punish, tuner.probe_every, tuner.margin, tuner.warm_up, tuner.cost (tuner). The voter and
@@ -35,6 +35,7 @@ typedef struct mn_admin_config {
     mn_weights_mode weights_mode;
     mn_weights_params weights;
     float skip_below;
+    bool cascade;
     bool ngram_cache;            /* the n-gram drafter has a shared cache (drafter.ngram.shared) */
     mn_tuner_mode tuner_mode;
     mn_tuner_params tuner;

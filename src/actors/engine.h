@@ -64,6 +64,7 @@ typedef struct mn_engine_config {
     int weights_mode;          /* mn_weights_mode (live: spec.weights) */
     mn_weights_params weights; /* the vote's weight rule (live: spec.reward_threshold, ...) */
     float skip_below;          /* live: spec.skip_below (voter.h) */
+    bool cascade;              /* live: spec.cascade (voter.h) */
     uint32_t ngram_cache;      /* tokens of the n-gram drafter's shared cache (spec/ngram.h); 0: none */
     bool prefix_cache;         /* keep finished requests' KV blocks for later ones with the same start
                                 * (mem/kv.h; default true) */

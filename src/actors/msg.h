@@ -55,6 +55,8 @@ typedef struct mn_round {
     uint32_t n;
     uint32_t pending;              /* voter: drafters not yet answered */
     double backlog_seconds;        /* voter: the parts' backlog_seconds, summed */
+    bool cascade;                  /* voter: the free drafters' parts are out, the costly ones' next
+                                    * (spec.cascade) */
     struct mn_round_part {
         mn_msg msg;                /* MN_MSG_DRAFT to drafter i, MN_MSG_PROPOSED back */
         struct mn_round *round;
@@ -242,7 +244,8 @@ typedef enum mn_setting_key {
                          * and the sequence rule's figures) of batch class `index` (MN_TUNER_CLASSES:
                          * every class) */
     MN_SET_TUNER,       /* tuner: tuner.mode (value) and its parameters (tuner) */
-    MN_SET_VOTER,       /* voter: the weight rule (params), weights mode (value), skip_below (fvalue) */
+    MN_SET_VOTER,       /* voter: the weight rule (params), weights mode (value), skip_below (fvalue),
+                         * cascade (flag) */
     MN_SET_DRAFTER,     /* voter: drafter.<index>.enabled (index, value 0/1) */
     MN_SET_NGRAM_SHORT, /* the n-gram drafter: drafter.ngram.short_len (value 0..16) */
     MN_SET_NGRAM_MIN_N, /* the n-gram drafter: drafter.ngram.min_n (value 1..MN_NGRAM_MAX_N_DEFAULT) */
@@ -264,6 +267,7 @@ typedef struct mn_setting {
     uint32_t value;
     uint32_t index;              /* MN_SET_DRAFTER: which drafter */
     float fvalue;                /* MN_SET_VOTER: spec.skip_below */
+    bool flag;                   /* MN_SET_VOTER: spec.cascade */
     mn_weights_params params;    /* MN_SET_VOTER */
     mn_tuner_params tuner;       /* MN_SET_TUNER */
     mn_tuner_advice advice;      /* MN_SET_SPEC_LENGTH, tuner -> verifier */

@@ -179,19 +179,10 @@ static uint32_t ask_mask(const mn_voter *v, mn_req *r)
     return mn_vote_ask(vote_weights(v, r), v->enabled, v->cfg.costly, v->cfg.skip_below, v->rounds, v->cfg.n_drafters);
 }
 
-static void round_in(mn_voter *v, mn_round *round)
+/* Post the round's parts to the drafters in `asked`; vote at once when none is. */
+static void fan_out(mn_voter *v, mn_round *round, uint32_t asked)
 {
-    uint32_t asked = 0;
-    for (uint32_t k = 0; k < round->n; k++) {
-        mn_req *r = round->reqs[k];
-        judge(v, r);
-        if (!r->spec.w.n_drafters) /* its first round: start from what the pool has learned */
-            mn_weights_init_from(&r->spec.w, &v->global);
-        asked |= r->spec.ask = ask_mask(v, r);
-    }
-    v->rounds++;
     round->pending = 1; /* held until every part is out, so an answer cannot finish the round early */
-    round->backlog_seconds = 0;
     for (uint32_t i = 0; i < v->cfg.n_drafters; i++) {
         if (!(asked >> i & 1))
             continue;
@@ -204,6 +195,42 @@ static void round_in(mn_voter *v, mn_round *round)
         voted(v, round);
 }
 
+static void round_in(mn_voter *v, mn_round *round)
+{
+    uint32_t asked = 0;
+    for (uint32_t k = 0; k < round->n; k++) {
+        mn_req *r = round->reqs[k];
+        judge(v, r);
+        if (!r->spec.w.n_drafters) /* its first round: start from what the pool has learned */
+            mn_weights_init_from(&r->spec.w, &v->global);
+        asked |= r->spec.ask = ask_mask(v, r);
+    }
+    v->rounds++;
+    round->backlog_seconds = 0;
+    uint32_t cheap = asked & ~v->cfg.costly;
+    round->cascade = v->cfg.cascade && cheap && (asked & v->cfg.costly);
+    fan_out(v, round, round->cascade ? cheap : asked);
+}
+
+/* The free drafters have answered (spec.cascade): the costly ones draft for the requests they
+ * proposed nothing for. */
+static void cascade(mn_voter *v, mn_round *round)
+{
+    round->cascade = false;
+    uint32_t asked = 0;
+    for (uint32_t k = 0; k < round->n; k++) {
+        mn_req *r = round->reqs[k];
+        const int32_t *drafts[MN_MAX_DRAFTERS];
+        uint32_t lens[MN_MAX_DRAFTERS];
+        proposals_at(v, r, (uint32_t)r->toks.n, drafts, lens);
+        for (uint32_t i = 0; i < v->cfg.n_drafters; i++)
+            if (lens[i] && (r->spec.ask & ~v->cfg.costly) >> i & 1)
+                r->spec.ask &= ~v->cfg.costly;
+        asked |= r->spec.ask;
+    }
+    fan_out(v, round, asked & v->cfg.costly);
+}
+
 static void part_in(mn_voter *v, mn_round_part *part)
 {
     mn_round *round = part->round;
@@ -214,7 +241,7 @@ static void part_in(mn_voter *v, mn_round_part *part)
     st->cache_cap = part->cache_cap;
     st->cache_added = part->cache_added;
     if (!--round->pending)
-        voted(v, round);
+        (round->cascade ? cascade : voted)(v, round);
 }
 
 static void set(mn_voter *v, mn_setting *s)
@@ -225,6 +252,7 @@ static void set(mn_voter *v, mn_setting *s)
             v->cfg.params = s->params;
             v->cfg.mode = (mn_weights_mode)s->value;
             v->cfg.skip_below = s->fvalue;
+            v->cfg.cascade = s->flag;
         } else {
             mn_log(MN_LOG_ERROR, "voter: %s", err.msg); /* the admin checked: a bug */
         }

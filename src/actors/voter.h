@@ -9,6 +9,11 @@
  * order, which is the tie-break order. With spec.skip_below > 0, a model drafter far lighter than a
  * request's best drafter sits that request's round out (spec.ask), but for a round in 8 now and then
  * (mn_vote_ask in spec/vote.h).
+ * With spec.cascade (the default) a round goes out in two steps: first to the drafters that run no
+ * model (the n-gram one), then to the model drafters for the requests those proposed nothing for;
+ * a request with a free proposal is voted on it alone. The vote chose a draft of about the same
+ * length either way, and on two cores every model drafter's pass is paid for in turn
+ * (docs/speculation.md, "The cascade").
  *
  * Learning: a vote is judged when the request next comes through the voter, i.e. at its next round
  * or when the verifier hands it back (MN_MSG_RELEASE passes through here on its way to kvmem), so
@@ -36,6 +41,7 @@ typedef struct mn_voter_config {
     mn_weights_params params;    /* the weight rule */
     mn_weights_mode mode;        /* spec.weights */
     float skip_below;            /* spec.skip_below: see ask_mask in voter.c; 0: every drafter, every round */
+    bool cascade;                /* spec.cascade: the costly drafters draft only where the others did not */
     uint32_t costly;             /* bit i: drafter i runs a model (the n-gram drafter does not) */
     mn_voter_event_fn on_event;  /* an event as a JSON object (no newline); may be NULL */
     void *owner;

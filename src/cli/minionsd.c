@@ -56,6 +56,8 @@ static void usage(FILE *f)
             "      --spec-skip-below F a model drafter whose weight is under F x a request's best drafter's\n"
             "                         skips its rounds, those sitting out taking every 8th in turn;\n"
             "                         0 = all draft always (default 0.25)\n"
+            "      --spec-cascade on|off the model drafters draft only for requests the n-gram drafter\n"
+            "                         proposed nothing for (live: spec.cascade; default on)\n"
             "      --ngram-cache N    tokens of finished requests the n-gram drafter keeps to propose from\n"
             "                         when a request's own tokens give no match; 0 = none (default 262144:\n"
             "                         5 MiB; live off/on: drafter.ngram.shared)\n"
@@ -148,7 +150,7 @@ int main(int argc, char **argv)
         {"http", required_argument, 0, 'w'},      {"api-key", required_argument, 0, 'A'},
         {"api-key-file", required_argument, 0, 'F'}, {"http-timeout", required_argument, 0, 'O'},
         {"ngram-cache", required_argument, 0, 'N'}, {"step-trace", required_argument, 0, 'R'},
-        {"prefix-cache", required_argument, 0, 'C'},
+        {"prefix-cache", required_argument, 0, 'C'}, {"spec-cascade", required_argument, 0, 'c'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -191,6 +193,7 @@ int main(int argc, char **argv)
         case 'C':
             ok = !strcmp(optarg, "on") || !strcmp(optarg, "off"), cfg.prefix_cache = !strcmp(optarg, "on");
             break;
+        case 'c': ok = !strcmp(optarg, "on") || !strcmp(optarg, "off"), cfg.cascade = !strcmp(optarg, "on"); break;
         case 'w': ok = parse_http(optarg, http_host, sizeof http_host, &cfg); break;
         case 'A': ok = *optarg != 0, cfg.api_key = optarg; break;
         case 'F':
