@@ -223,9 +223,12 @@ static void cascade(mn_voter *v, mn_round *round)
         const int32_t *drafts[MN_MAX_DRAFTERS];
         uint32_t lens[MN_MAX_DRAFTERS];
         proposals_at(v, r, (uint32_t)r->toks.n, drafts, lens);
+        uint32_t cheap = r->spec.ask & ~v->cfg.costly;
+        bool proposed = false;
         for (uint32_t i = 0; i < v->cfg.n_drafters; i++)
-            if (lens[i] && (r->spec.ask & ~v->cfg.costly) >> i & 1)
-                r->spec.ask &= ~v->cfg.costly;
+            proposed |= lens[i] && (cheap >> i & 1);
+        if (proposed)
+            r->spec.ask = cheap;
         asked |= r->spec.ask;
     }
     fan_out(v, round, asked & v->cfg.costly);
