@@ -21,8 +21,11 @@ drafter.ngram.short_len 16: every match proposes spec.length tokens, as before s
 capped), ngram-min1 (ngram with drafter.ngram.min_n 1: one-token matches propose too),
 ngram-own (ngram with drafter.ngram.shared false: its own tokens only, not the shared cache of
 finished requests; these three only with --configs); the vote of all four
-with weights fixed at 1, learning global weights, learning per-sequence weights; and the learning
-votes with spec.skip_below 0.25 (a model drafter far below a request's best sits its rounds out).
+with weights fixed at 1, learning global weights, learning per-sequence weights; the learning
+votes with spec.skip_below 0.25 (a model drafter far below a request's best sits its rounds out);
+all of them with spec.cascade (the model drafters draft only where the n-gram drafter proposed
+nothing), and the last (+all, the server's default but for the cascade) with every drafter asked
+for every request.
 
     tools/bench-spec.py [--rounds 5] [--tokens 64] [--sets kjv,web,devil,mixed] [--spec-length 4]
                         [--configs plain,ngram,...] [--clients 1,16] [--server-arg=--pipeline]
@@ -63,7 +66,8 @@ SERVER_ARGS = []  # --server-arg: more minionsd arguments (e.g. --pipeline)
 SKIP = 0.25  # spec.skip_below of the "+skip" configurations
 NGRAM_SHORT = 2  # drafter.ngram.short_len: minionsd's default
 NGRAM_MIN_N = 2  # drafter.ngram.min_n: minionsd's default
-VOTES = ["vote-fixed", "vote-global", "vote-sequence", "vote-global+skip", "vote-sequence+skip"]
+VOTES = ["vote-fixed", "vote-global", "vote-sequence", "vote-global+skip", "vote-sequence+skip",
+         "vote-sequence+skip+all"]
 CONFIGS = ["plain"] + DRAFTS + VOTES
 
 
@@ -95,7 +99,8 @@ class Server(minionsd.Server):
                 self.set("drafter.ngram.shared", config != "ngram-own")
         mode = "fixed" if "fixed" in config else "global" if "global" in config else "sequence"
         self.set("spec.weights", mode)
-        self.set("spec.skip_below", SKIP if config.endswith("+skip") else 0)
+        self.set("spec.skip_below", SKIP if "+skip" in config else 0)
+        self.set("spec.cascade", "+all" not in config)
 
 
 def gnuplot(script):

@@ -90,7 +90,7 @@ mn_engine_config mn_engine_defaults(void)
         .weights_mode = MN_WEIGHTS_SEQUENCE,
         .weights = mn_weights_defaults(),
         .skip_below = 0.25f, /* docs/speculation.md: on every prompt set the learning vote ran faster with it */
-        .cascade = true,     /* docs/speculation.md: the vote served 1.03-1.12x as fast with it */
+        .cascade = true,     /* docs/speculation.md: the vote served 1.02-1.12x as fast with it */
         .ngram_cache = MN_NGRAM_CACHE_TOKENS_DEFAULT,
         .prefix_cache = true,
         .tuner_mode = MN_TUNER_ADAPTIVE, /* docs/speculation.md: with 16 clients the fixed vote serves at

@@ -6,8 +6,8 @@
  * the verifier (MN_SET_SPEC_LENGTH with the class in `index`). In fixed mode every class runs at
  * spec.length and measurements only fill the curves shown in stats. Setting spec.length (or
  * switching to adaptive) restarts every class at that length. spec.length 0 turns speculation off
- * in either mode: the adaptive tuner starts from a positive length only. Each decision goes to on_event (the
- * engine publishes it on the --events socket) and to the debug log.
+ * in either mode: the adaptive tuner starts from a positive length only. Each decision goes to
+ * on_event (the engine publishes it on the --events socket) and to the debug log.
  *
  * Messages in: MEASURED (mn_measure), SET (MN_SET_SPEC_LENGTH, MN_SET_TUNER), STATS. Out: SET to the
  * verifier.
