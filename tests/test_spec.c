@@ -175,22 +175,22 @@ Test(vote, identical_proposals_vote_the_heaviest_lowest_index)
 }
 
 /* Who drafts: drafters 0-2 cost (models), 3 does not (n-gram). The light models sit out but for
- * every 8th round of the clock, where one of them drafts, each in turn. */
+ * every MN_VOTE_EXPLORE_EVERY-th round of the clock, where one of them drafts, each in turn. */
 Test(vote, ask_skips_light_models_and_explores_them_in_turn)
 {
     const float w[4] = {0.05f, 2.0f, 0.1f, 4.0f}; /* 0 and 2 under 0.25 x 4: sitting out */
-    const uint32_t all = 0xf, costly = 0x7, always = 0x2 | 0x8;
-    for (uint32_t r = 0; r < 7; r++)
+    const uint32_t all = 0xf, costly = 0x7, always = 0x2 | 0x8, e = MN_VOTE_EXPLORE_EVERY;
+    for (uint32_t r = 0; r < e - 1; r++)
         cr_assert_eq(mn_vote_ask(w, all, costly, 0.25f, r, 4), always, "round %u", r);
-    cr_assert_eq(mn_vote_ask(w, all, costly, 0.25f, 7, 4), always | 0x1, "round 7: the first sitting out");
-    cr_assert_eq(mn_vote_ask(w, all, costly, 0.25f, 8, 4), always, "round 8");
-    cr_assert_eq(mn_vote_ask(w, all, costly, 0.25f, 15, 4), always | 0x4, "round 15: the next");
-    cr_assert_eq(mn_vote_ask(w, all, costly, 0.25f, 23, 4), always | 0x1, "round 23: the first again");
+    cr_assert_eq(mn_vote_ask(w, all, costly, 0.25f, e - 1, 4), always | 0x1, "round e - 1: the first sitting out");
+    cr_assert_eq(mn_vote_ask(w, all, costly, 0.25f, e, 4), always, "round e");
+    cr_assert_eq(mn_vote_ask(w, all, costly, 0.25f, 2 * e - 1, 4), always | 0x4, "round 2e - 1: the next");
+    cr_assert_eq(mn_vote_ask(w, all, costly, 0.25f, 3 * e - 1, 4), always | 0x1, "round 3e - 1: the first again");
     cr_assert_eq(mn_vote_ask(w, all, costly, 0, 5, 4), all, "skip_below 0: all, always");
     cr_assert_eq(mn_vote_ask(w, 0x3, costly, 0.25f, 5, 4), 0x2, "the best among the enabled sets the bar: 0 sits out");
     cr_assert_eq(mn_vote_ask(w, 0xb, costly, 0.25f, 3, 4), 0xa, "disabled drafters are never asked");
     const float even[4] = {1, 1, 1, 1};
-    cr_assert_eq(mn_vote_ask(even, all, costly, 0.25f, 7, 4), all, "nobody sits out: nothing to explore");
+    cr_assert_eq(mn_vote_ask(even, all, costly, 0.25f, e - 1, 4), all, "nobody sits out: nothing to explore");
 }
 
 Test(vote, refuses_bad_input)

@@ -54,7 +54,7 @@ static void usage(FILE *f)
             "                         decoding (default 4)\n"
             "      --spec-weights W   sequence|global|fixed: whose weights the vote reads (default sequence)\n"
             "      --spec-skip-below F a model drafter whose weight is under F x a request's best drafter's\n"
-            "                         skips its rounds, those sitting out taking every 8th in turn;\n"
+            "                         skips its rounds, those sitting out taking every 32nd in turn;\n"
             "                         0 = all draft always (default 0.25)\n"
             "      --spec-cascade on|off the model drafters draft only for requests the n-gram drafter\n"
             "                         proposed nothing for (live: spec.cascade; default on)\n"

@@ -94,9 +94,13 @@ mn_status mn_vote(const int32_t *const *drafts, const uint32_t *lens, const floa
  * a drafter explored in a round drafts for every sequence in it, in one shared pass.
  * Until 2026-11-29 each sequence kept its own count, its first round asked all, and every 8th asked
  * all those sitting out at once: three model drafts then each caught up and drafted the whole length
- * to be outvoted, and with 16 clients some sequence was at such a round in most rounds
- * (docs/speculation.md, "The vote and the weights"). */
-#define MN_VOTE_EXPLORE_EVERY 8
+ * to be outvoted, and with 16 clients some sequence was at such a round in most rounds. Every 8th
+ * round of the voter's, with the cascade, still cost a fifth of a step on average with one client:
+ * the explored drafter catches up on every token since its last turn and drafts the whole length
+ * (a round of 318 us against a step of 198 on devil). Every 32nd served 1.04-1.27x as fast
+ * (docs/speculation.md, "The vote and the weights"); a drafter sitting out is judged that much
+ * less often. */
+#define MN_VOTE_EXPLORE_EVERY 32
 uint32_t mn_vote_ask(const float *weights, uint32_t enabled, uint32_t costly, float skip_below, uint32_t round,
                      uint32_t n_drafters);
 
