@@ -713,7 +713,8 @@ Test(speculate, admin_keys_stats_and_events, .timeout = 300)
 static json_int_t drafter_rounds(server *s, const char *name)
 {
     json_t *r = admin(s, "{\"cmd\":\"stats\"}");
-    json_t *d = json_object_get(json_object_get(json_object_get(json_object_get(r, "stats"), "spec"), "drafters"), name);
+    json_t *spec = json_object_get(json_object_get(r, "stats"), "spec");
+    json_t *d = json_object_get(json_object_get(spec, "drafters"), name);
     json_t *v = json_object_get(d, "rounds");
     cr_assert(json_is_integer(v), "stats: no spec.drafters.%s.rounds", name);
     json_int_t n = json_integer_value(v);
@@ -728,13 +729,15 @@ static json_int_t drafter_rounds(server *s, const char *name)
 Test(speculate, cascade_asks_the_model_drafter_where_ngram_has_nothing, .timeout = 300)
 {
     enum { TOKENS = 48 };
-    static const char prompt[] = "And God said, Let there be light: and there was light. And God said, Let there be light:";
+    static const char prompt[] = "And God said, Let there be light: and there was light. "
+                                 "And God said, Let there be light:";
     char *want = generate(prompt, TOKENS);
     server s;
     server_start(&s, (const char *[]){"--draft", model_file("draft-kjv.gguf"), "--draft", "ngram", "--tuner", "fixed",
                                       "--spec-skip-below", "0", "--ngram-cache", "0", NULL});
     json_t *r = admin(&s, "{\"cmd\":\"get\"}");
-    cr_assert(json_is_true(json_object_get(json_object_get(r, "config"), "spec.cascade")), "the cascade is the default");
+    cr_assert(json_is_true(json_object_get(json_object_get(r, "config"), "spec.cascade")),
+              "the cascade is the default");
     json_decref(r);
     tconn c;
     connect_to(s.tcp, &c);
