@@ -4,6 +4,7 @@
  * (SIGTERM, SIGINT, SIGHUP or the admin's drain). */
 #include <errno.h>
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +87,15 @@ static int parse_int(const char *s, long lo, long hi, long *out)
     if (errno || end == s || *end || v < lo || v > hi)
         return 0;
     *out = v;
+    return 1;
+}
+
+/* on|off into *out; 0 (and *out unchanged) for anything else. */
+static int parse_on_off(const char *s, bool *out)
+{
+    if (strcmp(s, "on") && strcmp(s, "off"))
+        return 0;
+    *out = !strcmp(s, "on");
     return 1;
 }
 
@@ -190,10 +200,8 @@ int main(int argc, char **argv)
         case 'N':
             ok = parse_int(optarg, 0, 1L << 28, &v) && (v == 0 || v >= 64), cfg.ngram_cache = (uint32_t)v;
             break;
-        case 'C':
-            ok = !strcmp(optarg, "on") || !strcmp(optarg, "off"), cfg.prefix_cache = !strcmp(optarg, "on");
-            break;
-        case 'c': ok = !strcmp(optarg, "on") || !strcmp(optarg, "off"), cfg.cascade = !strcmp(optarg, "on"); break;
+        case 'C': ok = parse_on_off(optarg, &cfg.prefix_cache); break;
+        case 'c': ok = parse_on_off(optarg, &cfg.cascade); break;
         case 'w': ok = parse_http(optarg, http_host, sizeof http_host, &cfg); break;
         case 'A': ok = *optarg != 0, cfg.api_key = optarg; break;
         case 'F':

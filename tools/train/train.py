@@ -7,7 +7,8 @@ Needs Debian's python3-torch (with libopenblas0-openmp; the reference BLAS is ~2
 corpora from tools/train/corpora.py. Writes OUT/tokenizer.json, OUT/target.gguf (F32),
 OUT/draft-*.gguf (matrices F16, norms F32: a draft's precision only moves what it proposes, and half
 the bytes make its passes cheaper; docs/models.md) and OUT/manifest.json. The llama here rotates
-adjacent pairs (the GGUF RoPE convention), so weights export as they are. Deterministic for a given seed and thread count.
+adjacent pairs (the GGUF RoPE convention), so weights export as they are. Deterministic for a given
+seed and thread count.
 """
 import argparse
 import hashlib
