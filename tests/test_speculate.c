@@ -41,11 +41,15 @@ static const char *model_file(const char *name)
 
 static const char *const drafter_names[] = {"draft-kjv", "draft-web", "draft-devil", "ngram"};
 
+/* The tests below that set a draft length keep it (--tuner fixed): the adaptive tuner, the
+ * default, would clamp 16 to its s_max of 8 and may decode plainly under load, and what they check
+ * (texts at each length, acceptance, preemption of long outputs) would then run without the drafts
+ * they name. The adaptive tuner's own losslessness is adaptive_length_is_lossless_and_visible's. */
 static void start_with_drafts(server *s, const char *spec_length)
 {
     server_start(s, (const char *[]){"--draft", model_file("draft-kjv.gguf"), "--draft", model_file("draft-web.gguf"),
                                      "--draft", model_file("draft-devil.gguf"), "--draft", "ngram", "--spec-length",
-                                     spec_length, "--draft-backend", "cpu", NULL});
+                                     spec_length, "--tuner", "fixed", "--draft-backend", "cpu", NULL});
 }
 
 static void admin_ok(server *s, const char *cmd)
@@ -220,7 +224,7 @@ static void smollm2_lossless(const char *target)
                        (const char *[]){"--draft", model_file("smollm2-draft.gguf"), "--draft",
                                         model_file("smollm2-draft-bible.gguf"), "--draft",
                                         model_file("smollm2-draft-chat.gguf"), "--draft", "ngram", "--spec-length",
-                                        "4", "--max-batch", "16", "--kv-blocks", "512", NULL});
+                                        "4", "--tuner", "fixed", "--max-batch", "16", "--kv-blocks", "512", NULL});
     tconn c;
     connect_to(s.tcp, &c);
     for (int i = 0; i < 2 * N; i++) { /* i < N: speculating; then the same requests opting out */
@@ -274,7 +278,7 @@ Test(speculate, smollm2_drafts_are_lossless_on_q4_1_and_f16, .timeout = 900, .di
 Test(speculate, paused_requests_are_preempted_and_recomputed_with_drafts, .timeout = 600, .disabled = SANITIZED)
 {
     check_paused_preemption((const char *[]){"--draft", model_file("draft-kjv.gguf"), "--draft", "ngram",
-                                             "--spec-length", "1", NULL});
+                                             "--spec-length", "1", "--tuner", "fixed", NULL});
 }
 
 /* ---- sampling -------------------------------------------------------------------------------- */
@@ -438,7 +442,8 @@ Test(speculate, sampling_draws_from_the_target_distribution, .timeout = 900)
     uint32_t nv = x.n_vocab;
     server s;
     server_start(&s, (const char *[]){"--draft", model_file("draft-kjv.gguf"), "--draft", model_file("draft-web.gguf"),
-                                      "--draft", "ngram", "--spec-length", "4", "--max-batch", "32", NULL});
+                                      "--draft", "ngram", "--spec-length", "4", "--tuner", "fixed", "--max-batch", "32",
+                                      NULL});
     int32_t(*spec)[5] = calloc(N_SAMPLES, sizeof *spec), (*plain)[5] = calloc(N_SAMPLES, sizeof *plain);
     sample_tokens(&s, &x, 1, N_SAMPLES, spec);
     sample_tokens(&s, &x, 0, N_SAMPLES, plain);
@@ -1037,8 +1042,8 @@ Test(speculate, catching_up_after_plain_steps_is_a_backlog, .timeout = 300)
 static void start_pipelined(server *s)
 {
     server_start(s, (const char *[]){"--draft", model_file("draft-kjv.gguf"), "--draft", model_file("draft-web.gguf"),
-                                     "--draft", "ngram", "--spec-length", "4", "--pipeline", "-t", "2",
-                                     "--draft-threads", "1", NULL});
+                                     "--draft", "ngram", "--spec-length", "4", "--tuner", "fixed", "--pipeline", "-t",
+                                     "2", "--draft-threads", "1", NULL});
 }
 
 static json_t *pipeline_stats(server *s)
@@ -1130,8 +1135,8 @@ Test(speculate, pipeline_is_lossless_under_load_cancels_and_disconnects, .timeou
 Test(speculate, pipeline_preempts_and_recomputes, .timeout = 600, .disabled = SANITIZED)
 {
     check_paused_preemption((const char *[]){"--draft", model_file("draft-kjv.gguf"), "--draft", "ngram",
-                                             "--spec-length", "1", "--pipeline", "-t", "2", "--draft-threads", "1",
-                                             NULL});
+                                             "--spec-length", "1", "--tuner", "fixed", "--pipeline", "-t", "2",
+                                             "--draft-threads", "1", NULL});
 }
 
 /* --draft-threads must leave the target a thread and needs a draft model to run. */
