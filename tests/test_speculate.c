@@ -188,10 +188,23 @@ Test(speculate, thirty_two_clients_greedy_equals_generate, .timeout = 600, .disa
     cr_assert_gt(kv_of(st, "drafts", "adopted"), 0, "%s", json_dumps(st, 0));
     json_decref(st);
     /* client i's k-th request asks for prompt (i + k) % 6 and speculates when (i + k) % 3 != 0: so
-     * prompts 0 and 3 never did, and only the target's pool holds them */
+     * prompts 0 and 3 never did, and only the target's pool holds them. A model draft may not have
+     * seen a drafted prompt either: with the cascade it drafts only where the n-gram drafter (and its
+     * cache of the finished requests) proposed nothing, and one that sits out drafts every 32nd
+     * round; so each drafted prompt once more with every draft drafting */
     bool drafted[6];
-    for (int i = 0; i < n; i++)
-        drafted[i] = i % 3 != 0;
+    admin_ok(&s, "{\"cmd\":\"set\",\"key\":\"spec.cascade\",\"value\":false}");
+    admin_ok(&s, "{\"cmd\":\"set\",\"key\":\"spec.skip_below\",\"value\":0}");
+    tconn c;
+    connect_to(s.tcp, &c);
+    for (int i = 0; i < n; i++) {
+        if (!(drafted[i] = i % 3 != 0))
+            continue;
+        send_request(&c, "all", prompts[i], 4, 0, 0);
+        json_decref(await(&c, "all"));
+    }
+    tconn_close(&c);
+    wait_idle(&s);
     check_prompts_cached(&s, prompts, n, 3, drafted);
     server_stop(&s);
     for (int i = 0; i < n; i++)
@@ -878,18 +891,28 @@ Test(speculate, adaptive_length_is_lossless_and_visible, .timeout = 600, .disabl
     tuner = json_object_get(json_object_get(json_object_get(r, "stats"), "spec"), "tuner");
     int with_figures = 0;
     json_object_foreach(json_object_get(tuner, "batch"), cls, k) {
-        json_t *q = json_object_get(k, "sequence");
-        double theta = json_real_value(json_object_get(q, "theta")), first = json_real_value(json_object_get(q, "first"));
-        json_t *carry = json_object_get(q, "carry");
-        if (q) {
-            cr_assert(theta > 0 && theta <= 1 && first >= 0 && first <= 1, "batch %s: %s", cls, json_dumps(q, 0));
+        json_t *seq = json_object_get(k, "sequence");
+        if (!seq)
+            continue;
+        /* a figure per kind of draft: the n-gram's (free) and the model's (costly, dearer) */
+        double theta[2];
+        for (int kind = 0; kind < 2; kind++) {
+            json_t *q = json_object_get(seq, kind ? "costly" : "free");
+            cr_assert(q, "batch %s: %s", cls, json_dumps(seq, 0));
+            theta[kind] = json_real_value(json_object_get(q, "theta"));
+            double first = json_real_value(json_object_get(q, "first"));
+            json_t *carry = json_object_get(q, "carry");
+            cr_assert(theta[kind] > 0 && theta[kind] <= 1 && first >= 0 && first <= 1, "batch %s: %s", cls,
+                      json_dumps(q, 0));
             cr_assert(json_array_size(carry) == 5, "carry for tokens 2..s_max (6): %s", json_dumps(q, 0));
             for (size_t j = 0; j < json_array_size(carry); j++) {
                 double x = json_real_value(json_array_get(carry, j));
                 cr_assert(x >= 0 && x <= 1, "batch %s: %s", cls, json_dumps(q, 0));
             }
         }
-        with_figures += q != NULL;
+        cr_assert(theta[1] >= theta[0], "batch %s: a model's draft token costs its passes too: %s", cls,
+                  json_dumps(seq, 0));
+        with_figures++;
     }
     cr_assert_gt(with_figures, 0, "a class shows its theta and acceptance: %s", json_dumps(tuner, 0));
     json_decref(r);
