@@ -1490,7 +1490,7 @@ Test(tuner, model_learns_in_fixed_mode_and_from_any_length)
 Test(tuner, sequence_length_by_hand)
 {
     mn_tuner_seq q = {0};
-    mn_tuner_advice a = {.s = 8, .theta = 0.3f, .first = 0.5f};
+    mn_tuner_rate a = {.theta = 0.3f, .first = 0.5f, .least = 1};
     for (uint32_t j = 2; j <= MN_TUNER_MAX_LEN; j++)
         a.carry[j] = 0.5f;
     cr_assert_eq(mn_tuner_seq_length(&q, &a, 8), 1, "the prior alone: 0.5 > 0.3 > 0.25");
@@ -1505,7 +1505,9 @@ Test(tuner, sequence_length_by_hand)
     cr_assert_eq(mn_tuner_seq_length(&q, &a, 3), 3, "never past the cap");
     for (int i = 0; i < 12; i++) /* then rejected at once, twelve times */
         mn_tuner_seq_observe(&q, 0);
-    cr_assert_eq(mn_tuner_seq_length(&q, &a, 8), 1, "it never goes below 1");
+    cr_assert_eq(mn_tuner_seq_length(&q, &a, 8), 1, "it never goes below its least, 1");
+    a.least = 0;
+    cr_assert_eq(mn_tuner_seq_length(&q, &a, 8), 0, "or 0: (0.10 + 0.5) / (3.98 + 1) = 0.12 < 0.3");
     a.theta = NAN;
     cr_assert_eq(mn_tuner_seq_length(&q, &a, 5), 5, "no figures: the cap");
 }
@@ -1524,7 +1526,7 @@ Test(tuner, sequence_acceptance_by_position)
     st.ended[1] = 2; /* kept 1, rejected the 2nd */
     st.full[4] = 3;  /* kept all 4 */
     mn_tuner_observe(&t, &st, true, &d);
-    mn_tuner_advice a = mn_tuner_advise(&t, mn_tuner_class_of(8));
+    mn_tuner_rate a = mn_tuner_advise(&t, mn_tuner_class_of(8)).kind[MN_TUNER_FREE];
     cr_assert_float_eq(a.first, 5.0 / 7.0, 1e-6, "7 drafts tried the first token, 5 kept it");
     double c2 = (3 + 5.0 / 7.0) / (5 + 1), c3 = (3 + c2) / (3 + 1), c4 = (3 + c3) / (3 + 1), c5 = (0 + c4) / (0 + 1);
     cr_assert_float_eq(a.carry[2], c2, 1e-6, "5 reached the 2nd, 3 kept it (one pseudo-draft at first)");
@@ -1541,7 +1543,7 @@ Test(tuner, sequence_theta_from_steps)
     mn_tuner t;
     mn_tuner_init(&t, &p, 8);
     mn_tuner_decision d;
-    cr_assert(isnan(mn_tuner_advise(&t, 0).theta));
+    cr_assert(isnan(mn_tuner_advise(&t, 0).kind[MN_TUNER_FREE].theta));
     double seconds = 0, tokens = 0;
     for (uint32_t k = 0; k < 6; k++) {
         mn_tuner_step st = {.batch = 1, .s = 8, .drafted = 2 + k, .seconds = 1 + 0.1 * (2 + k), .tokens = 2};
@@ -1550,13 +1552,14 @@ Test(tuner, sequence_theta_from_steps)
         mn_tuner_observe(&t, &st, true, &d);
     }
     mn_tuner_advice a = mn_tuner_advise(&t, 0);
-    cr_assert_float_eq(a.theta, 0.1 / (seconds / tokens), 1e-5);
-    cr_assert_float_eq(a.first, 1.0, 1e-6, "the first token kept six times");
-    cr_assert_float_eq(a.carry[2], (0 + 1.0) / (6 + 1), 1e-6, "the second rejected six times");
+    const mn_tuner_rate *fr = &a.kind[MN_TUNER_FREE];
+    cr_assert_float_eq(fr->theta, 0.1 / (seconds / tokens), 1e-5);
+    cr_assert_float_eq(fr->first, 1.0, 1e-6, "the first token kept six times");
+    cr_assert_float_eq(fr->carry[2], (0 + 1.0) / (6 + 1), 1e-6, "the second rejected six times");
     cr_assert_eq(a.s, 8);
     p.rule = MN_TUNER_RULE_MODEL;
     mn_tuner_reparam(&t, &p);
-    cr_assert(isnan(mn_tuner_advise(&t, 0).theta), "other rules give no figures");
+    cr_assert(isnan(mn_tuner_advise(&t, 0).kind[MN_TUNER_FREE].theta), "other rules give no figures");
 }
 
 /* n steps of one sequence at 8 drafting 2, 3, ... tokens, each step 1 s plus 0.1 s a draft token,
@@ -1569,6 +1572,42 @@ static void spread_drafts(mn_tuner *t, uint32_t n, bool adapt)
         mn_tuner_decision d;
         mn_tuner_observe(t, &st, adapt, &d);
     }
+}
+
+/* A costly draft (a model's) has figures of its own: its acceptance, learned only from the drafts
+ * the costly drafters won the vote with, and its theta, (beta + delta) / c, one more of its tokens
+ * costing the target's beta and the drafters' own pass, delta; where not even its first token pays,
+ * a sequence drafts none (a free draft, at least one). Before any costly draft is verified it is
+ * taken as good as a free one, and delta as 0. */
+Test(tuner, costly_drafts_have_their_own_figures)
+{
+    mn_tuner_params p = with_rule(MN_TUNER_RULE_SEQUENCE);
+    p.decision_threshold = 1000;
+    mn_tuner t;
+    mn_tuner_init(&t, &p, 8);
+    spread_drafts(&t, 6, true); /* free drafts of 2..7 tokens keep 2: beta 0.1 s a token */
+    mn_tuner_advice a = mn_tuner_advise(&t, 0);
+    const mn_tuner_rate *fr = &a.kind[MN_TUNER_FREE], *co = &a.kind[MN_TUNER_COSTLY];
+    cr_assert(!isnan(fr->theta) && co->theta == fr->theta && co->first == fr->first &&
+                  !memcmp(co->carry, fr->carry, sizeof co->carry),
+              "no costly draft yet: the free figures (theta %g / %g, first %g / %g)", fr->theta, co->theta,
+              fr->first, co->first);
+    for (int k = 0; k < 4; k++) { /* a model's 3-token drafts, rejected at once; 0.1 s a position */
+        mn_tuner_step st = {.batch = 1, .s = 8, .drafted = 3, .seconds = 1.6, .drafting = 0.3, .tokens = 1,
+                            .costly_drafting = 0.3, .costly_positions = 3};
+        st.ended[0] = st.costly_ended[0] = 1;
+        mn_tuner_decision d;
+        mn_tuner_observe(&t, &st, true, &d);
+    }
+    a = mn_tuner_advise(&t, 0);
+    double c = (8.7 + 4 * 1.6) / (18 + 4); /* seconds per produced token, every speculating step */
+    cr_assert_float_eq(fr->theta, 0.1 / c, 1e-5, "beta over c: the steps' work is on the line still");
+    cr_assert_float_eq(co->theta, (0.1 + 0.1) / c, 1e-5, "(beta + delta) over c");
+    cr_assert_float_eq(fr->first, 1.0, 1e-6, "the free drafts kept their first token six times of six");
+    cr_assert_float_eq(co->first, 0.0, 1e-6, "the model's, none of four");
+    mn_tuner_seq q = {0};
+    cr_assert_eq(mn_tuner_seq_length(&q, fr, 8), 2, "free: 1, 1, then 1/7 < theta %g", fr->theta);
+    cr_assert_eq(mn_tuner_seq_length(&q, co, 8), 0, "costly: none, its first token does not pay");
 }
 
 /* Plain decoding renews nothing the sequence rule knows about drafts: a class that rests at plain
@@ -1584,7 +1623,8 @@ Test(tuner, plain_windows_keep_the_sequence_rules_figures)
     mn_tuner_decision d;
     spread_drafts(&t, 8, false); /* two windows at 8 */
     mn_tuner_advice before = mn_tuner_advise(&t, 0);
-    cr_assert(!isnan(before.theta) && !isnan(before.first));
+    const mn_tuner_rate *b = &before.kind[MN_TUNER_FREE];
+    cr_assert(!isnan(b->theta) && !isnan(b->first));
     mn_tuner_restart(&t, 0, true);
     for (uint32_t k = 0; k < 400; k++) { /* a hundred windows at 0 */
         mn_tuner_step st = {.batch = 1, .s = 0, .seconds = 1, .tokens = 1};
@@ -1592,9 +1632,9 @@ Test(tuner, plain_windows_keep_the_sequence_rules_figures)
         mn_tuner_observe(&t, &st, false, &d);
     }
     mn_tuner_advice after = mn_tuner_advise(&t, 0);
-    cr_assert(after.theta == before.theta && after.first == before.first &&
-                  !memcmp(after.carry, before.carry, sizeof after.carry),
-              "theta %g -> %g, first %g -> %g", before.theta, after.theta, before.first, after.first);
+    const mn_tuner_rate *f = &after.kind[MN_TUNER_FREE];
+    cr_assert(f->theta == b->theta && f->first == b->first && !memcmp(f->carry, b->carry, sizeof f->carry),
+              "theta %g -> %g, first %g -> %g", b->theta, f->theta, b->first, f->first);
 }
 
 /* A class that has only decoded plainly, decided or not, drafts its first probe with the nearest
@@ -1614,11 +1654,12 @@ Test(tuner, a_class_without_figures_borrows_the_nearest)
         decided |= mn_tuner_observe(&t, &st, true, &d);
     }
     cr_assert(decided && t.c[c16].decisions == 1);
-    cr_assert(isnan(mn_tuner_advise(&t, c16).theta), "no class has figures yet");
+    cr_assert(isnan(mn_tuner_advise(&t, c16).kind[MN_TUNER_FREE].theta), "no class has figures yet");
     spread_drafts(&t, 6, true); /* one sequence speculates */
     mn_tuner_advice a1 = mn_tuner_advise(&t, 0), a16 = mn_tuner_advise(&t, c16);
-    cr_assert(!isnan(a1.theta) && a16.theta == a1.theta && a16.first == a1.first, "theta %g, %g", a1.theta,
-              a16.theta);
+    const mn_tuner_rate *f1 = &a1.kind[MN_TUNER_FREE], *f16 = &a16.kind[MN_TUNER_FREE];
+    cr_assert(!isnan(f1->theta) && f16->theta == f1->theta && f16->first == f1->first, "theta %g, %g", f1->theta,
+              f16->theta);
 }
 
 /* A batch of two sequences that copy (each draft token kept with probability 0.95) and two that do
@@ -1636,11 +1677,10 @@ static void seq_steps(mn_tuner *t, seq_sim *sim, int steps, bool per_sequence, u
     for (int i = 0; i < steps; i++) {
         mn_tuner_class *c = &t->c[mn_tuner_class_of(4)];
         uint32_t s = per_sequence ? next_s(t, mn_tuner_class_of(4)) : c->s;
-        mn_tuner_advice a = per_sequence ? mn_tuner_advise(t, mn_tuner_class_of(4))
-                                         : (mn_tuner_advice){.s = s, .other = s, .theta = NAN, .first = NAN};
+        mn_tuner_advice a = per_sequence ? mn_tuner_advise(t, mn_tuner_class_of(4)) : mn_tuner_fixed_advice(s);
         mn_tuner_step st = {.batch = 4, .s = s};
         for (int k = 0; k < 4; k++) {
-            uint32_t cap = mn_tuner_seq_length(&sim->acc[k], &a, s), kept = 0;
+            uint32_t cap = mn_tuner_seq_length(&sim->acc[k], &a.kind[MN_TUNER_FREE], s), kept = 0;
             while (kept < cap && (lcg(rng) & 0xffff) < accept[k] * 0x10000)
                 kept++;
             mn_tuner_seq_observe(&sim->acc[k], kept);
@@ -1697,9 +1737,8 @@ static double stretch_steps(mn_tuner *t, mn_tuner_seq *q, int steps, bool per_se
         if ((lcg(rng) & 0xffff) < 0.2 * 0x10000)
             copying = !copying;
         uint32_t s = per_sequence ? next_s(t, 0) : t->c[0].s;
-        mn_tuner_advice a = per_sequence ? mn_tuner_advise(t, 0)
-                                         : (mn_tuner_advice){.s = s, .other = s, .theta = NAN, .first = NAN};
-        uint32_t cap = mn_tuner_seq_length(q, &a, s), kept = 0;
+        mn_tuner_advice a = per_sequence ? mn_tuner_advise(t, 0) : mn_tuner_fixed_advice(s);
+        uint32_t cap = mn_tuner_seq_length(q, &a.kind[MN_TUNER_FREE], s), kept = 0;
         while (kept < cap && (lcg(rng) & 0xffff) < (copying ? 0.95 : kept ? 0.6 : 0.3) * 0x10000)
             kept++;
         if (cap)
@@ -1913,7 +1952,8 @@ Test(tuner, undecided_classes_follow_the_nearest_decided_one)
     cr_assert_eq(t.c[c16].s, 0);
     for (uint32_t k = 0; k < MN_TUNER_CLASSES; k++)
         cr_assert_eq(t.c[k].s, 0, "class %s follows 9-16", mn_tuner_class_name(k));
-    mn_tuner_advice a8 = mn_tuner_advise(&t, c8), a16 = mn_tuner_advise(&t, c16);
+    mn_tuner_rate a8 = mn_tuner_advise(&t, c8).kind[MN_TUNER_FREE];
+    mn_tuner_rate a16 = mn_tuner_advise(&t, c16).kind[MN_TUNER_FREE];
     /* (theta is NAN here: every step drafted the same length, so no line of time over drafts) */
     cr_assert(a8.first == a16.first && !memcmp(a8.carry, a16.carry, sizeof a8.carry) &&
                   (a8.theta == a16.theta || (isnan(a8.theta) && isnan(a16.theta))),

@@ -141,13 +141,22 @@ static json_t *tuner_stats_json(const mn_admin *a)
                                 (json_int_t)k->decisions, "moves", (json_int_t)k->moves, "probes",
                                 (json_int_t)k->probes, "curve", curve, "model", model);
         mn_tuner_advice adv = mn_tuner_advise(t, c); /* the sequence rule's figures, once measured */
-        if (!isnan(adv.theta) && !isnan(adv.first)) {
+        static const char *const kinds[MN_TUNER_KINDS] = {"free", "costly"};
+        json_t *seq = json_object();
+        for (uint32_t kind = 0; kind < MN_TUNER_KINDS; kind++) {
+            const mn_tuner_rate *r = &adv.kind[kind];
+            if (isnan(r->theta) || isnan(r->first))
+                continue;
             json_t *carry = json_array();
             for (uint32_t j = 2; j <= t->p.s_max; j++)
-                json_array_append_new(carry, json_real(adv.carry[j]));
-            json_object_set_new(cls, "sequence", json_pack("{s:f, s:f, s:o}", "theta", (double)adv.theta, "first",
-                                                           (double)adv.first, "carry", carry));
+                json_array_append_new(carry, json_real(r->carry[j]));
+            json_object_set_new(seq, kinds[kind], json_pack("{s:f, s:f, s:o}", "theta", (double)r->theta, "first",
+                                                         (double)r->first, "carry", carry));
         }
+        if (json_object_size(seq))
+            json_object_set_new(cls, "sequence", seq);
+        else
+            json_decref(seq);
         json_object_set_new(classes, mn_tuner_class_name(c), cls);
     }
     return json_pack("{s:s, s:I, s:f, s:o}", "mode", mn_tuner_mode_name(s->tuner.mode), "measured",

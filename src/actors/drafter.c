@@ -56,11 +56,11 @@ mn_status mn_drafter_check_vocab(const mn_model *target, const mn_model *draft, 
     return MN_OK;
 }
 
-/* Tokens the drafter may propose for r: the round's cap, within its own context (it feeds
- * positions up to toks.n + cap - 2). */
+/* Tokens the drafter may propose for r: the round's length for a costly drafter, within its own
+ * context (it feeds positions up to toks.n + cap - 2). */
 static uint32_t own_cap(const mn_backend *be, const mn_req *r)
 {
-    uint32_t n = (uint32_t)r->toks.n, ctx = be->model->hp.n_ctx, cap = r->spec.cap;
+    uint32_t n = (uint32_t)r->toks.n, ctx = be->model->hp.n_ctx, cap = r->spec.len[MN_TUNER_COSTLY];
     if (n >= ctx)
         return 0;
     return cap < ctx - n ? cap : ctx - n;
@@ -153,6 +153,7 @@ static void draft_run(mn_job *job)
         roll_back(x, r);
         j->cap[n_live] = cap;
         j->live[n_live++] = r;
+        j->part->positions += cap;
     }
     j->st = draft_passes(j, n_live, index);
     for (uint32_t i = 0; i < n_live; i++) {
@@ -179,11 +180,11 @@ static void propose_ngram(mn_drafter *d, mn_round_part *part)
         mn_req *r = round->reqs[k];
         mn_req_draft *x = &r->spec.d[d->cfg.index];
         const int32_t *t = r->toks.ids;
-        uint32_t n = (uint32_t)r->toks.n, m = 0;
+        uint32_t n = (uint32_t)r->toks.n, m = 0, len = r->spec.len[MN_TUNER_FREE];
         if (r->spec.ask >> d->cfg.index & 1) {
-            m = mn_ngram_propose(t, n, d->ngram_min_n, MN_NGRAM_MAX_N_DEFAULT, r->spec.cap, d->ngram_short, x->prop);
+            m = mn_ngram_propose(t, n, d->ngram_min_n, MN_NGRAM_MAX_N_DEFAULT, len, d->ngram_short, x->prop);
             if (!m && d->ngram_shared) {
-                m = mn_ngram_cache_propose(&d->cache, t, n, d->ngram_min_n, r->spec.cap, d->ngram_short, x->prop);
+                m = mn_ngram_cache_propose(&d->cache, t, n, d->ngram_min_n, len, d->ngram_short, x->prop);
                 part->from_cache += m > 0;
             }
         }

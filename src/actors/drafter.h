@@ -5,9 +5,11 @@
  * the compute worker: every request first rolls its draft KV back to the prefix the target kept
  * and catches up on the tokens it has not seen (its prompt the first time, then the accepted draft
  * and the target's own token, whoever proposed them), in unpadded passes of up to the backend's
- * max_tokens; then it drafts spec.cap tokens greedily, one pass per position for the whole batch.
+ * max_tokens; then it drafts spec.len[MN_TUNER_COSTLY] tokens greedily, one pass per position for
+ * the whole batch (a request with none sits the round out: the voter does not ask for it).
  * The n-gram drafter (--draft ngram, no model) proposes on the loop thread at once: the
- * continuation of the latest earlier occurrence of the request's last tokens (spec/ngram.h), or,
+ * continuation of the latest earlier occurrence of the request's last tokens (spec/ngram.h), at
+ * most spec.len[MN_TUNER_FREE] of them, or,
  * when its own tokens have none, what a finished request did after them (its shared cache, which it
  * fills as released requests pass through it on their way from the voter to kvmem).
  *

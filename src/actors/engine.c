@@ -231,6 +231,15 @@ static void on_event(void *engine, const char *line)
     mn_pubsock_publish(e->events, line, strlen(line));
 }
 
+/* Bit i: drafter i runs a model (the n-gram drafter does not). */
+static uint32_t costly_drafters(const mn_engine *e)
+{
+    uint32_t mask = 0;
+    for (uint32_t i = 0; i < e->n_drafts; i++)
+        mask |= e->drafts[i].model ? 1u << i : 0;
+    return mask;
+}
+
 /* The voter, the tuner and one drafter actor per draft. */
 static mn_status new_spec_actors(mn_engine *e, mn_err *err)
 {
@@ -250,8 +259,8 @@ static mn_status new_spec_actors(mn_engine *e, mn_err *err)
                           .cascade = cfg->cascade,
                           .on_event = e->events ? on_event : NULL, .owner = e, .addr = &e->addr,
                           .release_to = e->addr.kvmem};
+    vc.costly = costly_drafters(e);
     for (uint32_t i = 0; i < e->n_drafts; i++) {
-        vc.costly |= e->drafts[i].model ? 1u << i : 0;
         if (!e->drafts[i].model)
             vc.release_to = e->addr.drafters[i];
     }
@@ -295,7 +304,7 @@ static mn_status new_actors(mn_engine *e, uint32_t n_blocks, mn_err *err)
     mn_verifier_config vc = {.be = e->be, .worker = e->worker, .max_batch = cfg->max_batch,
                              .max_held = cfg->max_batch + cfg->max_queue, .spec_enabled = true,
                              .pipeline = cfg->pipeline, .spec_length = cfg->spec_length,
-                             .step_trace = e->step_trace, .addr = &e->addr};
+                             .costly = costly_drafters(e), .step_trace = e->step_trace, .addr = &e->addr};
     if ((s = mn_intake_new(&ic, &e->intake, err)) != MN_OK || (s = mn_kvmem_new(&kc, &e->kvmem, err)) != MN_OK ||
         (s = mn_verifier_new(&vc, &e->verifier, err)) != MN_OK ||
         (s = mn_client_actor_new(e->base, &cc, &e->client, err)) != MN_OK ||

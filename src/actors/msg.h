@@ -47,7 +47,7 @@ typedef enum mn_msg_type {
 
 #define MN_ADDR_MAX_DRAFTERS 8 /* = MN_WEIGHTS_MAX_DRAFTERS */
 
-/* One drafting round: the verifier's requests that want drafts (each with its spec.cap set). The
+/* One drafting round: the verifier's requests that want drafts (each with spec.len and cap set). The
  * verifier owns it and has at most one out; the voter fans it out to the drafters as parts. */
 typedef struct mn_round {
     mn_msg msg;                    /* MN_MSG_DRAFT to the voter, MN_MSG_VOTED back */
@@ -55,6 +55,8 @@ typedef struct mn_round {
     uint32_t n;
     uint32_t pending;              /* voter: drafters not yet answered */
     double backlog_seconds;        /* voter: the parts' backlog_seconds, summed */
+    double costly_seconds;         /* voter: the costly drafters' parts' seconds less their backlog, */
+    uint32_t costly_positions;     /* and the most positions one of them drafted (the tuner's delta) */
     bool cascade;                  /* voter: the free drafters' parts are out, the costly ones' next
                                     * (spec.cascade) */
     struct mn_round_part {
@@ -62,6 +64,8 @@ typedef struct mn_round {
         struct mn_round *round;
         uint32_t drafter;
         double seconds;            /* drafter: time its proposals took, */
+        uint32_t positions;        /* model drafter: draft positions it was asked for, summed over
+                                    * its requests */
         double backlog_seconds;    /* of which catching up on tokens that plain decoding steps
                                     * produced (spec.plain_from/end), its share of the passes by
                                     * tokens */

@@ -88,12 +88,14 @@ typedef struct mn_req_draft {
 typedef struct mn_req_spec {
     bool on;                        /* drafters exist and the request did not say "speculate": false */
     uint32_t max_len;               /* the request's cap on a draft (spec.max_len) */
-    uint32_t cap;                   /* verifier: tokens the drafters may propose this round */
+    uint32_t cap;                   /* verifier: tokens the round's vote may take (the longer len) */
+    uint32_t len[MN_TUNER_KINDS];   /* verifier: what a drafter of each kind may propose this round */
     uint32_t plain_from, plain_end; /* verifier: the positions the request's latest run of plain
                                      * decoding steps produced (none when equal); a model drafter
                                      * catching up on them missed them because the request decoded
                                      * plain: a backlog, not the cost of a length */
-    mn_tuner_seq acc;               /* verifier: its own acceptance (the tuner's sequence rule) */
+    mn_tuner_seq acc[MN_TUNER_KINDS]; /* verifier: its own acceptance of each kind of draft (the
+                                       * tuner's sequence rule), by the voted drafter's kind */
     mn_req_draft *d;                /* [n_drafters], intake allocates; NULL without drafters */
     mn_weights w;                   /* voter: the sequence's weights (n_drafters 0 until its first vote) */
     uint32_t ask;                   /* voter: bit i: drafter i drafts for it this round */

@@ -49,7 +49,7 @@ static void send_length(mn_tuner_actor *t, uint32_t cls, uint32_t s)
         mn_log(MN_LOG_ERROR, "tuner: out of memory for a setting");
         return;
     }
-    mn_tuner_advice a = {.s = s, .other = s, .theta = NAN, .first = NAN};
+    mn_tuner_advice a = mn_tuner_fixed_advice(s);
     if (cls < MN_TUNER_CLASSES && adapting(t)) {
         a = mn_tuner_advise(&t->state, cls);
         if (a.s != s) /* a length set from outside: no paired probe */

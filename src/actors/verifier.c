@@ -51,7 +51,9 @@ struct mn_verifier {
     double t_plan;          /* when the last round was planned */
     double round_seconds;   /* the last round's drafting time: planned to voted */
     double step_draft_seconds; /* that of the round whose drafts this step verifies */
-    double round_backlog, step_backlog; /* of those, the drafters' backlog (mn_measure) */
+    double round_backlog, step_backlog; /* of those, the drafters' backlog (mn_measure), */
+    double round_costly, step_costly;   /* the costly drafters' time (backlog left out) */
+    uint32_t round_positions, step_positions; /* and the positions they drafted (mn_tuner_step) */
     uint32_t pool_batch;    /* B: the pool's bound when the last round was planned */
     bool paused;            /* drafting is paused: the pool holds B */
     uint64_t rounds, overlapped, pauses, resumes;
@@ -167,7 +169,7 @@ mn_status mn_verifier_new(const mn_verifier_config *cfg, mn_verifier **out, mn_e
         return mn_fail(err, MN_NOMEM, "verifier: out of memory for %u sequences", cap);
     }
     for (int i = 0; i < MN_TUNER_CLASSES; i++)
-        v->advice[i] = (mn_tuner_advice){.s = cfg->spec_length, .other = cfg->spec_length, .theta = NAN, .first = NAN};
+        v->advice[i] = mn_tuner_fixed_advice(cfg->spec_length);
     v->measure.msg.type = MN_MSG_MEASURED;
     v->step.be = cfg->be;
     v->step.job.run = step_run;
@@ -355,7 +357,14 @@ static bool start_round(mn_verifier *v)
     }
     for (uint32_t k = 0; k < want && v->round.n < room; k++) {
         mn_req *r = cand[k];
-        if ((r->spec.cap = mn_tuner_seq_length(&r->spec.acc, advice, draft_cap(v, r, s, budget)))) {
+        uint32_t cap = draft_cap(v, r, s, budget);
+        r->spec.cap = 0;
+        for (uint32_t kind = 0; kind < MN_TUNER_KINDS; kind++) {
+            uint32_t len = mn_tuner_seq_length(&r->spec.acc[kind], &advice->kind[kind], cap);
+            r->spec.len[kind] = len;
+            r->spec.cap = len > r->spec.cap ? len : r->spec.cap;
+        }
+        if (r->spec.cap) {
             budget -= r->spec.cap;
             r->phase = MN_PHASE_DRAFTING;
             cand[v->round.n++] = r; /* k >= round.n: the list compacts in place */
@@ -450,6 +459,8 @@ static bool start_step(mn_verifier *v)
     v->step_s = plain ? 0 : v->round_s;
     v->step_draft_seconds = plain ? 0 : v->round_seconds;
     v->step_backlog = drafted ? v->round_backlog : 0;
+    v->step_costly = drafted ? v->round_costly : 0;
+    v->step_positions = drafted ? v->round_positions : 0;
     st->round_t0 = drafted ? v->t_plan : 0;
     st->round_t1 = drafted ? v->t_plan + v->round_seconds : 0;
     st->t_submit = mn_now();
@@ -490,6 +501,8 @@ static void voted(mn_verifier *v)
     v->drafting = false;
     v->round_seconds = mn_now() - v->t_plan;
     v->round_backlog = v->round.backlog_seconds;
+    v->round_costly = v->round.costly_seconds;
+    v->round_positions = v->round.costly_positions;
     for (uint32_t k = 0; k < v->round.n; k++)
         v->round.reqs[k]->phase = MN_PHASE_DRAFTED;
     schedule(v);
@@ -524,17 +537,23 @@ static bool take_token(mn_verifier *v, mn_req *r, uint32_t j)
     return true;
 }
 
+/* The kind of r's voted draft: a costly drafter's, or a free one's (also when it had none). */
+static mn_tuner_kind draft_kind(const mn_verifier *v, const mn_req *r)
+{
+    return r->spec.n_draft && (v->cfg.costly >> r->spec.voted & 1) ? MN_TUNER_COSTLY : MN_TUNER_FREE;
+}
+
 /* r kept every draft token it was allowed: a longer draft might have kept more (the tuner's
  * censored case), where any other verification says where its draft stopped. */
-static bool kept_all(const mn_req *r)
+static bool kept_all(const mn_verifier *v, const mn_req *r)
 {
-    return r->spec.n_kept - 1 == r->spec.n_draft && r->spec.n_draft == r->spec.cap;
+    return r->spec.n_kept - 1 == r->spec.n_draft && r->spec.n_draft == r->spec.len[draft_kind(v, r)];
 }
 
 static void count_verification(mn_verifier *v, mn_req *r)
 {
     uint32_t acc = r->spec.n_kept - 1;
-    mn_tuner_seq_observe(&r->spec.acc, acc);
+    mn_tuner_seq_observe(&r->spec.acc[draft_kind(v, r)], acc);
     r->spec.verifications++;
     r->spec.drafted += r->spec.n_draft;
     r->spec.accepted += acc;
@@ -554,7 +573,8 @@ static void report(mn_verifier *v, double back)
         return;
     mn_measure *m = &v->measure;
     mn_tuner_step *t = &m->step;
-    *t = (mn_tuner_step){.batch = s->n, .s = v->step_s};
+    *t = (mn_tuner_step){.batch = s->n, .s = v->step_s, .costly_drafting = v->step_costly,
+                         .costly_positions = v->step_positions};
     for (uint32_t k = 0; k < s->n; k++) {
         const mn_req *r = s->reqs[k];
         uint32_t a = r->spec.n_kept - 1;
@@ -562,10 +582,9 @@ static void report(mn_verifier *v, double back)
         t->drafted += r->spec.n_draft;
         if (a > t->s) /* cannot happen: a draft is at most s long */
             continue;
-        if (t->s && kept_all(r))
-            t->full[a]++;
-        else
-            t->ended[a]++;
+        bool full = t->s && kept_all(v, r), costly = draft_kind(v, r) == MN_TUNER_COSTLY;
+        (full ? t->full : t->ended)[a]++;
+        (full ? t->costly_full : t->costly_ended)[a] += costly;
         t->undrafted += !r->spec.n_draft;
     }
     m->queued = true;

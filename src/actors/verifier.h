@@ -11,7 +11,8 @@
  * Plain decoding is speculation with no drafts: every step verifies just the target's own token.
  *
  * Speculation (when the engine has drafters: addr->voter): before its step, a decoding request goes
- * to the voter in a round (each with spec.cap, the most it may draft); the voted drafts come back
+ * to the voter in a round (each with spec.len, what each kind of drafter may propose, and spec.cap,
+ * the longer: what its vote may take); the voted drafts come back
  * (MN_MSG_VOTED) and wait in the pool (phase DRAFTED) until a step takes them: each such request
  * brings its pending token plus its draft to the unpadded pass, with logits for every position. On the worker the coupled rule of
  * spec/accept.h decides: the target draws its own token at each position with the request's
@@ -72,6 +73,8 @@ typedef struct mn_verifier_config {
     bool spec_enabled;           /* spec.enabled (live): draft when there are drafters (addr->voter) */
     bool pipeline;               /* pipeline.enabled (live): draft one group while verifying another */
     uint32_t spec_length;        /* tokens drafted per verification, 0..16, until the tuner says */
+    uint32_t costly;             /* bit i: drafter i runs a model (the voter's mask): the drafts it
+                                  * wins the vote with are of the tuner's costly kind */
     FILE *step_trace;            /* borrowed: a line per step (above), or NULL */
     const mn_addr *addr;         /* borrowed */
 } mn_verifier_config;

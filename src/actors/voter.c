@@ -173,10 +173,13 @@ static void voted(mn_voter *v, mn_round *round)
 /* Which enabled drafters draft for r this round: spec/vote.h's rule over the weights r votes with, on
  * the voter's clock, so that a drafter explored in a round drafts for every request in it: its
  * pass is shared, where one request's turn at a time kept the model drafts running in most rounds
- * with 16 clients. */
+ * with 16 clients. The costly drafters sit out where the tuner found that not even their first
+ * token pays for r (spec.len[MN_TUNER_COSTLY] 0). */
 static uint32_t ask_mask(const mn_voter *v, mn_req *r)
 {
-    return mn_vote_ask(vote_weights(v, r), v->enabled, v->cfg.costly, v->cfg.skip_below, v->rounds, v->cfg.n_drafters);
+    uint32_t ask = mn_vote_ask(vote_weights(v, r), v->enabled, v->cfg.costly, v->cfg.skip_below, v->rounds,
+                               v->cfg.n_drafters);
+    return r->spec.len[MN_TUNER_COSTLY] ? ask : ask & ~v->cfg.costly;
 }
 
 /* Post the round's parts to the drafters in `asked`; vote at once when none is. */
@@ -198,15 +201,21 @@ static void fan_out(mn_voter *v, mn_round *round, uint32_t asked)
 static void round_in(mn_voter *v, mn_round *round)
 {
     uint32_t asked = 0;
+    bool exploring = mn_vote_exploring(v->rounds);
     for (uint32_t k = 0; k < round->n; k++) {
         mn_req *r = round->reqs[k];
         judge(v, r);
+        /* the exploring rounds ask the costly drafters for one token where the tuner asked none
+         * (its cap is at least 1 in a round), so that r's acceptance of them stays measured */
+        if (exploring && !r->spec.len[MN_TUNER_COSTLY])
+            r->spec.len[MN_TUNER_COSTLY] = 1;
         if (!r->spec.w.n_drafters) /* its first round: start from what the pool has learned */
             mn_weights_init_from(&r->spec.w, &v->global);
         asked |= r->spec.ask = ask_mask(v, r);
     }
     v->rounds++;
-    round->backlog_seconds = 0;
+    round->backlog_seconds = round->costly_seconds = 0;
+    round->costly_positions = 0;
     uint32_t cheap = asked & ~v->cfg.costly;
     round->cascade = v->cfg.cascade && cheap && (asked & v->cfg.costly);
     fan_out(v, round, round->cascade ? cheap : asked);
@@ -240,6 +249,11 @@ static void part_in(mn_voter *v, mn_round_part *part)
     mn_drafter_stats *st = &v->st[part->drafter];
     st->seconds += part->seconds;
     round->backlog_seconds += part->backlog_seconds; /* the drafters' jobs run one after another */
+    if (v->cfg.costly >> part->drafter & 1) {
+        round->costly_seconds += part->seconds - part->backlog_seconds;
+        if (part->positions > round->costly_positions)
+            round->costly_positions = part->positions;
+    }
     st->cache_proposals += part->from_cache;
     st->cache_cap = part->cache_cap;
     st->cache_added = part->cache_added;

@@ -306,11 +306,19 @@ static void model_add(mn_tuner_model *m, const mn_tuner_step *st)
         m->full[a] += full;
         for (uint32_t x = 0; x <= MN_TUNER_MAX_LEN; x++)
             m->yield[x] += n * (1 + (a < x ? a : x));
-        for (uint32_t j = 1; j <= a; j++) /* positions kept */
-            m->reach[j] += n, m->keep[j] += n;
-        if (a < MN_TUNER_MAX_LEN) /* the one an ended draft stopped at */
-            m->reach[a + 1] += ended - (a == 0 ? st->undrafted : 0);
+        /* by kind: the costly drafts' counts, the free ones' the rest */
+        double c_ended = st->costly_ended[a], c_n = c_ended + st->costly_full[a];
+        double k_ended[MN_TUNER_KINDS] = {ended - c_ended - (a == 0 ? st->undrafted : 0), c_ended};
+        double k_n[MN_TUNER_KINDS] = {n - c_n, c_n};
+        for (uint32_t k = 0; k < MN_TUNER_KINDS; k++) {
+            for (uint32_t j = 1; j <= a; j++) /* positions kept */
+                m->reach[k][j] += k_n[k], m->keep[k][j] += k_n[k];
+            if (a < MN_TUNER_MAX_LEN) /* the one an ended draft stopped at */
+                m->reach[k][a + 1] += k_ended[k];
+        }
     }
+    m->costly_seconds += st->costly_drafting;
+    m->costly_positions += st->costly_positions;
 }
 
 /* After a window: the per-length times decay; the speculation sums (acceptance, the
@@ -329,15 +337,18 @@ static void model_decay(mn_tuner_model *m, bool speculated)
     if (!speculated)
         return;
     mn_tuner_line *l = &m->draft_time;
-    double *sums[] = {&m->seqs, &m->kept, &m->stopped, &l->w, &l->x, &l->y, &l->xx, &l->xy, &m->spec_seconds,
-                      &m->produced};
+    double *sums[] = {&m->seqs,     &m->kept,     &m->stopped,        &l->w,
+                      &l->x,        &l->y,        &l->xx,             &l->xy,
+                      &m->spec_seconds, &m->produced, &m->costly_seconds, &m->costly_positions};
     for (size_t i = 0; i < sizeof sums / sizeof *sums; i++)
         *sums[i] *= MN_TUNER_MODEL_DECAY;
     for (uint32_t x = 0; x <= MN_TUNER_MAX_LEN; x++) {
         m->yield[x] *= MN_TUNER_MODEL_DECAY;
         m->full[x] *= MN_TUNER_MODEL_DECAY;
-        m->reach[x] *= MN_TUNER_MODEL_DECAY;
-        m->keep[x] *= MN_TUNER_MODEL_DECAY;
+        for (uint32_t k = 0; k < MN_TUNER_KINDS; k++) {
+            m->reach[k][x] *= MN_TUNER_MODEL_DECAY;
+            m->keep[k][x] *= MN_TUNER_MODEL_DECAY;
+        }
     }
 }
 
@@ -478,40 +489,53 @@ static void follow_leaders(mn_tuner *t)
 
 /* ---- the sequence rule ---- */
 
-/* The class's rate of keeping a draft's first token (NAN before any draft was verified), and into
- * carry[2..MN_TUNER_MAX_LEN] its rate of keeping token j once j - 1 was kept: one pseudo-draft at
- * the rate before it as a prior, so that a position no draft reached is taken as good as the one
- * before it. */
-static double class_acceptance(const mn_tuner_model *m, float *carry)
+/* The class's rate of keeping a first token of kind k (NAN before any such draft was verified) into
+ * rate->first, and into carry[2..MN_TUNER_MAX_LEN] its rate of keeping token j once j - 1 was
+ * kept: one pseudo-draft at the rate before it as a prior, so that a position no draft reached is
+ * taken as good as the one before it. */
+static void class_acceptance(const mn_tuner_model *m, mn_tuner_kind k, mn_tuner_rate *rate)
 {
-    double first = m->reach[1] > 0 ? m->keep[1] / m->reach[1] : NAN, prev = first;
+    const double *reach = m->reach[k], *keep = m->keep[k];
+    double first = reach[1] > 0 ? keep[1] / reach[1] : NAN, prev = first;
     for (uint32_t j = 2; j <= MN_TUNER_MAX_LEN; j++)
-        carry[j] = (float)(prev = (m->keep[j] + prev) / (m->reach[j] + 1));
-    return first;
+        rate->carry[j] = (float)(prev = (keep[j] + prev) / (reach[j] + 1));
+    rate->first = (float)first;
 }
 
-/* theta = beta / c: the slope of the steps' work over drafted tokens (both per sequence of a step:
- * the seconds one more draft token adds), over seconds per produced token at speculating steps,
- * hand-offs included (what a produced token saves). NAN without two distinct draft totals. A slope
- * at or below 0 (noise, or drafting that costs nothing measurable) is taken as the least theta,
- * 0.01. Hand-offs stay out of the slope: a step pays them whatever it drafted, and they are large
- * and vary (254-377 us a step with 16 clients on two cores, most of it the workers' wake-up), which
- * would only blur it. */
-static double class_theta(const mn_tuner_model *m)
+static float clamp_theta(double theta) { return (float)(theta < 0.01 ? 0.01 : theta > 1 ? 1 : theta); }
+
+/* The free drafts' theta = beta / c: the slope of the steps' work over drafted tokens (both per
+ * sequence of a step: the seconds one more draft token adds), over seconds per produced token at
+ * speculating steps, hand-offs included (what a produced token saves). NAN without two distinct
+ * draft totals. A slope at or below 0 (noise, or drafting that costs nothing measurable) makes
+ * the least theta, 0.01 (clamp_theta). Hand-offs stay out of the slope: a step pays them whatever
+ * it drafted, and they are large and vary (254-377 us a step with 16 clients on two cores, most of
+ * it the workers' wake-up), which would only blur it. *delta_c: the costly drafters' seconds per sequence
+ * and position over c (0 before they drafted). */
+static double class_theta(const mn_tuner_model *m, double *delta_c)
 {
     const mn_tuner_line *l = &m->draft_time;
     if (!(l->w >= 2) || !(line_den(l) > 1e-9 * l->w * l->xx) || !(m->produced > 0) || !(m->spec_seconds > 0))
         return NAN;
     double beta = line_slope(l), c = m->spec_seconds / m->produced;
-    double theta = beta / c;
-    return theta < 0.01 ? 0.01 : theta > 1 ? 1 : theta;
+    *delta_c = m->costly_positions > 0 ? m->costly_seconds / m->costly_positions / c : 0;
+    return beta / c;
+}
+
+mn_tuner_advice mn_tuner_fixed_advice(uint32_t s)
+{
+    mn_tuner_advice a = {.s = s, .other = s};
+    for (uint32_t k = 0; k < MN_TUNER_KINDS; k++)
+        a.kind[k].theta = a.kind[k].first = NAN;
+    a.kind[MN_TUNER_FREE].least = 1;
+    return a;
 }
 
 mn_tuner_advice mn_tuner_advise(const mn_tuner *t, uint32_t cls)
 {
     cls = cls < MN_TUNER_CLASSES ? cls : 0;
     const mn_tuner_class *c = &t->c[cls];
-    mn_tuner_advice a = {.s = c->s, .other = c->s, .theta = NAN, .first = NAN};
+    mn_tuner_advice a = mn_tuner_fixed_advice(c->s);
     if (t->p.rule != MN_TUNER_RULE_SEQUENCE)
         return a;
     if (c->pairing)
@@ -524,12 +548,23 @@ mn_tuner_advice mn_tuner_advise(const mn_tuner *t, uint32_t cls)
      * cheaper), but nearer than that. */
     uint32_t near[MN_TUNER_CLASSES];
     nearest_first(cls, near);
-    for (uint32_t i = 0; i < MN_TUNER_CLASSES && (isnan(a.theta) || isnan(a.first)); i++) {
+    mn_tuner_rate *free = &a.kind[MN_TUNER_FREE], *costly = &a.kind[MN_TUNER_COSTLY];
+    double theta = NAN, delta_c = 0;
+    for (uint32_t i = 0; i < MN_TUNER_CLASSES; i++) {
         const mn_tuner_model *m = &t->c[near[i]].model;
-        if (isnan(a.theta))
-            a.theta = (float)class_theta(m);
-        if (isnan(a.first))
-            a.first = (float)class_acceptance(m, a.carry);
+        if (isnan(theta))
+            theta = class_theta(m, &delta_c);
+        for (uint32_t k = 0; k < MN_TUNER_KINDS; k++)
+            if (isnan(a.kind[k].first))
+                class_acceptance(m, (mn_tuner_kind)k, &a.kind[k]);
+    }
+    if (!isnan(theta)) {
+        free->theta = clamp_theta(theta);
+        costly->theta = clamp_theta(theta + delta_c);
+    }
+    if (isnan(costly->first)) { /* no costly draft verified yet: as good as a free one */
+        costly->first = free->first;
+        memcpy(costly->carry, free->carry, sizeof costly->carry);
     }
     return a;
 }
@@ -540,16 +575,16 @@ void mn_tuner_seq_observe(mn_tuner_seq *q, uint32_t kept)
     q->hits = q->hits * MN_TUNER_SEQ_DECAY + (kept > 0);
 }
 
-uint32_t mn_tuner_seq_length(const mn_tuner_seq *q, const mn_tuner_advice *a, uint32_t cap)
+uint32_t mn_tuner_seq_length(const mn_tuner_seq *q, const mn_tuner_rate *rate, uint32_t cap)
 {
-    if (!cap || isnan(a->theta) || isnan(a->first))
+    if (!cap || isnan(rate->theta) || isnan(rate->first))
         return cap;
     /* the class's first-token rate as one draft's worth of prior */
-    double p = (q->hits + a->first) / (q->tries + 1);
-    uint32_t j = 1;
-    while (j < cap && j < MN_TUNER_MAX_LEN && (p *= a->carry[j + 1]) > a->theta)
+    double p = (q->hits + rate->first) / (q->tries + 1);
+    uint32_t j = 0;
+    while (j < cap && j < MN_TUNER_MAX_LEN && (j ? p *= rate->carry[j + 1] : p) > rate->theta)
         j++;
-    return j;
+    return j > rate->least ? j : rate->least < cap ? rate->least : cap;
 }
 
 /* A paired probe's figure for one side: seconds per produced token. */

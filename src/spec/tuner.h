@@ -40,12 +40,18 @@
  * - sequence (the default): each sequence drafts its own length, by the marginal rule: one more
  *   draft token at position j pays when P_i(j) c > beta, that is P_i(j) > theta = beta / c, where c
  *   is the class's seconds per produced token at speculating steps and beta what one more draft
- *   token adds to the target's pass (the slope of a decayed line of pass time over drafted tokens;
- *   drafting stays out of it, since with the vote rounds get cheaper as drafts get longer).
+ *   token adds to the target's pass (the slope of a decayed line of pass time over drafted tokens).
  *   P_i(j) = f_i carry(2) ... carry(j): the sequence's own rate of keeping a first token (decayed
  *   by MN_TUNER_SEQ_DECAY a verification, the class's rate as one draft's prior) times the class's
- *   rates of keeping token k once k - 1 was kept (acceptance along a draft is not geometric). Every
- *   speculating sequence drafts at least one token. The class's own length is then a bound, s_max,
+ *   rates of keeping token k once k - 1 was kept (acceptance along a draft is not geometric).
+ *   Two kinds of draft (mn_tuner_kind) have their own figures and lengths. A free drafter's (the
+ *   n-gram, on the loop: its draft costs beta alone) is at least one token long. A costly
+ *   drafter's (a model: each position it drafts is a pass of each such drafter) pays above
+ *   theta = (beta + delta) / c, delta the costly drafters' seconds per sequence and position
+ *   (their backlog left out), and where not even its first token pays, the sequence asks none.
+ *   Each kind's acceptance is learned from the verified drafts its drafters won the vote with:
+ *   with spec.cascade the models draft where the n-gram found nothing, the hardest positions
+ *   (docs/speculation.md, "Two kinds of draft"). The class's own length is then a bound, s_max,
  *   or 0 where plain decoding costs less, and only a paired probe decides which: for one window
  *   the class's steps alternate between its home and the other side, MN_TUNER_PAIR_BLOCK steps at
  *   a time. The first probe chooses by the measured costs; later ones move the class only when the
@@ -128,6 +134,13 @@ typedef struct mn_tuner_point {
 #define MN_TUNER_MODEL_DECAY 0.875 /* the model's sums are multiplied by this after every window */
 #define MN_TUNER_SEQ_DECAY 0.75    /* a sequence's acceptance sums, by this per verification */
 
+/* The two kinds of draft (the sequence rule, above): a free drafter's, a costly one's. */
+typedef enum mn_tuner_kind {
+    MN_TUNER_FREE,   /* no model: the n-gram drafter */
+    MN_TUNER_COSTLY, /* a model: one pass per drafted position */
+    MN_TUNER_KINDS
+} mn_tuner_kind;
+
 /* Sums for a weighted least-squares line y = a + b x: weights, w x, w y, w x^2, w x y. */
 typedef struct mn_tuner_line {
     double w, x, y, xx, xy;
@@ -146,9 +159,10 @@ typedef struct mn_tuner_model {
      * produced tokens */
     mn_tuner_line draft_time;
     double spec_seconds, produced;
-    /* sequence rule: drafts that reached position j (drafted it after keeping j - 1), and that
-     * kept it; index 0 unused */
-    double reach[MN_TUNER_MAX_LEN + 1], keep[MN_TUNER_MAX_LEN + 1];
+    /* sequence rule, by kind: drafts that reached position j (drafted it after keeping j - 1), and
+     * that kept it (index 0 unused); the costly drafters' seconds and the positions they drafted */
+    double reach[MN_TUNER_KINDS][MN_TUNER_MAX_LEN + 1], keep[MN_TUNER_KINDS][MN_TUNER_MAX_LEN + 1];
+    double costly_seconds, costly_positions;
 } mn_tuner_model;
 
 /* One side's steps in a paired probe (sequence rule): index 0 plain decoding, 1 speculating; with
@@ -201,6 +215,9 @@ typedef struct mn_tuner_step {
                                           * token, whatever it drafted) */
     double drafting;                     /* of seconds, the drafting round: left out of beta too
                                           * (the sequence rule, tuner.h) */
+    double costly_drafting;              /* of drafting, the costly drafters' (backlog left out) */
+    uint32_t costly_positions;           /* the draft positions they were asked for, summed over
+                                          * sequences (each once, however many drafted it) */
     uint32_t tokens;                     /* produced: accepted drafts + each sequence's own token */
     uint32_t drafted;                    /* draft tokens verified */
     uint16_t ended[MN_TUNER_MAX_LEN + 1]; /* sequences whose draft stopped after a tokens: the next was
@@ -210,20 +227,33 @@ typedef struct mn_tuner_step {
                                           * rule): a longer one might have kept more */
     uint16_t undrafted;                   /* of ended[0], those with no draft at all (the drafters
                                           * proposed nothing): no position was tried */
+    uint16_t costly_ended[MN_TUNER_MAX_LEN + 1]; /* of ended and full, the sequences whose voted */
+    uint16_t costly_full[MN_TUNER_MAX_LEN + 1];  /* draft was a costly drafter's */
 } mn_tuner_step;
 
-/* What the verifier needs of a class: its length, and for the sequence rule the threshold theta, the
- * class's rate of keeping a draft's first token, and carry[j], its rate of keeping token j once
- * token j - 1 was kept (j = 2..s_max; 0 and 1 unused). theta and first are NAN under the other
- * rules, or before the class has measured them (carry is then unused). */
+/* The sequence rule's figures for one kind of draft: the threshold theta, the class's rate of
+ * keeping a draft's first token, and carry[j], its rate of keeping token j once token j - 1 was
+ * kept (j = 2..s_max; 0 and 1 unused). theta and first are NAN under the other rules, or before
+ * the class has measured them (carry is then unused). */
+typedef struct mn_tuner_rate {
+    float theta, first;
+    float carry[MN_TUNER_MAX_LEN + 1];
+    uint32_t least;    /* the shortest length: 1 for a free draft (it costs beta alone, and a
+                        * sequence that drafts nothing learns nothing), 0 for a costly one (a model
+                        * pass that does not pay is not run; the voter's exploration rounds ask 1) */
+} mn_tuner_rate;
+
+/* What the verifier needs of a class: its length, and the figures of each kind of draft. A costly
+ * draft's acceptance not measured yet is taken as the free one's, and its delta as 0. */
 typedef struct mn_tuner_advice {
     uint32_t s;
     uint32_t other;    /* != s: a paired probe, the class's steps alternate between s and other */
-    float theta, first;
-    float carry[MN_TUNER_MAX_LEN + 1];
+    mn_tuner_rate kind[MN_TUNER_KINDS];
 } mn_tuner_advice;
 
 mn_tuner_advice mn_tuner_advise(const mn_tuner *t, uint32_t cls);
+/* Length s with no figures: every sequence drafts its cap (fixed mode). */
+mn_tuner_advice mn_tuner_fixed_advice(uint32_t s);
 /* During a paired probe the class's steps alternate between its two sides in blocks of
  * MN_TUNER_PAIR_BLOCK steps, so that few of them are transitions: on the CPU the other side's passes
  * have just filled the caches. Alternating one by one, plain steps beside the vote's at 16
@@ -249,9 +279,10 @@ typedef struct mn_tuner_seq {
 
 /* A verification of a draft of at least one token kept `kept` of them. */
 void mn_tuner_seq_observe(mn_tuner_seq *q, uint32_t kept);
-/* The sequence's draft length under advice a: the largest j in [1, cap] with P_i(j) > theta (1 when
- * none), or cap when a has no theta; 0 when cap is 0. */
-uint32_t mn_tuner_seq_length(const mn_tuner_seq *q, const mn_tuner_advice *a, uint32_t cap);
+/* The sequence's draft length of one kind, by its acceptance q of that kind and the kind's figures:
+ * the largest j in [rate->least, cap] with P_i(j) > theta (least when none), or cap without theta;
+ * 0 when cap is 0. */
+uint32_t mn_tuner_seq_length(const mn_tuner_seq *q, const mn_tuner_rate *rate, uint32_t cap);
 
 /* The model rule's estimate for length x of class cls: seconds per produced token, NAN where it
  * has no basis yet (no verification, or no time for x and no line). */

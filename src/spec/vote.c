@@ -138,7 +138,7 @@ uint32_t mn_vote_ask(const float *weights, uint32_t enabled, uint32_t costly, fl
         if ((enabled >> i & 1) && (!(costly >> i & 1) || weights[i] >= skip_below * best))
             ask |= 1u << i;
     uint32_t out = enabled & ~ask;
-    if (out && round % MN_VOTE_EXPLORE_EVERY == MN_VOTE_EXPLORE_EVERY - 1) { /* the k-th of those sitting out */
+    if (out && mn_vote_exploring(round)) { /* the k-th of those sitting out */
         uint32_t k = round / MN_VOTE_EXPLORE_EVERY % (uint32_t)__builtin_popcount(out);
         while (k--)
             out &= out - 1;

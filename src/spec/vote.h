@@ -28,6 +28,7 @@
 #ifndef MN_VOTE_H
 #define MN_VOTE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "util/status.h"
@@ -101,6 +102,11 @@ mn_status mn_vote(const int32_t *const *drafts, const uint32_t *lens, const floa
  * (docs/speculation.md, "The vote and the weights"); a drafter sitting out is judged that much
  * less often. */
 #define MN_VOTE_EXPLORE_EVERY 32
+/* Whether round `round` of that clock explores. */
+static inline bool mn_vote_exploring(uint32_t round)
+{
+    return round % MN_VOTE_EXPLORE_EVERY == MN_VOTE_EXPLORE_EVERY - 1;
+}
 uint32_t mn_vote_ask(const float *weights, uint32_t enabled, uint32_t costly, float skip_below, uint32_t round,
                      uint32_t n_drafters);
 
