@@ -82,7 +82,8 @@ static uint32_t backlog_in(const mn_req *r, uint32_t from, uint32_t n)
     return hi > lo ? hi - lo : 0;
 }
 
-/* On the worker: catch every request up, then draft cap tokens, one pass per position. */
+/* On the worker: catch every request up (its first draft token comes from that pass), then draft
+ * the rest of its cap, one pass per position: their time and number to the part. */
 static mn_status draft_passes(draft_job *j, uint32_t n_live, uint32_t index)
 {
     mn_backend *be = j->be;
@@ -118,6 +119,7 @@ static mn_status draft_passes(draft_job *j, uint32_t n_live, uint32_t index)
                 x->prop[0] = j->pick[b];
         }
     }
+    double t0 = mn_now();
     for (uint32_t pos = 1; pos < max_cap; pos++) {
         uint32_t nb = 0;
         for (uint32_t i = 0; i < n_live; i++) {
@@ -133,7 +135,9 @@ static mn_status draft_passes(draft_job *j, uint32_t n_live, uint32_t index)
             return st;
         for (uint32_t b = 0; b < nb; b++)
             j->live[j->who[b]]->spec.d[index].prop[pos] = j->pick[b];
+        j->part->positions += nb;
     }
+    j->part->position_seconds = mn_now() - t0;
     return MN_OK;
 }
 
@@ -153,7 +157,6 @@ static void draft_run(mn_job *job)
         roll_back(x, r);
         j->cap[n_live] = cap;
         j->live[n_live++] = r;
-        j->part->positions += cap;
     }
     j->st = draft_passes(j, n_live, index);
     for (uint32_t i = 0; i < n_live; i++) {

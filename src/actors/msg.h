@@ -55,7 +55,7 @@ typedef struct mn_round {
     uint32_t n;
     uint32_t pending;              /* voter: drafters not yet answered */
     double backlog_seconds;        /* voter: the parts' backlog_seconds, summed */
-    double costly_seconds;         /* voter: the costly drafters' parts' seconds less their backlog, */
+    double costly_seconds;         /* voter: the costly drafters' parts' position_seconds, summed, */
     uint32_t costly_positions;     /* and the most positions one of them drafted (the tuner's delta) */
     bool cascade;                  /* voter: the free drafters' parts are out, the costly ones' next
                                     * (spec.cascade) */
@@ -64,8 +64,9 @@ typedef struct mn_round {
         struct mn_round *round;
         uint32_t drafter;
         double seconds;            /* drafter: time its proposals took, */
-        uint32_t positions;        /* model drafter: draft positions it was asked for, summed over
-                                    * its requests */
+        uint32_t positions;        /* model drafter: draft positions it drafted in passes of their
+                                    * own (each request's second to last), summed over requests, */
+        double position_seconds;   /* and those passes' time */
         double backlog_seconds;    /* of which catching up on tokens that plain decoding steps
                                     * produced (spec.plain_from/end), its share of the passes by
                                     * tokens */

@@ -52,8 +52,8 @@ struct mn_verifier {
     double round_seconds;   /* the last round's drafting time: planned to voted */
     double step_draft_seconds; /* that of the round whose drafts this step verifies */
     double round_backlog, step_backlog; /* of those, the drafters' backlog (mn_measure), */
-    double round_costly, step_costly;   /* the costly drafters' time (backlog left out) */
-    uint32_t round_positions, step_positions; /* and the positions they drafted (mn_tuner_step) */
+    double round_costly, step_costly;   /* the costly drafters' passes of later positions */
+    uint32_t round_positions, step_positions; /* and those positions (mn_tuner_step) */
     uint32_t pool_batch;    /* B: the pool's bound when the last round was planned */
     bool paused;            /* drafting is paused: the pool holds B */
     uint64_t rounds, overlapped, pauses, resumes;

@@ -250,7 +250,7 @@ static void part_in(mn_voter *v, mn_round_part *part)
     st->seconds += part->seconds;
     round->backlog_seconds += part->backlog_seconds; /* the drafters' jobs run one after another */
     if (v->cfg.costly >> part->drafter & 1) {
-        round->costly_seconds += part->seconds - part->backlog_seconds;
+        round->costly_seconds += part->position_seconds;
         if (part->positions > round->costly_positions)
             round->costly_positions = part->positions;
     }

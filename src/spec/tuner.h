@@ -47,8 +47,11 @@
  *   Two kinds of draft (mn_tuner_kind) have their own figures and lengths. A free drafter's (the
  *   n-gram, on the loop: its draft costs beta alone) is at least one token long. A costly
  *   drafter's (a model: each position it drafts is a pass of each such drafter) pays above
- *   theta = (beta + delta) / c, delta the costly drafters' seconds per sequence and position
- *   (their backlog left out), and where not even its first token pays, the sequence asks none.
+ *   theta = (beta + delta) / c, delta the costly drafters' seconds per sequence and position in
+ *   the passes that draft a second or later token (the first comes with the pass that catches the
+ *   drafter up on the tokens it has not seen, which grows with the rounds it sat out: a cost of
+ *   having sat out, as the backlog is of plain decoding), and where not even its first token pays,
+ *   the sequence asks none.
  *   Each kind's acceptance is learned from the verified drafts its drafters won the vote with:
  *   with spec.cascade the models draft where the n-gram found nothing, the hardest positions
  *   (docs/speculation.md, "Two kinds of draft"). The class's own length is then a bound, s_max,
@@ -215,8 +218,8 @@ typedef struct mn_tuner_step {
                                           * token, whatever it drafted) */
     double drafting;                     /* of seconds, the drafting round: left out of beta too
                                           * (the sequence rule, tuner.h) */
-    double costly_drafting;              /* of drafting, the costly drafters' (backlog left out) */
-    uint32_t costly_positions;           /* the draft positions they were asked for, summed over
+    double costly_drafting;              /* of drafting, the costly drafters' passes that drafted a */
+    uint32_t costly_positions;           /* second or later position, and those positions, summed over
                                           * sequences (each once, however many drafted it) */
     uint32_t tokens;                     /* produced: accepted drafts + each sequence's own token */
     uint32_t drafted;                    /* draft tokens verified */
