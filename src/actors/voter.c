@@ -174,12 +174,21 @@ static void voted(mn_voter *v, mn_round *round)
  * the voter's clock, so that a drafter explored in a round drafts for every request in it: its
  * pass is shared, where one request's turn at a time kept the model drafts running in most rounds
  * with 16 clients. The costly drafters sit out where the tuner found that not even their first
- * token pays for r (spec.len[MN_TUNER_COSTLY] 0). */
+ * token pays for r (spec.len[MN_TUNER_COSTLY] 0), except that an exploring round asks one of them,
+ * in turn, for one token (r's len raised to 1), so that r's acceptance of them stays measured.
+ * Asking all of them made each catch up on every token since its last turn (docs/speculation.md,
+ * "Two kinds of draft"). */
 static uint32_t ask_mask(const mn_voter *v, mn_req *r)
 {
     uint32_t ask = mn_vote_ask(vote_weights(v, r), v->enabled, v->cfg.costly, v->cfg.skip_below, v->rounds,
                                v->cfg.n_drafters);
-    return r->spec.len[MN_TUNER_COSTLY] ? ask : ask & ~v->cfg.costly;
+    if (r->spec.len[MN_TUNER_COSTLY])
+        return ask;
+    ask &= ~v->cfg.costly;
+    if (!mn_vote_exploring(v->rounds))
+        return ask;
+    r->spec.len[MN_TUNER_COSTLY] = 1; /* within its cap: a request in a round has one of at least 1 */
+    return ask | mn_vote_turn(v->enabled & v->cfg.costly, v->rounds);
 }
 
 /* Post the round's parts to the drafters in `asked`; vote at once when none is. */
@@ -201,14 +210,9 @@ static void fan_out(mn_voter *v, mn_round *round, uint32_t asked)
 static void round_in(mn_voter *v, mn_round *round)
 {
     uint32_t asked = 0;
-    bool exploring = mn_vote_exploring(v->rounds);
     for (uint32_t k = 0; k < round->n; k++) {
         mn_req *r = round->reqs[k];
         judge(v, r);
-        /* the exploring rounds ask the costly drafters for one token where the tuner asked none
-         * (its cap is at least 1 in a round), so that r's acceptance of them stays measured */
-        if (exploring && !r->spec.len[MN_TUNER_COSTLY])
-            r->spec.len[MN_TUNER_COSTLY] = 1;
         if (!r->spec.w.n_drafters) /* its first round: start from what the pool has learned */
             mn_weights_init_from(&r->spec.w, &v->global);
         asked |= r->spec.ask = ask_mask(v, r);

@@ -137,12 +137,15 @@ uint32_t mn_vote_ask(const float *weights, uint32_t enabled, uint32_t costly, fl
     for (uint32_t i = 0; i < n_drafters; i++)
         if ((enabled >> i & 1) && (!(costly >> i & 1) || weights[i] >= skip_below * best))
             ask |= 1u << i;
-    uint32_t out = enabled & ~ask;
-    if (out && mn_vote_exploring(round)) { /* the k-th of those sitting out */
-        uint32_t k = round / MN_VOTE_EXPLORE_EVERY % (uint32_t)__builtin_popcount(out);
-        while (k--)
-            out &= out - 1;
-        ask |= out & -out;
-    }
-    return ask;
+    return mn_vote_exploring(round) ? ask | mn_vote_turn(enabled & ~ask, round) : ask;
+}
+
+uint32_t mn_vote_turn(uint32_t candidates, uint32_t round)
+{
+    if (!candidates)
+        return 0;
+    uint32_t k = round / MN_VOTE_EXPLORE_EVERY % (uint32_t)__builtin_popcount(candidates);
+    while (k--)
+        candidates &= candidates - 1;
+    return candidates & -candidates;
 }

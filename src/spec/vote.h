@@ -107,6 +107,9 @@ static inline bool mn_vote_exploring(uint32_t round)
 {
     return round % MN_VOTE_EXPLORE_EVERY == MN_VOTE_EXPLORE_EVERY - 1;
 }
+/* Of the drafters in `candidates` (a mask), the one whose turn it is in round `round` (its bit): the
+ * k-th lowest index, k = round / MN_VOTE_EXPLORE_EVERY mod their count; 0 when there is none. */
+uint32_t mn_vote_turn(uint32_t candidates, uint32_t round);
 uint32_t mn_vote_ask(const float *weights, uint32_t enabled, uint32_t costly, float skip_below, uint32_t round,
                      uint32_t n_drafters);
 
