@@ -193,6 +193,17 @@ Test(vote, ask_skips_light_models_and_explores_them_in_turn)
     cr_assert_eq(mn_vote_ask(even, all, costly, 0.25f, e - 1, 4), all, "nobody sits out: nothing to explore");
 }
 
+/* The rotation: the k-th of the candidates (lowest index first), k = round / e mod their count. */
+Test(vote, turn_rotates_over_the_candidates)
+{
+    const uint32_t e = MN_VOTE_EXPLORE_EVERY;
+    cr_assert_eq(mn_vote_turn(0xb, e - 1), 0x1);
+    cr_assert_eq(mn_vote_turn(0xb, e), 0x2, "the clock's next stretch: the next one");
+    cr_assert_eq(mn_vote_turn(0xb, 2 * e + 5), 0x8);
+    cr_assert_eq(mn_vote_turn(0xb, 3 * e), 0x1, "and round again");
+    cr_assert_eq(mn_vote_turn(0, 7), 0, "no candidate");
+}
+
 Test(vote, refuses_bad_input)
 {
     const int32_t a[] = {1, 2, 3}, b[] = {4, 5};
