@@ -337,9 +337,8 @@ static void model_decay(mn_tuner_model *m, bool speculated)
     if (!speculated)
         return;
     mn_tuner_line *l = &m->draft_time;
-    double *sums[] = {&m->seqs,     &m->kept,     &m->stopped,        &l->w,
-                      &l->x,        &l->y,        &l->xx,             &l->xy,
-                      &m->spec_seconds, &m->produced, &m->costly_seconds, &m->costly_positions};
+    double *sums[] = {&m->seqs, &m->kept, &m->stopped, &l->w, &l->x, &l->y, &l->xx, &l->xy, &m->spec_seconds,
+                      &m->produced, &m->costly_seconds, &m->costly_positions};
     for (size_t i = 0; i < sizeof sums / sizeof *sums; i++)
         *sums[i] *= MN_TUNER_MODEL_DECAY;
     for (uint32_t x = 0; x <= MN_TUNER_MAX_LEN; x++) {
@@ -510,8 +509,8 @@ static float clamp_theta(double theta) { return (float)(theta < 0.01 ? 0.01 : th
  * draft totals. A slope at or below 0 (noise, or drafting that costs nothing measurable) makes
  * the least theta, 0.01 (clamp_theta). Hand-offs stay out of the slope: a step pays them whatever
  * it drafted, and they are large and vary (254-377 us a step with 16 clients on two cores, most of
- * it the workers' wake-up), which would only blur it. *delta_c: the costly drafters' seconds per sequence
- * and position over c (0 before they drafted). */
+ * it the workers' wake-up), which would only blur it. *delta_c: the costly drafters' seconds per
+ * sequence and position over c (0 before they drafted). */
 static double class_theta(const mn_tuner_model *m, double *delta_c)
 {
     const mn_tuner_line *l = &m->draft_time;
@@ -579,11 +578,14 @@ uint32_t mn_tuner_seq_length(const mn_tuner_seq *q, const mn_tuner_rate *rate, u
 {
     if (!cap || isnan(rate->theta) || isnan(rate->first))
         return cap;
-    /* the class's first-token rate as one draft's worth of prior */
+    /* P_i(1), the class's first-token rate as one draft's worth of prior; P_i(j + 1) = P_i(j) carry(j + 1) */
     double p = (q->hits + rate->first) / (q->tries + 1);
     uint32_t j = 0;
-    while (j < cap && j < MN_TUNER_MAX_LEN && (j ? p *= rate->carry[j + 1] : p) > rate->theta)
-        j++;
+    while (j < cap && j < MN_TUNER_MAX_LEN && p > rate->theta) {
+        j++; /* token j pays */
+        if (j < MN_TUNER_MAX_LEN)
+            p *= rate->carry[j + 1];
+    }
     return j > rate->least ? j : rate->least < cap ? rate->least : cap;
 }
 
