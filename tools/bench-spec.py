@@ -41,7 +41,9 @@ one per tuner rule (--rules: slope, model, sequence) running --tuner adaptive fo
 across rounds, as a long-running server would; none is told the sweep's results); alternating
 rounds, one server busy at a time. Reports each set's and client count's throughput, the best
 fixed length, and adaptive / best fixed and adaptive / plain per rule (the bar: within 5% of the
-best fixed, never below plain).
+best fixed, never below plain). --own-fixed S adds one fixed length on a server of its own, served
+once a round like the tuner's, and the first rule's ratio to it: whether the swept server, which
+serves nine configurations back to back, runs a length faster than a server of its own does.
 
 Needs build/minionsd, build/minions-bench and build/minions-cli (make; MINIONS_BIN_DIR names another
 folder, as tools/gpu-bundle.sh's run does). Results also go to that folder's bench-spec/results.md
@@ -252,10 +254,13 @@ def tuner_eval(args):
     rules = args.rules.split(",")
     adaptive = {r: Server(args.spec_length, args.threads, 16,
                           extra=["--tuner", f"adaptive,rule={r}", "--ngram-cache", "0"]) for r in rules}
-    configs = ["plain"] + [f"s{k}" for k in range(1, 9)] + rules
+    # --own-fixed S: one more fixed length on a server of its own, served once a round like the
+    # tuner's, beside the live-switched server's lengths
+    own = {"own": Server(args.own_fixed, args.threads, 16, extra=["--ngram-cache", "0"])} if args.own_fixed else {}
+    configs = ["plain"] + [f"s{k}" for k in range(1, 9)] + rules + list(own)
     results, classes = {}, {}
     try:
-        for srv in [fixed] + list(adaptive.values()):
+        for srv in [fixed] + list(adaptive.values()) + list(own.values()):
             for d in DRAFTS:
                 srv.set(f"drafter.{d}.enabled", args.drafters in ("vote", d))
         for r in range(args.rounds):
@@ -263,7 +268,7 @@ def tuner_eval(args):
                 prompts = os.path.join(ROOT, "prompts", s + ".jsonl")
                 order = configs[r % len(configs):] + configs[:r % len(configs)]
                 for config in order:
-                    srv = adaptive.get(config, fixed)
+                    srv = adaptive.get(config, own.get(config, fixed))
                     if srv is fixed:
                         fixed.set("spec.enabled", config != "plain")
                         if config != "plain":
@@ -275,7 +280,7 @@ def tuner_eval(args):
         classes = {r: srv.stats()["spec"]["tuner"]["batch"] for r, srv in adaptive.items()}
     finally:
         fixed.stop()
-        for srv in adaptive.values():
+        for srv in list(adaptive.values()) + list(own.values()):
             srv.stop()
     med = statistics.median
     lines = [f"minionsd, bundled target, drafters: {args.drafters}; {args.tokens} tokens per request, greedy, "
@@ -283,8 +288,9 @@ def tuner_eval(args):
              f"(`{' '.join(['tools/bench-spec.py'] + sys.argv[1:])}`)", "",
              "| set | clients | plain | " + " | ".join(f"s={k}" for k in range(1, 9)) + " | " +
              " | ".join(f"adaptive {r}" for r in rules) + " | best fixed | held-out fixed | " +
-             " | ".join(f"{r} / best fixed | {r} / held-out | {r} / plain" for r in rules) + " |",
-             "|---|---:|" + "---:|" * (11 + 4 * len(rules))]
+             " | ".join(f"{r} / best fixed | {r} / held-out | {r} / plain" for r in rules) +
+             "".join(f" | own s={args.own_fixed} | {r} / own" for r in rules[:1] if own) + " |",
+             "|---|---:|" + "---:|" * (11 + 4 * len(rules) + 2 * bool(own))]
     table = {}
     for s in args.sets.split(","):
         for clients in (1, 16):
@@ -299,10 +305,11 @@ def tuner_eval(args):
             held = med([runs[max(fixed_lengths, key=lambda c: med(runs[c][:i] + runs[c][i + 1:]))][i]
                         for i in range(len(runs["plain"]))])
             table[f"{s}/{clients}"] = dict(tps, best=best, held_out=held)
-            lines.append(f"| {s} | {clients} | " + " | ".join(f"{tps[c]:.0f}" for c in configs) +
+            lines.append(f"| {s} | {clients} | " + " | ".join(f"{tps[c]:.0f}" for c in configs if c not in own) +
                          f" | {best[1:]} | {held:.0f} | " +
                          " | ".join(f"{tps[r] / tps[best]:.3f} | {tps[r] / held:.3f} | {tps[r] / tps['plain']:.2f}x"
-                                    for r in rules) + " |")
+                                    for r in rules) +
+                         "".join(f" | {tps['own']:.0f} | {tps[r] / tps['own']:.3f}" for r in rules[:1] if own) + " |")
     # draft and verify cost per generated token (the server's own counters), beside every speedup
     lines += ["", "Compute per generated token from the servers' counters, draft / verify ms (medians over "
               "rounds):", "", "| set | clients | plain | best fixed | " + " | ".join(rules) + " |",
@@ -386,6 +393,8 @@ def main():
     ap.add_argument("--tuner", action="store_true", help="the length tuner against a sweep of fixed lengths")
     ap.add_argument("--drafters", default="ngram", help="--tuner: ngram, draft-kjv, ..., or vote (all four)")
     ap.add_argument("--rules", default="slope,model,sequence", help="--tuner: the adaptive tuner's rules, each its own server")
+    ap.add_argument("--own-fixed", type=int, default=0,
+                    help="--tuner: also this fixed length on a server of its own (0: none), beside the first rule")
     ap.add_argument("--target", default=TARGET, help="the target model (default: the bundled one)")
     ap.add_argument("--drafts", default=",".join(DRAFTS), help="drafters: names of models/*.gguf, or ngram")
     ap.add_argument("--kv-blocks", type=int, default=0, help="the server's --kv-blocks (a long-context target)")
