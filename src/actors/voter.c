@@ -174,21 +174,35 @@ static void voted(mn_voter *v, mn_round *round)
  * the voter's clock, so that a drafter explored in a round drafts for every request in it: its
  * pass is shared, where one request's turn at a time kept the model drafts running in most rounds
  * with 16 clients. The costly drafters sit out where the tuner found that not even their first
- * token pays for r (spec.len[MN_TUNER_COSTLY] 0), except that an exploring round asks one of them,
- * in turn, for one token (r's len raised to 1), so that r's acceptance of them stays measured.
- * Asking all of them made each catch up on every token since its last turn (docs/speculation.md,
- * "Two kinds of draft"). */
-static uint32_t ask_mask(const mn_voter *v, mn_req *r)
+ * token pays for r (spec.len[MN_TUNER_COSTLY] 0), except when r is `explored`: then one of them, in
+ * turn, drafts one token for it (r's len raised to 1), so that r's acceptance of them stays
+ * measured. */
+static uint32_t ask_mask(const mn_voter *v, mn_req *r, bool explored)
 {
     uint32_t ask = mn_vote_ask(vote_weights(v, r), v->enabled, v->cfg.costly, v->cfg.skip_below, v->rounds,
                                v->cfg.n_drafters);
     if (r->spec.len[MN_TUNER_COSTLY])
         return ask;
     ask &= ~v->cfg.costly;
-    if (!mn_vote_exploring(v->rounds))
+    if (!explored)
         return ask;
     r->spec.len[MN_TUNER_COSTLY] = 1; /* within its cap: a request in a round has one of at least 1 */
     return ask | mn_vote_turn(v->enabled & v->cfg.costly, v->rounds);
+}
+
+/* Which of the round's requests whose model drafts do not pay (spec.len[MN_TUNER_COSTLY] 0) an
+ * exploring round explores: one, in turn (its index among them), or none (UINT32_MAX). One model
+ * drafter for every such request made each catch up on every token since its last turn: at 16
+ * sequences those rounds took a tenth of the class's time (docs/speculation.md, "Two kinds of
+ * draft"). */
+static uint32_t explored_one(const mn_voter *v, const mn_round *round)
+{
+    if (!mn_vote_exploring(v->rounds))
+        return UINT32_MAX;
+    uint32_t idle = 0;
+    for (uint32_t k = 0; k < round->n; k++)
+        idle += !round->reqs[k]->spec.len[MN_TUNER_COSTLY];
+    return idle ? v->rounds / MN_VOTE_EXPLORE_EVERY % idle : UINT32_MAX;
 }
 
 /* Post the round's parts to the drafters in `asked`; vote at once when none is. */
@@ -209,13 +223,14 @@ static void fan_out(mn_voter *v, mn_round *round, uint32_t asked)
 
 static void round_in(mn_voter *v, mn_round *round)
 {
-    uint32_t asked = 0;
+    uint32_t asked = 0, explored = explored_one(v, round), idle = 0;
     for (uint32_t k = 0; k < round->n; k++) {
         mn_req *r = round->reqs[k];
         judge(v, r);
         if (!r->spec.w.n_drafters) /* its first round: start from what the pool has learned */
             mn_weights_init_from(&r->spec.w, &v->global);
-        asked |= r->spec.ask = ask_mask(v, r);
+        bool this_one = !r->spec.len[MN_TUNER_COSTLY] && idle++ == explored;
+        asked |= r->spec.ask = ask_mask(v, r, this_one);
     }
     v->rounds++;
     round->backlog_seconds = round->costly_seconds = 0;
