@@ -1498,14 +1498,23 @@ Test(tuner, model_learns_in_fixed_mode_and_from_any_length)
 
 /* ---- the sequence rule ---- */
 
+/* A rate priced along a straight line: price[j] = j theta. */
+static void straight(mn_tuner_rate *a, float theta)
+{
+    a->theta = theta;
+    for (uint32_t j = 0; j <= MN_TUNER_MAX_LEN; j++)
+        a->price[j] = (float)j * theta;
+}
+
 Test(tuner, sequence_length_by_hand)
 {
     mn_tuner_seq q = {0};
-    mn_tuner_rate a = {.theta = 0.3f, .first = 0.5f, .least = 1};
+    mn_tuner_rate a = {.first = 0.5f, .least = 1};
+    straight(&a, 0.3f);
     for (uint32_t j = 2; j <= MN_TUNER_MAX_LEN; j++)
         a.carry[j] = 0.5f;
     cr_assert_eq(mn_tuner_seq_length(&q, &a, 8), 1, "the prior alone: 0.5 > 0.3 > 0.25");
-    a.theta = 0.2f;
+    straight(&a, 0.2f);
     cr_assert_eq(mn_tuner_seq_length(&q, &a, 8), 2, "0.25 > 0.2 > 0.125");
     cr_assert_eq(mn_tuner_seq_length(&q, &a, 0), 0);
     a.carry[3] = 0.9f, a.carry[4] = 0.9f, a.carry[5] = 0.6f;
@@ -1519,8 +1528,57 @@ Test(tuner, sequence_length_by_hand)
     cr_assert_eq(mn_tuner_seq_length(&q, &a, 8), 1, "it never goes below its least, 1");
     a.least = 0;
     cr_assert_eq(mn_tuner_seq_length(&q, &a, 8), 0, "or 0: (0.10 + 0.5) / (3.98 + 1) = 0.12 < 0.3");
-    a.theta = NAN;
+    straight(&a, NAN);
     cr_assert_eq(mn_tuner_seq_length(&q, &a, 5), 5, "no figures: the cap");
+}
+
+/* Where the price of a draft has a step, the gain P_i(1) + ... + P_i(j) - price[j] stops below
+ * it: with carry 0.7 and a pass whose fourth draft token costs 1.5 produced tokens more, three
+ * tokens; priced along the straight line 0.2 a token, five (P_i(5) = 0.24 > 0.2 > 0.17). */
+Test(tuner, sequence_length_stops_below_a_step_in_the_price)
+{
+    mn_tuner_seq q = {0};
+    mn_tuner_rate a = {.first = 1.0f, .least = 1};
+    for (uint32_t j = 2; j <= MN_TUNER_MAX_LEN; j++)
+        a.carry[j] = 0.7f;
+    straight(&a, 0.2f);
+    cr_assert_eq(mn_tuner_seq_length(&q, &a, 8), 5);
+    for (uint32_t j = 4; j <= MN_TUNER_MAX_LEN; j++)
+        a.price[j] += 1.5f;
+    cr_assert_eq(mn_tuner_seq_length(&q, &a, 8), 3, "1, 1.7, 2.19 against 0.2, 0.4, 0.6; 2.53 against 2.3");
+}
+
+/* The class of one sequence prices drafts by its own steps' pass times by drafted tokens (t(0) =
+ * 1.0, t(2) = 1.2, t(4) = 2.0 s; c = 4.2 / 7 s a produced token): measured, interpolated between,
+ * extended past the last by theta c = beta; another class, along the straight line. */
+Test(tuner, one_sequence_prices_drafts_by_its_verify_curve)
+{
+    mn_tuner_params p = with_rule(MN_TUNER_RULE_SEQUENCE);
+    p.decision_threshold = 1000;
+    mn_tuner t;
+    mn_tuner_init(&t, &p, 8);
+    static const uint32_t drafted[3] = {0, 2, 4};
+    static const double seconds[3] = {1.0, 1.2, 2.0};
+    for (int round = 0; round < 2; round++)
+        for (int k = 0; k < 3; k++) {
+            mn_tuner_step st = {.batch = 1, .s = 8, .drafted = drafted[k], .seconds = seconds[k],
+                                .tokens = 1 + (drafted[k] ? 2 : 0), .undrafted = !drafted[k]};
+            if (drafted[k] == 2)
+                st.full[2] = 1;
+            else
+                st.ended[drafted[k] ? 2 : 0] = 1;
+            mn_tuner_decision d;
+            mn_tuner_observe(&t, &st, true, &d);
+        }
+    double c = 4.2 / 7, beta = 0.25; /* the line through (0, 1.0), (2, 1.2), (4, 2.0) */
+    mn_tuner_rate one = mn_tuner_advise(&t, 0).kind[MN_TUNER_FREE];
+    const double want[7] = {0, 0.1, 0.2, 0.6, 1.0, 1.0 + beta, 1.0 + 2 * beta};
+    for (int j = 0; j < 7; j++)
+        cr_assert_float_eq(one.price[j], want[j] / c, 1e-5, "price[%d] %g", j, one.price[j]);
+    cr_assert_float_eq(one.theta, beta / c, 1e-5);
+    mn_tuner_rate two = mn_tuner_advise(&t, mn_tuner_class_of(2)).kind[MN_TUNER_FREE];
+    for (int j = 0; j < 7; j++)
+        cr_assert_float_eq(two.price[j], j * two.theta, 1e-5, "borrowed figures: the straight line");
 }
 
 /* The class's acceptance by position from its steps' histograms: a draft that ended after a kept

@@ -294,6 +294,8 @@ static void model_add(mn_tuner_model *m, const mn_tuner_step *st)
         return;
     double work = st->seconds - st->handoff - st->drafting; /* the pass: beta's (tuner.h) */
     line_add(&m->draft_time, 1, (double)st->drafted / st->batch, work / st->batch); /* per sequence */
+    if (st->batch == 1 && st->drafted <= MN_TUNER_MAX_LEN)
+        m->pass_seconds[st->drafted] += work, m->pass_steps[st->drafted] += 1;
     m->spec_seconds += st->seconds / st->batch;
     m->produced += (double)st->tokens / st->batch;
     for (uint32_t a = 0; a <= s; a++) {
@@ -348,6 +350,8 @@ static void model_decay(mn_tuner_model *m, bool speculated)
             m->reach[k][x] *= MN_TUNER_MODEL_DECAY;
             m->keep[k][x] *= MN_TUNER_MODEL_DECAY;
         }
+        m->pass_seconds[x] *= MN_TUNER_MODEL_DECAY;
+        m->pass_steps[x] *= MN_TUNER_MODEL_DECAY;
     }
 }
 
@@ -521,11 +525,46 @@ static double class_theta(const mn_tuner_model *m, double *delta_c)
     return beta / c;
 }
 
+/* The class of one sequence prices a draft of j tokens by its own verify curve: price[j] =
+ * (t(j) - t(0)) / c, t(j) the mean pass time of its steps that drafted j tokens where a step's
+ * worth of them is left after the decay, else interpolated between the measured ones around it,
+ * or past the last one extended by theta c a token; and never falling (a longer draft's pass is
+ * not cheaper: the means are noisy). A straight line over drafted tokens misses the curve's steps:
+ * on the bundled target a pass of 4 new tokens cost 1.50 decode steps and one of 5 cost 1.93
+ * (README, "What a verification costs"), and a fixed length can sit just below a step. False
+ * without t(0) or c. */
+static bool curve_price(const mn_tuner_model *m, double theta, float *price)
+{
+    if (!(m->pass_steps[0] >= 1) || !(m->produced > 0) || !(m->spec_seconds > 0))
+        return false;
+    double c = m->spec_seconds / m->produced, t[MN_TUNER_MAX_LEN + 1];
+    uint32_t lo = 0; /* the last measured length */
+    for (uint32_t j = 0; j <= MN_TUNER_MAX_LEN; j++) {
+        if (m->pass_steps[j] >= 1) {
+            t[lo = j] = m->pass_seconds[j] / m->pass_steps[j];
+            continue;
+        }
+        uint32_t hi = j + 1;
+        while (hi <= MN_TUNER_MAX_LEN && !(m->pass_steps[hi] >= 1))
+            hi++;
+        t[j] = hi <= MN_TUNER_MAX_LEN ? t[lo] + (m->pass_seconds[hi] / m->pass_steps[hi] - t[lo]) * (j - lo) / (hi - lo)
+                                      : t[lo] + theta * c * (j - lo);
+    }
+    for (uint32_t j = 0; j <= MN_TUNER_MAX_LEN; j++) {
+        t[j] = j && t[j - 1] > t[j] ? t[j - 1] : t[j];
+        price[j] = (float)((t[j] - t[0]) / c);
+    }
+    return true;
+}
+
 mn_tuner_advice mn_tuner_fixed_advice(uint32_t s)
 {
     mn_tuner_advice a = {.s = s, .other = s};
-    for (uint32_t k = 0; k < MN_TUNER_KINDS; k++)
+    for (uint32_t k = 0; k < MN_TUNER_KINDS; k++) {
         a.kind[k].theta = a.kind[k].first = NAN;
+        for (uint32_t j = 0; j <= MN_TUNER_MAX_LEN; j++)
+            a.kind[k].price[j] = NAN;
+    }
     a.kind[MN_TUNER_FREE].least = 1;
     return a;
 }
@@ -560,6 +599,12 @@ mn_tuner_advice mn_tuner_advise(const mn_tuner *t, uint32_t cls)
     if (!isnan(theta)) {
         free->theta = clamp_theta(theta);
         costly->theta = clamp_theta(theta + delta_c);
+        float curve[MN_TUNER_MAX_LEN + 1];
+        bool own = cls == 0 && curve_price(&c->model, free->theta, curve);
+        for (uint32_t j = 0; j <= MN_TUNER_MAX_LEN; j++) {
+            free->price[j] = own ? curve[j] : (float)j * free->theta;
+            costly->price[j] = own ? curve[j] + (float)(j * delta_c) : (float)j * costly->theta;
+        }
     }
     if (isnan(costly->first)) { /* no costly draft verified yet: as good as a free one */
         costly->first = free->first;
@@ -576,17 +621,19 @@ void mn_tuner_seq_observe(mn_tuner_seq *q, uint32_t kept)
 
 uint32_t mn_tuner_seq_length(const mn_tuner_seq *q, const mn_tuner_rate *rate, uint32_t cap)
 {
-    if (!cap || isnan(rate->theta) || isnan(rate->first))
+    if (!cap || isnan(rate->price[1]) || isnan(rate->first))
         return cap;
     /* P_i(1), the class's first-token rate as one draft's worth of prior; P_i(j + 1) = P_i(j) carry(j + 1) */
-    double p = (q->hits + rate->first) / (q->tries + 1);
-    uint32_t j = 0;
-    while (j < cap && j < MN_TUNER_MAX_LEN && p > rate->theta) {
-        j++; /* token j pays */
+    double p = (q->hits + rate->first) / (q->tries + 1), kept = 0, most = 0;
+    uint32_t best = 0;
+    for (uint32_t j = 1; j <= cap && j <= MN_TUNER_MAX_LEN; j++) {
+        kept += p; /* P_i(1) + ... + P_i(j): the tokens a draft of j keeps, expected */
+        if (kept - rate->price[j] > most)
+            most = kept - rate->price[j], best = j;
         if (j < MN_TUNER_MAX_LEN)
             p *= rate->carry[j + 1];
     }
-    return j > rate->least ? j : rate->least < cap ? rate->least : cap;
+    return best > rate->least ? best : rate->least < cap ? rate->least : cap;
 }
 
 /* A paired probe's figure for one side: seconds per produced token. */

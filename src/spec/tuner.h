@@ -166,6 +166,9 @@ typedef struct mn_tuner_model {
      * that kept it (index 0 unused); the costly drafters' seconds and the positions they drafted */
     double reach[MN_TUNER_KINDS][MN_TUNER_MAX_LEN + 1], keep[MN_TUNER_KINDS][MN_TUNER_MAX_LEN + 1];
     double costly_seconds, costly_positions;
+    /* sequence rule, steps of one sequence: the pass's time summed by the tokens it drafted, and
+     * how many (the verify curve a one-sequence draft is priced by) */
+    double pass_seconds[MN_TUNER_MAX_LEN + 1], pass_steps[MN_TUNER_MAX_LEN + 1];
 } mn_tuner_model;
 
 /* One side's steps in a paired probe (sequence rule): index 0 plain decoding, 1 speculating; with
@@ -241,6 +244,10 @@ typedef struct mn_tuner_step {
 typedef struct mn_tuner_rate {
     float theta, first;
     float carry[MN_TUNER_MAX_LEN + 1];
+    float price[MN_TUNER_MAX_LEN + 1]; /* price[j]: what a draft of j tokens costs, in produced
+                                        * tokens: j theta, or at one sequence, once measured, the
+                                        * verify curve's (t(j) - t(0)) / c (and j delta / c for a
+                                        * costly draft); NAN with theta */
     uint32_t least;    /* the shortest length: 1 for a free draft (it costs beta alone, and a
                         * sequence that drafts nothing learns nothing), 0 for a costly one (a model
                         * pass that does not pay is not run; the voter's exploration rounds ask 1) */
@@ -283,8 +290,9 @@ typedef struct mn_tuner_seq {
 /* A verification of a draft of at least one token kept `kept` of them. */
 void mn_tuner_seq_observe(mn_tuner_seq *q, uint32_t kept);
 /* The sequence's draft length of one kind, by its acceptance q of that kind and the kind's figures:
- * the largest j in [rate->least, cap] with P_i(j) > theta (least when none), or cap without theta;
- * 0 when cap is 0. */
+ * the j in [rate->least, cap] that gains the most, P_i(1) + ... + P_i(j) - price[j] (with the
+ * straight price j theta, the largest j with P_i(j) > theta), or cap without figures; 0 when cap
+ * is 0. */
 uint32_t mn_tuner_seq_length(const mn_tuner_seq *q, const mn_tuner_rate *rate, uint32_t cap);
 
 /* The model rule's estimate for length x of class cls: seconds per produced token, NAN where it
