@@ -592,17 +592,21 @@ static int subscribe(const char *events, const char *topic)
 
 /* The spec keys: get shows them, set checks them, stats shows per-drafter figures; the events socket
  * publishes weight changes and one summary per finished request. */
-/* A figure of the n-gram drafter's shared cache from the admin's stats (spec.drafters.ngram.cache). */
-static json_int_t ngram_cache_stat(server *s, const char *key)
+/* A figure of drafter `name` from the admin's stats: spec.drafters.<name>.<key>, or with a `group`
+ * (the n-gram drafter's "cache") spec.drafters.<name>.<group>.<key>. */
+static json_int_t drafter_stat(server *s, const char *name, const char *group, const char *key)
 {
     json_t *r = admin(s, "{\"cmd\":\"stats\"}");
-    json_t *ng = json_object_get(json_object_get(json_object_get(json_object_get(r, "stats"), "spec"), "drafters"), "ngram");
-    json_t *v = json_object_get(json_object_get(ng, "cache"), key);
-    cr_assert(json_is_integer(v), "stats: no spec.drafters.ngram.cache.%s", key);
+    json_t *d = json_object_get(json_object_get(json_object_get(json_object_get(r, "stats"), "spec"), "drafters"), name);
+    json_t *v = json_object_get(group ? json_object_get(d, group) : d, key);
+    cr_assert(json_is_integer(v), "stats: no spec.drafters.%s.%s%s%s", name, group ? group : "", group ? "." : "", key);
     json_int_t n = json_integer_value(v);
     json_decref(r);
     return n;
 }
+
+/* A figure of the n-gram drafter's shared cache (spec.drafters.ngram.cache). */
+static json_int_t ngram_cache_stat(server *s, const char *key) { return drafter_stat(s, "ngram", "cache", key); }
 
 Test(speculate, admin_keys_stats_and_events, .timeout = 300)
 {
@@ -728,17 +732,7 @@ Test(speculate, admin_keys_stats_and_events, .timeout = 300)
 }
 
 /* Rounds drafter `name` was asked to draft in (stats). */
-static json_int_t drafter_rounds(server *s, const char *name)
-{
-    json_t *r = admin(s, "{\"cmd\":\"stats\"}");
-    json_t *spec = json_object_get(json_object_get(r, "stats"), "spec");
-    json_t *d = json_object_get(json_object_get(spec, "drafters"), name);
-    json_t *v = json_object_get(d, "rounds");
-    cr_assert(json_is_integer(v), "stats: no spec.drafters.%s.rounds", name);
-    json_int_t n = json_integer_value(v);
-    json_decref(r);
-    return n;
-}
+static json_int_t drafter_rounds(server *s, const char *name) { return drafter_stat(s, name, NULL, "rounds"); }
 
 /* spec.cascade: the model drafter drafts only for requests the n-gram drafter proposed nothing for.
  * A text that repeats itself gives the n-gram drafter a match in most rounds: with the cascade (the
