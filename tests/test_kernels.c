@@ -55,7 +55,7 @@ static void on_every_set(void (*fn)(void))
 /* The sets the tests iterate come from the library: it must list every set it has. */
 Test(kernels, the_library_lists_its_kernel_sets)
 {
-    static const char *const want[] = {"generic", "avx2", "avx512", "avx512-emu"};
+    static const char *const want[] = {"generic", "avx2", "avx512", "avx512w", "avx512-emu", "avx512w-emu"};
     for (size_t w = 0; w < sizeof want / sizeof want[0]; w++) {
         bool found = false;
         for (size_t i = 0; i < n_sets(); i++)

@@ -76,8 +76,8 @@ static void usage(FILE *f)
             "                         tuner decisions and finished requests\n"
             "      --step-trace FILE  one JSON line per target step into FILE: its times, sequences and\n"
             "                         tokens (tools/bench-steps.py reads it; docs/server.md)\n"
-            "Environment: MINIONS_CPU=avx512|avx2|generic picks the CPU kernels (default: the widest\n"
-            "this CPU runs; all give the same bits, docs/runtime.md)\n");
+            "Environment: MINIONS_CPU=avx512w|avx512|avx2|generic picks the CPU kernels (default: the\n"
+            "fastest this CPU runs; all give the same bits, docs/runtime.md)\n");
 }
 
 static int parse_int(const char *s, long lo, long hi, long *out)

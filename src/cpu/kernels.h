@@ -2,9 +2,9 @@
  *
  * The library itself is compiled for the x86-64 baseline (or whatever the host's compiler targets
  * by default); only the kernel files are built for wider instruction sets, each with its own
- * `#pragma GCC target`, and matmul.c picks at run time the widest table this CPU and OS run
- * (mn_cpu_kernels_use to choose another). So one binary runs on an AVX2 laptop, an AVX-512 server,
- * and a machine with neither.
+ * `#pragma GCC target`, and matmul.c picks at run time the widest table this CPU and OS run and
+ * whose `prefer` finds it worth running (mn_cpu_kernels_use to choose another). So one binary runs
+ * on an AVX2 laptop, an AVX-512 server, and a machine with neither.
  *
  * The contract every table keeps: the same bits. Each slot computes exactly what the generic table
  * (plain C, the reference) computes, operation for operation in the orders matmul.h and
@@ -38,8 +38,9 @@ typedef struct mn_q8 {
 } mn_q8;                  /* 8 blocks of 32 activations */
 
 typedef struct mn_cpu_kernels {
-    const char *name;     /* "generic", "avx2", "avx512": what MINIONS_CPU and mn_cpu_kernels_use name */
+    const char *name;     /* "generic", "avx2", "avx512", "avx512w": what MINIONS_CPU and mn_cpu_kernels_use name */
     int (*usable)(void);  /* whether this CPU and OS execute the table's instructions */
+    int (*prefer)(void);  /* whether a usable table is also worth picking by default here; NULL: yes */
     const struct mn_cpu_kernels *base; /* where the NULL slots come from; NULL if none is */
     void (*matmul)(const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy, int T, uint32_t o_begin,
                    uint32_t o_end);
@@ -63,5 +64,9 @@ extern const mn_cpu_kernels mn_kernels_avx512;  /* AVX-512 F/BW/DQ/VL + VNNI: th
 /* kernels_avx512.c with every 512-bit operation done as two AVX2 ones: the AVX-512 tiles' logic,
  * runnable (and tested) where the CPU has AVX2 only. Never picked unless named. */
 extern const mn_cpu_kernels mn_kernels_avx512_emu;
+/* The AVX-512 table with its float products in 512-bit tiles: picked by default only where 512-bit
+ * FMAs run at full rate (Zen 5; not Zen 4), and its emulation, never picked unless named. */
+extern const mn_cpu_kernels mn_kernels_avx512w;
+extern const mn_cpu_kernels mn_kernels_avx512w_emu;
 
 #endif

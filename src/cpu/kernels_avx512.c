@@ -9,16 +9,20 @@
  * once, in one sweep, and a quantized tile takes 4 rows x 4 outputs.
  *
  * 512-bit tiles came first (two 8-lane chains per register, the weights of two outputs side by
- * side) and were dropped: on a Zen 4 core, whose 512-bit operations take both of its 256-bit
- * pipes, they ran below AVX2's tiles (minions-bench-matmul, F32: 45-90 GFLOP/s against 57-106;
- * SmolLM2 Q4_1 decode 0.59-0.61x at one sequence, 0.86-1.00x at 16, three runs each), and these
- * tiles run level with them or above (docs/runtime.md, "Kernel sets"). On Intel cores with two
- * 512-bit FMA units the 512-bit tiles had measured 1.06-1.40x AVX2 (a 16-core Xeon); that host was
- * not at hand to measure these.
+ * side) and were dropped from this table: on a Zen 4 core, whose 512-bit operations take both of
+ * its 256-bit pipes, they ran below AVX2's tiles (minions-bench-matmul, F32: 45-90 GFLOP/s against
+ * 57-106; SmolLM2 Q4_1 decode 0.59-0.61x at one sequence, 0.86-1.00x at 16, three runs each), and
+ * these tiles run level with them or above (docs/runtime.md, "Kernel sets").
+ *
+ * A Zen 5 core runs a 512-bit FMA as fast as a 256-bit one (two a cycle: 266 against 131 GFLOP/s
+ * in a loop of independent FMAs), so there twice the work per instruction is twice the peak. The
+ * second table here, avx512w, is this one with its float passes of 5 rows or more in 512-bit tiles
+ * (tile_w: the same chains, two a register); it is the default only where a probe at first use
+ * finds 512-bit FMAs at >= 1.5x the 256-bit FLOP rate (x16w_prefer), so Zen 4 keeps avx512.
  *
  * kernels_avx512_emu.c compiles this file for AVX2 alone (MN_X16_EMULATE): the same shapes and
- * index arithmetic with 16 registers and without VNNI, so that the tests check this table's tiles
- * bit for bit on CPUs without AVX-512.
+ * index arithmetic with 16 registers and without VNNI (each 512-bit register two 256-bit ones), so
+ * that the tests check both tables' tiles bit for bit on CPUs without AVX-512.
  */
 #include "cpu/kernels.h"
 
@@ -30,6 +34,110 @@
 #endif
 
 #include "cpu/kernels_x86.h"
+#include "util/clock.h"
+
+/* ---- 512-bit registers: two 8-lane chains side by side ------------------------------------------
+ * v16f holds two of the 8-lane accumulators every table reduces with: lanes 0..7 one output's,
+ * lanes 8..15 another's, for the same token. Compiled with MN_X16_EMULATE (kernels_avx512_emu.c)
+ * each primitive is two AVX2 operations on the halves, so the tiles' layout and index arithmetic
+ * run, and are tested bit for bit, on CPUs without AVX-512. */
+#ifdef MN_X16_EMULATE
+typedef struct v16f {
+    __m256 h[2];
+} v16f;
+ALWAYS_INLINE v16f f_zero(void) { return (v16f){{_mm256_setzero_ps(), _mm256_setzero_ps()}}; }
+ALWAYS_INLINE v16f f_halves(__m256 lo, __m256 hi) { return (v16f){{lo, hi}}; }
+ALWAYS_INLINE v16f f_dup(const float *p)
+{
+    __m256 v = _mm256_loadu_ps(p);
+    return (v16f){{v, v}};
+}
+ALWAYS_INLINE __m256 f_half(v16f a, int hi) { return a.h[hi]; }
+ALWAYS_INLINE v16f f_fmadd(v16f a, v16f b, v16f c)
+{
+    return (v16f){{_mm256_fmadd_ps(a.h[0], b.h[0], c.h[0]), _mm256_fmadd_ps(a.h[1], b.h[1], c.h[1])}};
+}
+#define F_IN_REGISTER(v)                                                                                        \
+    do {                                                                                                        \
+        IN_REGISTER((v).h[0]);                                                                                  \
+        IN_REGISTER((v).h[1]);                                                                                  \
+    } while (0)
+#else
+typedef __m512 v16f;
+ALWAYS_INLINE v16f f_zero(void) { return _mm512_setzero_ps(); }
+ALWAYS_INLINE v16f f_halves(__m256 lo, __m256 hi) { return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1); }
+ALWAYS_INLINE v16f f_dup(const float *p) { return _mm512_broadcast_f32x8(_mm256_loadu_ps(p)); }
+ALWAYS_INLINE __m256 f_half(v16f a, int hi) { return hi ? _mm512_extractf32x8_ps(a, 1) : _mm512_castps512_ps256(a); }
+ALWAYS_INLINE v16f f_fmadd(v16f a, v16f b, v16f c) { return _mm512_fmadd_ps(a, b, c); }
+#define F_IN_REGISTER(v) IN_REGISTER(v)
+#endif
+
+/* kernels_x86.h's tile() in 512-bit registers: RT rows x 2 NP outputs (o0, o0 + stride, ...), the
+ * outputs 2p and 2p + 1 in the halves of one register. The same chains, fed the same chunks in the
+ * same order, summed by the same hsum: the same bits as tile(), with half the FMA instructions. */
+ALWAYS_INLINE void tile_w(uint32_t type, const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy,
+                          int t0, uint32_t o0, uint32_t stride, const int RT, const int NP, const int NPF,
+                          const uint8_t *pf, size_t pf_step)
+{
+    const int n_chunks = (int)(W->cols / 8), tail = (int)(W->cols % 8);
+    const uint8_t *rows[16];
+    const float *xr[8];
+    v16f acc[8][8];
+#pragma GCC unroll 16
+    for (int o = 0; o < 2 * NP; o++)
+        rows[o] = W->data + (size_t)(o0 + (uint32_t)o * stride) * W->row_bytes;
+#pragma GCC unroll 8
+    for (int t = 0; t < RT; t++)
+        xr[t] = x + (size_t)(t0 + t) * ldx;
+#pragma GCC unroll 8
+    for (int t = 0; t < RT; t++)
+#pragma GCC unroll 8
+        for (int p = 0; p < NP; p++)
+            acc[t][p] = f_zero();
+    for (int c = 0; c < n_chunks; c++) {
+#pragma GCC unroll 16
+        for (int i = 0; i < NPF; i++)
+            _mm_prefetch((const char *)pf + (size_t)i * stride * W->row_bytes + (size_t)c * pf_step, _MM_HINT_T1);
+        if (NP <= RT) { /* weights held, activations streamed */
+            v16f w[8];
+#pragma GCC unroll 8
+            for (int p = 0; p < NP; p++) {
+                w[p] = f_halves(load_chunk(type, rows[2 * p], c), load_chunk(type, rows[2 * p + 1], c));
+                F_IN_REGISTER(w[p]);
+            }
+#pragma GCC unroll 8
+            for (int t = 0; t < RT; t++) {
+                v16f xv = f_dup(xr[t] + c * 8);
+                F_IN_REGISTER(xv);
+#pragma GCC unroll 8
+                for (int p = 0; p < NP; p++)
+                    acc[t][p] = f_fmadd(w[p], xv, acc[t][p]);
+            }
+        } else { /* activations held, weights streamed */
+            v16f xv[8];
+#pragma GCC unroll 8
+            for (int t = 0; t < RT; t++)
+                xv[t] = f_dup(xr[t] + c * 8);
+#pragma GCC unroll 8
+            for (int p = 0; p < NP; p++) {
+                v16f w = f_halves(load_chunk(type, rows[2 * p], c), load_chunk(type, rows[2 * p + 1], c));
+                F_IN_REGISTER(w);
+#pragma GCC unroll 8
+                for (int t = 0; t < RT; t++)
+                    acc[t][p] = f_fmadd(w, xv[t], acc[t][p]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < RT; t++)
+#pragma GCC unroll 16
+        for (int o = 0; o < 2 * NP; o++) {
+            float s = hsum(f_half(acc[t][o / 2], o % 2));
+            for (int k = n_chunks * 8; k < n_chunks * 8 + tail; k++)
+                s = fmaf(scalar_w(type, rows[o], k), xr[t][k], s);
+            y[(size_t)(t0 + t) * ldy + o0 + (uint32_t)o * stride] = s;
+        }
+}
 
 /* ---- float weights (F32, F16) in passes of 3 to 31 rows: verification's shape ------------------ */
 
@@ -44,11 +152,34 @@
  * slower with it, a 16 MB one 6-60% faster; the first tile of two prefetching instead of the second
  * lost 10-20% on a 32 MB matrix at T = 8..16. */
 ALWAYS_INLINE void rows_f(uint32_t type, const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy,
-                          int T, uint32_t o, uint32_t stride, const uint8_t *next, const int RB, const int OT)
+                          int T, uint32_t o, uint32_t stride, const uint8_t *next, const int RB, const int OT,
+                          const bool WIDE)
 {
-#define TILE_F(RT, PF) tile(type, W, x, ldx, y, ldy, t, o, stride, RT, OT, (PF) ? OT : 0, PF, pf_step)
+#define TILE_F(RT, PF)                                                                                         \
+    do {                                                                                                       \
+        if (WIDE)                                                                                              \
+            tile_w(type, W, x, ldx, y, ldy, t, o, stride, RT, OT / 2, (PF) ? OT : 0, PF, pf_step);             \
+        else                                                                                                   \
+            tile(type, W, x, ldx, y, ldy, t, o, stride, RT, OT, (PF) ? OT : 0, PF, pf_step);                   \
+    } while (0)
     const size_t pf_step = W->cols >= 8 ? W->row_bytes / (W->cols / 8) : 0;
     int t = 0;
+    if (RB == 0) { /* 8 rows or more (512-bit tiles): blocks of 8, the last 9..11 rows as two */
+        for (int i = 0; t < T; i++) {
+            int n = T - t, rt = n >= 12 ? 8 : n >= 9 ? n / 2 : n;
+            const uint8_t *pf = i == 1 || rt == T ? next : NULL;
+            switch (rt) {
+            case 8: TILE_F(8, pf); break;
+            case 7: TILE_F(7, pf); break;
+            case 6: TILE_F(6, pf); break;
+            case 5: TILE_F(5, pf); break;
+            case 4: TILE_F(4, pf); break;
+            default: break; /* n >= 4 whenever T >= 8 */
+            }
+            t += rt;
+        }
+        return;
+    }
     for (; t + RB <= T; t += RB)
         TILE_F(RB, t == RB || T == RB ? next : NULL);
     const uint8_t *pf = t == RB || t == 0 ? next : NULL; /* the second tile, or the only one */
@@ -74,15 +205,15 @@ ALWAYS_INLINE void rows_f(uint32_t type, const mn_weight *W, const float *x, siz
 
 /* OT outputs a tile, q = range / OT apart; the outputs past the last full stride one at a time. */
 ALWAYS_INLINE void outputs_f(uint32_t type, const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy,
-                             int T, uint32_t ob, uint32_t oe, const int RB, const int OT)
+                             int T, uint32_t ob, uint32_t oe, const int RB, const int OT, const bool WIDE)
 {
     const uint32_t q = (oe - ob) / (uint32_t)OT;
     for (uint32_t o = ob; o < ob + q; o++) {
         const uint8_t *next = o + PF_GROUPS < ob + q ? W->data + (size_t)(o + PF_GROUPS) * W->row_bytes : NULL;
-        rows_f(type, W, x, ldx, y, ldy, T, o, q, next, RB, OT);
+        rows_f(type, W, x, ldx, y, ldy, T, o, q, next, RB, OT, WIDE);
     }
     for (uint32_t o = ob + (uint32_t)OT * q; o < oe; o++)
-        rows_f(type, W, x, ldx, y, ldy, T, o, 1, NULL, RB, 1);
+        rows_f(type, W, x, ldx, y, ldy, T, o, 1, NULL, RB, 1, false);
 }
 
 /* The tile by the rows of the pass: 2 x 8, 3 x 6, 5 x 5, 6 x 4 and 7 x 3 in one sweep over the
@@ -105,21 +236,33 @@ ALWAYS_INLINE void outputs_f(uint32_t type, const mn_weight *W, const float *x, 
  * through, at the same speed (14 alternating runs, 0.98-1.01x at k = 2..8). */
 typedef void matmul_f_fn(const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy, int T, uint32_t ob,
                          uint32_t oe);
-#define SHAPE_F(NAME, TYPE, RB, OT, EXACT)                                                                      \
+#define SHAPE_F(NAME, TYPE, RB, OT, EXACT, WIDE)                                                                \
     static __attribute__((noinline)) void NAME(const mn_weight *W, const float *x, size_t ldx, float *y,       \
                                                size_t ldy, int T, uint32_t ob, uint32_t oe)                    \
     {                                                                                                           \
-        outputs_f(TYPE, W, x, ldx, y, ldy, (EXACT) ? (RB) : T, ob, oe, RB, OT);                                 \
+        outputs_f(TYPE, W, x, ldx, y, ldy, (EXACT) ? (RB) : T, ob, oe, RB, OT, WIDE);                           \
     }
 #define SHAPES_F(SHAPE, RB, OT, EXACT)                                                                          \
-    SHAPE_F(f32_##SHAPE, MN_F32, RB, OT, EXACT)                                                                 \
-    SHAPE_F(f16_##SHAPE, MN_F16, RB, OT, EXACT)
+    SHAPE_F(f32_##SHAPE, MN_F32, RB, OT, EXACT, false)                                                          \
+    SHAPE_F(f16_##SHAPE, MN_F16, RB, OT, EXACT, false)
 SHAPES_F(2x8, 2, 8, true)
 SHAPES_F(3x6, 3, 6, true)
 SHAPES_F(4x6, 4, 6, false)
 SHAPES_F(5x5, 5, 5, true)
 SHAPES_F(6x4, 6, 4, true)
 SHAPES_F(7x3, 7, 3, true)
+/* The 512-bit tiles (the avx512w table): rows x outputs, two outputs a register, so 5 x 10 holds
+ * 25 registers of chains as 5 x 5 does; 8 rows or more in blocks of 8 x 6 (24 registers), the last
+ * 9..11 rows as two blocks of 4..6 (rows_f). */
+#define WIDE_F(SHAPE, RB, OT)                                                                                   \
+    SHAPE_F(f32w_##SHAPE, MN_F32, RB, OT, true, true)                                                           \
+    SHAPE_F(f16w_##SHAPE, MN_F16, RB, OT, true, true)
+WIDE_F(5x10, 5, 10)
+WIDE_F(6x8, 6, 8)
+WIDE_F(7x6, 7, 6)
+SHAPE_F(f32w_blocks, MN_F32, 0, 6, false, true)
+SHAPE_F(f16w_blocks, MN_F16, 0, 6, false, true)
+#undef WIDE_F
 #undef SHAPES_F
 #undef SHAPE_F
 
@@ -151,6 +294,25 @@ static void x16_matmul(const mn_weight *W, const float *x, size_t ldx, float *y,
         f16_by_rows[BY_ROWS(T)](W, x, ldx, y, ldy, T, o_begin, o_end);
     else
         mn_kernels_avx2.matmul(W, x, ldx, y, ldy, T, o_begin, o_end);
+}
+
+/* x16_matmul with its float passes of 5 rows or more in 512-bit tiles. Fewer rows stay in 256-bit
+ * ones: a 512-bit tile of 2 or 3 rows merges two weight rows into each register for only 4-6 FMAs,
+ * and one of 4 rows (minions-bench-matmul, one core, 2026-11-29, a Zen 5 core) ran level with
+ * 4 x 6 on L2-resident matrices (106-129 against 113-124 GFLOP/s) and below it in the bundled
+ * target's passes of 4 tokens (--verify-curve: 330-360 us against 299-309). From 5 rows on the
+ * 512-bit tiles reached 140-196 GFLOP/s against 113-125 (T = 5..512, the target's four shapes). */
+static void x16w_matmul(const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy, int T,
+                        uint32_t o_begin, uint32_t o_end)
+{
+    static matmul_f_fn *const f32w[] = {f32w_5x10, f32w_6x8, f32w_7x6, f32w_blocks};
+    static matmul_f_fn *const f16w[] = {f16w_5x10, f16w_6x8, f16w_7x6, f16w_blocks};
+    if (T >= 5 && (W->type == MN_F32 || W->type == MN_F16)) {
+        int shape = (T < 8 ? T : 8) - 5;
+        (W->type == MN_F32 ? f32w : f16w)[shape](W, x, ldx, y, ldy, T, o_begin, o_end);
+    } else {
+        x16_matmul(W, x, ldx, y, ldy, T, o_begin, o_end);
+    }
 }
 
 /* ---- quantized weights, 16-bit activations ------------------------------------------------------ */
@@ -206,8 +368,11 @@ DEFINE_MATMUL_Q8_ENTRY(x16_matmul_q8)
 
 #ifdef MN_X16_EMULATE
 static int x16_usable(void) { return mn_kernels_avx2.usable(); }
+static int x16w_prefer(void) { return 0; }
 #define X16_TABLE mn_kernels_avx512_emu
 #define X16_NAME "avx512-emu"
+#define X16W_TABLE mn_kernels_avx512w_emu
+#define X16W_NAME "avx512w-emu"
 #else
 static int x16_usable(void)
 {
@@ -216,8 +381,57 @@ static int x16_usable(void)
            __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
            __builtin_cpu_supports("avx512vnni");
 }
+
+/* Seconds for a fixed number of independent FMA chains' steps in 256-bit or 512-bit registers. */
+static double fma_seconds(bool wide)
+{
+    enum { CHAINS = 10, STEPS = 4096 };
+    __m512 a[CHAINS], m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-6f);
+    __m256 b[CHAINS], m8 = _mm256_set1_ps(0.999999f), c8 = _mm256_set1_ps(1e-6f);
+    for (int i = 0; i < CHAINS; i++) {
+        a[i] = _mm512_set1_ps((float)i);
+        b[i] = _mm256_set1_ps((float)i);
+    }
+    double t0 = mn_now();
+    for (int s = 0; s < STEPS; s++)
+#pragma GCC unroll 10
+        for (int i = 0; i < CHAINS; i++) {
+            if (wide) {
+                a[i] = _mm512_fmadd_ps(a[i], m, c);
+                IN_REGISTER(a[i]);
+            } else {
+                b[i] = _mm256_fmadd_ps(b[i], m8, c8);
+                IN_REGISTER(b[i]);
+            }
+        }
+    double t = mn_now() - t0;
+    volatile float sink = 0.0f;
+    for (int i = 0; i < CHAINS; i++)
+        sink += _mm512_cvtss_f32(a[i]) + _mm256_cvtss_f32(b[i]);
+    (void)sink;
+    return t;
+}
+
+/* Whether this core runs 512-bit FMAs at (nearly) the rate of 256-bit ones, so that the 512-bit
+ * tiles do twice the work per instruction: on Zen 5 (and Intel cores with two 512-bit FMA units)
+ * yes; on Zen 4, which splits each over its 256-bit pipes, no (see the opening comment). Measured
+ * once, at the table's first use, best of five short runs each (about 0.3 ms in all). */
+static int x16w_prefer(void)
+{
+    if (!x16_usable())
+        return 0;
+    double narrow = 1e9, wide = 1e9;
+    for (int r = 0; r < 5; r++) {
+        double n = fma_seconds(false), w = fma_seconds(true);
+        narrow = n < narrow ? n : narrow;
+        wide = w < wide ? w : wide;
+    }
+    return 2.0 * narrow >= 1.5 * wide; /* 512-bit FLOPs at >= 1.5x the 256-bit rate */
+}
 #define X16_TABLE mn_kernels_avx512
 #define X16_NAME "avx512"
+#define X16W_TABLE mn_kernels_avx512w
+#define X16W_NAME "avx512w"
 #endif
 
 const mn_cpu_kernels X16_TABLE = {
@@ -228,13 +442,24 @@ const mn_cpu_kernels X16_TABLE = {
     .matmul_q8 = x16_matmul_q8,
 };
 
+const mn_cpu_kernels X16W_TABLE = {
+    .name = X16W_NAME,
+    .usable = x16_usable,
+    .prefer = x16w_prefer,
+    .base = &mn_kernels_avx2,
+    .matmul = x16w_matmul,
+    .matmul_q8 = x16_matmul_q8,
+};
+
 #else /* not x86-64 */
 
 static int x16_usable(void) { return 0; }
 #ifdef MN_X16_EMULATE
 const mn_cpu_kernels mn_kernels_avx512_emu = {.name = "avx512-emu", .usable = x16_usable};
+const mn_cpu_kernels mn_kernels_avx512w_emu = {.name = "avx512w-emu", .usable = x16_usable};
 #else
 const mn_cpu_kernels mn_kernels_avx512 = {.name = "avx512", .usable = x16_usable};
+const mn_cpu_kernels mn_kernels_avx512w = {.name = "avx512w", .usable = x16_usable};
 #endif
 
 #endif

@@ -13,7 +13,8 @@
  * [o_begin, o_end) ranges may run concurrently.
  *
  * Every function runs on the kernel set (kernels.h) picked at first use: the widest this CPU runs
- * (avx512, avx2, generic C), or the one the environment variable MINIONS_CPU names. All sets
+ * (avx512w where 512-bit FMAs run at full rate, avx512, avx2, generic C), or the one the
+ * environment variable MINIONS_CPU names. All sets
  * give the same bits, so the choice changes speed only.
  */
 #ifndef MN_MATMUL_H
@@ -61,7 +62,7 @@ void mn_matmul_q8(const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, si
 void mn_matmul_q8_ref(const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, size_t ldy, int T,
                       uint32_t o_begin, uint32_t o_end);
 
-/* The kernel set in use: "avx512", "avx2" or "generic". Any thread. */
+/* The kernel set in use: "avx512w", "avx512", "avx2" or "generic" (or an emulation, named). Any thread. */
 const char *mn_cpu_kernels_name(void);
 /* Whether this CPU (and OS) runs the kernel set `name`; 0 for names that are no set. Any thread. */
 int mn_cpu_kernels_usable(const char *name);
