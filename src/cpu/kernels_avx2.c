@@ -629,7 +629,7 @@ ALWAYS_INLINE void matmul_q8_typed(uint32_t type, const mn_weight *W, const mn_q
             tile_q8(type, W, xq, ldxq, y, ldy, t, o, 1, 1, 1);
 }
 
-DEFINE_MATMUL_Q8_ENTRY(avx2_matmul_q8)
+DEFINE_MATMUL_Q8_ENTRY(avx2_matmul_q8, matmul_q8_typed)
 
 static int avx2_usable(void)
 {

@@ -16,9 +16,10 @@
  *
  * A Zen 5 core runs a 512-bit FMA as fast as a 256-bit one (two a cycle: 266 against 131 GFLOP/s
  * in a loop of independent FMAs), so there twice the work per instruction is twice the peak. The
- * second table here, avx512w, is this one with its float passes of 5 rows or more in 512-bit tiles
- * (tile_w: the same chains, two a register); it is the default only where a probe at first use
- * finds 512-bit FMAs at >= 1.5x the 256-bit FLOP rate (x16w_prefer), so Zen 4 keeps avx512.
+ * second table here, avx512w, is this one with its float passes of 5 rows or more and its quantized
+ * passes of 2 or more in 512-bit tiles (tile_w, tile_q8w: the same chains, two a register); it is
+ * the default only where a probe at first use finds 512-bit FMAs at >= 1.5x the 256-bit FLOP rate
+ * (x16w_prefer), so Zen 4 keeps avx512.
  *
  * kernels_avx512_emu.c compiles this file for AVX2 alone (MN_X16_EMULATE): the same shapes and
  * index arithmetic with 16 registers and without VNNI (each 512-bit register two 256-bit ones), so
@@ -62,6 +63,52 @@ ALWAYS_INLINE v16f f_fmadd(v16f a, v16f b, v16f c)
         IN_REGISTER((v).h[0]);                                                                                  \
         IN_REGISTER((v).h[1]);                                                                                  \
     } while (0)
+/* 16 int32 or 32 int16 lanes, halves as v16f's: int16 lanes 0..15 the low output's */
+typedef struct v16i {
+    __m256i h[2];
+} v16i;
+ALWAYS_INLINE v16f f_mul(v16f a, v16f b) { return (v16f){{_mm256_mul_ps(a.h[0], b.h[0]), _mm256_mul_ps(a.h[1], b.h[1])}}; }
+ALWAYS_INLINE v16f f_from_i32(v16i p) { return (v16f){{_mm256_cvtepi32_ps(p.h[0]), _mm256_cvtepi32_ps(p.h[1])}}; }
+/* lanes 0..7 = a's lane j, lanes 8..15 = a's lane 8 + j */
+ALWAYS_INLINE v16f f_lane(v16f a, int j)
+{
+    __m256i idx = _mm256_set1_epi32(j);
+    return (v16f){{_mm256_permutevar8x32_ps(a.h[0], idx), _mm256_permutevar8x32_ps(a.h[1], idx)}};
+}
+/* 16 bytes at lo and 16 at hi, widened to int16 (zero- or sign-extended) */
+ALWAYS_INLINE v16i i_widen_u8(const uint8_t *lo, const uint8_t *hi)
+{
+    return (v16i){{_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)lo)),
+                   _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)hi))}};
+}
+ALWAYS_INLINE v16i i_widen_i8(const uint8_t *lo, const uint8_t *hi)
+{
+    return (v16i){{_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)lo)),
+                   _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)hi))}};
+}
+ALWAYS_INLINE v16i i16_and(v16i a, int16_t m)
+{
+    __m256i v = _mm256_set1_epi16(m);
+    return (v16i){{_mm256_and_si256(a.h[0], v), _mm256_and_si256(a.h[1], v)}};
+}
+ALWAYS_INLINE v16i i16_srl4(v16i a) { return (v16i){{_mm256_srli_epi16(a.h[0], 4), _mm256_srli_epi16(a.h[1], 4)}}; }
+ALWAYS_INLINE v16i i16_sub(v16i a, int16_t d)
+{
+    __m256i v = _mm256_set1_epi16(d);
+    return (v16i){{_mm256_sub_epi16(a.h[0], v), _mm256_sub_epi16(a.h[1], v)}};
+}
+/* 16 int16 at x in both halves */
+ALWAYS_INLINE v16i i16_dup(const int16_t *x)
+{
+    __m256i v = _mm256_loadu_si256((const __m256i *)x);
+    return (v16i){{v, v}};
+}
+/* kernels_x86.h's dot_lanes in each half */
+ALWAYS_INLINE v16i i_dot(v16i wlo, v16i xlo, v16i whi, v16i xhi)
+{
+    return (v16i){{dot_lanes(wlo.h[0], whi.h[0], xlo.h[0], xhi.h[0]), dot_lanes(wlo.h[1], whi.h[1], xlo.h[1], xhi.h[1])}};
+}
+#define I_IN_REGISTER(v) F_IN_REGISTER(v)
 #else
 typedef __m512 v16f;
 ALWAYS_INLINE v16f f_zero(void) { return _mm512_setzero_ps(); }
@@ -70,6 +117,34 @@ ALWAYS_INLINE v16f f_dup(const float *p) { return _mm512_broadcast_f32x8(_mm256_
 ALWAYS_INLINE __m256 f_half(v16f a, int hi) { return hi ? _mm512_extractf32x8_ps(a, 1) : _mm512_castps512_ps256(a); }
 ALWAYS_INLINE v16f f_fmadd(v16f a, v16f b, v16f c) { return _mm512_fmadd_ps(a, b, c); }
 #define F_IN_REGISTER(v) IN_REGISTER(v)
+typedef __m512i v16i;
+ALWAYS_INLINE v16f f_mul(v16f a, v16f b) { return _mm512_mul_ps(a, b); }
+ALWAYS_INLINE v16f f_from_i32(v16i p) { return _mm512_cvtepi32_ps(p); }
+ALWAYS_INLINE v16f f_lane(v16f a, int j)
+{
+    return _mm512_permutexvar_ps(_mm512_inserti64x4(_mm512_set1_epi32(j), _mm256_set1_epi32(8 + j), 1), a);
+}
+ALWAYS_INLINE v16i i_widen_u8(const uint8_t *lo, const uint8_t *hi)
+{
+    __m256i b = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)lo)),
+                                        _mm_loadu_si128((const __m128i *)hi), 1);
+    return _mm512_cvtepu8_epi16(b);
+}
+ALWAYS_INLINE v16i i_widen_i8(const uint8_t *lo, const uint8_t *hi)
+{
+    __m256i b = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)lo)),
+                                        _mm_loadu_si128((const __m128i *)hi), 1);
+    return _mm512_cvtepi8_epi16(b);
+}
+ALWAYS_INLINE v16i i16_and(v16i a, int16_t m) { return _mm512_and_si512(a, _mm512_set1_epi16(m)); }
+ALWAYS_INLINE v16i i16_srl4(v16i a) { return _mm512_srli_epi16(a, 4); }
+ALWAYS_INLINE v16i i16_sub(v16i a, int16_t d) { return _mm512_sub_epi16(a, _mm512_set1_epi16(d)); }
+ALWAYS_INLINE v16i i16_dup(const int16_t *x) { return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x)); }
+ALWAYS_INLINE v16i i_dot(v16i wlo, v16i xlo, v16i whi, v16i xhi)
+{
+    return _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(_mm512_setzero_si512(), wlo, xlo), whi, xhi);
+}
+#define I_IN_REGISTER(v) IN_REGISTER(v)
 #endif
 
 /* kernels_x86.h's tile() in 512-bit registers: RT rows x 2 NP outputs (o0, o0 + stride, ...), the
@@ -317,11 +392,123 @@ static void x16w_matmul(const mn_weight *W, const float *x, size_t ldx, float *y
 
 /* ---- quantized weights, 16-bit activations ------------------------------------------------------ */
 
-/* The rows of one group of OT outputs (a stride apart) in tiles of RB <= 5 rows, then one of the rest. */
-ALWAYS_INLINE void rows_q8(uint32_t type, const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, size_t ldy,
-                           int T, uint32_t o, uint32_t stride, const int RB, const int OT)
+/* The 32 weights of one block of two outputs (quants at a and b) as int16: lo = elements 0..15 of a
+ * then of b, hi = elements 16..31 of a then of b (kernels_x86.h's load_wq, for two rows at once). */
+ALWAYS_INLINE void load_wq2(uint32_t type, const uint8_t *a, const uint8_t *b, v16i *lo, v16i *hi)
 {
-#define TILE_Q(RT) tile_q8(type, W, xq, ldxq, y, ldy, t, o, stride, RT, OT)
+    if (type == MN_Q8_0) {
+        *lo = i_widen_i8(a, b);
+        *hi = i_widen_i8(a + 16, b + 16);
+        return;
+    }
+    /* byte k holds element k in its low nibble and element 16 + k in its high one */
+    v16i w = i_widen_u8(a, b);
+    *lo = i16_and(w, 15);
+    *hi = i16_srl4(w);
+    if (type == MN_Q4_0) {
+        *lo = i16_sub(*lo, 8);
+        *hi = i16_sub(*hi, 8);
+    }
+}
+
+/* kernels_x86.h's tile_q8 in 512-bit registers: RT rows x 2 NP outputs a stride apart, outputs 2p
+ * and 2p + 1 in the halves of one register. Per block, one vpdpwssd pair, conversion and FMA make
+ * both outputs' lanes, from the same integers, scales and order as tile_q8: the same bits. */
+ALWAYS_INLINE void tile_q8w(uint32_t type, const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, size_t ldy,
+                            int t0, uint32_t o0, uint32_t stride, const int RT, const int NP)
+{
+    const int nb = (int)(W->cols / 32), ng = (nb + 7) / 8, q41 = type == MN_Q4_1;
+    const size_t qb = q_quant_bytes(type);
+    const bool prefetch = stride == 1; /* rows a stride apart are streams the hardware follows */
+    const uint8_t *dp[8], *mp[8], *qp[8];
+    v16f acc[Q8_MAX_RT][4];
+#pragma GCC unroll 8
+    for (int o = 0; o < 2 * NP; o++) {
+        dp[o] = W->data + (size_t)(o0 + (uint32_t)o * stride) * W->row_bytes;
+        mp[o] = dp[o] + 2 * (size_t)nb;
+        qp[o] = dp[o] + 2 * (size_t)nb * (1 + q41);
+    }
+#pragma GCC unroll 5
+    for (int t = 0; t < RT; t++)
+#pragma GCC unroll 4
+        for (int p = 0; p < NP; p++)
+            acc[t][p] = f_zero();
+    for (int g = 0; g < ng; g++) {
+        const int n = nb - 8 * g < 8 ? nb - 8 * g : 8;
+        /* the group's scales dw_b * dx_b of a pair's two outputs: block j in lanes j and 8 + j */
+        v16f sc[Q8_MAX_RT][4];
+#pragma GCC unroll 4
+        for (int p = 0; p < NP; p++) {
+            if (prefetch) {
+                _mm_prefetch((const char *)(dp[2 * p] + 16 * g) + PREFETCH_BYTES, _MM_HINT_T0);
+                _mm_prefetch((const char *)(dp[2 * p + 1] + 16 * g) + PREFETCH_BYTES, _MM_HINT_T0);
+            }
+            v16f dw = f_halves(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dp[2 * p] + 16 * g))),
+                               _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dp[2 * p + 1] + 16 * g))));
+#pragma GCC unroll 5
+            for (int t = 0; t < RT; t++)
+                sc[t][p] = f_mul(dw, f_dup(xq[(size_t)(t0 + t) * ldxq + g].d));
+        }
+        for (int j = 0; j < n; j++) {
+            const size_t b = (size_t)(8 * g + j);
+            v16i xlo[Q8_MAX_RT], xhi[Q8_MAX_RT]; /* the block's activations, in both halves */
+#pragma GCC unroll 5
+            for (int t = 0; t < RT; t++) {
+                const int16_t *x = xq[(size_t)(t0 + t) * ldxq + g].qs[j];
+                xlo[t] = i16_dup(x);
+                xhi[t] = i16_dup(x + 16);
+                if (NP > 1) {
+                    I_IN_REGISTER(xlo[t]);
+                    I_IN_REGISTER(xhi[t]);
+                }
+            }
+#pragma GCC unroll 4
+            for (int p = 0; p < NP; p++) {
+                if (prefetch) {
+                    _mm_prefetch((const char *)(qp[2 * p] + b * qb) + PREFETCH_BYTES, _MM_HINT_T0);
+                    _mm_prefetch((const char *)(qp[2 * p + 1] + b * qb) + PREFETCH_BYTES, _MM_HINT_T0);
+                }
+                v16i wlo, whi;
+                load_wq2(type, qp[2 * p] + b * qb, qp[2 * p + 1] + b * qb, &wlo, &whi);
+#pragma GCC unroll 5
+                for (int t = 0; t < RT; t++)
+                    acc[t][p] = f_fmadd(f_lane(sc[t][p], j), f_from_i32(i_dot(wlo, xlo[t], whi, xhi[t])), acc[t][p]);
+            }
+        }
+        if (q41) {
+            __m256 keep = _mm256_castsi256_ps(
+                _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+#pragma GCC unroll 4
+            for (int p = 0; p < NP; p++) {
+                /* past the row's end: other bytes of the row, masked to 0 */
+                v16f m = f_halves(
+                    _mm256_and_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mp[2 * p] + 16 * g))), keep),
+                    _mm256_and_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(mp[2 * p + 1] + 16 * g))), keep));
+#pragma GCC unroll 5
+                for (int t = 0; t < RT; t++)
+                    acc[t][p] = f_fmadd(m, f_dup(xq[(size_t)(t0 + t) * ldxq + g].s), acc[t][p]);
+            }
+        }
+    }
+#pragma GCC unroll 5
+    for (int t = 0; t < RT; t++)
+#pragma GCC unroll 8
+        for (int o = 0; o < 2 * NP; o++)
+            y[(size_t)(t0 + t) * ldy + o0 + (uint32_t)o * stride] = hsum(f_half(acc[t][o / 2], o % 2));
+}
+
+/* The rows of one group of OT outputs (a stride apart) in tiles of RB <= 5 rows, then one of the rest;
+ * WIDE: in 512-bit tiles (OT even). */
+ALWAYS_INLINE void rows_q8(uint32_t type, const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, size_t ldy,
+                           int T, uint32_t o, uint32_t stride, const int RB, const int OT, const bool WIDE)
+{
+#define TILE_Q(RT)                                                                                              \
+    do {                                                                                                        \
+        if (WIDE)                                                                                               \
+            tile_q8w(type, W, xq, ldxq, y, ldy, t, o, stride, RT, OT / 2);                                      \
+        else                                                                                                    \
+            tile_q8(type, W, xq, ldxq, y, ldy, t, o, stride, RT, OT);                                           \
+    } while (0)
     int t = 0;
     for (; t + RB <= T; t += RB)
         TILE_Q(RB);
@@ -338,13 +525,13 @@ ALWAYS_INLINE void rows_q8(uint32_t type, const mn_weight *W, const mn_q8 *xq, s
 /* Outputs outer, OT streams range / OT apart, rows inner; the outputs past the last full stride one
  * at a time. */
 ALWAYS_INLINE void outputs_q8(uint32_t type, const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, size_t ldy,
-                              int T, uint32_t ob, uint32_t oe, const int RB, const int OT)
+                              int T, uint32_t ob, uint32_t oe, const int RB, const int OT, const bool WIDE)
 {
     const uint32_t q = (oe - ob) / (uint32_t)OT;
     for (uint32_t o = ob; o < ob + q; o++)
-        rows_q8(type, W, xq, ldxq, y, ldy, T, o, q, RB, OT);
+        rows_q8(type, W, xq, ldxq, y, ldy, T, o, q, RB, OT, WIDE);
     for (uint32_t o = ob + (uint32_t)OT * q; o < oe; o++)
-        rows_q8(type, W, xq, ldxq, y, ldy, T, o, 1, RB, 1);
+        rows_q8(type, W, xq, ldxq, y, ldy, T, o, 1, RB, 1, false);
 }
 
 /* One row (decode) in 1 x 4 tiles, as AVX2 does; more in 4 x 4 tiles (16 chains) and one tile of
@@ -359,12 +546,23 @@ ALWAYS_INLINE void matmul_q8_typed(uint32_t type, const mn_weight *W, const mn_q
                                    size_t ldy, int T, uint32_t ob, uint32_t oe)
 {
     if (T == 5) /* the tile shapes must be constants: each call compiles its own */
-        outputs_q8(type, W, xq, ldxq, y, ldy, T, ob, oe, 5, 4);
+        outputs_q8(type, W, xq, ldxq, y, ldy, T, ob, oe, 5, 4, false);
     else
-        outputs_q8(type, W, xq, ldxq, y, ldy, T, ob, oe, 4, 4);
+        outputs_q8(type, W, xq, ldxq, y, ldy, T, ob, oe, 4, 4, false);
 }
 
-DEFINE_MATMUL_Q8_ENTRY(x16_matmul_q8)
+/* avx512w's: one row as above; more in 512-bit 4 x 4 tiles (two pairs of outputs). */
+ALWAYS_INLINE void matmul_q8w_typed(uint32_t type, const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y,
+                                    size_t ldy, int T, uint32_t ob, uint32_t oe)
+{
+    if (T == 1)
+        outputs_q8(type, W, xq, ldxq, y, ldy, T, ob, oe, 4, 4, false);
+    else
+        outputs_q8(type, W, xq, ldxq, y, ldy, T, ob, oe, 4, 4, true);
+}
+
+DEFINE_MATMUL_Q8_ENTRY(x16_matmul_q8, matmul_q8_typed)
+DEFINE_MATMUL_Q8_ENTRY(x16w_matmul_q8, matmul_q8w_typed)
 
 #ifdef MN_X16_EMULATE
 static int x16_usable(void) { return mn_kernels_avx2.usable(); }
@@ -448,7 +646,7 @@ const mn_cpu_kernels X16W_TABLE = {
     .prefer = x16w_prefer,
     .base = &mn_kernels_avx2,
     .matmul = x16w_matmul,
-    .matmul_q8 = x16_matmul_q8,
+    .matmul_q8 = x16w_matmul_q8,
 };
 
 #else /* not x86-64 */

@@ -297,24 +297,24 @@ ALWAYS_INLINE void tile_q8(uint32_t type, const mn_weight *W, const mn_q8 *xq, s
             y[(size_t)(t0 + t) * ldy + o0 + (uint32_t)o * stride] = hsum(acc[t][o]);
 }
 
-/* A file's mn_cpu_kernels.matmul_q8 entry `name`: its matmul_q8_typed (defined before this, with
+/* A file's mn_cpu_kernels.matmul_q8 entry `name`: its `typed` function (defined before this, with
  * the weight type as its first argument) compiled once per quantized type, where the type is a
  * constant, and picked by W->type. */
-#define DEFINE_MATMUL_Q8_ENTRY(name)                                                                  \
+#define DEFINE_MATMUL_Q8_ENTRY(name, typed)                                                           \
     static void name##_q8_0(const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, size_t ldy,   \
                             int T, uint32_t ob, uint32_t oe)                                          \
     {                                                                                                 \
-        matmul_q8_typed(MN_Q8_0, W, xq, ldxq, y, ldy, T, ob, oe);                                     \
+        typed(MN_Q8_0, W, xq, ldxq, y, ldy, T, ob, oe);                                               \
     }                                                                                                 \
     static void name##_q4_0(const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, size_t ldy,   \
                             int T, uint32_t ob, uint32_t oe)                                          \
     {                                                                                                 \
-        matmul_q8_typed(MN_Q4_0, W, xq, ldxq, y, ldy, T, ob, oe);                                     \
+        typed(MN_Q4_0, W, xq, ldxq, y, ldy, T, ob, oe);                                               \
     }                                                                                                 \
     static void name##_q4_1(const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, size_t ldy,   \
                             int T, uint32_t ob, uint32_t oe)                                          \
     {                                                                                                 \
-        matmul_q8_typed(MN_Q4_1, W, xq, ldxq, y, ldy, T, ob, oe);                                     \
+        typed(MN_Q4_1, W, xq, ldxq, y, ldy, T, ob, oe);                                               \
     }                                                                                                 \
     static void name(const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y, size_t ldy, int T,   \
                      uint32_t ob, uint32_t oe)                                                        \
