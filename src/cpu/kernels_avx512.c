@@ -67,7 +67,10 @@ ALWAYS_INLINE v16f f_fmadd(v16f a, v16f b, v16f c)
 typedef struct v16i {
     __m256i h[2];
 } v16i;
-ALWAYS_INLINE v16f f_mul(v16f a, v16f b) { return (v16f){{_mm256_mul_ps(a.h[0], b.h[0]), _mm256_mul_ps(a.h[1], b.h[1])}}; }
+ALWAYS_INLINE v16f f_mul(v16f a, v16f b)
+{
+    return (v16f){{_mm256_mul_ps(a.h[0], b.h[0]), _mm256_mul_ps(a.h[1], b.h[1])}};
+}
 ALWAYS_INLINE v16f f_from_i32(v16i p) { return (v16f){{_mm256_cvtepi32_ps(p.h[0]), _mm256_cvtepi32_ps(p.h[1])}}; }
 /* lanes 0..7 = a's lane j, lanes 8..15 = a's lane 8 + j */
 ALWAYS_INLINE v16f f_lane(v16f a, int j)
@@ -106,7 +109,8 @@ ALWAYS_INLINE v16i i16_dup(const int16_t *x)
 /* kernels_x86.h's dot_lanes in each half */
 ALWAYS_INLINE v16i i_dot(v16i wlo, v16i xlo, v16i whi, v16i xhi)
 {
-    return (v16i){{dot_lanes(wlo.h[0], whi.h[0], xlo.h[0], xhi.h[0]), dot_lanes(wlo.h[1], whi.h[1], xlo.h[1], xhi.h[1])}};
+    return (v16i){{dot_lanes(wlo.h[0], whi.h[0], xlo.h[0], xhi.h[0]),
+                   dot_lanes(wlo.h[1], whi.h[1], xlo.h[1], xhi.h[1])}};
 }
 #define I_IN_REGISTER(v) F_IN_REGISTER(v)
 #else
@@ -580,8 +584,9 @@ static int x16_usable(void)
            __builtin_cpu_supports("avx512vnni");
 }
 
-/* Seconds for a fixed number of independent FMA chains' steps in 256-bit or 512-bit registers. */
-static double fma_seconds(bool wide)
+/* Seconds for a fixed number of independent FMA chains' steps in 256-bit or 512-bit registers.
+ * noinline: no AVX-512 instruction of it may be scheduled before the caller's usable() check. */
+static __attribute__((noinline)) double fma_seconds(bool wide)
 {
     enum { CHAINS = 10, STEPS = 4096 };
     __m512 a[CHAINS], m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-6f);
