@@ -2003,6 +2003,42 @@ Test(tuner, a_far_cheaper_side_wins_a_probe_whatever_its_noise)
     cr_assert_eq(t.c[0].home, 0, "plain decoding costs 0.58 as much: home %u", t.c[0].home);
 }
 
+/* A home that loses by a little: at 16 sequences speculating steps cost 1.12 a token and plain ones
+ * 1.0, each step scattered +-25% (uniform), as a shared host scatters them. The class starts
+ * speculating, as if its first probe had chosen so on the warm-up's noise, with plain decoding's
+ * figure from that probe. Its home windows then cost more than that figure, which must bring the
+ * next probe at once rather than probe_every windows later: within 8 decisions the class must
+ * leave. (The vote
+ * served devil at 16 clients 0.94x plain so, speculating at every step after its first probe.)
+ * Then, with the sides equal, the class must not move back and forth on noise. */
+Test(tuner, a_home_that_loses_a_little_moves_soon)
+{
+    mn_tuner_params p = with_rule(MN_TUNER_RULE_SEQUENCE);
+    mn_tuner t;
+    mn_tuner_init(&t, &p, p.s_max);
+    uint32_t cls = mn_tuner_class_of(16), rng = 11;
+    mn_tuner_class *c = &t.c[cls];
+    c->probes = 1;
+    c->probe_gap = p.probe_every;
+    c->at[0] = (mn_tuner_point){.cost = 1.0, .known = true};
+    mn_tuner_decision d;
+    int decisions = 0;
+    while (decisions < 8 && c->home == p.s_max) {
+        uint32_t s = next_s(&t, cls);
+        double jitter = 1 + 0.25 * (2.0 * (lcg(&rng) & 0xffff) / 0xffff - 1);
+        decisions += observe(&t, 16, s, 16 * (s ? 1.12 : 1.0) * jitter, 16, true, &d);
+    }
+    cr_assert_eq(c->home, 0, "plain decoding costs 0.89 as much: home %u after %d decisions", c->home, decisions);
+    uint64_t moves = c->moves;
+    for (decisions = 0; decisions < 200;) {
+        uint32_t s = next_s(&t, cls);
+        double jitter = 1 + 0.25 * (2.0 * (lcg(&rng) & 0xffff) / 0xffff - 1);
+        decisions += observe(&t, 16, s, 16 * jitter, 16, true, &d);
+    }
+    cr_assert_leq(c->moves - moves, 2, "equal sides: %llu moves in 200 decisions",
+                  (unsigned long long)(c->moves - moves));
+}
+
 /* Classes that have not decided follow the nearest one that has: when no draft pays at 16
  * sequences, 5-8 sequences (passed through while clients ramp down) decode plainly too, with the
  * leader's theta and acceptance, instead of drafting the starting length at every step; once they decide

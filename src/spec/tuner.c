@@ -10,6 +10,7 @@
 
 #define FIT_REACH 1 /* the fit takes the fresh points next to s: a local slope */
 #define PROBE_LOSES 1.5 /* a probe this much dearer per token than home ends early (window_done) */
+#define PROBE_ALARM 1.1 /* a home window this much dearer than the other side's paired figure probes at once */
 #define PAIR_Z 2.0      /* standard errors by which a paired probe's other side must be cheaper, */
 #define PAIR_CLEAR 0.15 /* or this share of home's cost, whatever the errors */
 
@@ -698,7 +699,11 @@ static double record_pair(const mn_tuner *t, mn_tuner_class *c)
  * which is neither side), and runs one every probe_gap windows; a probe that changes nothing doubles
  * the gap (up to 4 probe_every: a side that loses by far, model drafters at a large batch, should
  * not cost half a window in 16 forever), one that moves the class resets it to probe_every. A
- * home window that costs PROBE_LOSES times the other side's last paired figure starts one at once. */
+ * home window that costs PROBE_ALARM times the other side's last paired figure starts one at once:
+ * the probe that chose home is contradicted. At 16 sequences on devil the vote's class stayed
+ * speculating at 1.5 (as PROBE_LOSES was), its windows 12% dearer a token than the plain decoding
+ * its first probe had measured: that probe had found the opposite on the warm-up's noise, and the
+ * next was probe_every windows away, past the end of a benchmark's run. */
 static void decide_sequence(mn_tuner *t, mn_tuner_class *c, uint32_t cls, double cost,
                             const mn_tuner_pair *paired, mn_tuner_decision *d)
 {
@@ -718,10 +723,11 @@ static void decide_sequence(mn_tuner *t, mn_tuner_class *c, uint32_t cls, double
     uint32_t max_gap = 4 * p->probe_every;
     c->probe_gap = c->probe_gap < p->probe_every ? p->probe_every : c->probe_gap > max_gap ? max_gap : c->probe_gap;
     c->decisions++;
-    /* a home window that cost PROBE_LOSES times the other side's last paired figure: something
-     * changed (the text, the load), and the next probe should not wait out the gap */
+    /* a home window that cost PROBE_ALARM times the other side's last paired figure: something
+     * changed (the text, the load), or the probe that chose home was wrong, and the next probe
+     * should not wait out the gap */
     const mn_tuner_point *there = &c->at[other_side(t, c)];
-    bool alarm = !paired && there->known && cost > PROBE_LOSES * there->cost;
+    bool alarm = !paired && there->known && cost > PROBE_ALARM * there->cost;
     bool first = !c->probes, due = alarm || c->decisions - c->probed_at >= c->probe_gap;
     c->pairing = lo == 0 && hi > 0 && !paired && (first || due);
     if (c->pairing) {

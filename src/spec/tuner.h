@@ -60,7 +60,7 @@
  *   a time. The first probe chooses by the measured costs; later ones move the class only when the
  *   other side is cheaper by PAIR_Z standard errors or by PAIR_CLEAR of home's cost (tuner.c).
  *   Probes come every probe_gap windows (probe_every, doubling up to 4 probe_every while they
- *   change nothing), and at once after a home window that cost PROBE_LOSES times the other side's
+ *   change nothing), and at once after a home window that cost PROBE_ALARM times the other side's
  *   last figure. A class takes theta and acceptance figures it has not measured yet from the
  *   nearest class that has them.
  *
