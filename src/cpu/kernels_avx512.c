@@ -336,6 +336,8 @@ SHAPES_F(7x3, 7, 3, true)
 #define WIDE_F(SHAPE, RB, OT)                                                                                   \
     SHAPE_F(f32w_##SHAPE, MN_F32, RB, OT, true, true)                                                           \
     SHAPE_F(f16w_##SHAPE, MN_F16, RB, OT, true, true)
+WIDE_F(3x6, 3, 6)
+WIDE_F(4x6, 4, 6)
 WIDE_F(5x10, 5, 10)
 WIDE_F(6x8, 6, 8)
 WIDE_F(7x6, 7, 6)
@@ -375,19 +377,23 @@ static void x16_matmul(const mn_weight *W, const float *x, size_t ldx, float *y,
         mn_kernels_avx2.matmul(W, x, ldx, y, ldy, T, o_begin, o_end);
 }
 
-/* x16_matmul with its float passes of 5 rows or more in 512-bit tiles. Fewer rows stay in 256-bit
- * ones: a 512-bit tile of 2 or 3 rows merges two weight rows into each register for only 4-6 FMAs,
- * and one of 4 rows (minions-bench-matmul, one core, 2026-11-29, a Zen 5 core) ran level with
- * 4 x 6 on L2-resident matrices (106-129 against 113-124 GFLOP/s) and below it in the bundled
- * target's passes of 4 tokens (--verify-curve: 330-360 us against 299-309). From 5 rows on the
- * 512-bit tiles reached 140-196 GFLOP/s against 113-125 (T = 5..512, the target's four shapes). */
+/* x16_matmul with its float passes of 3 rows or more in 512-bit tiles. Two rows stay in 256-bit
+ * ones: a 512-bit tile of 2 rows merges two weight rows into a register for only 2 x OT/2 FMAs, and
+ * ran level with 2 x 8 (minions-bench-matmul, one core, 2026-11-29, a Zen 5 core: 66-88 against
+ * 65-92 GFLOP/s on the bundled target's four shapes). Three and four rows take 3 x 6 and 4 x 6
+ * outputs (three registers of pairs: six weight streams, as AVX2's tiles read): alone 102-160
+ * against 101-120 GFLOP/s, and in the bundled target's passes of 4 tokens 0.90-0.91x the time in two
+ * runs beside 4 x 6 in 256-bit registers (tools/ab-decode.py --verify-curve, 8 rounds; 3 tokens
+ * level, 1.00-1.01x, the weights' stream from L3 bounding it); with six pairs a register's worth of
+ * outputs (4 x 12) it had run level alone and 1.1x slower there. From 5 rows on the 512-bit tiles
+ * reached 140-196 GFLOP/s against 113-125 (T = 5..512, the target's four shapes). */
 static void x16w_matmul(const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy, int T,
                         uint32_t o_begin, uint32_t o_end)
 {
-    static matmul_f_fn *const f32w[] = {f32w_5x10, f32w_6x8, f32w_7x6, f32w_blocks};
-    static matmul_f_fn *const f16w[] = {f16w_5x10, f16w_6x8, f16w_7x6, f16w_blocks};
-    if (T >= 5 && (W->type == MN_F32 || W->type == MN_F16)) {
-        int shape = (T < 8 ? T : 8) - 5;
+    static matmul_f_fn *const f32w[] = {f32w_3x6, f32w_4x6, f32w_5x10, f32w_6x8, f32w_7x6, f32w_blocks};
+    static matmul_f_fn *const f16w[] = {f16w_3x6, f16w_4x6, f16w_5x10, f16w_6x8, f16w_7x6, f16w_blocks};
+    if (T >= 3 && (W->type == MN_F32 || W->type == MN_F16)) {
+        int shape = (T < 8 ? T : 8) - 3;
         (W->type == MN_F32 ? f32w : f16w)[shape](W, x, ldx, y, ldy, T, o_begin, o_end);
     } else {
         x16_matmul(W, x, ldx, y, ldy, T, o_begin, o_end);
