@@ -64,7 +64,9 @@ static void pick_default(void)
     const char *want = getenv("MINIONS_CPU");
     if (want && *want && !(k = find(want)))
         mn_log(MN_LOG_WARN,
-               "MINIONS_CPU=%s is not a kernel set this CPU runs (avx512w, avx512, avx2, generic); using the best", want);
+               "MINIONS_CPU=%s is not a kernel set this CPU runs (avx512w, avx512, avx2, generic); "
+               "using the best",
+               want);
     for (size_t i = 0; !k && i < N_DEFAULT; i++)
         if (tables[i]->usable() && (!tables[i]->prefer || tables[i]->prefer()))
             k = &composed[i];
