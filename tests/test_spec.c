@@ -174,6 +174,25 @@ Test(vote, identical_proposals_vote_the_heaviest_lowest_index)
     cr_assert_float_eq(r.weight, 7.0f, 0.0);
 }
 
+/* Exploring rounds back off while the model drafts sit out everywhere (each one catches a model
+ * drafter up on every token since its last turn), and come back to every MN_VOTE_EXPLORE_EVERY-th
+ * round as soon as a request drafts with the models again. */
+Test(vote, exploring_backs_off_while_the_models_sit_out)
+{
+    const uint32_t e = MN_VOTE_EXPLORE_EVERY;
+    uint32_t gap = e, seen[5];
+    for (int i = 0; i < 5; i++)
+        seen[i] = gap = mn_vote_explore_gap(gap, false);
+    cr_assert_eq(seen[0], 2 * e);
+    cr_assert_eq(seen[1], 4 * e);
+    cr_assert_eq(seen[2], 8 * e);
+    cr_assert_eq(seen[3], MN_VOTE_EXPLORE_MAX, "bounded");
+    cr_assert_eq(seen[4], MN_VOTE_EXPLORE_MAX);
+    cr_assert_eq(mn_vote_explore_gap(MN_VOTE_EXPLORE_MAX, true), e, "the models drafted: at once");
+    cr_assert_eq(mn_vote_explore_gap(2 * e, true), e);
+    cr_assert_eq(mn_vote_explore_gap(0, false), e, "never below the base");
+}
+
 /* Who drafts: drafters 0-2 cost (models), 3 does not (n-gram). The light models sit out but for
  * every MN_VOTE_EXPLORE_EVERY-th round of the clock, where one of them drafts, each in turn. */
 Test(vote, ask_skips_light_models_and_explores_them_in_turn)

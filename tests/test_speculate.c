@@ -190,8 +190,8 @@ Test(speculate, thirty_two_clients_greedy_equals_generate, .timeout = 600, .disa
     /* client i's k-th request asks for prompt (i + k) % 6 and speculates when (i + k) % 3 != 0: so
      * prompts 0 and 3 never did, and only the target's pool holds them. A model draft may not have
      * seen a drafted prompt either: with the cascade it drafts only where the n-gram drafter (and its
-     * cache of the finished requests) proposed nothing, and one that sits out drafts every 32nd
-     * round; so each drafted prompt once more with every draft drafting */
+     * cache of the finished requests) proposed nothing, and one that sits out drafts only in
+     * exploring rounds; so each drafted prompt once more with every draft drafting */
     bool drafted[6];
     admin_ok(&s, "{\"cmd\":\"set\",\"key\":\"spec.cascade\",\"value\":false}");
     admin_ok(&s, "{\"cmd\":\"set\",\"key\":\"spec.skip_below\",\"value\":0}");

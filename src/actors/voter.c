@@ -20,7 +20,11 @@ struct mn_voter {
     uint32_t enabled;                     /* bit i: drafter i is enabled (drafter.<name>.enabled) */
     mn_drafter_stats st[MN_MAX_DRAFTERS]; /* counters; weight, acr, enabled filled at stats time */
     mn_vote_node nodes[1 + MN_MAX_DRAFTERS * MN_SPEC_MAX_LEN];
-    uint32_t rounds;                      /* rounds taken in: the exploration schedule's clock */
+    uint32_t until_explore;               /* rounds until the next exploring round (spec/vote.h), */
+    uint32_t explore_gap;                 /* the rounds between the last two, */
+    uint32_t explorations;                /* exploring rounds so far (whose turn it is), */
+    bool models_drafted;                  /* and whether a request drafted with the models since */
+    uint32_t clock;                       /* this round's on the exploration clock (mn_vote_*) */
 };
 
 static const char *const mode_names[] = {"sequence", "global", "fixed"};
@@ -47,6 +51,7 @@ mn_status mn_voter_new(const mn_voter_config *cfg, mn_voter **out, mn_err *err)
         return st;
     }
     v->enabled = (1u << cfg->n_drafters) - 1;
+    v->until_explore = v->explore_gap = MN_VOTE_EXPLORE_EVERY;
     *out = v;
     return MN_OK;
 }
@@ -179,7 +184,7 @@ static void voted(mn_voter *v, mn_round *round)
  * measured. */
 static uint32_t ask_mask(const mn_voter *v, mn_req *r, bool explored)
 {
-    uint32_t ask = mn_vote_ask(vote_weights(v, r), v->enabled, v->cfg.costly, v->cfg.skip_below, v->rounds,
+    uint32_t ask = mn_vote_ask(vote_weights(v, r), v->enabled, v->cfg.costly, v->cfg.skip_below, v->clock,
                                v->cfg.n_drafters);
     if (r->spec.len[MN_TUNER_COSTLY])
         return ask;
@@ -187,7 +192,7 @@ static uint32_t ask_mask(const mn_voter *v, mn_req *r, bool explored)
     if (!explored)
         return ask;
     r->spec.len[MN_TUNER_COSTLY] = 1; /* within its cap: a request in a round has one of at least 1 */
-    return ask | mn_vote_turn(v->enabled & v->cfg.costly, v->rounds);
+    return ask | mn_vote_turn(v->enabled & v->cfg.costly, v->clock);
 }
 
 /* Which of the round's requests whose model drafts do not pay (spec.len[MN_TUNER_COSTLY] 0) an
@@ -197,12 +202,12 @@ static uint32_t ask_mask(const mn_voter *v, mn_req *r, bool explored)
  * draft"). */
 static uint32_t explored_one(const mn_voter *v, const mn_round *round)
 {
-    if (!mn_vote_exploring(v->rounds))
+    if (!mn_vote_exploring(v->clock))
         return UINT32_MAX;
     uint32_t idle = 0;
     for (uint32_t k = 0; k < round->n; k++)
         idle += !round->reqs[k]->spec.len[MN_TUNER_COSTLY];
-    return idle ? v->rounds / MN_VOTE_EXPLORE_EVERY % idle : UINT32_MAX;
+    return idle ? v->clock / MN_VOTE_EXPLORE_EVERY % idle : UINT32_MAX;
 }
 
 /* Post the round's parts to the drafters in `asked`; vote at once when none is. */
@@ -221,18 +226,32 @@ static void fan_out(mn_voter *v, mn_round *round, uint32_t asked)
         voted(v, round);
 }
 
+/* Set this round's place on the exploration clock: an exploring round is every explore_gap-th,
+ * and shows to spec/vote.h as the MN_VOTE_EXPLORE_EVERY-th of a count of explorations. */
+static void tick(mn_voter *v)
+{
+    bool exploring = !--v->until_explore;
+    v->clock = v->explorations * MN_VOTE_EXPLORE_EVERY + (exploring ? MN_VOTE_EXPLORE_EVERY - 1 : 0);
+    if (!exploring)
+        return;
+    v->explorations++;
+    v->until_explore = v->explore_gap = mn_vote_explore_gap(v->explore_gap, v->models_drafted);
+    v->models_drafted = false;
+}
+
 static void round_in(mn_voter *v, mn_round *round)
 {
+    tick(v);
     uint32_t asked = 0, explored = explored_one(v, round), idle = 0;
     for (uint32_t k = 0; k < round->n; k++) {
         mn_req *r = round->reqs[k];
         judge(v, r);
         if (!r->spec.w.n_drafters) /* its first round: start from what the pool has learned */
             mn_weights_init_from(&r->spec.w, &v->global);
+        v->models_drafted |= r->spec.len[MN_TUNER_COSTLY] > 0;
         bool this_one = !r->spec.len[MN_TUNER_COSTLY] && idle++ == explored;
         asked |= r->spec.ask = ask_mask(v, r, this_one);
     }
-    v->rounds++;
     round->backlog_seconds = round->costly_seconds = 0;
     round->costly_positions = 0;
     uint32_t cheap = asked & ~v->cfg.costly;

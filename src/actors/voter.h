@@ -7,10 +7,12 @@
  * heaviest path, by the weights spec.weights selects, becomes its draft (spec.vtoks[1..], n_draft,
  * voted); the round goes back to the verifier (MN_MSG_VOTED). Drafters are listed in command-line
  * order, which is the tie-break order. With spec.skip_below > 0, a model drafter far lighter than a
- * request's best drafter sits that request's round out (spec.ask), but for one round in
- * MN_VOTE_EXPLORE_EVERY, in turn (mn_vote_ask in spec/vote.h). Every model drafter sits out a
- * request whose model length the tuner set to 0 (spec.len[MN_TUNER_COSTLY]), but for one such
- * request an exploring round, which asks one model drafter, in turn, for one token (ask_mask).
+ * request's best drafter sits that request's round out (spec.ask), but for an exploring round, in
+ * turn (mn_vote_ask in spec/vote.h). Every model drafter sits out a request whose model length the
+ * tuner set to 0 (spec.len[MN_TUNER_COSTLY]), but for one such request an exploring round, which
+ * asks one model drafter, in turn, for one token (ask_mask). Exploring rounds come every
+ * MN_VOTE_EXPLORE_EVERY rounds, backing off to every MN_VOTE_EXPLORE_MAX while no request drafts
+ * with the models (mn_vote_explore_gap).
  * With spec.cascade (the default) a round goes out in two steps: first to the drafters that run no
  * model (the n-gram one), then to the model drafters for the requests those proposed nothing for;
  * a request with a free proposal is voted on it alone. The vote chose a draft of about the same

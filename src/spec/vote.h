@@ -91,8 +91,9 @@ mn_status mn_vote(const int32_t *const *drafts, const uint32_t *lens, const floa
  * MN_VOTE_EXPLORE_EVERY-th round (round % MN_VOTE_EXPLORE_EVERY == MN_VOTE_EXPLORE_EVERY - 1) asks
  * one of the drafters sitting out, in turn (the k-th lowest index, k = round /
  * MN_VOTE_EXPLORE_EVERY mod their count), so that a skipped drafter keeps being judged and can win
- * its weight back when the text moves to its domain. The voter passes its own count of rounds, so
- * a drafter explored in a round drafts for every sequence in it, in one shared pass.
+ * its weight back when the text moves to its domain. The voter passes its own clock (one for the
+ * round, backed off as mn_vote_explore_gap says), so a drafter explored in a round drafts for every
+ * sequence in it, in one shared pass.
  * Until 2026-11-29 each sequence kept its own count, its first round asked all, and every 8th asked
  * all those sitting out at once: three model drafts then each caught up and drafted the whole length
  * to be outvoted, and with 16 clients some sequence was at such a round in most rounds. Every 8th
@@ -102,6 +103,20 @@ mn_status mn_vote(const int32_t *const *drafts, const uint32_t *lens, const floa
  * (docs/speculation.md, "The vote and the weights"); a drafter sitting out is judged that much
  * less often. */
 #define MN_VOTE_EXPLORE_EVERY 32
+/* The exploring rounds back off while the model drafts sit out everywhere: the rounds from one to
+ * the next are MN_VOTE_EXPLORE_EVERY after a stretch in which some request drafted with the models
+ * (the tuner found they pay there), else twice the stretch before, up to MN_VOTE_EXPLORE_MAX. With
+ * one client on kjv, web or devil the n-gram drafter carries the vote and the models sit out; their
+ * exploring rounds, each catching a model drafter up on every token since its last turn, took 5% of
+ * the run (rounds of 400-2,800 us against 4 us for the others). The voter's clock runs so that
+ * mn_vote_exploring and mn_vote_turn see every exploring round as the MN_VOTE_EXPLORE_EVERY-th. */
+#define MN_VOTE_EXPLORE_MAX (8 * MN_VOTE_EXPLORE_EVERY)
+static inline uint32_t mn_vote_explore_gap(uint32_t last_gap, bool models_drafted)
+{
+    if (models_drafted || last_gap < MN_VOTE_EXPLORE_EVERY)
+        return MN_VOTE_EXPLORE_EVERY;
+    return last_gap < MN_VOTE_EXPLORE_MAX / 2 ? 2 * last_gap : MN_VOTE_EXPLORE_MAX;
+}
 /* Whether round `round` of that clock explores. */
 static inline bool mn_vote_exploring(uint32_t round)
 {
