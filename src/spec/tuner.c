@@ -508,20 +508,28 @@ static void class_acceptance(const mn_tuner_model *m, mn_tuner_kind k, mn_tuner_
 
 static float clamp_theta(double theta) { return (float)(theta < 0.01 ? 0.01 : theta > 1 ? 1 : theta); }
 
+/* c: the class's seconds per produced token at speculating steps, hand-offs included (what a
+ * produced token saves); NAN before any. */
+static double class_c(const mn_tuner_model *m)
+{
+    return m->produced > 0 && m->spec_seconds > 0 ? m->spec_seconds / m->produced : NAN;
+}
+
 /* The free drafts' theta = beta / c: the slope of the steps' work over drafted tokens (both per
  * sequence of a step: the seconds one more draft token adds), over seconds per produced token at
- * speculating steps, hand-offs included (what a produced token saves). NAN without two distinct
- * draft totals. A slope at or below 0 (noise, or drafting that costs nothing measurable) makes
- * the least theta, 0.01 (clamp_theta). Hand-offs stay out of the slope: a step pays them whatever
- * it drafted, and they are large and vary (254-377 us a step with 16 clients on two cores, most of
- * it the workers' wake-up), which would only blur it. *delta_c: the costly drafters' seconds per
- * sequence and position over c (0 before they drafted). */
+ * speculating steps (class_c). NAN without two distinct draft totals. A slope at or below 0 (noise,
+ * or drafting that costs nothing measurable) makes the least theta, 0.01 (clamp_theta). Hand-offs
+ * stay out of the slope: a step pays them whatever it drafted, and they are large and vary (254-377
+ * us a step with 16 clients on two cores, most of it the workers' wake-up), which would only blur
+ * it. *delta_c: the costly drafters' seconds per sequence and position over c (0 before they
+ * drafted). */
 static double class_theta(const mn_tuner_model *m, double *delta_c)
 {
     const mn_tuner_line *l = &m->draft_time;
-    if (!(l->w >= 2) || !(line_den(l) > 1e-9 * l->w * l->xx) || !(m->produced > 0) || !(m->spec_seconds > 0))
+    double c = class_c(m);
+    if (!(l->w >= 2) || !(line_den(l) > 1e-9 * l->w * l->xx) || isnan(c))
         return NAN;
-    double beta = line_slope(l), c = m->spec_seconds / m->produced;
+    double beta = line_slope(l);
     *delta_c = m->costly_positions > 0 ? m->costly_seconds / m->costly_positions / c : 0;
     return beta / c;
 }
@@ -536,9 +544,9 @@ static double class_theta(const mn_tuner_model *m, double *delta_c)
  * without t(0) or c. */
 static bool curve_price(const mn_tuner_model *m, double theta, float *price)
 {
-    if (!(m->pass_steps[0] >= 1) || !(m->produced > 0) || !(m->spec_seconds > 0))
+    double c = class_c(m), t[MN_TUNER_MAX_LEN + 1];
+    if (!(m->pass_steps[0] >= 1) || isnan(c))
         return false;
-    double c = m->spec_seconds / m->produced, t[MN_TUNER_MAX_LEN + 1];
     uint32_t lo = 0; /* the last measured length */
     for (uint32_t j = 0; j <= MN_TUNER_MAX_LEN; j++) {
         if (m->pass_steps[j] >= 1) {
