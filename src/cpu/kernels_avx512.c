@@ -576,7 +576,9 @@ DEFINE_MATMUL_Q8_ENTRY(x16w_matmul_q8, matmul_q8w_typed)
 
 #ifdef MN_X16_EMULATE
 static int x16_usable(void) { return mn_kernels_avx2.usable(); }
-static int x16w_prefer(void) { return 0; }
+static int never_default(void) { return 0; } /* an emulation runs only when named */
+#define X16_PREFER never_default
+#define X16W_PREFER never_default
 #define X16_TABLE mn_kernels_avx512_emu
 #define X16_NAME "avx512-emu"
 #define X16W_TABLE mn_kernels_avx512w_emu
@@ -637,6 +639,8 @@ static int x16w_prefer(void)
     }
     return 2.0 * narrow >= 1.5 * wide; /* 512-bit FLOPs at >= 1.5x the 256-bit rate */
 }
+#define X16_PREFER NULL
+#define X16W_PREFER x16w_prefer
 #define X16_TABLE mn_kernels_avx512
 #define X16_NAME "avx512"
 #define X16W_TABLE mn_kernels_avx512w
@@ -646,6 +650,7 @@ static int x16w_prefer(void)
 const mn_cpu_kernels X16_TABLE = {
     .name = X16_NAME,
     .usable = x16_usable,
+    .prefer = X16_PREFER,
     .base = &mn_kernels_avx2, /* the attention kernels, the quantization */
     .matmul = x16_matmul,
     .matmul_q8 = x16_matmul_q8,
@@ -654,7 +659,7 @@ const mn_cpu_kernels X16_TABLE = {
 const mn_cpu_kernels X16W_TABLE = {
     .name = X16W_NAME,
     .usable = x16_usable,
-    .prefer = x16w_prefer,
+    .prefer = X16W_PREFER,
     .base = &mn_kernels_avx2,
     .matmul = x16w_matmul,
     .matmul_q8 = x16w_matmul_q8,

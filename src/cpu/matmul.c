@@ -16,12 +16,12 @@
 #include "model/dtype.h"
 #include "util/log.h"
 
-/* widest first: the default is the first usable one that its `prefer` does not turn down; the
- * emulations (after generic) only when named */
+/* widest first: the default is the first usable one that its `prefer` does not turn down (the
+ * emulations' always does: they run only when named) */
 static const mn_cpu_kernels *const tables[] = {&mn_kernels_avx512w,     &mn_kernels_avx512,
                                                &mn_kernels_avx2,        &mn_kernels_generic,
                                                &mn_kernels_avx512w_emu, &mn_kernels_avx512_emu};
-enum { N_TABLES = sizeof tables / sizeof tables[0], N_DEFAULT = 4 };
+enum { N_TABLES = sizeof tables / sizeof tables[0] };
 
 static mn_cpu_kernels composed[N_TABLES]; /* tables[i] with its NULL slots filled from its base */
 /* the one in use: set once by pick_default, changed only by mn_cpu_kernels_use */
@@ -67,7 +67,7 @@ static void pick_default(void)
                "MINIONS_CPU=%s is not a kernel set this CPU runs (avx512w, avx512, avx2, generic); "
                "using the best",
                want);
-    for (size_t i = 0; !k && i < N_DEFAULT; i++)
+    for (size_t i = 0; !k && i < N_TABLES; i++)
         if (tables[i]->usable() && (!tables[i]->prefer || tables[i]->prefer()))
             k = &composed[i];
     atomic_store(&active, k);
