@@ -8,7 +8,8 @@
  * 2 rows cols T / time. The weights and activations are small enough to stay in L2 for the
  * shapes of SmolLM2 (576 x 576, 1536 x 576, 576 x 1536), so this measures compute, not memory.
  * First line: an FMA-only loop (ten independent 8-lane chains) on the same core, the peak the
- * kernel is compared with; with AVX-512 VNNI, a second: the quantized tiles' inner step alone.
+ * kernel is compared with; with AVX-512, the same in 16-lane registers; with AVX-512 VNNI, the
+ * quantized tiles' inner step alone.
  * Values are arbitrary; results are not checked here (test_kernels does that bit for bit).
  */
 #include <getopt.h>
@@ -47,6 +48,30 @@ __attribute__((target("avx2,fma"))) static double fma_peak(void)
         sink += a[i][0];
     (void)sink;
     return (double)n * 10 * 16 / t * 1e-9;
+}
+
+/* The same in 512-bit registers (16-lane FMAs): about fma_peak's on a core that splits a 512-bit
+ * FMA over its 256-bit pipes (Zen 4), twice it on one that runs it whole (Zen 5), where the
+ * avx512w tiles pay (kernels_avx512.c). Called only where the CPU has AVX-512 F. */
+__attribute__((target("avx512f,avx2,fma"))) static double fma_peak512(void)
+{
+    __m512 a[10];
+    for (int i = 0; i < 10; i++)
+        a[i] = _mm512_set1_ps((float)i);
+    const __m512 m = _mm512_set1_ps(0.999f), c = _mm512_set1_ps(0.001f);
+    const long n = 100000000;
+    double t0 = mn_now();
+    for (long k = 0; k < n; k++) {
+#pragma GCC unroll 10
+        for (int i = 0; i < 10; i++)
+            a[i] = _mm512_fmadd_ps(a[i], m, c);
+    }
+    double t = mn_now() - t0;
+    volatile float sink = 0.0f;
+    for (int i = 0; i < 10; i++)
+        sink += _mm512_cvtss_f32(a[i]);
+    (void)sink;
+    return (double)n * 10 * 32 / t * 1e-9;
 }
 
 /* Millions a second of the quantized tiles' inner step (kernels_x86.h, tile_q8 with VNNI): one
@@ -128,6 +153,8 @@ int main(int argc, char **argv)
 #if defined(__x86_64__)
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         printf("FMA peak (one core)                 %6.1f GFLOP/s\n", fma_peak());
+    if (__builtin_cpu_supports("avx512f"))
+        printf("FMA peak, 512-bit (one core)        %6.1f GFLOP/s\n", fma_peak512());
     if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl"))
         printf("Q8 block step peak (one core)       %6.0f M/s (2 vpdpwssd + cvt + FMA)\n", q8_step_peak());
 #endif

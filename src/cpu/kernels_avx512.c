@@ -14,8 +14,8 @@
  * 57-106; SmolLM2 Q4_1 decode 0.59-0.61x at one sequence, 0.86-1.00x at 16, three runs each), and
  * these tiles run level with them or above (docs/runtime.md, "Kernel sets").
  *
- * A Zen 5 core runs a 512-bit FMA as fast as a 256-bit one (two a cycle: 266 against 131 GFLOP/s
- * in a loop of independent FMAs), so there twice the work per instruction is twice the peak. The
+ * A Zen 5 core runs a 512-bit FMA as fast as a 256-bit one (two a cycle: 264-265 against 128-133
+ * GFLOP/s in minions-bench-matmul's two FMA peak loops), so there twice the work per instruction is twice the peak. The
  * second table here, avx512w, is this one with its float passes of 5 rows or more and its quantized
  * passes of 2 or more in 512-bit tiles (tile_w, tile_q8w: the same chains, two a register); it is
  * the default only where a probe at first use finds 512-bit FMAs at >= 1.5x the 256-bit FLOP rate
