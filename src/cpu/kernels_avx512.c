@@ -113,6 +113,22 @@ ALWAYS_INLINE v16i i_dot(v16i wlo, v16i xlo, v16i whi, v16i xhi)
                    dot_lanes(wlo.h[1], whi.h[1], xlo.h[1], xhi.h[1])}};
 }
 #define I_IN_REGISTER(v) F_IN_REGISTER(v)
+/* out[2 i + h] = hsum of register i's half h: kernels_x86.h's hsums of each half's eight chains */
+ALWAYS_INLINE void f_hsums(const v16f z[8], float out[16])
+{
+    __m256 a[8];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++)
+            a[i] = z[i].h[h];
+        float s[8];
+        hsums(a, s);
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++)
+            out[2 * i + h] = s[i];
+    }
+}
 #else
 typedef __m512 v16f;
 ALWAYS_INLINE v16f f_zero(void) { return _mm512_setzero_ps(); }
@@ -148,12 +164,38 @@ ALWAYS_INLINE v16i i_dot(v16i wlo, v16i xlo, v16i whi, v16i xhi)
 {
     return _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(_mm512_setzero_si512(), wlo, xlo), whi, xhi);
 }
+/* out[2 i + h] = hsum of register i's half h: kernels_x86.h's hsums in 512-bit registers (14
+ * shuffles, 7 adds and a permute for 16 sums, where 16 hsums take about 110 operations), the same
+ * bits. With it the avx512w table's passes of k = 5..8 tokens of the bundled target took 0.91-0.94x
+ * the time at one sequence and 0.92-0.95x at four (tools/ab-decode.py --verify-curve, 20 rounds),
+ * 16 sequences decoded 1.08x as fast (SmolLM2 F16 1.03x, F32 level: memory-bound) and a 256-token
+ * prompt prefilled 1.06x as fast (the target and SmolLM2 F16). */
+ALWAYS_INLINE void f_hsums(const v16f z[8], float out[16])
+{
+    __m512 s[4]; /* a0+a4 .. a3+a7 of z[2j] half 0, z[2j] half 1, z[2j+1] half 0, z[2j+1] half 1 */
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++)
+        s[j] = _mm512_add_ps(_mm512_shuffle_f32x4(z[2 * j], z[2 * j + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(z[2 * j], z[2 * j + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    __m512 w[2]; /* per 128-bit lane: (s0+s2, s1+s3) of s[2k], then of s[2k+1] */
+#pragma GCC unroll 2
+    for (int k = 0; k < 2; k++) {
+        __m512d a = _mm512_castps_pd(s[2 * k]), b = _mm512_castps_pd(s[2 * k + 1]);
+        w[k] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+    }
+    /* r's lane 4 L + j holds register i = 2 j + L / 2, half h = L % 2; `order` puts it at 2 i + h */
+    __m512 r = _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm512_storeu_ps(out, _mm512_permutexvar_ps(order, r));
+}
 #define I_IN_REGISTER(v) IN_REGISTER(v)
 #endif
 
 /* kernels_x86.h's tile() in 512-bit registers: RT rows x 2 NP outputs (o0, o0 + stride, ...), the
  * outputs 2p and 2p + 1 in the halves of one register. The same chains, fed the same chunks in the
- * same order, summed by the same hsum: the same bits as tile(), with half the FMA instructions. */
+ * same order, summed in hsum's order (f_hsums): the same bits as tile(), with half the FMA
+ * instructions. */
 ALWAYS_INLINE void tile_w(uint32_t type, const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy,
                           int t0, uint32_t o0, uint32_t stride, const int RT, const int NP, const int NPF,
                           const uint8_t *pf, size_t pf_step)
@@ -207,15 +249,30 @@ ALWAYS_INLINE void tile_w(uint32_t type, const mn_weight *W, const float *x, siz
             }
         }
     }
+    /* the chains eight registers at a time (register i = t NP + p), the last few one by one */
 #pragma GCC unroll 8
-    for (int t = 0; t < RT; t++)
+    for (int g = 0; g < RT * NP; g += 8) {
+        const int n = RT * NP - g < 8 ? RT * NP - g : 8;
+        v16f z[8];
+        float sums[16];
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++)
+            z[i] = i < n ? acc[(g + i) / NP][(g + i) % NP] : f_zero();
+        if (n == 8)
+            f_hsums(z, sums);
+        else
 #pragma GCC unroll 16
-        for (int o = 0; o < 2 * NP; o++) {
-            float s = hsum(f_half(acc[t][o / 2], o % 2));
+            for (int j = 0; j < 2 * n; j++)
+                sums[j] = hsum(f_half(z[j / 2], j % 2));
+#pragma GCC unroll 16
+        for (int j = 0; j < 2 * n; j++) {
+            const int i = j / 2, h = j % 2, t = (g + i) / NP, o = 2 * ((g + i) % NP) + h;
+            float s = sums[j];
             for (int k = n_chunks * 8; k < n_chunks * 8 + tail; k++)
                 s = fmaf(scalar_w(type, rows[o], k), xr[t][k], s);
             y[(size_t)(t0 + t) * ldy + o0 + (uint32_t)o * stride] = s;
         }
+    }
 }
 
 /* ---- float weights (F32, F16) in passes of 3 to 31 rows: verification's shape ------------------ */

@@ -29,6 +29,31 @@ ALWAYS_INLINE float hsum(__m256 a)
     return _mm_cvtss_f32(t);
 }
 
+/* out[i] = hsum(a[i]) for 8 accumulators: hsum's three steps each done once for all eight (12
+ * shuffles, 7 adds and a permute, where 8 hsums take about 50 operations), every add with hsum's
+ * operands in hsum's order, so the same bits. A tile sums its chains this way, eight at a time: in
+ * an 8 x 6 tile over 256 columns the one-by-one sums were about a fifth of the tile's operations.
+ * Alone (minions-bench-matmul, one core, the bundled target's shapes, T = 2..64, two alternating
+ * runs on a Zen 5 core, 2026-11-30): AVX2's tiles 3-5% more GFLOP/s, the avx512 table's 1-5% from
+ * T = 3 on (T = 2 level); the 512-bit tiles' form, f_hsums in kernels_avx512.c, 3-13%. */
+ALWAYS_INLINE void hsums(const __m256 a[8], float out[8])
+{
+    __m256 s[4]; /* a0+a4 .. a3+a7 of a[2j], then of a[2j + 1] */
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++)
+        s[j] = _mm256_add_ps(_mm256_permute2f128_ps(a[2 * j], a[2 * j + 1], 0x20),
+                             _mm256_permute2f128_ps(a[2 * j], a[2 * j + 1], 0x31));
+    __m256 w[2]; /* per 128-bit lane: (s0+s2, s1+s3) of s[2k], then of s[2k+1] */
+#pragma GCC unroll 2
+    for (int k = 0; k < 2; k++) {
+        __m256d x = _mm256_castps_pd(s[2 * k]), y = _mm256_castps_pd(s[2 * k + 1]);
+        w[k] = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(x, y)), _mm256_castpd_ps(_mm256_unpackhi_pd(x, y)));
+    }
+    __m256 r = _mm256_add_ps(_mm256_shuffle_ps(w[0], w[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm256_shuffle_ps(w[0], w[1], _MM_SHUFFLE(3, 1, 3, 1))); /* a0 a2 a4 a6 a1 a3 a5 a7 */
+    _mm256_storeu_ps(out, _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
+
 /* Element k of an F32 or F16 row (the columns past the last full chunk of 8). F16C's conversion,
  * not mn_f16_to_f32 (both exact): a call after the main loop clobbers every vector register, and
  * GCC then kept the tiles' accumulators on the stack through the whole loop (every F16 tile
@@ -155,15 +180,30 @@ ALWAYS_INLINE void tile(uint32_t type, const mn_weight *W, const float *x, size_
             }
         }
     }
+    /* the chains eight at a time (chain i = t OT + o), the last few one by one */
 #pragma GCC unroll 8
-    for (int t = 0; t < RT; t++)
+    for (int g = 0; g < RT * OT; g += 8) {
+        const int n = RT * OT - g < 8 ? RT * OT - g : 8;
+        __m256 a[8];
+        float sums[8];
 #pragma GCC unroll 8
-        for (int o = 0; o < OT; o++) {
-            float s = hsum(acc[t][o]);
+        for (int i = 0; i < 8; i++)
+            a[i] = i < n ? acc[(g + i) / OT][(g + i) % OT] : _mm256_setzero_ps();
+        if (n == 8)
+            hsums(a, sums);
+        else
+#pragma GCC unroll 8
+            for (int i = 0; i < n; i++)
+                sums[i] = hsum(a[i]);
+#pragma GCC unroll 8
+        for (int i = 0; i < n; i++) {
+            const int t = (g + i) / OT, o = (g + i) % OT;
+            float s = sums[i];
             for (int k = n_chunks * 8; k < n_chunks * 8 + tail; k++)
                 s = fmaf(scalar_w(type, rows[o], k), xr[t][k], s);
             y[(size_t)(t0 + t) * ldy + o0 + (uint32_t)o * stride] = s;
         }
+    }
 }
 
 /* The 32 weight integers of a block's quants as int16: lo = elements 0..15, hi = elements 16..31. */
