@@ -437,7 +437,12 @@ static void x16_matmul(const mn_weight *W, const float *x, size_t ldx, float *y,
 /* x16_matmul with its float passes of 3 rows or more in 512-bit tiles. Two rows stay in 256-bit
  * ones: a 512-bit tile of 2 rows merges two weight rows into a register for only 2 x OT/2 FMAs, and
  * ran level with 2 x 8 (minions-bench-matmul, one core, 2026-11-29, a Zen 5 core: 66-88 against
- * 65-92 GFLOP/s on the bundled target's four shapes). Three and four rows take 3 x 6 and 4 x 6
+ * 65-92 GFLOP/s on the bundled target's four shapes). Two F32 rows take AVX2's 2 x 6 tile, which on
+ * that core ran 1.3-1.5x as fast as 2 x 8 alone (98-123 against 67-91 GFLOP/s, the same four shapes,
+ * three alternating runs) and made the passes of two tokens 0.89-0.90x the time on the bundled
+ * target and 0.83-0.88x on SmolLM2 F32 (ab-decode --verify-curve --batches 1,2, 12-20 rounds: k = 2
+ * of one sequence, k = 1 of two); SmolLM2 F16's passes of two ran 0.91x and 1.12x there, so F16
+ * keeps 2 x 8. Three and four rows take 3 x 6 and 4 x 6
  * outputs (three registers of pairs: six weight streams, as AVX2's tiles read): alone 102-160
  * against 101-120 GFLOP/s, and in the bundled target's passes of 4 tokens 0.90-0.91x the time in two
  * runs beside 4 x 6 in 256-bit registers (tools/ab-decode.py --verify-curve, 8 rounds; 3 tokens
@@ -452,6 +457,8 @@ static void x16w_matmul(const mn_weight *W, const float *x, size_t ldx, float *y
     if (T >= 3 && (W->type == MN_F32 || W->type == MN_F16)) {
         int shape = (T < 8 ? T : 8) - 3;
         (W->type == MN_F32 ? f32w : f16w)[shape](W, x, ldx, y, ldy, T, o_begin, o_end);
+    } else if (W->type == MN_F32 && T == 2) {
+        mn_kernels_avx2.matmul(W, x, ldx, y, ldy, T, o_begin, o_end);
     } else {
         x16_matmul(W, x, ldx, y, ldy, T, o_begin, o_end);
     }
