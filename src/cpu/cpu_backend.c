@@ -34,7 +34,8 @@ typedef struct cpu_state {
     float *att;      /* [n_heads*head_dim] attention output */
     float *gate;     /* [n_ff] (holds SwiGLU output after the gate/up region) */
     float *up;       /* [n_ff] */
-    float *rope_cs;  /* [rope_dim] cos, sin interleaved per pair */
+    float *rope_cs;  /* [n_ctx][rope_dim] cos, sin interleaved per pair, by position */
+    uint32_t rope_filled; /* positions of rope_cs computed so far */
     float *scores;   /* [n_threads][heads per KV head][n_ctx] attention scratch */
     const float **rows; /* [n_threads][2][n_ctx] K and V rows of the positions being attended */
     float *inv_freq; /* [rope_dim/2] */
@@ -132,13 +133,27 @@ static void rope_rows(float *v, uint32_t n_heads, const mn_hparams *hp, const fl
     }
 }
 
+/* cos and sin of every pair's angle at the positions [rope_filled, n): each computed once, when a
+ * pass first reaches it (a pass of 8 tokens computed 256 of them, 2-3 us of its 280 here). */
+static void fill_rope(cpu_state *st, const mn_hparams *hp, uint32_t n)
+{
+    for (; st->rope_filled < n; st->rope_filled++) {
+        float *cs = st->rope_cs + (size_t)st->rope_filled * hp->rope_dim;
+        for (uint32_t j = 0; j < hp->rope_dim / 2; j++) {
+            double angle = (double)st->rope_filled * st->inv_freq[j];
+            cs[2 * j] = (float)cos(angle);
+            cs[2 * j + 1] = (float)sin(angle);
+        }
+    }
+}
+
 static void rope_and_store(pass *p)
 {
     const mn_hparams *hp = &p->m->hp;
     cpu_state *st = p->st;
     uint32_t qdim = hp->n_heads * hp->head_dim, kvdim = hp->n_kv_heads * hp->head_dim;
     for (uint32_t t = 0; t < p->T; t++) {
-        const float *cs = st->rope_cs + (size_t)t * hp->rope_dim;
+        const float *cs = st->rope_cs + (size_t)st->tok_pos[t] * hp->rope_dim;
         rope_rows(st->q + (size_t)t * qdim, hp->n_heads, hp, cs);
         rope_rows(st->k + (size_t)t * kvdim, hp->n_kv_heads, hp, cs);
         const mn_kv_seq *kv = p->batch->seqs[st->tok_seq[t]].kv;
@@ -281,13 +296,8 @@ static mn_status cpu_forward(mn_backend *be, const mn_batch *batch, float *logit
                 st->out_rows[n_out++] = T;
             mn_dequant_row(m->token_embd.type, m->token_embd.data + (size_t)bs->tokens[i] * m->token_embd.row_bytes,
                            st->x + (size_t)T * hp->dim, hp->dim);
-            float *cs = st->rope_cs + (size_t)T * hp->rope_dim;
-            for (uint32_t j = 0; j < hp->rope_dim / 2; j++) {
-                double angle = (double)st->tok_pos[T] * st->inv_freq[j];
-                cs[2 * j] = (float)cos(angle);
-                cs[2 * j + 1] = (float)sin(angle);
-            }
         }
+        fill_rope(st, hp, bs->kv->len + bs->n_tokens);
     }
     p.T = T;
     p.n_out = n_out;
@@ -455,7 +465,7 @@ mn_status mn_cpu_backend_new(const mn_model *m, const mn_backend_config *cfg, mn
     st->att = fbuf(T, qdim, &ok);
     st->gate = fbuf(T, hp->n_ff, &ok);
     st->up = fbuf(T, hp->n_ff, &ok);
-    st->rope_cs = fbuf(T, hp->rope_dim, &ok);
+    st->rope_cs = fbuf(hp->n_ctx, hp->rope_dim, &ok);
     st->scores = fbuf((size_t)cfg->n_threads * (hp->n_heads / hp->n_kv_heads), hp->n_ctx, &ok);
     st->inv_freq = fbuf(1, hp->rope_dim / 2, &ok);
     st->rows = mn_calloc((size_t)cfg->n_threads * 2 * hp->n_ctx, sizeof *st->rows);
