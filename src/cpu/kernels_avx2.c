@@ -195,7 +195,8 @@ ALWAYS_INLINE uint32_t matmul_lanes(uint32_t type, const mn_weight *W, const flo
  * fraction of the thread's range apart: each of a tile's OT outputs lies in its own 1/OT of the
  * range, and the hardware prefetcher follows the OT streams by itself (software prefetch on top
  * lost 5-10% at decode).
- *   T = 1      1 x 4: one row of each quarter
+ *   T = 1      1 x 4: one row of each quarter; 1 x 8, one of each eighth, where the thread's rows
+ *              hold at most ONE_ROW_WIDE_BYTES (below)
  *   T = 3      3 x 3: 9 chains, the three weight chunks held, the rows streamed past them
  *   other T    2 x 6 (and one 1 x 6 when T is odd): 12 chains, the two activation chunks held and
  *              six weight chunks streamed; the six weight rows are read from memory by the first
@@ -213,12 +214,29 @@ ALWAYS_INLINE uint32_t matmul_lanes(uint32_t type, const mn_weight *W, const flo
  * bundled target, 5-22% on SmolLM2 F32, 14-28% on F16, 20-28% on draft-kjv. On an L2-resident
  * 256 x 256 matrix (one core, minions-bench-matmul) 4 x 3 and T x 2 were faster; inside a model
  * the weights come from further away. */
+/* One row's tile takes 8 outputs (8 chains, summed by one hsums) where the thread's share of the
+ * matrix is at most this many bytes, and 4 where it is larger. Small matrices come from L2 or L3,
+ * where more chains run faster; a large model's stream from memory, where eight streams a thread
+ * are more than the prefetcher follows well. Decode of one sequence (tools/ab-decode.py --batches 1,
+ * 10 rounds, a Zen 5 host, 2026-11-30), 1 x 8 against 1 x 4 up to 128 KB / 256 KB / 512 KB: the
+ * draft models 1.09-1.14x / 1.15-1.19x / 1.16-1.20x as fast (draft-kjv, draft-devil), SmolLM2's
+ * 10 MB draft 1.03-1.04x, the bundled target 0.99-1.01x, SmolLM2 F16 level; 1 x 8 everywhere ran
+ * SmolLM2 F16 and F32 at 0.89-0.90x. Alone (minions-bench-matmul --tokens 1, one core), L2-resident
+ * 256 x 256 to 256 x 688 F32 matrices ran at 85-101 against 69-79 GFLOP/s. */
+#define ONE_ROW_WIDE_BYTES ((size_t)256 << 10)
+
 ALWAYS_INLINE void matmul_typed(uint32_t type, const mn_weight *W, const float *x, size_t ldx, float *y,
                                 size_t ldy, int T, uint32_t ob, uint32_t oe)
 {
 #define TILE(t, o, stride, RT, OT) tile(type, W, x, ldx, y, ldy, t, o, stride, RT, OT, 0, NULL, 0)
     uint32_t o = ob;
-    if (T == 1) {
+    if (T == 1 && (size_t)(oe - ob) * W->row_bytes <= ONE_ROW_WIDE_BYTES) {
+        const uint32_t q = (oe - ob) / 8;
+        for (; o < ob + q; o++)
+            TILE(0, o, q, 1, 8);
+        for (o = ob + 8 * q; o < oe; o++)
+            TILE(0, o, 1, 1, 1);
+    } else if (T == 1) {
         const uint32_t q = (oe - ob) / 4;
         for (; o < ob + q; o++)
             TILE(0, o, q, 1, 4);
