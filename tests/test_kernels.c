@@ -144,8 +144,9 @@ Test(kernels, matmul_float_rows_with_a_tail)
                 memcpy(data + i * sizeof h, &h, sizeof h);
         }
         w.data = data;
+        const char *what = large ? "a large built matrix" : "a built matrix";
         for (int T = 1; T <= (large ? 1 : 40); T++)
-            check_matmul_at(&w, T, large ? "a large built matrix" : "a built matrix", w.type == MN_F32 ? "f32" : "f16", 0);
+            check_matmul_at(&w, T, what, w.type == MN_F32 ? "f32" : "f16", 0);
         free(data);
     }
 }
