@@ -164,11 +164,23 @@ static void check_attention_kernels(void)
         const float *ptr[KEYS];
         for (int k = 0; k < KEYS; k++)
             ptr[k] = b[k];
-        mn_dots(a, ptr, KEYS, n, out); /* two groups of eight and a remainder */
+        mn_dots(a, 0, 1, ptr, KEYS, n, out, 0); /* two groups of eight and a remainder */
         for (int k = 0; k < KEYS; k++) {
             float one = mn_dot(a, b[k], n);
             cr_assert(memcmp(&one, &out[k], sizeof one) == 0, "n=%d key %d: dots %a vs dot %a", n, k, out[k], one);
         }
+        /* three heads (a pair and a single) over the same keys, each its own dots */
+        float qs[3][80], outs[3][KEYS];
+        for (int h = 0; h < 3; h++)
+            for (int i = 0; i < n; i++)
+                qs[h][i] = cosf((float)(i * (h + 2)) * 0.7f + (float)h);
+        mn_dots(qs[0], 80, 3, ptr, KEYS, n, outs[0], KEYS);
+        for (int h = 0; h < 3; h++)
+            for (int k = 0; k < KEYS; k++) {
+                float one = mn_dot(qs[h], b[k], n);
+                cr_assert(memcmp(&one, &outs[h][k], sizeof one) == 0, "n=%d head %d key %d: dots %a vs dot %a", n, h,
+                          k, outs[h][k], one);
+            }
         /* weighted sums of three heads (a pair and a single) over 37 rows */
         const float *rows[37];
         for (int j = 0; j < 37; j++) {
@@ -340,7 +352,7 @@ Test(kernels, every_set_gives_the_generic_bits)
             float sum = mn_softmax(o[0], n, 0.3f);
             memcpy(o[1], g, sizeof g);
             mn_swiglu(o[1], u, n);
-            mn_dots(a, ptr, KEYS, n, o[2]);
+            mn_dots(a, 0, 1, ptr, KEYS, n, o[2], 0);
             o[2][KEYS] = mn_dot(a, b[0], n);
             mn_weighted_sum(o[3], N, u, 1, 1, ptr, KEYS, n);
             memcpy(o[4], u, sizeof u);

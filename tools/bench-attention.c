@@ -1,5 +1,5 @@
-/* bench-attention.c - what one attention pair's kernels cost on their own: the scores of a query
- * against n keys (mn_dots), their softmax (mn_softmax) and the weighted sum of n value rows for one
+/* bench-attention.c - what one attention pair's kernels cost on their own: the scores of a query,
+ * and of the two query heads of a GQA group, against n keys (mn_dots), their softmax (mn_softmax) and the weighted sum of n value rows for one
  * head and for two heads that share them (mn_weighted_sum), rows of 32 and 64 floats (the bundled
  * target's and SmolLM2's head width), every row in L1. Not part of the build; against a build's
  * library:
@@ -40,11 +40,11 @@ int main(void)
             int hd = hds[a], n = ns[b];
             for (int i = 0; i < n; i++)
                 rows[i] = keys + (size_t)i * hd;
-            double t[4][ROUNDS];
+            double t[5][ROUNDS];
             for (int r = 0; r < ROUNDS; r++) {
                 double t0 = mn_now();
                 for (int c = 0; c < CALLS; c++) {
-                    mn_dots(q, rows, n, hd, sc);
+                    mn_dots(q, 0, 1, rows, n, hd, sc, 0);
                     __asm__ volatile("" ::: "memory");
                 }
                 double t1 = mn_now();
@@ -63,15 +63,21 @@ int main(void)
                     __asm__ volatile("" ::: "memory");
                 }
                 double t4 = mn_now();
-                t[0][r] = t1 - t0, t[1][r] = t2 - t1, t[2][r] = t3 - t2, t[3][r] = t4 - t3;
+                for (int c = 0; c < CALLS; c++) {
+                    mn_dots(q, (size_t)hd, 2, rows, n, hd, sc, (size_t)n);
+                    __asm__ volatile("" ::: "memory");
+                }
+                double t5 = mn_now();
+                t[0][r] = t1 - t0, t[1][r] = t2 - t1, t[2][r] = t3 - t2, t[3][r] = t4 - t3, t[4][r] = t5 - t4;
             }
-            double med[4];
-            for (int k = 0; k < 4; k++) {
+            double med[5];
+            for (int k = 0; k < 5; k++) {
                 qsort(t[k], ROUNDS, sizeof(double), cmp);
                 med[k] = 1e9 * t[k][ROUNDS / 2] / CALLS;
             }
-            printf("head %2d, %3d keys: dots %7.0f  softmax %6.0f  weighted sum, 1 head %7.0f, 2 heads %7.0f\n", hd,
-                   n, med[0], med[1], med[2], med[3]);
+            printf("head %2d, %3d keys: dots %7.0f, 2 heads %7.0f  softmax %6.0f  weighted sum, 1 head %7.0f, 2 heads "
+                   "%7.0f\n",
+                   hd, n, med[0], med[4], med[1], med[2], med[3]);
         }
     return 0;
 }

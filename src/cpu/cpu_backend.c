@@ -194,7 +194,8 @@ static void rope_and_store(pass *p)
 
 /* ---- region: causal attention, one (token, KV head) pair at a time -----------------------------
  * A pair covers the query heads that share the KV head (grouped-query attention), so its K and V
- * rows are located once and each V row is loaded once for the group. Pairs go to threads
+ * rows are located once and each K and V row is loaded once for the group (mn_dots and
+ * mn_weighted_sum take the group's heads together). Pairs go to threads
  * round-robin, KV head by KV head: later tokens attend over more positions, so contiguous ranges
  * would leave the first thread idle, and a thread's next pair is mostly the same sequence's and
  * head's, whose rows it has located already up to the last pair's position. Each score and each
@@ -240,10 +241,9 @@ static void region_attention(void *arg, int ith, int nth)
             gather_rows(vrows, p->kv->v[p->layer], p->kv, seq, n_at, n, (size_t)g * hd);
             n_at = n;
         }
-        for (uint32_t h = 0; h < group; h++) {
-            mn_dots(q + (size_t)h * hd, krows, (int)n, (int)hd, sc + (size_t)h * hp->n_ctx);
+        mn_dots(q, hd, (int)group, krows, (int)n, (int)hd, sc, hp->n_ctx);
+        for (uint32_t h = 0; h < group; h++)
             sum[h] = mn_softmax(sc + (size_t)h * hp->n_ctx, (int)n, scale);
-        }
         float *out = st->att + (size_t)t * qdim + (size_t)g * group * hd;
         mn_weighted_sum(out, hd, sc, hp->n_ctx, (int)group, vrows, (int)n, (int)hd);
         for (uint32_t h = 0; h < group; h++) {

@@ -48,7 +48,8 @@ typedef struct mn_cpu_kernels {
                       uint32_t o_begin, uint32_t o_end);
     void (*quantize_q8)(const float *x, size_t n, mn_q8 *out);
     float (*dot)(const float *a, const float *b, int n);
-    void (*dots)(const float *a, const float *const *b, int n_b, int n, float *out);
+    void (*dots)(const float *q, size_t ldq, int n_heads, const float *const *b, int n_b, int n, float *out,
+                 size_t ldo);
     float (*softmax)(float *x, int n, float scale);
     void (*swiglu)(float *gate, const float *up, int n);
     void (*weighted_sum)(float *out, size_t ldo, const float *w, size_t ldw, int n_heads, const float *const *rows,

@@ -334,7 +334,7 @@ ALWAYS_INLINE __m128 hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3)
  * store, chained through memory (tools/bench-attention.c, 32-float heads over 72 keys: dots
  * 251-403 -> 104-113 ns, a two-head weighted sum 850-948 -> 107-112). Hence the unroll pragmas,
  * as in the matrix tiles (kernels_x86.h); `objdump -d` of each should show no stack access in its FMA loops. */
-static void avx2_dots(const float *a, const float *const *b, int n_b, int n, float *out)
+static void dots_one(const float *a, const float *const *b, int n_b, int n, float *out)
 {
     const int full = n / 8 * 8;
     int j = 0;
@@ -357,6 +357,13 @@ static void avx2_dots(const float *a, const float *const *b, int n_b, int n, flo
     }
     for (; j < n_b; j++)
         out[j] = avx2_dot(a, b[j], n);
+}
+
+static void avx2_dots(const float *q, size_t ldq, int n_heads, const float *const *b, int n_b, int n, float *out,
+                      size_t ldo)
+{
+    for (int h = 0; h < n_heads; h++)
+        dots_one(q + (size_t)h * ldq, b, n_b, n, out + (size_t)h * ldo);
 }
 
 /* exp(x) lane-wise: x = k ln2 + r with |r| <= ln2/2, exp(r) by Cephes' degree-7 polynomial

@@ -113,8 +113,8 @@ ALWAYS_INLINE v16i i_dot(v16i wlo, v16i xlo, v16i whi, v16i xhi)
                    dot_lanes(wlo.h[1], whi.h[1], xlo.h[1], xhi.h[1])}};
 }
 #define I_IN_REGISTER(v) F_IN_REGISTER(v)
-/* out[2 i + h] = hsum of register i's half h: kernels_x86.h's hsums of each half's eight chains */
-ALWAYS_INLINE void f_hsums(const v16f z[8], float out[16])
+/* half0[i], half1[i] = hsum of register i's half 0, 1: kernels_x86.h's hsums of each half's chains */
+ALWAYS_INLINE void f_hsums(const v16f z[8], float *half0, float *half1)
 {
     __m256 a[8];
 #pragma GCC unroll 2
@@ -122,11 +122,7 @@ ALWAYS_INLINE void f_hsums(const v16f z[8], float out[16])
 #pragma GCC unroll 8
         for (int i = 0; i < 8; i++)
             a[i] = z[i].h[h];
-        float s[8];
-        hsums(a, s);
-#pragma GCC unroll 8
-        for (int i = 0; i < 8; i++)
-            out[2 * i + h] = s[i];
+        hsums(a, h ? half1 : half0);
     }
 }
 #else
@@ -164,13 +160,13 @@ ALWAYS_INLINE v16i i_dot(v16i wlo, v16i xlo, v16i whi, v16i xhi)
 {
     return _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(_mm512_setzero_si512(), wlo, xlo), whi, xhi);
 }
-/* out[2 i + h] = hsum of register i's half h: kernels_x86.h's hsums in 512-bit registers (14
- * shuffles, 7 adds and a permute for 16 sums, where 16 hsums take about 110 operations), the same
- * bits. With it the avx512w table's passes of k = 5..8 tokens of the bundled target took 0.91-0.94x
+/* half0[i], half1[i] = hsum of register i's half 0, 1: kernels_x86.h's hsums in 512-bit registers
+ * (14 shuffles, 7 adds and a permute for 16 sums, where 16 hsums take about 110 operations), the
+ * same bits. With it the avx512w table's passes of k = 5..8 tokens of the bundled target took 0.91-0.94x
  * the time at one sequence and 0.92-0.95x at four (tools/ab-decode.py --verify-curve, 20 rounds),
  * 16 sequences decoded 1.08x as fast (SmolLM2 F16 1.03x, F32 level: memory-bound) and a 256-token
  * prompt prefilled 1.06x as fast (the target and SmolLM2 F16). */
-ALWAYS_INLINE void f_hsums(const v16f z[8], float out[16])
+ALWAYS_INLINE void f_hsums(const v16f z[8], float *half0, float *half1)
 {
     __m512 s[4]; /* a0+a4 .. a3+a7 of z[2j] half 0, z[2j] half 1, z[2j+1] half 0, z[2j+1] half 1 */
 #pragma GCC unroll 4
@@ -183,11 +179,13 @@ ALWAYS_INLINE void f_hsums(const v16f z[8], float out[16])
         __m512d a = _mm512_castps_pd(s[2 * k]), b = _mm512_castps_pd(s[2 * k + 1]);
         w[k] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
     }
-    /* r's lane 4 L + j holds register i = 2 j + L / 2, half h = L % 2; `order` puts it at 2 i + h */
+    /* r's lane 4 L + j holds register i = 2 j + L / 2, half h = L % 2; `order` puts it at 8 h + i */
     __m512 r = _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(2, 0, 2, 0)),
                              _mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(3, 1, 3, 1)));
-    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    _mm512_storeu_ps(out, _mm512_permutexvar_ps(order, r));
+    const __m512i order = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+    r = _mm512_permutexvar_ps(order, r);
+    _mm256_storeu_ps(half0, _mm512_castps512_ps256(r));
+    _mm256_storeu_ps(half1, _mm512_extractf32x8_ps(r, 1));
 }
 #define I_IN_REGISTER(v) IN_REGISTER(v)
 #endif
@@ -259,15 +257,15 @@ ALWAYS_INLINE void tile_w(uint32_t type, const mn_weight *W, const float *x, siz
         for (int i = 0; i < 8; i++)
             z[i] = i < n ? acc[(g + i) / NP][(g + i) % NP] : f_zero();
         if (n == 8)
-            f_hsums(z, sums);
+            f_hsums(z, sums, sums + 8);
         else
 #pragma GCC unroll 16
             for (int j = 0; j < 2 * n; j++)
-                sums[j] = hsum(f_half(z[j / 2], j % 2));
+                sums[8 * (j % 2) + j / 2] = hsum(f_half(z[j / 2], j % 2));
 #pragma GCC unroll 16
         for (int j = 0; j < 2 * n; j++) {
             const int i = j / 2, h = j % 2, t = (g + i) / NP, o = 2 * ((g + i) % NP) + h;
-            float s = sums[j];
+            float s = sums[8 * h + i];
             for (int k = n_chunks * 8; k < n_chunks * 8 + tail; k++)
                 s = fmaf(scalar_w(type, rows[o], k), xr[t][k], s);
             y[(size_t)(t0 + t) * ldy + o0 + (uint32_t)o * stride] = s;
@@ -638,6 +636,51 @@ ALWAYS_INLINE void matmul_q8w_typed(uint32_t type, const mn_weight *W, const mn_
 DEFINE_MATMUL_Q8_ENTRY(x16_matmul_q8, matmul_q8_typed)
 DEFINE_MATMUL_Q8_ENTRY(x16w_matmul_q8, matmul_q8w_typed)
 
+/* ---- attention scores, two heads at a time ------------------------------------------------------
+ * mn_dots for the heads of a GQA group (they share the keys): two heads' query chunks in the halves
+ * of one register and each key's chunk in both (f_dup), so one load and one FMA feed both heads'
+ * 8-lane chains, where AVX2's dots spends a load and an FMA on each. Eight keys at a time, their 16
+ * chains summed by f_hsums, each chain fed its chunks in order and its tail after the sum as AVX2's
+ * dots does: the same bits. The keys past the last eight, and a last odd head, go to AVX2's.
+ * tools/bench-attention.c (one core, a Zen 5 host, 2026-11-30): two 32-float heads over 72 / 512
+ * keys in 78 / 611 ns against AVX2's 118 / 1,070, two 64-float heads in 138 / 1,064 against 189 /
+ * 2,082. In the bundled target (--verify-curve, three runs alternating with the build before), passes
+ * of 4-8 tokens after 512 tokens of context took 0.85-0.96x the time; after 64, level (0.95-1.03x),
+ * where the K rows' loads from L2 and L3 bound the pass's attention more than its FMAs do. */
+static void x16w_dots(const float *q, size_t ldq, int n_heads, const float *const *b, int n_b, int n, float *out,
+                      size_t ldo)
+{
+    const int full = n / 8 * 8, keys = n_b / 8 * 8;
+    int h = 0;
+    for (; h + 2 <= n_heads; h += 2) {
+        const float *q0 = q + (size_t)h * ldq, *q1 = q0 + ldq;
+        float *o0 = out + (size_t)h * ldo, *o1 = o0 + ldo;
+        for (int j = 0; j < keys; j += 8) {
+            v16f acc[8];
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++)
+                acc[i] = f_zero();
+            for (int k = 0; k < full; k += 8) {
+                v16f qq = f_halves(_mm256_loadu_ps(q0 + k), _mm256_loadu_ps(q1 + k));
+#pragma GCC unroll 8
+                for (int i = 0; i < 8; i++)
+                    acc[i] = f_fmadd(qq, f_dup(b[j + i] + k), acc[i]);
+            }
+            f_hsums(acc, o0 + j, o1 + j); /* key j + i: head h's chain in half 0, h + 1's in half 1 */
+            for (int k = full; k < n; k++)
+#pragma GCC unroll 8
+                for (int i = 0; i < 8; i++) {
+                    o0[j + i] = fmaf(q0[k], b[j + i][k], o0[j + i]);
+                    o1[j + i] = fmaf(q1[k], b[j + i][k], o1[j + i]);
+                }
+        }
+        if (keys < n_b)
+            mn_kernels_avx2.dots(q0, ldq, 2, b + keys, n_b - keys, n, o0 + keys, ldo);
+    }
+    if (h < n_heads)
+        mn_kernels_avx2.dots(q + (size_t)h * ldq, ldq, 1, b, n_b, n, out + (size_t)h * ldo, ldo);
+}
+
 #ifdef MN_X16_EMULATE
 static int x16_usable(void) { return mn_kernels_avx2.usable(); }
 static int never_default(void) { return 0; } /* an emulation runs only when named */
@@ -727,6 +770,7 @@ const mn_cpu_kernels X16W_TABLE = {
     .base = &mn_kernels_avx2,
     .matmul = x16w_matmul,
     .matmul_q8 = x16w_matmul_q8,
+    .dots = x16w_dots,
 };
 
 #else /* not x86-64 */

@@ -140,10 +140,12 @@ static float generic_dot(const float *a, const float *b, int n)
     return s;
 }
 
-static void generic_dots(const float *a, const float *const *b, int n_b, int n, float *out)
+static void generic_dots(const float *q, size_t ldq, int n_heads, const float *const *b, int n_b, int n, float *out,
+                         size_t ldo)
 {
-    for (int j = 0; j < n_b; j++)
-        out[j] = generic_dot(a, b[j], n);
+    for (int h = 0; h < n_heads; h++)
+        for (int j = 0; j < n_b; j++)
+            out[(size_t)h * ldo + j] = generic_dot(q + (size_t)h * ldq, b[j], n);
 }
 
 /* The SIMD exp, one lane: x = k ln2 + r with |r| <= ln2/2, exp(r) by Cephes' degree-7 polynomial,

@@ -125,7 +125,10 @@ void mn_matmul_q8_ref(const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y
 
 float mn_dot(const float *a, const float *b, int n) { return K()->dot(a, b, n); }
 
-void mn_dots(const float *a, const float *const *b, int n_b, int n, float *out) { K()->dots(a, b, n_b, n, out); }
+void mn_dots(const float *q, size_t ldq, int n_heads, const float *const *b, int n_b, int n, float *out, size_t ldo)
+{
+    K()->dots(q, ldq, n_heads, b, n_b, n, out, ldo);
+}
 
 float mn_softmax(float *x, int n, float scale) { return K()->softmax(x, n, scale); }
 int32_t mn_vec_argmax(const float *x, int n) { return n > 0 ? K()->argmax(x, n) : 0; }

@@ -75,8 +75,10 @@ int mn_cpu_kernels_use(const char *name);
 
 /* A fixed-order dot product of n floats (the attention kernels use it). */
 float mn_dot(const float *a, const float *b, int n);
-/* out[j] = mn_dot(a, b[j], n) for j < n_b, bit for bit, eight at a time. */
-void mn_dots(const float *a, const float *const *b, int n_b, int n, float *out);
+/* out[h*ldo + j] = mn_dot(q + h*ldq, b[j], n) for h < n_heads and j < n_b, bit for bit: eight keys at
+ * a time, and where 512-bit FMAs run at full rate (`avx512w`) two heads at a time over each key. */
+void mn_dots(const float *q, size_t ldq, int n_heads, const float *const *b, int n_b, int n, float *out,
+             size_t ldo);
 /* y[i] += a * x[i] for n floats. */
 void mn_axpy(float *y, float a, const float *x, int n);
 /* Softmax numerators in place: x[i] = exp(scale * x[i] - max_j(scale * x[j])); returns their sum.
