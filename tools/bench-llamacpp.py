@@ -53,7 +53,7 @@ def minions(args, model):
     pp = float(re.search(r"prefill\s+\d+ tokens\s+([\d.]+) tok/s", out).group(1))
     tg = float(re.search(r"decode\s+batch\s+1 x\s+\d+ tokens\s+([\d.]+) tok/s", out).group(1))
     out = subprocess.run([os.path.join(ROOT, "build", "minions-bench-decode"), "--model", model, "--threads",
-                          str(args.threads), "--prompt-tokens", str(args.batch_prompt_tokens), "--gen-tokens",
+                          str(args.threads), "--ctx-tokens", str(args.batch_prompt_tokens), "--gen-tokens",
                           str(args.gen_tokens), "--batches", str(args.batch)],
                          capture_output=True, text=True, check=True).stdout
     tgb = float(re.search(rf"decode\s+batch\s+{args.batch} x\s+\d+ tokens\s+([\d.]+) tok/s", out).group(1))
