@@ -74,13 +74,19 @@ static void rmsnorm(float *out, const float *x, const float *w, uint32_t n, floa
         out[i] = x[i] * scale * w[i];
 }
 
-/* Quantize T rows of `width` floats into st->xq when weight w takes integer activations. */
-static void prepare_input(cpu_state *st, const mn_weight *w, const float *x, uint32_t T, uint32_t width)
+/* Quantize rows [b, e) of `width` floats into the same rows of st->xq when weight w takes integer
+ * activations. */
+static void prepare_rows(cpu_state *st, const mn_weight *w, const float *x, uint32_t b, uint32_t e, uint32_t width)
 {
     if (!mn_weight_uses_q8(w))
         return;
-    for (uint32_t t = 0; t < T; t++)
+    for (uint32_t t = b; t < e; t++)
         mn_quantize_q8(x + (size_t)t * width, width, st->xq + (size_t)t * st->xq_ld);
+}
+
+static void prepare_input(cpu_state *st, const mn_weight *w, const float *x, uint32_t T, uint32_t width)
+{
+    prepare_rows(st, w, x, 0, T, width);
 }
 
 /* ---- region: a block's RMSNorm (and 16-bit copy), rows split among threads ----------------------
@@ -103,9 +109,7 @@ static void region_norm(void *arg, int ith, int nth)
     mn_pool_split(ith, nth, j->T, 1, &b, &e);
     for (unsigned t = b; t < e; t++)
         rmsnorm(j->st->xb + (size_t)t * j->n, j->x + (size_t)t * j->n, j->w, j->n, j->eps);
-    if (mn_weight_uses_q8(j->next))
-        for (unsigned t = b; t < e; t++)
-            mn_quantize_q8(j->st->xb + (size_t)t * j->n, j->n, j->st->xq + (size_t)t * j->st->xq_ld);
+    prepare_rows(j->st, j->next, j->st->xb, b, e, j->n);
 }
 
 static void norm_rows(cpu_state *st, const float *x, const float *w, const mn_weight *next, uint32_t T,
