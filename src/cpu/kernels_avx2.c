@@ -230,17 +230,16 @@ ALWAYS_INLINE void matmul_typed(uint32_t type, const mn_weight *W, const float *
 {
 #define TILE(t, o, stride, RT, OT) tile(type, W, x, ldx, y, ldy, t, o, stride, RT, OT, 0, NULL, 0)
     uint32_t o = ob;
-    if (T == 1 && (size_t)(oe - ob) * W->row_bytes <= ONE_ROW_WIDE_BYTES) {
-        const uint32_t q = (oe - ob) / 8;
-        for (; o < ob + q; o++)
-            TILE(0, o, q, 1, 8);
-        for (o = ob + 8 * q; o < oe; o++)
-            TILE(0, o, 1, 1, 1);
-    } else if (T == 1) {
-        const uint32_t q = (oe - ob) / 4;
-        for (; o < ob + q; o++)
-            TILE(0, o, q, 1, 4);
-        for (o = ob + 4 * q; o < oe; o++)
+    if (T == 1) {
+        const bool wide = (size_t)(oe - ob) * W->row_bytes <= ONE_ROW_WIDE_BYTES;
+        const uint32_t ot = wide ? 8 : 4, q = (oe - ob) / ot;
+        for (; o < ob + q; o++) {
+            if (wide)
+                TILE(0, o, q, 1, 8);
+            else
+                TILE(0, o, q, 1, 4);
+        }
+        for (o = ob + ot * q; o < oe; o++)
             TILE(0, o, 1, 1, 1);
     } else if (T == 3 && type != MN_F16) {
         const uint32_t q = (oe - ob) / 3;
