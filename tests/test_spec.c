@@ -2058,6 +2058,38 @@ Test(tuner, a_home_that_loses_a_little_moves_soon)
                   (unsigned long long)(c->moves - moves));
 }
 
+/* A home that gets dearer when the text changes: at 16 sequences speculating costs 0.85 a token
+ * and plain decoding 1.0 (steps scattered +-15%), and the class settles at speculating, its probes
+ * spaced ever wider. Then speculating costs 1.07: less than PROBE_ALARM times plain decoding's
+ * figure, but that much more than home's own in its last probe, which must bring a probe at once:
+ * within 8 decisions the class must leave. (The vote went from kjv to devil at 16 clients so, and
+ * served devil 5% below plain with no probe until the run ended.) */
+Test(tuner, a_home_that_gets_dearer_probes_at_once)
+{
+    mn_tuner_params p = with_rule(MN_TUNER_RULE_SEQUENCE);
+    mn_tuner t;
+    mn_tuner_init(&t, &p, p.s_max);
+    uint32_t cls = mn_tuner_class_of(16), rng = 5;
+    mn_tuner_class *c = &t.c[cls];
+    mn_tuner_decision d;
+    double spec_cost = 0.85;
+    for (int decisions = 0; decisions < 40;) {
+        uint32_t s = next_s(&t, cls);
+        double jitter = 1 + 0.15 * (2.0 * (lcg(&rng) & 0xffff) / 0xffff - 1);
+        decisions += observe(&t, 16, s, 16 * (s ? spec_cost : 1.0) * jitter, 16, true, &d);
+    }
+    cr_assert_eq(c->home, p.s_max, "speculating costs 0.85 as much: home %u", c->home);
+    cr_assert_gt(c->probe_gap, p.probe_every, "probes that change nothing back off: gap %u", c->probe_gap);
+    spec_cost = 1.07;
+    int decisions = 0;
+    while (decisions < 8 && c->home == p.s_max) {
+        uint32_t s = next_s(&t, cls);
+        double jitter = 1 + 0.15 * (2.0 * (lcg(&rng) & 0xffff) / 0xffff - 1);
+        decisions += observe(&t, 16, s, 16 * (s ? spec_cost : 1.0) * jitter, 16, true, &d);
+    }
+    cr_assert_eq(c->home, 0, "plain decoding costs 0.93 as much now: home %u after %d decisions", c->home, decisions);
+}
+
 /* Classes that have not decided follow the nearest one that has: when no draft pays at 16
  * sequences, 5-8 sequences (passed through while clients ramp down) decode plainly too, with the
  * leader's theta and acceptance, instead of drafting the starting length at every step; once they decide

@@ -166,6 +166,7 @@ void mn_tuner_reparam(mn_tuner *t, const mn_tuner_params *p)
     for (int i = 0; i < MN_TUNER_CLASSES; i++) {
         t->c[i].s = clamp_s(p, t->c[i].s);
         t->c[i].home = clamp_s(p, t->c[i].home);
+        t->c[i].home_paired = 0;
         t->c[i].pairing = false;
         restart_window(&t->c[i]);
     }
@@ -175,6 +176,7 @@ void mn_tuner_restart(mn_tuner *t, uint32_t s0, bool clamp)
 {
     for (int i = 0; i < MN_TUNER_CLASSES; i++) {
         t->c[i].s = t->c[i].home = clamp ? clamp_s(&t->p, s0) : s0;
+        t->c[i].home_paired = 0;
         t->c[i].pairing = false;
         restart_window(&t->c[i]);
     }
@@ -708,10 +710,14 @@ static double record_pair(const mn_tuner *t, mn_tuner_class *c)
  * the gap (up to 4 probe_every: a side that loses by far, model drafters at a large batch, should
  * not cost half a window in 16 forever), one that moves the class resets it to probe_every. A
  * home window that costs PROBE_ALARM times the other side's last paired figure starts one at once:
- * the probe that chose home is contradicted. At 16 sequences on devil the vote's class stayed
- * speculating at 1.5 (as PROBE_LOSES was), its windows 12% dearer a token than the plain decoding
- * its first probe had measured: that probe had found the opposite on the warm-up's noise, and the
- * next was probe_every windows away, past the end of a benchmark's run. */
+ * the probe that chose home is contradicted; so does one that costs PROBE_ALARM times home's own
+ * figure in that probe and comes within PROBE_ALARM of the other side's: the text changed (served
+ * kjv, then devil, at 16 clients, the vote's windows went from 52 us a token, its figure, to 59,
+ * beside plain decoding's 60, and the next timed probe was 32 windows away, past the end of the
+ * run). At 16 sequences on devil the vote's class stayed speculating at 1.5 (as PROBE_LOSES was),
+ * its windows 12% dearer a token than the plain decoding its first probe had measured: that probe
+ * had found the opposite on the warm-up's noise, and the next was probe_every windows away, past
+ * the end of a benchmark's run. */
 static void decide_sequence(mn_tuner *t, mn_tuner_class *c, uint32_t cls, double cost,
                             const mn_tuner_pair *paired, mn_tuner_decision *d)
 {
@@ -725,6 +731,7 @@ static void decide_sequence(mn_tuner *t, mn_tuner_class *c, uint32_t cls, double
         else if (c->home == lo && pair_cheaper(&paired[1], &paired[0], p->margin, clearly))
             c->home = hi, why = "pair";
         c->probe_gap = c->home == from ? 2 * c->probe_gap : p->probe_every;
+        c->home_paired = pair_cost(&paired[c->home != lo]);
     } else if (c->home != lo && c->home != hi) { /* the starting length */
         c->home = hi, why = "model";
     }
@@ -733,9 +740,13 @@ static void decide_sequence(mn_tuner *t, mn_tuner_class *c, uint32_t cls, double
     c->decisions++;
     /* a home window that cost PROBE_ALARM times the other side's last paired figure: something
      * changed (the text, the load), or the probe that chose home was wrong, and the next probe
-     * should not wait out the gap */
+     * should not wait out the gap; so too when it cost PROBE_ALARM times home's own figure and
+     * came within PROBE_ALARM of the other side's (far below it, home stays whatever it costs) */
     const mn_tuner_point *there = &c->at[other_side(t, c)];
-    bool alarm = !paired && there->known && cost > PROBE_ALARM * there->cost;
+    bool dearer = there->known && cost > PROBE_ALARM * there->cost;
+    bool risen = there->known && c->home_paired > 0 && cost > PROBE_ALARM * c->home_paired &&
+                 cost * PROBE_ALARM > there->cost;
+    bool alarm = !paired && (dearer || risen);
     bool first = !c->probes, due = alarm || c->decisions - c->probed_at >= c->probe_gap;
     c->pairing = lo == 0 && hi > 0 && !paired && (first || due);
     if (c->pairing) {

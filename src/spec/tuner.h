@@ -61,8 +61,9 @@
  *   other side is cheaper by PAIR_Z standard errors or by PAIR_CLEAR of home's cost (tuner.c).
  *   Probes come every probe_gap windows (probe_every, doubling up to 4 probe_every while they
  *   change nothing), and at once after a home window that cost PROBE_ALARM times the other side's
- *   last figure. A class takes theta and acceptance figures it has not measured yet from the
- *   nearest class that has them.
+ *   last figure, or home's own in the probe that chose or kept it when that brings home within
+ *   PROBE_ALARM of the other side (the text changed). A class takes theta and acceptance figures
+ *   it has not measured yet from the nearest class that has them.
  *
  * Defaults (mn_tuner_defaults): s_min 0, s_max 8, decision_threshold 32, s_reward = s_punish = 1,
  * probe_every 16, margin 0.01, warm_up 64, cost round, rule sequence.
@@ -191,6 +192,8 @@ typedef struct mn_tuner_class {
     uint64_t decisions, moves, probes;
     uint64_t probed_at;               /* sequence rule: the decision of the last probe, */
     uint32_t probe_gap;               /* and the decisions until the next */
+    double home_paired;               /* sequence rule: home's seconds per token in the probe that */
+                                      /* last chose or kept it (0 before one) */
     bool pairing;                     /* sequence rule: this window alternates home and the other side */
     mn_tuner_pair pair[2];            /* and their steps in it */
 } mn_tuner_class;
