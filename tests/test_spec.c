@@ -2022,6 +2022,16 @@ Test(tuner, a_far_cheaper_side_wins_a_probe_whatever_its_noise)
     cr_assert_eq(t.c[0].home, 0, "plain decoding costs 0.58 as much: home %u", t.c[0].home);
 }
 
+/* One step of 16 sequences at class cls's next length, producing 16 tokens at `spec` a token when it
+ * speculates and `plain` when not, its time scattered +-spread (uniform). Whether it decided. */
+static int jittered_step(mn_tuner *t, uint32_t cls, double spec, double plain, double spread, uint32_t *rng)
+{
+    uint32_t s = next_s(t, cls);
+    double jitter = 1 + spread * (2.0 * (lcg(rng) & 0xffff) / 0xffff - 1);
+    mn_tuner_decision d;
+    return observe(t, 16, s, 16 * (s ? spec : plain) * jitter, 16, true, &d);
+}
+
 /* A home that loses by a little: at 16 sequences speculating steps cost 1.12 a token and plain ones
  * 1.0, each step scattered +-25% (uniform), as a shared host scatters them. The class starts
  * speculating, as if its first probe had chosen so on the warm-up's noise, with plain decoding's
@@ -2040,20 +2050,13 @@ Test(tuner, a_home_that_loses_a_little_moves_soon)
     c->probes = 1;
     c->probe_gap = p.probe_every;
     c->at[0] = (mn_tuner_point){.cost = 1.0, .known = true};
-    mn_tuner_decision d;
     int decisions = 0;
-    while (decisions < 8 && c->home == p.s_max) {
-        uint32_t s = next_s(&t, cls);
-        double jitter = 1 + 0.25 * (2.0 * (lcg(&rng) & 0xffff) / 0xffff - 1);
-        decisions += observe(&t, 16, s, 16 * (s ? 1.12 : 1.0) * jitter, 16, true, &d);
-    }
+    while (decisions < 8 && c->home == p.s_max)
+        decisions += jittered_step(&t, cls, 1.12, 1.0, 0.25, &rng);
     cr_assert_eq(c->home, 0, "plain decoding costs 0.89 as much: home %u after %d decisions", c->home, decisions);
     uint64_t moves = c->moves;
-    for (decisions = 0; decisions < 200;) {
-        uint32_t s = next_s(&t, cls);
-        double jitter = 1 + 0.25 * (2.0 * (lcg(&rng) & 0xffff) / 0xffff - 1);
-        decisions += observe(&t, 16, s, 16 * jitter, 16, true, &d);
-    }
+    for (decisions = 0; decisions < 200;)
+        decisions += jittered_step(&t, cls, 1.0, 1.0, 0.25, &rng);
     cr_assert_leq(c->moves - moves, 2, "equal sides: %llu moves in 200 decisions",
                   (unsigned long long)(c->moves - moves));
 }
@@ -2062,8 +2065,8 @@ Test(tuner, a_home_that_loses_a_little_moves_soon)
  * and plain decoding 1.0 (steps scattered +-15%), and the class settles at speculating, its probes
  * spaced ever wider. Then speculating costs 1.07: less than PROBE_ALARM times plain decoding's
  * figure, but that much more than home's own in its last probe, which must bring a probe at once:
- * within 8 decisions the class must leave. (The vote went from kjv to devil at 16 clients so, and
- * served devil 5% below plain with no probe until the run ended.) */
+ * within 8 decisions the class must leave. (Served kjv, then devil, at 16 clients, the vote's class
+ * rested at speculating so, and no probe came in the devil rounds.) */
 Test(tuner, a_home_that_gets_dearer_probes_at_once)
 {
     mn_tuner_params p = with_rule(MN_TUNER_RULE_SEQUENCE);
@@ -2071,22 +2074,13 @@ Test(tuner, a_home_that_gets_dearer_probes_at_once)
     mn_tuner_init(&t, &p, p.s_max);
     uint32_t cls = mn_tuner_class_of(16), rng = 5;
     mn_tuner_class *c = &t.c[cls];
-    mn_tuner_decision d;
-    double spec_cost = 0.85;
-    for (int decisions = 0; decisions < 40;) {
-        uint32_t s = next_s(&t, cls);
-        double jitter = 1 + 0.15 * (2.0 * (lcg(&rng) & 0xffff) / 0xffff - 1);
-        decisions += observe(&t, 16, s, 16 * (s ? spec_cost : 1.0) * jitter, 16, true, &d);
-    }
+    for (int decisions = 0; decisions < 40;)
+        decisions += jittered_step(&t, cls, 0.85, 1.0, 0.15, &rng);
     cr_assert_eq(c->home, p.s_max, "speculating costs 0.85 as much: home %u", c->home);
     cr_assert_gt(c->probe_gap, p.probe_every, "probes that change nothing back off: gap %u", c->probe_gap);
-    spec_cost = 1.07;
     int decisions = 0;
-    while (decisions < 8 && c->home == p.s_max) {
-        uint32_t s = next_s(&t, cls);
-        double jitter = 1 + 0.15 * (2.0 * (lcg(&rng) & 0xffff) / 0xffff - 1);
-        decisions += observe(&t, 16, s, 16 * (s ? spec_cost : 1.0) * jitter, 16, true, &d);
-    }
+    while (decisions < 8 && c->home == p.s_max)
+        decisions += jittered_step(&t, cls, 1.07, 1.0, 0.15, &rng);
     cr_assert_eq(c->home, 0, "plain decoding costs 0.93 as much now: home %u after %d decisions", c->home, decisions);
 }
 
