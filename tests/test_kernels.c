@@ -189,12 +189,15 @@ static void check_attention_kernels(void)
             wts[1][j] = 0.5f - 0.013f * (float)j;
             wts[2][j] = 0.02f * (float)(j % 5);
         }
-        float fast[3][80], slow[3][80] = {{0}};
+        float fast[3][80], pair[2][80], slow[3][80] = {{0}};
         mn_weighted_sum(fast[0], 80, wts[0], 37, 3, rows, 37, n);
+        mn_weighted_sum(pair[0], 80, wts[0], 37, 2, rows, 37, n); /* and two heads alone */
         for (int h = 0; h < 3; h++) {
             for (int j = 0; j < 37; j++)
                 mn_axpy(slow[h], wts[h][j], rows[j], n);
             cr_assert(memcmp(fast[h], slow[h], (size_t)n * sizeof(float)) == 0, "head %d differs at n=%d", h, n);
+            cr_assert(h == 2 || memcmp(pair[h], slow[h], (size_t)n * sizeof(float)) == 0,
+                      "head %d of two differs at n=%d", h, n);
         }
     }
 }

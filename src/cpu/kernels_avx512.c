@@ -54,6 +54,13 @@ ALWAYS_INLINE v16f f_dup(const float *p)
     return (v16f){{v, v}};
 }
 ALWAYS_INLINE __m256 f_half(v16f a, int hi) { return a.h[hi]; }
+ALWAYS_INLINE v16f f_load(const float *p) { return (v16f){{_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}}; }
+ALWAYS_INLINE void f_store(float *p, v16f a)
+{
+    _mm256_storeu_ps(p, a.h[0]);
+    _mm256_storeu_ps(p + 8, a.h[1]);
+}
+ALWAYS_INLINE v16f f_set1(float a) { return (v16f){{_mm256_set1_ps(a), _mm256_set1_ps(a)}}; }
 ALWAYS_INLINE v16f f_fmadd(v16f a, v16f b, v16f c)
 {
     return (v16f){{_mm256_fmadd_ps(a.h[0], b.h[0], c.h[0]), _mm256_fmadd_ps(a.h[1], b.h[1], c.h[1])}};
@@ -131,6 +138,9 @@ ALWAYS_INLINE v16f f_zero(void) { return _mm512_setzero_ps(); }
 ALWAYS_INLINE v16f f_halves(__m256 lo, __m256 hi) { return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1); }
 ALWAYS_INLINE v16f f_dup(const float *p) { return _mm512_broadcast_f32x8(_mm256_loadu_ps(p)); }
 ALWAYS_INLINE __m256 f_half(v16f a, int hi) { return hi ? _mm512_extractf32x8_ps(a, 1) : _mm512_castps512_ps256(a); }
+ALWAYS_INLINE v16f f_load(const float *p) { return _mm512_loadu_ps(p); }
+ALWAYS_INLINE void f_store(float *p, v16f a) { _mm512_storeu_ps(p, a); }
+ALWAYS_INLINE v16f f_set1(float a) { return _mm512_set1_ps(a); }
 ALWAYS_INLINE v16f f_fmadd(v16f a, v16f b, v16f c) { return _mm512_fmadd_ps(a, b, c); }
 #define F_IN_REGISTER(v) IN_REGISTER(v)
 typedef __m512i v16i;
@@ -681,6 +691,92 @@ static void x16w_dots(const float *q, size_t ldq, int n_heads, const float *cons
         mn_kernels_avx2.dots(q + (size_t)h * ldq, ldq, 1, b, n_b, n, out + (size_t)h * ldo, ldo);
 }
 
+/* ---- attention's weighted sums, 16 elements a register ------------------------------------------
+ * out[h][i] = sum over the rows j, in order, of w[h][j] rows[j][i]: each element's own chain of
+ * FMAs, as every table runs it, so any register width gives the same bits. AVX2's takes 32 elements
+ * a pass over the rows (four 8-lane registers) and two heads at most; here G heads (up to three: a
+ * GQA group of SmolLM2) of C registers of 16 elements each share each row's loads.
+ * tools/bench-attention.c (one core, a Zen 5 host, 2026-11-30, two runs): SmolLM2's three 64-float
+ * heads over 72 / 512 rows in 114-116 / 1,094-1,114 ns against AVX2's 270-272 / 2,661-2,664; two
+ * 32-float heads (the bundled target's group) 71 / 542-549 against 74-85 / 554-556. In the models
+ * (tools/ab-decode.py, 8 rounds, alternating with the build before): SmolLM2 Q4_1 decoded after
+ * 1,024 tokens of context 1.14x as fast at one sequence and 1.11x at four, SmolLM2-shaped F16 1.08x
+ * (6 rounds); after 32 tokens, and the bundled target after 512, level (0.99-1.01x). */
+ALWAYS_INLINE void wsum_slice(float *out, size_t ldo, const float *w, size_t ldw, const float *const *rows,
+                              int n_rows, int i, const int G, const int C)
+{
+    v16f acc[3][4];
+#pragma GCC unroll 3
+    for (int h = 0; h < G; h++)
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++)
+            acc[h][c] = f_zero();
+    for (int j = 0; j < n_rows; j++) {
+        v16f v[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++)
+            v[c] = f_load(rows[j] + i + 16 * c);
+#pragma GCC unroll 3
+        for (int h = 0; h < G; h++) {
+            v16f a = f_set1(w[(size_t)h * ldw + j]);
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++)
+                acc[h][c] = f_fmadd(a, v[c], acc[h][c]);
+        }
+    }
+#pragma GCC unroll 3
+    for (int h = 0; h < G; h++)
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++)
+            f_store(out + (size_t)h * ldo + i + 16 * c, acc[h][c]);
+}
+
+/* G heads over all n elements: slices of 64, then 32 and 16, then the last few one by one. */
+ALWAYS_INLINE void wsum_heads(float *out, size_t ldo, const float *w, size_t ldw, const float *const *rows,
+                              int n_rows, int n, const int G)
+{
+    int i = 0;
+    for (; i + 64 <= n; i += 64)
+        wsum_slice(out, ldo, w, ldw, rows, n_rows, i, G, 4);
+    if (i + 32 <= n) {
+        wsum_slice(out, ldo, w, ldw, rows, n_rows, i, G, 2);
+        i += 32;
+    }
+    if (i + 16 <= n) {
+        wsum_slice(out, ldo, w, ldw, rows, n_rows, i, G, 1);
+        i += 16;
+    }
+    for (; i < n; i++)
+        for (int h = 0; h < G; h++) {
+            float s = 0.0f;
+            for (int j = 0; j < n_rows; j++)
+                s = fmaf(w[(size_t)h * ldw + j], rows[j][i], s);
+            out[(size_t)h * ldo + i] = s;
+        }
+}
+
+/* A GQA group's heads three, two or one at a time (three only as the whole of what is left); a head
+ * alone of fewer than 64 elements goes to AVX2's, whose four 8-lane chains ran 11% faster over 512
+ * rows of 32 than two 16-lane ones (tools/bench-attention.c). */
+static void x16w_weighted_sum(float *out, size_t ldo, const float *w, size_t ldw, int n_heads,
+                              const float *const *rows, int n_rows, int n)
+{
+    for (int h = 0; h < n_heads;) {
+        const int left = n_heads - h;
+        float *o = out + (size_t)h * ldo;
+        const float *wh = w + (size_t)h * ldw;
+        if (left == 3)
+            wsum_heads(o, ldo, wh, ldw, rows, n_rows, n, 3);
+        else if (left >= 2)
+            wsum_heads(o, ldo, wh, ldw, rows, n_rows, n, 2);
+        else if (n >= 64)
+            wsum_heads(o, ldo, wh, ldw, rows, n_rows, n, 1);
+        else
+            mn_kernels_avx2.weighted_sum(o, ldo, wh, ldw, 1, rows, n_rows, n);
+        h += left == 3 ? 3 : left >= 2 ? 2 : 1;
+    }
+}
+
 #ifdef MN_X16_EMULATE
 static int x16_usable(void) { return mn_kernels_avx2.usable(); }
 static int never_default(void) { return 0; } /* an emulation runs only when named */
@@ -771,6 +867,7 @@ const mn_cpu_kernels X16W_TABLE = {
     .matmul = x16w_matmul,
     .matmul_q8 = x16w_matmul_q8,
     .dots = x16w_dots,
+    .weighted_sum = x16w_weighted_sum,
 };
 
 #else /* not x86-64 */
