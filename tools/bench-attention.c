@@ -1,9 +1,9 @@
 /* bench-attention.c - what one attention pair's kernels cost on their own: the scores of a query,
- * and of the two query heads of a GQA group, against n keys (mn_dots), their softmax (mn_softmax) and
- * the weighted sum of n value rows for one head and for two and three heads that share them
- * (mn_weighted_sum: the bundled target's group is two heads, SmolLM2's three), rows of 32 and 64 floats (the bundled
- * target's and SmolLM2's head width), every row in L1. Not part of the build; against a build's
- * library:
+ * and of the two and three query heads of a GQA group (the bundled target's groups are two heads,
+ * SmolLM2's three), against n keys (mn_dots), their softmax (mn_softmax) and the weighted sum of n
+ * value rows for one head and for two and three heads that share them (mn_weighted_sum), rows of
+ * 32 and 64 floats (the bundled target's and SmolLM2's head width), every row in L1. Not part of
+ * the build; against a build's library:
  *
  *   gcc -O2 -Isrc -Ibuild tools/bench-attention.c build/libminions.a -o /tmp/bench-attention \
  *       -lm -lpthread -ljemalloc -L/usr/local/cuda/lib64 -lcudart -lcublas -lstdc++ && /tmp/bench-attention
@@ -28,11 +28,11 @@ enum { ROUNDS = 5, CALLS = 20000, MAX_N = 512, MAX_HD = 64 };
 
 int main(void)
 {
-    static float keys[MAX_N * MAX_HD], q[2 * MAX_HD], sc[2 * MAX_N], out[3 * MAX_HD];
+    static float keys[MAX_N * MAX_HD], q[3 * MAX_HD], sc[3 * MAX_N], out[3 * MAX_HD];
     static const float *rows[MAX_N];
     for (int i = 0; i < MAX_N * MAX_HD; i++)
         keys[i] = (float)rand() / (float)RAND_MAX - 0.5f;
-    for (int i = 0; i < 2 * MAX_HD; i++)
+    for (int i = 0; i < 3 * MAX_HD; i++)
         q[i] = (float)rand() / (float)RAND_MAX - 0.5f;
     printf("kernels %s; ns per call, median of %d rounds of %d calls\n", mn_cpu_kernels_name(), ROUNDS, CALLS);
     static const int ns[] = {72, 512}, hds[] = {32, 64};
@@ -41,7 +41,7 @@ int main(void)
             int hd = hds[a], n = ns[b];
             for (int i = 0; i < n; i++)
                 rows[i] = keys + (size_t)i * hd;
-            double t[6][ROUNDS];
+            double t[7][ROUNDS];
             for (int r = 0; r < ROUNDS; r++) {
                 double t0 = mn_now();
                 for (int c = 0; c < CALLS; c++) {
@@ -74,17 +74,22 @@ int main(void)
                     __asm__ volatile("" ::: "memory");
                 }
                 double t6 = mn_now();
+                for (int c = 0; c < CALLS; c++) {
+                    mn_dots(q, (size_t)hd, 3, rows, n, hd, sc, (size_t)n);
+                    __asm__ volatile("" ::: "memory");
+                }
+                double t7 = mn_now();
                 t[0][r] = t1 - t0, t[1][r] = t2 - t1, t[2][r] = t3 - t2, t[3][r] = t4 - t3, t[4][r] = t5 - t4;
-                t[5][r] = t6 - t5;
+                t[5][r] = t6 - t5, t[6][r] = t7 - t6;
             }
-            double med[6];
-            for (int k = 0; k < 6; k++) {
+            double med[7];
+            for (int k = 0; k < 7; k++) {
                 qsort(t[k], ROUNDS, sizeof(double), cmp);
                 med[k] = 1e9 * t[k][ROUNDS / 2] / CALLS;
             }
-            printf("head %2d, %3d keys: dots %7.0f, 2 heads %7.0f  softmax %6.0f  weighted sum, 1 head %7.0f, 2 heads "
+            printf("head %2d, %3d keys: dots %7.0f, 2 heads %7.0f, 3 heads %7.0f  softmax %6.0f  weighted sum, 1 head %7.0f, 2 heads "
                    "%7.0f, 3 heads %7.0f\n",
-                   hd, n, med[0], med[4], med[1], med[2], med[3], med[5]);
+                   hd, n, med[0], med[4], med[6], med[1], med[2], med[3], med[5]);
         }
     return 0;
 }
