@@ -41,55 +41,37 @@ int main(void)
             int hd = hds[a], n = ns[b];
             for (int i = 0; i < n; i++)
                 rows[i] = keys + (size_t)i * hd;
-            double t[7][ROUNDS];
+            /* the columns in print order: dots of 1, 2, 3 heads, softmax, weighted sums of 1, 2, 3 */
+            enum { COLS = 7 };
+            double t[COLS][ROUNDS];
             for (int r = 0; r < ROUNDS; r++) {
-                double t0 = mn_now();
-                for (int c = 0; c < CALLS; c++) {
-                    mn_dots(q, 0, 1, rows, n, hd, sc, 0);
-                    __asm__ volatile("" ::: "memory");
-                }
-                double t1 = mn_now();
-                for (int c = 0; c < CALLS; c++) {
-                    mn_softmax(sc, n, 0.01f);
-                    __asm__ volatile("" ::: "memory");
-                }
-                double t2 = mn_now();
-                for (int c = 0; c < CALLS; c++) {
-                    mn_weighted_sum(out, (size_t)hd, sc, (size_t)n, 1, rows, n, hd);
-                    __asm__ volatile("" ::: "memory");
-                }
-                double t3 = mn_now();
-                for (int c = 0; c < CALLS; c++) {
-                    mn_weighted_sum(out, (size_t)hd, sc, 0, 2, rows, n, hd); /* both heads read sc */
-                    __asm__ volatile("" ::: "memory");
-                }
-                double t4 = mn_now();
-                for (int c = 0; c < CALLS; c++) {
-                    mn_dots(q, (size_t)hd, 2, rows, n, hd, sc, (size_t)n);
-                    __asm__ volatile("" ::: "memory");
-                }
-                double t5 = mn_now();
-                for (int c = 0; c < CALLS; c++) {
-                    mn_weighted_sum(out, (size_t)hd, sc, 0, 3, rows, n, hd);
-                    __asm__ volatile("" ::: "memory");
-                }
-                double t6 = mn_now();
-                for (int c = 0; c < CALLS; c++) {
-                    mn_dots(q, (size_t)hd, 3, rows, n, hd, sc, (size_t)n);
-                    __asm__ volatile("" ::: "memory");
-                }
-                double t7 = mn_now();
-                t[0][r] = t1 - t0, t[1][r] = t2 - t1, t[2][r] = t3 - t2, t[3][r] = t4 - t3, t[4][r] = t5 - t4;
-                t[5][r] = t6 - t5, t[6][r] = t7 - t6;
+                int col = 0;
+#define TIMED(call)                                                                                     \
+    do {                                                                                                \
+        double t0 = mn_now();                                                                           \
+        for (int c = 0; c < CALLS; c++) {                                                               \
+            call;                                                                                       \
+            __asm__ volatile("" ::: "memory");                                                          \
+        }                                                                                               \
+        t[col++][r] = mn_now() - t0;                                                                    \
+    } while (0)
+                TIMED(mn_dots(q, 0, 1, rows, n, hd, sc, 0));
+                TIMED(mn_dots(q, (size_t)hd, 2, rows, n, hd, sc, (size_t)n));
+                TIMED(mn_dots(q, (size_t)hd, 3, rows, n, hd, sc, (size_t)n));
+                TIMED(mn_softmax(sc, n, 0.01f));
+                TIMED(mn_weighted_sum(out, (size_t)hd, sc, (size_t)n, 1, rows, n, hd));
+                TIMED(mn_weighted_sum(out, (size_t)hd, sc, 0, 2, rows, n, hd)); /* the heads read one sc */
+                TIMED(mn_weighted_sum(out, (size_t)hd, sc, 0, 3, rows, n, hd));
+#undef TIMED
             }
-            double med[7];
-            for (int k = 0; k < 7; k++) {
+            double med[COLS];
+            for (int k = 0; k < COLS; k++) {
                 qsort(t[k], ROUNDS, sizeof(double), cmp);
                 med[k] = 1e9 * t[k][ROUNDS / 2] / CALLS;
             }
-            printf("head %2d, %3d keys: dots %7.0f, 2 heads %7.0f, 3 heads %7.0f  softmax %6.0f  weighted sum, 1 head %7.0f, 2 heads "
-                   "%7.0f, 3 heads %7.0f\n",
-                   hd, n, med[0], med[4], med[6], med[1], med[2], med[3], med[5]);
+            printf("head %2d, %3d keys: dots %7.0f, 2 heads %7.0f, 3 heads %7.0f  softmax %6.0f  weighted sum, "
+                   "1 head %7.0f, 2 heads %7.0f, 3 heads %7.0f\n",
+                   hd, n, med[0], med[1], med[2], med[3], med[4], med[5], med[6]);
         }
     return 0;
 }

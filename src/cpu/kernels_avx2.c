@@ -551,13 +551,7 @@ ALWAYS_INLINE void weighted_sum_g(float *out, size_t ldo, const float *w, size_t
             for (int c = 0; c < 4; c++)
                 _mm256_storeu_ps(out + (size_t)h * ldo + i + 8 * c, acc[h][c]);
     }
-    for (; i < n; i++)
-        for (int h = 0; h < G; h++) {
-            float s = 0.0f;
-            for (int j = 0; j < n_rows; j++)
-                s = fmaf(w[(size_t)h * ldw + j], rows[j][i], s);
-            out[(size_t)h * ldo + i] = s;
-        }
+    weighted_sum_tail(out, ldo, w, ldw, rows, n_rows, i, n, G);
 }
 
 static void avx2_weighted_sum(float *out, size_t ldo, const float *w, size_t ldw, int n_heads,

@@ -746,13 +746,7 @@ ALWAYS_INLINE void wsum_heads(float *out, size_t ldo, const float *w, size_t ldw
         wsum_slice(out, ldo, w, ldw, rows, n_rows, i, G, 1);
         i += 16;
     }
-    for (; i < n; i++)
-        for (int h = 0; h < G; h++) {
-            float s = 0.0f;
-            for (int j = 0; j < n_rows; j++)
-                s = fmaf(w[(size_t)h * ldw + j], rows[j][i], s);
-            out[(size_t)h * ldo + i] = s;
-        }
+    weighted_sum_tail(out, ldo, w, ldw, rows, n_rows, i, n, G);
 }
 
 /* A GQA group's heads three, two or one at a time (three only as the whole of what is left); a head

@@ -54,6 +54,20 @@ ALWAYS_INLINE void hsums(const __m256 a[8], float out[8])
     _mm256_storeu_ps(out, _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
 }
 
+/* Attention's weighted sums of G heads for the elements [i, n) one at a time, each over the rows in
+ * order (kernels_generic.c's form): the elements past the vector tables' last full register. */
+ALWAYS_INLINE void weighted_sum_tail(float *out, size_t ldo, const float *w, size_t ldw, const float *const *rows,
+                                     int n_rows, int i, int n, int G)
+{
+    for (; i < n; i++)
+        for (int h = 0; h < G; h++) {
+            float s = 0.0f;
+            for (int j = 0; j < n_rows; j++)
+                s = fmaf(w[(size_t)h * ldw + j], rows[j][i], s);
+            out[(size_t)h * ldo + i] = s;
+        }
+}
+
 /* Element k of an F32 or F16 row (the columns past the last full chunk of 8). F16C's conversion,
  * not mn_f16_to_f32 (both exact): a call after the main loop clobbers every vector register, and
  * GCC then kept the tiles' accumulators on the stack through the whole loop (every F16 tile
