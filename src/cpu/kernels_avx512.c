@@ -755,19 +755,19 @@ ALWAYS_INLINE void wsum_heads(float *out, size_t ldo, const float *w, size_t ldw
 static void x16w_weighted_sum(float *out, size_t ldo, const float *w, size_t ldw, int n_heads,
                               const float *const *rows, int n_rows, int n)
 {
-    for (int h = 0; h < n_heads;) {
+    for (int h = 0, g; h < n_heads; h += g) {
         const int left = n_heads - h;
+        g = left == 3 ? 3 : left >= 2 ? 2 : 1;
         float *o = out + (size_t)h * ldo;
         const float *wh = w + (size_t)h * ldw;
-        if (left == 3)
+        if (g == 3)
             wsum_heads(o, ldo, wh, ldw, rows, n_rows, n, 3);
-        else if (left >= 2)
+        else if (g == 2)
             wsum_heads(o, ldo, wh, ldw, rows, n_rows, n, 2);
         else if (n >= 64)
             wsum_heads(o, ldo, wh, ldw, rows, n_rows, n, 1);
         else
             mn_kernels_avx2.weighted_sum(o, ldo, wh, ldw, 1, rows, n_rows, n);
-        h += left == 3 ? 3 : left >= 2 ? 2 : 1;
     }
 }
 
