@@ -67,6 +67,10 @@ gen --prompt x --max-tokens 0 >/dev/null 2>&1
 check "--max-tokens 0 is a usage error (exit 2)" test $? -eq 2
 gen --prompt x --top-p 1.5 >/dev/null 2>&1
 check "--top-p out of range is a usage error (exit 2)" test $? -eq 2
+gen --prompt x --kv-type f8 >/dev/null 2>&1
+check "--kv-type other than f32 or f16 is a usage error (exit 2)" test $? -eq 2
+gen --prompt "This License applies" --max-tokens 24 --kv-type f16 >"$tmp/h" 2>/dev/null
+check "--kv-type f16 generates" test -s "$tmp/h"
 "$bin/minions-bench-decode" --model "$model" --threads 2 --prompt-tokens 16 --ctx-tokens 4 --gen-tokens 4 \
   --batches 1,3 >"$tmp/bench" 2>/dev/null
 check "the decode benchmark runs" test $? -eq 0

@@ -240,12 +240,14 @@ char *generate(const char *prompt, int n)
     return generate_model(model_path(), prompt, n);
 }
 
-char *generate_model(const char *model, const char *prompt, int n)
+char *generate_model(const char *model, const char *prompt, int n) { return generate_kv(model, prompt, n, "f32"); }
+
+char *generate_kv(const char *model, const char *prompt, int n, const char *kv_type)
 {
     char bin[1024], ntok[16];
     snprintf(bin, sizeof bin, "%s/minions-generate", env_or("MINIONS_BIN_DIR", "."));
     snprintf(ntok, sizeof ntok, "%d", n);
-    const char *argv[] = {bin, "--model", model, "--prompt", prompt, "-n", ntok, "-t", "1", NULL};
+    const char *argv[] = {bin, "--model", model, "--prompt", prompt, "-n", ntok, "-t", "1", "--kv-type", kv_type, NULL};
     int fds[2];
     cr_assert_eq(pipe(fds), 0);
     posix_spawn_file_actions_t fa;

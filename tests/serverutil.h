@@ -71,6 +71,8 @@ json_t *await(tconn *c, const char *id);
 /* minions-generate's greedy continuation of prompt (by the bundled target, or by model). */
 char *generate(const char *prompt, int n);
 char *generate_model(const char *model, const char *prompt, int n);
+/* The same with a KV cache of kv_type ("f32" or "f16": minions-generate --kv-type). */
+char *generate_kv(const char *model, const char *prompt, int n, const char *kv_type);
 
 /* The first prompts of each bundled prompt set. */
 int load_prompts(char **out, int per_set);

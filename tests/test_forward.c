@@ -36,13 +36,14 @@ static float *run_sequence(mn_backend *b, const int32_t *toks, int n, int chunk)
     return out;
 }
 
-/* Per position: max |logit difference| relative to the reference's max |logit|. */
-static void relative_errors(const char *model, const char *ref_file, float *err)
+/* Per position: max |logit difference| relative to the reference's max |logit|, with a KV cache of
+ * kv_type; in *agree (when not NULL) how many positions' largest logits are the reference's. */
+static void relative_errors_kv(const char *model, const char *ref_file, mn_kv_type kv_type, float *err, int *agree)
 {
     char gguf[128];
     snprintf(gguf, sizeof gguf, "%s.gguf", model);
     mn_model *m = load_model(gguf);
-    mn_backend *b = cpu_backend(m, 2, 64, 64);
+    mn_backend *b = cpu_backend_kv(m, 2, 64, 64, kv_type);
     int32_t toks[N_TOK];
     read_tokens(toks, N_TOK);
     size_t len;
@@ -57,11 +58,18 @@ static void relative_errors(const char *model, const char *ref_file, float *err)
             maxdiff = fmaxf(maxdiff, fabsf(ref[(size_t)t * V + v] - got[(size_t)t * V + v]));
         }
         err[t] = maxdiff / maxabs;
+        if (agree)
+            *agree += mn_vec_argmax(ref + (size_t)t * V, (int)V) == mn_vec_argmax(got + (size_t)t * V, (int)V);
     }
     free(got);
     free(ref);
     mn_backend_free(b);
     mn_model_free(m);
+}
+
+static void relative_errors(const char *model, const char *ref_file, float *err)
+{
+    relative_errors_kv(model, ref_file, MN_KV_F32, err, NULL);
 }
 
 /* Float weights (F32, F16): within 1e-4 of the float64 reference at every position. */
@@ -105,12 +113,35 @@ Test(forward, matches_reference_q8_0) { check_reference_q8("q8_0"); }
 Test(forward, matches_reference_q4_0) { check_reference_q8("q4_0"); }
 Test(forward, matches_reference_q4_1) { check_reference_q8("q4_1"); }
 
+/* A half-float KV cache rounds K and V to 11 significant bits: the logits stay within 2e-3 of the
+ * float64 reference's largest (float caches: 1e-4), and the largest logit is the reference's at
+ * every position of these fixtures. */
+static void check_reference_f16_kv(const char *model)
+{
+    char logits[128];
+    snprintf(logits, sizeof logits, "%s.logits", model);
+    float err[N_TOK], worst = 0;
+    int agree = 0;
+    relative_errors_kv(model, logits, MN_KV_F16, err, &agree);
+    for (int t = 0; t < N_TOK; t++) {
+        worst = fmaxf(worst, err[t]);
+        cr_assert_leq(err[t], 2e-3f, "%s, f16 KV, position %d: max |diff| is %g of the largest logit", model, t,
+                      err[t]);
+    }
+    cr_log_info("%s with a half-float KV cache: at most %g of the largest logit off", model, worst);
+    cr_assert_gt(worst, 1e-4f, "%s: no further off than a float cache is allowed: were K and V rounded?", model);
+    cr_assert_eq(agree, N_TOK, "%s, f16 KV: the largest logit moved at %d positions", model, N_TOK - agree);
+}
+
+Test(forward, half_float_kv_stays_near_the_reference_f32) { check_reference_f16_kv("gqa_f32"); }
+Test(forward, half_float_kv_stays_near_the_reference_f16) { check_reference_f16_kv("f16"); }
+
 /* A sequence's logits are bit-identical alone in one pass, token by token, in uneven chunks, and
  * inside a batch of 8 sequences of different lengths (some prefilling, some decoding). */
-static void check_invariance(const char *gguf, int threads)
+static void check_invariance_kv(const char *gguf, int threads, mn_kv_type kv_type)
 {
     mn_model *m = load_model(gguf);
-    mn_backend *b = cpu_backend(m, threads, 256, 512);
+    mn_backend *b = cpu_backend_kv(m, threads, 256, 512, kv_type);
     uint32_t V = m->hp.n_vocab;
     int32_t toks[N_TOK];
     read_tokens(toks, N_TOK);
@@ -170,7 +201,10 @@ static void check_invariance(const char *gguf, int threads)
     mn_model_free(m);
 }
 
+static void check_invariance(const char *gguf, int threads) { check_invariance_kv(gguf, threads, MN_KV_F32); }
+
 Test(forward, batch_invariant_f32) { check_invariance("gqa_f32.gguf", 2); }
+Test(forward, batch_invariant_with_a_half_float_kv_cache) { check_invariance_kv("gqa_f32.gguf", 2, MN_KV_F16); }
 Test(forward, batch_invariant_q4_1) { check_invariance("q4_1.gguf", 2); }
 Test(forward, batch_invariant_q8_0_three_threads) { check_invariance("q8_0.gguf", 3); }
 

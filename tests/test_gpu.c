@@ -535,6 +535,12 @@ Test(gpu_twin, refuses_a_bad_configuration)
     cr_assert_eq(mn_gpu_twin_new(m, &cfg, &b, &err), MN_INVALID);
     cr_assert(strstr(err.msg, "max_tokens"), "%s", err.msg);
     cr_assert_null(b);
+    /* the device keeps its KV cache in floats: a half-float one is the CPU backend's */
+    cfg = mn_backend_defaults(m, 0);
+    cfg.kv_type = MN_KV_F16;
+    cr_assert_eq(mn_gpu_twin_new(m, &cfg, &b, &err), MN_UNSUPPORTED);
+    cr_assert(strstr(err.msg, "KV cache"), "%s", err.msg);
+    cr_assert_null(b);
     mn_model_free(m);
 }
 

@@ -170,6 +170,37 @@ Test(speculate, each_drafter_and_the_vote_equal_plain_greedy, .timeout = 600)
         free(prompts[i]), free(want[i]);
 }
 
+/* A half-float KV cache (--kv-type f16: the target's and the drafts'): the vote's greedy texts, six
+ * requests at once at a draft length of 4, are plain decoding's with the same cache
+ * (minions-generate --kv-type f16), and the server says which cache it keeps. */
+Test(speculate, a_half_float_kv_cache_keeps_greedy_lossless, .timeout = 300)
+{
+    enum { TOKENS = 48 };
+    char *prompts[6], *want[6];
+    int n = load_prompts(prompts, 2);
+    for (int i = 0; i < n; i++)
+        want[i] = generate_kv(model_path(), prompts[i], TOKENS, "f16");
+    server s;
+    server_start(&s, (const char *[]){"--draft", model_file("draft-kjv.gguf"), "--draft", model_file("draft-web.gguf"),
+                                      "--draft", model_file("draft-devil.gguf"), "--draft", "ngram", "--spec-length",
+                                      "4", "--tuner", "fixed", "--kv-type", "f16", NULL});
+    json_t *r = admin(&s, "{\"cmd\":\"get\",\"key\":\"kv.type\"}");
+    cr_assert_str_eq(json_string_value(json_object_get(r, "value")), "f16", "%s", json_dumps(r, 0));
+    json_decref(r);
+    tconn c;
+    connect_to(s.tcp, &c);
+    send_all_await_plain(&c, "h", n, prompts, want, TOKENS);
+    tconn_close(&c);
+    wait_idle(&s);
+    json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
+    json_t *spec = json_object_get(json_object_get(st, "stats"), "spec");
+    cr_assert_gt(json_integer_value(json_object_get(spec, "accepted")), 0, "%s", json_dumps(spec, 0));
+    json_decref(st);
+    server_stop(&s);
+    for (int i = 0; i < n; i++)
+        free(prompts[i]), free(want[i]);
+}
+
 /* 32 clients at once, a third of their requests opting out: every text is plain decoding's. */
 Test(speculate, thirty_two_clients_greedy_equals_generate, .timeout = 600, .disabled = SANITIZED)
 {
@@ -564,6 +595,9 @@ Test(speculate, bad_drafts_are_refused_at_start_up, .timeout = 120)
     refused((const char *[]){"--draft", "ngram", "--ngram-cache", "10", NULL}, "bad option value");
     refused((const char *[]){"--draft", "ngram", "--ngram-cache", "-1", NULL}, "bad option value");
     refused((const char *[]){"--draft", "ngram", "--draft-backend", "gpu", NULL}, "bad option value");
+    refused((const char *[]){"--kv-type", "f8", NULL}, "bad option value");
+    /* a half-float KV cache is the CPU backend's: asked of the CUDA one, refused with why */
+    refused((const char *[]){"--backend", "cuda", "--kv-type", "f16", NULL}, cuda_runs() ? "KV cache" : "CUDA");
     if (!cuda_runs()) /* a draft asked onto CUDA where it cannot run: refused, naming the draft */
         refused((const char *[]){"--draft", model_file("draft-kjv.gguf"), "--draft-backend", "cuda", NULL},
                 "draft-kjv.gguf");

@@ -103,9 +103,12 @@ static inline mn_model *load_model(const char *name)
     return m;
 }
 
-static inline mn_backend *cpu_backend(const mn_model *m, int threads, uint32_t max_tokens, uint32_t blocks)
+/* A CPU backend whose KV cache holds `kv_type` elements. */
+static inline mn_backend *cpu_backend_kv(const mn_model *m, int threads, uint32_t max_tokens, uint32_t blocks,
+                                         mn_kv_type kv_type)
 {
     mn_backend_config cfg = mn_backend_defaults(m, 0);
+    cfg.kv_type = kv_type;
     cfg.n_threads = threads;
     cfg.max_tokens = max_tokens;
     cfg.kv_block_size = 4; /* small blocks so tests cross many block boundaries */
@@ -115,6 +118,11 @@ static inline mn_backend *cpu_backend(const mn_model *m, int threads, uint32_t m
     mn_err err = {{0}};
     cr_assert_eq(mn_backend_new(m, &cfg, &b, &err), MN_OK, "backend: %s", err.msg);
     return b;
+}
+
+static inline mn_backend *cpu_backend(const mn_model *m, int threads, uint32_t max_tokens, uint32_t blocks)
+{
+    return cpu_backend_kv(m, threads, max_tokens, blocks, MN_KV_F32);
 }
 
 static inline int weight_heavier_first(const void *a, const void *b)

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 
 #include "cpu/matmul.h"
+#include "model/dtype.h"
 #include "util/clock.h"
 
 static int cmp(const void *a, const void *b)
@@ -29,7 +30,7 @@ enum { ROUNDS = 5, CALLS = 20000, MAX_N = 512, MAX_HD = 64 };
 int main(void)
 {
     static float keys[MAX_N * MAX_HD], q[3 * MAX_HD], sc[3 * MAX_N], out[3 * MAX_HD];
-    static const float *rows[MAX_N];
+    static const void *rows[MAX_N];
     for (int i = 0; i < MAX_N * MAX_HD; i++)
         keys[i] = (float)rand() / (float)RAND_MAX - 0.5f;
     for (int i = 0; i < 3 * MAX_HD; i++)
@@ -55,13 +56,13 @@ int main(void)
         }                                                                                               \
         t[col++][r] = mn_now() - t0;                                                                    \
     } while (0)
-                TIMED(mn_dots(q, 0, 1, rows, n, hd, sc, 0));
-                TIMED(mn_dots(q, (size_t)hd, 2, rows, n, hd, sc, (size_t)n));
-                TIMED(mn_dots(q, (size_t)hd, 3, rows, n, hd, sc, (size_t)n));
+                TIMED(mn_dots(q, 0, 1, rows, MN_F32, n, hd, sc, 0));
+                TIMED(mn_dots(q, (size_t)hd, 2, rows, MN_F32, n, hd, sc, (size_t)n));
+                TIMED(mn_dots(q, (size_t)hd, 3, rows, MN_F32, n, hd, sc, (size_t)n));
                 TIMED(mn_softmax(sc, n, 0.01f));
-                TIMED(mn_weighted_sum(out, (size_t)hd, sc, (size_t)n, 1, rows, n, hd));
-                TIMED(mn_weighted_sum(out, (size_t)hd, sc, 0, 2, rows, n, hd)); /* the heads read one sc */
-                TIMED(mn_weighted_sum(out, (size_t)hd, sc, 0, 3, rows, n, hd));
+                TIMED(mn_weighted_sum(out, (size_t)hd, sc, (size_t)n, 1, rows, MN_F32, n, hd));
+                TIMED(mn_weighted_sum(out, (size_t)hd, sc, 0, 2, rows, MN_F32, n, hd)); /* the heads read one sc */
+                TIMED(mn_weighted_sum(out, (size_t)hd, sc, 0, 3, rows, MN_F32, n, hd));
 #undef TIMED
             }
             double med[COLS];

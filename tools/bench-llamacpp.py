@@ -7,7 +7,9 @@ minions-bench-decode (its prefill and batch-1 decode lines); and decode of --bat
 once (each after a --batch-prompt-tokens prompt), with llama-batched-bench (its S_TG) and
 minions-bench-decode's batch line. Prints the medians and the ratios.
 
-    tools/bench-llamacpp.py --llama /tmp/llama/build/bin [--rounds 3] [MODEL.gguf ...]
+    tools/bench-llamacpp.py --llama /tmp/llama/build/bin [--rounds 3] [--kv-type f32|f16] [MODEL.gguf ...]
+
+--kv-type: minions' KV cache (minions-bench-decode --kv-type; llama.cpp's default is F16).
 
 Default models: the bundled target, and SmolLM2-135M-Instruct Q4_1 when fetched (models/cache/).
 llama.cpp is built here from its source (docs/speculation.md says how); nothing is downloaded.
@@ -47,15 +49,14 @@ def llama_all(args, model):
 
 
 def minions(args, model):
-    out = subprocess.run([os.path.join(ROOT, "build", "minions-bench-decode"), "--model", model, "--threads",
-                          str(args.threads), "--prompt-tokens", str(args.prompt_tokens), "--gen-tokens",
-                          str(args.gen_tokens), "--batches", "1"], capture_output=True, text=True, check=True).stdout
+    bench = [os.path.join(ROOT, "build", "minions-bench-decode"), "--model", model, "--threads", str(args.threads),
+             "--kv-type", args.kv_type]
+    out = subprocess.run(bench + ["--prompt-tokens", str(args.prompt_tokens), "--gen-tokens", str(args.gen_tokens),
+                                  "--batches", "1"], capture_output=True, text=True, check=True).stdout
     pp = float(re.search(r"prefill\s+\d+ tokens\s+([\d.]+) tok/s", out).group(1))
     tg = float(re.search(r"decode\s+batch\s+1 x\s+\d+ tokens\s+([\d.]+) tok/s", out).group(1))
-    out = subprocess.run([os.path.join(ROOT, "build", "minions-bench-decode"), "--model", model, "--threads",
-                          str(args.threads), "--ctx-tokens", str(args.batch_prompt_tokens), "--gen-tokens",
-                          str(args.gen_tokens), "--batches", str(args.batch)],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(bench + ["--ctx-tokens", str(args.batch_prompt_tokens), "--gen-tokens", str(args.gen_tokens),
+                                  "--batches", str(args.batch)], capture_output=True, text=True, check=True).stdout
     tgb = float(re.search(rf"decode\s+batch\s+{args.batch} x\s+\d+ tokens\s+([\d.]+) tok/s", out).group(1))
     return pp, tg, tgb
 
@@ -70,6 +71,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batch", type=int, default=16, help="sequences of the batched decode")
     ap.add_argument("--batch-prompt-tokens", type=int, default=32, help="each batched sequence's prompt")
+    ap.add_argument("--kv-type", default="f32", choices=("f32", "f16"), help="minions' KV cache")
     args = ap.parse_args()
     models = args.models or [os.path.join(ROOT, "models/target.gguf")]
     smol = os.path.join(ROOT, "models/cache/SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -82,8 +84,8 @@ def main():
             for name, fn in order if r % 2 == 0 else reversed(order):
                 res.setdefault((m, name), []).append(fn(args, m))
     print(f"{args.threads} threads, prefill {args.prompt_tokens} tokens, decode {args.gen_tokens} tokens of one "
-          f"sequence and of {args.batch} (after {args.batch_prompt_tokens}-token prompts); median of {args.rounds} "
-          f"alternating rounds\n")
+          f"sequence and of {args.batch} (after {args.batch_prompt_tokens}-token prompts), minions' KV cache "
+          f"{args.kv_type}; median of {args.rounds} alternating rounds\n")
     print("| model | measure | minions tok/s | llama.cpp tok/s | ratio |\n|---|---|---:|---:|---:|")
     for m in models:
         for k, what in ((0, f"prefill {args.prompt_tokens}"), (1, "decode"), (2, f"decode, {args.batch} sequences")):

@@ -59,10 +59,10 @@ static json_t *fail(const char *fmt, const char *arg)
 
 static json_t *config_json(mn_admin *a)
 {
-    json_t *o = json_pack("{s:I, s:I, s:s, s:I, s:I}", "batch.max_sequences", (json_int_t)a->max_batch, "queue.max",
-                          (json_int_t)a->max_queue, "log.level", mn_log_level_name(mn_log_get_level()),
+    json_t *o = json_pack("{s:I, s:I, s:s, s:I, s:I, s:s}", "batch.max_sequences", (json_int_t)a->max_batch,
+                          "queue.max", (json_int_t)a->max_queue, "log.level", mn_log_level_name(mn_log_get_level()),
                           "batch.max_sequences.limit", (json_int_t)a->cfg.max_batch, "kv.block_size",
-                          (json_int_t)a->cfg.kv_block_size);
+                          (json_int_t)a->cfg.kv_block_size, "kv.type", a->cfg.kv_type);
     if (!o || !a->cfg.n_drafters)
         return o;
     const mn_weights_params *w = &a->weights;

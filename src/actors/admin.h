@@ -28,6 +28,7 @@ typedef struct mn_admin_config {
     unsigned socket_mode;        /* the ipc socket file's permissions */
     uint32_t max_batch, max_queue;       /* the starting values, also the caps */
     uint32_t kv_block_size;
+    const char *kv_type;         /* "f32" or "f16" (mem/kv.h's mn_kv_type_name) */
     uint32_t n_drafters;         /* 0: no spec keys */
     const char *const *drafter_names; /* borrowed: [n_drafters] */
     uint32_t spec_length;        /* starting values of the spec keys */

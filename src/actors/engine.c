@@ -165,7 +165,8 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 
 static uint32_t kv_blocks(const mn_engine_config *cfg, const mn_model *m, uint32_t block_size, mn_err *err)
 {
-    size_t block_bytes = 2 * sizeof(float) * block_size * m->hp.n_layers * m->hp.n_kv_heads * m->hp.head_dim;
+    size_t block_bytes = 2 * mn_kv_elem_bytes(cfg->kv_type) * block_size * m->hp.n_layers * m->hp.n_kv_heads *
+                         m->hp.head_dim;
     uint32_t n = cfg->kv_blocks;
     if (!n && cfg->kv_mib)
         n = (uint32_t)(((size_t)cfg->kv_mib << 20) / block_bytes);
@@ -313,6 +314,7 @@ static mn_status new_actors(mn_engine *e, uint32_t n_blocks, mn_err *err)
     if (cfg->admin_addr) {
         mn_admin_config ac = {.addr = cfg->admin_addr, .socket_mode = cfg->socket_mode, .max_batch = cfg->max_batch,
                               .max_queue = cfg->max_queue, .kv_block_size = e->be->kv->block_size,
+                              .kv_type = mn_kv_type_name(e->be->kv->type),
                               .n_drafters = e->n_drafts, .drafter_names = e->draft_names,
                               .spec_length = cfg->spec_length, .pipeline = cfg->pipeline,
                               .weights_mode = (mn_weights_mode)cfg->weights_mode,
@@ -389,6 +391,7 @@ static mn_status load_drafts(mn_engine *e, const mn_backend_config *target_bc, m
         bc.n_threads = mn_pool_size(bc.pool);
         bc.kv_block_size = target_bc->kv_block_size;
         bc.kv_blocks = target_bc->kv_blocks;
+        bc.kv_type = target_bc->kv_type;
         if ((s = mn_backend_new(d->model, &bc, &d->be, err)) != MN_OK) {
             mn_err why = *err;
             return mn_fail(err, s, "--draft %s: %s", cfg->drafts[i], why.msg);
@@ -485,6 +488,7 @@ mn_status mn_engine_new(const mn_engine_config *cfg, mn_engine **out, mn_err *er
     }
     mn_backend_config bc = mn_backend_defaults(e->model, e->model->hp.n_ctx);
     bc.kind = cfg->backend;
+    bc.kv_type = cfg->kv_type;
     if (cfg->n_threads > 0)
         bc.n_threads = cfg->n_threads;
     if (!(bc.kv_blocks = kv_blocks(&e->cfg, e->model, bc.kv_block_size, err))) {
@@ -510,9 +514,9 @@ mn_status mn_engine_new(const mn_engine_config *cfg, mn_engine **out, mn_err *er
         (st = watch_signals(e, err)) != MN_OK)
         goto fail;
     mn_log(MN_LOG_INFO, "engine: model %s, backend %s (CPU kernels %s), %d threads (+%d for drafts), batch %u, %u KV "
-           "blocks of %u, %u drafters, pipeline %s", e->model->name, e->be->ops->name, mn_cpu_kernels_name(),
-           bc.n_threads, e->draft_threads, e->cfg.max_batch, bc.kv_blocks, bc.kv_block_size, e->n_drafts,
-           e->cfg.pipeline ? "on" : "off");
+           "blocks of %u (%s), %u drafters, pipeline %s", e->model->name, e->be->ops->name, mn_cpu_kernels_name(),
+           bc.n_threads, e->draft_threads, e->cfg.max_batch, bc.kv_blocks, bc.kv_block_size,
+           mn_kv_type_name(bc.kv_type), e->n_drafts, e->cfg.pipeline ? "on" : "off");
     *out = e;
     return MN_OK;
 fail:

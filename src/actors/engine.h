@@ -52,6 +52,7 @@ typedef struct mn_engine_config {
     uint32_t kv_blocks;        /* KV blocks of 16 tokens; 0: from kv_mib, or max_batch full contexts
                                 * capped at a quarter of physical memory */
     uint32_t kv_mib;           /* KV budget in MiB when kv_blocks is 0 (0: max_batch full contexts) */
+    mn_kv_type kv_type;        /* the KV cache's elements, the target's and the drafts' (mem/kv.h) */
     uint32_t max_queue;        /* most requests waiting for admission before `busy` */
     uint32_t max_line;         /* longest request line in bytes */
     uint32_t max_tokens_limit; /* largest max_tokens a request may ask for */

@@ -278,14 +278,20 @@ int main(int argc, char **argv)
         {"verify-curve", no_argument, 0, 'v'},       {"rounds", required_argument, 0, 'n'},
         {"backend", required_argument, 0, 'B'},      {"temperature", required_argument, 0, 'T'},
         {"top-p", required_argument, 0, 'P'},        {"host-draw", no_argument, 0, 'H'},
-        {0, 0, 0, 0},
+        {"kv-type", required_argument, 0, 'K'},      {0, 0, 0, 0},
     };
-    int kind = MN_BACKEND_AUTO;
+    int kind = MN_BACKEND_AUTO, kv_type = MN_KV_F32;
     for (int c; (c = getopt_long(argc, argv, "m:t:p:c:g:b:r:hvn:", opts, NULL)) != -1;) {
         switch (c) {
         case 'B':
             if ((kind = mn_backend_parse_kind(optarg)) < 0) {
                 fprintf(stderr, "minions-bench-decode: --backend is auto, cpu or cuda\n");
+                return 2;
+            }
+            break;
+        case 'K':
+            if ((kv_type = mn_kv_type_parse(optarg)) < 0) {
+                fprintf(stderr, "minions-bench-decode: --kv-type is f32 or f16\n");
                 return 2;
             }
             break;
@@ -304,7 +310,7 @@ int main(int argc, char **argv)
         default:
             fprintf(stderr, "usage: minions-bench-decode --model FILE [--threads N] [--prompt-tokens N]\n"
                             "       [--ctx-tokens N] [--gen-tokens N] [--batches 1,4,16] [--repeat N]\n"
-                            "       [--verify-curve [--rounds N]] [--backend auto|cpu|cuda]\n"
+                            "       [--verify-curve [--rounds N]] [--backend auto|cpu|cuda] [--kv-type f32|f16]\n"
                             "       [--temperature T [--top-p P] [--host-draw]]\n");
             return c == 'h' ? 0 : 2;
         }
@@ -335,6 +341,7 @@ int main(int argc, char **argv)
     if (threads > 0)
         cfg.n_threads = threads;
     cfg.kind = (mn_backend_kind)kind;
+    cfg.kv_type = (mn_kv_type)kv_type;
     mn_backend *be;
     if (mn_backend_new(m, &cfg, &be, &err) != MN_OK) {
         fprintf(stderr, "minions-bench-decode: %s\n", err.msg);

@@ -31,6 +31,7 @@ static void usage(FILE *f)
             "      --seed N            sampling seed (default 0)\n"
             "  -t, --threads N         compute threads (default: all cores)\n"
             "      --backend B         auto|cpu|cuda (default auto: CUDA where a device runs it)\n"
+            "      --kv-type T         f32|f16: the KV cache's elements (f16: CPU backend; default f32)\n"
             "      --log-level L       error|warn|info|debug (default warn)\n");
 }
 
@@ -76,9 +77,10 @@ int main(int argc, char **argv)
         {"temperature", required_argument, 0, 'T'}, {"top-p", required_argument, 0, 'P'},
         {"seed", required_argument, 0, 'S'},        {"threads", required_argument, 0, 't'},
         {"log-level", required_argument, 0, 'L'},   {"help", no_argument, 0, 'h'},
-        {"backend", required_argument, 0, 'B'},     {0, 0, 0, 0},
+        {"backend", required_argument, 0, 'B'},     {"kv-type", required_argument, 0, 'K'},
+        {0, 0, 0, 0},
     };
-    int kind = MN_BACKEND_AUTO;
+    int kind = MN_BACKEND_AUTO, kv_type = MN_KV_F32;
     for (int c; (c = getopt_long(argc, argv, "m:p:n:t:h", opts, NULL)) != -1;) {
         int ok = 1;
         switch (c) {
@@ -91,6 +93,7 @@ int main(int argc, char **argv)
         case 'S': ok = parse_num(optarg, 0, 1.8e19, &seed); break;
         case 't': ok = parse_num(optarg, 1, 256, &threads); break;
         case 'B': ok = (kind = mn_backend_parse_kind(optarg)) >= 0; break;
+        case 'K': ok = (kv_type = mn_kv_type_parse(optarg)) >= 0; break;
         case 'L': {
             int lvl = mn_log_parse_level(optarg);
             ok = lvl >= 0;
@@ -152,6 +155,7 @@ int main(int argc, char **argv)
     if (threads > 0)
         cfg.n_threads = (int)threads;
     cfg.kind = (mn_backend_kind)kind;
+    cfg.kv_type = (mn_kv_type)kv_type;
     mn_sampler_params sp = {(float)temperature, (float)top_p, (uint64_t)seed};
     if (mn_backend_new(m, &cfg, &be, &err) != MN_OK || mn_sampler_new(m->hp.n_vocab, &sp, &smp) != MN_OK ||
         !(logits = mn_malloc((size_t)m->hp.n_vocab * sizeof(float)))) {

@@ -39,6 +39,8 @@ static void usage(FILE *f)
             "      --kv-blocks N      KV blocks of 16 tokens (default: max-batch full contexts, at most\n"
             "                         a quarter of the machine's memory)\n"
             "      --kv-mib N         KV budget in MiB instead of --kv-blocks\n"
+            "      --kv-type f32|f16  the KV cache's elements: f16 halves its memory and what attention reads\n"
+            "                         a token, rounding K and V to half floats (CPU backend; default f32)\n"
             "      --max-queue N      most requests waiting before 'busy' (default 256)\n"
             "      --max-line N       longest request line in bytes (default 1048576)\n"
             "      --output-buffer KIB unsent output that pauses a client's requests (default 256)\n"
@@ -150,6 +152,7 @@ int main(int argc, char **argv)
         {"admin", required_argument, 0, 'a'},     {"threads", required_argument, 0, 't'},
         {"max-batch", required_argument, 0, 'b'}, {"kv-blocks", required_argument, 0, 'k'},
         {"kv-mib", required_argument, 0, 'K'},    {"max-queue", required_argument, 0, 'q'},
+        {"kv-type", required_argument, 0, 'Y'},
         {"max-line", required_argument, 0, 'l'},  {"log-level", required_argument, 0, 'L'},
         {"output-buffer", required_argument, 0, 'o'}, {"drain-timeout", required_argument, 0, 'D'},
         {"backend", required_argument, 0, 'B'},   {"socket-mode", required_argument, 0, 'M'},
@@ -180,6 +183,7 @@ int main(int argc, char **argv)
         case 'b': ok = parse_int(optarg, 1, 1024, &v), cfg.max_batch = (uint32_t)v; break;
         case 'k': ok = parse_int(optarg, 1, 1 << 24, &v), cfg.kv_blocks = (uint32_t)v; break;
         case 'K': ok = parse_int(optarg, 1, 1 << 20, &kv_mib); break;
+        case 'Y': ok = (v = mn_kv_type_parse(optarg)) >= 0, cfg.kv_type = (mn_kv_type)v; break;
         case 'q': ok = parse_int(optarg, 1, 1 << 20, &v), cfg.max_queue = (uint32_t)v; break;
         case 'l': ok = parse_int(optarg, 64, 1 << 30, &v), cfg.max_line = (uint32_t)v; break;
         case 'o': ok = parse_int(optarg, 4, 1 << 20, &v), cfg.out_high = (uint32_t)v << 10; break;

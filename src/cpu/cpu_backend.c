@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "cpu/matmul.h"
+#include "model/dtype.h"
 #include "model/quant.h"
 #include "runtime/pool.h"
 #include "util/alloc.h"
@@ -38,7 +39,7 @@ typedef struct cpu_state {
     float *rope_cs;  /* [n_ctx][rope_dim] cos, sin interleaved per pair, by position */
     uint32_t rope_filled; /* positions of rope_cs computed so far */
     float *scores;   /* [n_threads][heads per KV head][n_ctx] attention scratch */
-    const float **rows; /* [n_threads][2][n_ctx] K and V rows of the positions being attended */
+    const void **rows; /* [n_threads][2][n_ctx] K and V rows of the positions being attended */
     float *inv_freq; /* [rope_dim/2] */
     /* the model's projections, copied into `copy` (owned, copy_bytes, mn_alloc_pages): the
      * quantized ones repacked for mn_matmul_q8, the others as they are */
@@ -191,8 +192,14 @@ static void rope_and_store(pass *p)
         rope_rows(st->q + (size_t)t * qdim, hp->n_heads, hp, cs);
         rope_rows(st->k + (size_t)t * kvdim, hp->n_kv_heads, hp, cs);
         const mn_kv_seq *kv = p->batch->seqs[st->tok_seq[t]].kv;
-        memcpy(mn_kv_k(p->kv, kv, p->layer, st->tok_pos[t]), st->k + (size_t)t * kvdim, kvdim * sizeof(float));
-        memcpy(mn_kv_v(p->kv, kv, p->layer, st->tok_pos[t]), st->v + (size_t)t * kvdim, kvdim * sizeof(float));
+        void *k = mn_kv_k(p->kv, kv, p->layer, st->tok_pos[t]), *v = mn_kv_v(p->kv, kv, p->layer, st->tok_pos[t]);
+        if (p->kv->type == MN_KV_F16) {
+            mn_to_f16(st->k + (size_t)t * kvdim, k, (int)kvdim);
+            mn_to_f16(st->v + (size_t)t * kvdim, v, (int)kvdim);
+        } else {
+            memcpy(k, st->k + (size_t)t * kvdim, kvdim * sizeof(float));
+            memcpy(v, st->v + (size_t)t * kvdim, kvdim * sizeof(float));
+        }
     }
 }
 
@@ -206,15 +213,17 @@ static void rope_and_store(pass *p)
  * output element is reduced in one fixed order whatever the grouping (mn_dots equals mn_dot bit for
  * bit), so results stay batch-invariant. */
 
-/* rows[i] = the head-g slice of K (or V) at positions from..n-1 of a sequence, block by block. */
-static void gather_rows(const float **rows, const float *base, const mn_kv_pool *kv, const mn_kv_seq *seq,
+/* rows[i] = the head-g slice of K (or V), from element head_off, at positions from..n-1 of a
+ * sequence, block by block (the kernels read the cache's elements, floats or half floats, in place). */
+static void gather_rows(const void **rows, const void *base, const mn_kv_pool *kv, const mn_kv_seq *seq,
                         uint32_t from, uint32_t n, size_t head_off)
 {
     uint32_t bs = kv->block_size;
+    size_t elem = mn_kv_elem_bytes(kv->type);
     for (uint32_t b = from / bs, i = from; i < n; b++) {
-        const float *blk = base + ((size_t)seq->blocks[b] * bs) * kv->kv_dim + head_off;
+        const char *blk = (const char *)base + (size_t)seq->blocks[b] * bs * kv->row_bytes + head_off * elem;
         for (uint32_t slot = i % bs; slot < bs && i < n; slot++, i++)
-            rows[i] = blk + (size_t)slot * kv->kv_dim;
+            rows[i] = blk + (size_t)slot * kv->row_bytes;
     }
 }
 
@@ -225,7 +234,8 @@ static void region_attention(void *arg, int ith, int nth)
     cpu_state *st = p->st;
     uint32_t hd = hp->head_dim, qdim = hp->n_heads * hd, group = hp->n_heads / hp->n_kv_heads;
     float *sc = st->scores + (size_t)ith * group * hp->n_ctx; /* [group][n_ctx] */
-    const float **krows = st->rows + (size_t)ith * 2 * hp->n_ctx, **vrows = krows + hp->n_ctx;
+    const void **krows = st->rows + (size_t)ith * 2 * hp->n_ctx, **vrows = krows + hp->n_ctx;
+    const uint32_t type = p->kv->type == MN_KV_F16 ? MN_F16 : MN_F32; /* the kernels' row types */
     float scale = 1.0f / sqrtf((float)hd), sum[group];
     /* the rows located last: for which sequence and KV head, positions 0..n-1; pairs go KV head
      * by KV head, so the next pair of the same sequence locates only the positions this one adds */
@@ -245,11 +255,11 @@ static void region_attention(void *arg, int ith, int nth)
             gather_rows(vrows, p->kv->v[p->layer], p->kv, seq, n_at, n, (size_t)g * hd);
             n_at = n;
         }
-        mn_dots(q, hd, (int)group, krows, (int)n, (int)hd, sc, hp->n_ctx);
+        mn_dots(q, hd, (int)group, krows, type, (int)n, (int)hd, sc, hp->n_ctx);
         for (uint32_t h = 0; h < group; h++)
             sum[h] = mn_softmax(sc + (size_t)h * hp->n_ctx, (int)n, scale);
         float *out = st->att + (size_t)t * qdim + (size_t)g * group * hd;
-        mn_weighted_sum(out, hd, sc, hp->n_ctx, (int)group, vrows, (int)n, (int)hd);
+        mn_weighted_sum(out, hd, sc, hp->n_ctx, (int)group, vrows, type, (int)n, (int)hd);
         for (uint32_t h = 0; h < group; h++) {
             float inv = 1.0f / sum[h];
             for (uint32_t i = 0; i < hd; i++)
@@ -479,7 +489,7 @@ mn_status mn_cpu_backend_new(const mn_model *m, const mn_backend_config *cfg, mn
     be->impl = st;
     mn_status s;
     uint32_t T = cfg->max_tokens, qdim = hp->n_heads * hp->head_dim, kvdim = hp->n_kv_heads * hp->head_dim;
-    if ((s = mn_kv_pool_new(hp->n_layers, kvdim, cfg->kv_block_size, cfg->kv_blocks, &be->kv, err)) ||
+    if ((s = mn_kv_pool_new(hp->n_layers, kvdim, cfg->kv_block_size, cfg->kv_blocks, cfg->kv_type, &be->kv, err)) ||
         (!cfg->pool && (s = mn_pool_new(cfg->n_threads, &st->pool, err))))
         goto fail;
     st->own_pool = !cfg->pool;

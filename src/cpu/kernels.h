@@ -48,15 +48,16 @@ typedef struct mn_cpu_kernels {
                       uint32_t o_begin, uint32_t o_end);
     void (*quantize_q8)(const float *x, size_t n, mn_q8 *out);
     float (*dot)(const float *a, const float *b, int n);
-    void (*dots)(const float *q, size_t ldq, int n_heads, const float *const *b, int n_b, int n, float *out,
-                 size_t ldo);
+    void (*dots)(const float *q, size_t ldq, int n_heads, const void *const *b, uint32_t type, int n_b, int n,
+                 float *out, size_t ldo);
     float (*softmax)(float *x, int n, float scale);
     void (*swiglu)(float *gate, const float *up, int n);
-    void (*weighted_sum)(float *out, size_t ldo, const float *w, size_t ldw, int n_heads, const float *const *rows,
-                         int n_rows, int n);
+    void (*weighted_sum)(float *out, size_t ldo, const float *w, size_t ldw, int n_heads, const void *const *rows,
+                         uint32_t type, int n_rows, int n);
     void (*axpy)(float *y, float a, const float *x, int n);
     int32_t (*argmax)(const float *x, int n);
     uint64_t (*draw_weights)(const float *x, int n, float mx, float scale, uint64_t *w);
+    void (*to_f16)(const float *x, uint16_t *h, int n);
 } mn_cpu_kernels;
 
 extern const mn_cpu_kernels mn_kernels_generic; /* plain C: every CPU; the reference of the others */

@@ -304,17 +304,20 @@ static void avx2_matmul(const mn_weight *W, const float *x, size_t ldx, float *y
     }
 }
 
-static float avx2_dot(const float *a, const float *b, int n)
+/* The dot product of a and b, n elements, b of `type` (MN_F32 or MN_F16: load8). */
+ALWAYS_INLINE float dot_typed(const float *a, const void *b, uint32_t type, int n)
 {
     __m256 acc = _mm256_setzero_ps();
     int k = 0;
     for (; k + 8 <= n; k += 8)
-        acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), _mm256_loadu_ps(b + k), acc);
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), load8(type, b, k), acc);
     float s = hsum(acc);
     for (; k < n; k++)
-        s = fmaf(a[k], b[k], s);
+        s = fmaf(a[k], scalar_w(type, b, k), s);
     return s;
 }
+
+static float avx2_dot(const float *a, const float *b, int n) { return dot_typed(a, b, MN_F32, n); }
 
 /* The four sums of s[0..3] (each lo + hi of one accumulator), reduced exactly as hsum() does:
  * result lane i = (s_i0 + s_i2) + (s_i1 + s_i3). */
@@ -333,7 +336,7 @@ ALWAYS_INLINE __m128 hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3)
  * store, chained through memory (tools/bench-attention.c, 32-float heads over 72 keys: dots
  * 251-403 -> 104-113 ns, a two-head weighted sum 850-948 -> 107-112). Hence the unroll pragmas,
  * as in the matrix tiles (kernels_x86.h); `objdump -d` of each should show no stack access in its FMA loops. */
-static void dots_one(const float *a, const float *const *b, int n_b, int n, float *out)
+ALWAYS_INLINE void dots_one(const float *a, const void *const *b, const uint32_t type, int n_b, int n, float *out)
 {
     const int full = n / 8 * 8;
     int j = 0;
@@ -346,23 +349,27 @@ static void dots_one(const float *a, const float *const *b, int n_b, int n, floa
             __m256 va = _mm256_loadu_ps(a + k);
 #pragma GCC unroll 8
             for (int i = 0; i < 8; i++)
-                acc[i] = _mm256_fmadd_ps(va, _mm256_loadu_ps(b[j + i] + k), acc[i]);
+                acc[i] = _mm256_fmadd_ps(va, load8(type, b[j + i], k), acc[i]);
         }
         _mm_storeu_ps(out + j, hsum4(acc[0], acc[1], acc[2], acc[3]));
         _mm_storeu_ps(out + j + 4, hsum4(acc[4], acc[5], acc[6], acc[7]));
         for (int k = full; k < n; k++)
             for (int i = 0; i < 8; i++)
-                out[j + i] = fmaf(a[k], b[j + i][k], out[j + i]);
+                out[j + i] = fmaf(a[k], scalar_w(type, b[j + i], k), out[j + i]);
     }
     for (; j < n_b; j++)
-        out[j] = avx2_dot(a, b[j], n);
+        out[j] = dot_typed(a, b[j], type, n);
 }
 
-static void avx2_dots(const float *q, size_t ldq, int n_heads, const float *const *b, int n_b, int n, float *out,
-                      size_t ldo)
+static void avx2_dots(const float *q, size_t ldq, int n_heads, const void *const *b, uint32_t type, int n_b, int n,
+                      float *out, size_t ldo)
 {
-    for (int h = 0; h < n_heads; h++)
-        dots_one(q + (size_t)h * ldq, b, n_b, n, out + (size_t)h * ldo);
+    for (int h = 0; h < n_heads; h++) {
+        if (type == MN_F16)
+            dots_one(q + (size_t)h * ldq, b, MN_F16, n_b, n, out + (size_t)h * ldo);
+        else
+            dots_one(q + (size_t)h * ldq, b, MN_F32, n_b, n, out + (size_t)h * ldo);
+    }
 }
 
 /* exp(x) lane-wise: x = k ln2 + r with |r| <= ln2/2, exp(r) by Cephes' degree-7 polynomial
@@ -520,8 +527,8 @@ static void avx2_swiglu(float *gate, const float *up, int n)
 }
 
 /* G heads (1 or 2) at once over the same rows: out[h*ldo + i] = sum_j w[h*ldw + j] * rows[j][i]. */
-ALWAYS_INLINE void weighted_sum_g(float *out, size_t ldo, const float *w, size_t ldw, const float *const *rows,
-                                  int n_rows, int n, const int G)
+ALWAYS_INLINE void weighted_sum_g(float *out, size_t ldo, const float *w, size_t ldw, const void *const *rows,
+                                  const uint32_t type, int n_rows, int n, const int G)
 {
     int i = 0;
     for (; i + 32 <= n; i += 32) {
@@ -532,11 +539,10 @@ ALWAYS_INLINE void weighted_sum_g(float *out, size_t ldo, const float *w, size_t
             for (int c = 0; c < 4; c++)
                 acc[h][c] = _mm256_setzero_ps();
         for (int j = 0; j < n_rows; j++) {
-            const float *r = rows[j] + i;
             __m256 v[4];
 #pragma GCC unroll 4
             for (int c = 0; c < 4; c++)
-                v[c] = _mm256_loadu_ps(r + 8 * c);
+                v[c] = load8(type, rows[j], i + 8 * c);
 #pragma GCC unroll 2
             for (int h = 0; h < G; h++) {
                 __m256 a = _mm256_set1_ps(w[(size_t)h * ldw + j]);
@@ -551,17 +557,27 @@ ALWAYS_INLINE void weighted_sum_g(float *out, size_t ldo, const float *w, size_t
             for (int c = 0; c < 4; c++)
                 _mm256_storeu_ps(out + (size_t)h * ldo + i + 8 * c, acc[h][c]);
     }
-    weighted_sum_tail(out, ldo, w, ldw, rows, n_rows, i, n, G);
+    weighted_sum_tail(out, ldo, w, ldw, rows, type, n_rows, i, n, G);
 }
 
-static void avx2_weighted_sum(float *out, size_t ldo, const float *w, size_t ldw, int n_heads,
-                              const float *const *rows, int n_rows, int n)
+/* The heads two at a time (two heads share each row load and double the chains), a last one alone. */
+ALWAYS_INLINE void weighted_sum_typed(float *out, size_t ldo, const float *w, size_t ldw, int n_heads,
+                                      const void *const *rows, const uint32_t type, int n_rows, int n)
 {
     int h = 0;
-    for (; h + 2 <= n_heads; h += 2) /* two heads share each row load and double the chains */
-        weighted_sum_g(out + (size_t)h * ldo, ldo, w + (size_t)h * ldw, ldw, rows, n_rows, n, 2);
+    for (; h + 2 <= n_heads; h += 2)
+        weighted_sum_g(out + (size_t)h * ldo, ldo, w + (size_t)h * ldw, ldw, rows, type, n_rows, n, 2);
     if (h < n_heads)
-        weighted_sum_g(out + (size_t)h * ldo, ldo, w + (size_t)h * ldw, ldw, rows, n_rows, n, 1);
+        weighted_sum_g(out + (size_t)h * ldo, ldo, w + (size_t)h * ldw, ldw, rows, type, n_rows, n, 1);
+}
+
+static void avx2_weighted_sum(float *out, size_t ldo, const float *w, size_t ldw, int n_heads, const void *const *rows,
+                              uint32_t type, int n_rows, int n)
+{
+    if (type == MN_F16)
+        weighted_sum_typed(out, ldo, w, ldw, n_heads, rows, MN_F16, n_rows, n);
+    else
+        weighted_sum_typed(out, ldo, w, ldw, n_heads, rows, MN_F32, n_rows, n);
 }
 
 static void avx2_axpy(float *y, float a, const float *x, int n)
@@ -572,6 +588,17 @@ static void avx2_axpy(float *y, float a, const float *x, int n)
         _mm256_storeu_ps(y + k, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + k), _mm256_loadu_ps(y + k)));
     for (; k < n; k++)
         y[k] = fmaf(a, x[k], y[k]);
+}
+
+/* Half floats by F16C: vcvtps2ph rounds to nearest even (the immediate), as mn_f32_to_f16 does; the
+ * tail goes through the same instruction, a lane at a time. */
+static void avx2_to_f16(const float *x, uint16_t *h, int n)
+{
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(h + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++)
+        h[i] = (uint16_t)_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(x[i]), _MM_FROUND_TO_NEAREST_INT), 0);
 }
 
 /* ---- 16-bit activation path (packed layouts and reduction order: kernels_generic.c) ------------ */
@@ -669,6 +696,7 @@ const mn_cpu_kernels mn_kernels_avx2 = {
     .axpy = avx2_axpy,
     .argmax = avx2_argmax,
     .draw_weights = avx2_draw_weights,
+    .to_f16 = avx2_to_f16,
 };
 
 #else /* not x86-64: a table no CPU uses */

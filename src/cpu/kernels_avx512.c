@@ -55,6 +55,15 @@ ALWAYS_INLINE v16f f_dup(const float *p)
 }
 ALWAYS_INLINE __m256 f_half(v16f a, int hi) { return a.h[hi]; }
 ALWAYS_INLINE v16f f_load(const float *p) { return (v16f){{_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}}; }
+ALWAYS_INLINE v16f f_dup_row(uint32_t type, const void *row, int k)
+{
+    __m256 v = load8(type, row, k);
+    return (v16f){{v, v}};
+}
+ALWAYS_INLINE v16f f_load_row(uint32_t type, const void *row, int k)
+{
+    return (v16f){{load8(type, row, k), load8(type, row, k + 8)}};
+}
 ALWAYS_INLINE void f_store(float *p, v16f a)
 {
     _mm256_storeu_ps(p, a.h[0]);
@@ -139,6 +148,20 @@ ALWAYS_INLINE v16f f_halves(__m256 lo, __m256 hi) { return _mm512_insertf32x8(_m
 ALWAYS_INLINE v16f f_dup(const float *p) { return _mm512_broadcast_f32x8(_mm256_loadu_ps(p)); }
 ALWAYS_INLINE __m256 f_half(v16f a, int hi) { return hi ? _mm512_extractf32x8_ps(a, 1) : _mm512_castps512_ps256(a); }
 ALWAYS_INLINE v16f f_load(const float *p) { return _mm512_loadu_ps(p); }
+/* 8 elements of an F32 or F16 row from element k in both halves: a half row's 16 bytes broadcast to
+ * both 128-bit lanes by the load itself, then one conversion of the 16 */
+ALWAYS_INLINE v16f f_dup_row(uint32_t type, const void *row, int k)
+{
+    return type == MN_F32 ? _mm512_broadcast_f32x8(_mm256_loadu_ps((const float *)row + k))
+                          : _mm512_cvtph_ps(_mm256_broadcastsi128_si256(
+                                _mm_loadu_si128((const __m128i *)((const uint16_t *)row + k))));
+}
+/* 16 elements of an F32 or F16 row from element k, as floats (kernels_x86.h's load8, 16 wide) */
+ALWAYS_INLINE v16f f_load_row(uint32_t type, const void *row, int k)
+{
+    return type == MN_F32 ? _mm512_loadu_ps((const float *)row + k)
+                          : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + k)));
+}
 ALWAYS_INLINE void f_store(float *p, v16f a) { _mm512_storeu_ps(p, a); }
 ALWAYS_INLINE v16f f_set1(float a) { return _mm512_set1_ps(a); }
 ALWAYS_INLINE v16f f_fmadd(v16f a, v16f b, v16f c) { return _mm512_fmadd_ps(a, b, c); }
@@ -657,8 +680,8 @@ DEFINE_MATMUL_Q8_ENTRY(x16w_matmul_q8, matmul_q8w_typed)
  * 2,082. In the bundled target (--verify-curve, three runs alternating with the build before), passes
  * of 4-8 tokens after 512 tokens of context took 0.85-0.96x the time; after 64, level (0.95-1.03x),
  * where the K rows' loads from L2 and L3 bound the pass's attention more than its FMAs do. */
-static void x16w_dots(const float *q, size_t ldq, int n_heads, const float *const *b, int n_b, int n, float *out,
-                      size_t ldo)
+ALWAYS_INLINE void dots_w(const float *q, size_t ldq, int n_heads, const void *const *b, const uint32_t type, int n_b,
+                          int n, float *out, size_t ldo)
 {
     const int full = n / 8 * 8, keys = n_b / 8 * 8;
     int h = 0;
@@ -674,21 +697,30 @@ static void x16w_dots(const float *q, size_t ldq, int n_heads, const float *cons
                 v16f qq = f_halves(_mm256_loadu_ps(q0 + k), _mm256_loadu_ps(q1 + k));
 #pragma GCC unroll 8
                 for (int i = 0; i < 8; i++)
-                    acc[i] = f_fmadd(qq, f_dup(b[j + i] + k), acc[i]);
+                    acc[i] = f_fmadd(qq, f_dup_row(type, b[j + i], k), acc[i]);
             }
             f_hsums(acc, o0 + j, o1 + j); /* key j + i: head h's chain in half 0, h + 1's in half 1 */
             for (int k = full; k < n; k++)
 #pragma GCC unroll 8
                 for (int i = 0; i < 8; i++) {
-                    o0[j + i] = fmaf(q0[k], b[j + i][k], o0[j + i]);
-                    o1[j + i] = fmaf(q1[k], b[j + i][k], o1[j + i]);
+                    o0[j + i] = fmaf(q0[k], scalar_w(type, b[j + i], k), o0[j + i]);
+                    o1[j + i] = fmaf(q1[k], scalar_w(type, b[j + i], k), o1[j + i]);
                 }
         }
         if (keys < n_b)
-            mn_kernels_avx2.dots(q0, ldq, 2, b + keys, n_b - keys, n, o0 + keys, ldo);
+            mn_kernels_avx2.dots(q0, ldq, 2, b + keys, type, n_b - keys, n, o0 + keys, ldo);
     }
     if (h < n_heads)
-        mn_kernels_avx2.dots(q + (size_t)h * ldq, ldq, 1, b, n_b, n, out + (size_t)h * ldo, ldo);
+        mn_kernels_avx2.dots(q + (size_t)h * ldq, ldq, 1, b, type, n_b, n, out + (size_t)h * ldo, ldo);
+}
+
+static void x16w_dots(const float *q, size_t ldq, int n_heads, const void *const *b, uint32_t type, int n_b, int n,
+                      float *out, size_t ldo)
+{
+    if (type == MN_F16)
+        dots_w(q, ldq, n_heads, b, MN_F16, n_b, n, out, ldo);
+    else
+        dots_w(q, ldq, n_heads, b, MN_F32, n_b, n, out, ldo);
 }
 
 /* ---- attention's weighted sums, 16 elements a register ------------------------------------------
@@ -702,8 +734,8 @@ static void x16w_dots(const float *q, size_t ldq, int n_heads, const float *cons
  * (tools/ab-decode.py, 8 rounds, alternating with the build before): SmolLM2 Q4_1 decoded after
  * 1,024 tokens of context 1.14x as fast at one sequence and 1.11x at four, SmolLM2-shaped F16 1.08x
  * (6 rounds); after 32 tokens, and the bundled target after 512, level (0.99-1.01x). */
-ALWAYS_INLINE void wsum_slice(float *out, size_t ldo, const float *w, size_t ldw, const float *const *rows,
-                              int n_rows, int i, const int G, const int C)
+ALWAYS_INLINE void wsum_slice(float *out, size_t ldo, const float *w, size_t ldw, const void *const *rows,
+                              const uint32_t type, int n_rows, int i, const int G, const int C)
 {
     v16f acc[3][4];
 #pragma GCC unroll 3
@@ -715,7 +747,7 @@ ALWAYS_INLINE void wsum_slice(float *out, size_t ldo, const float *w, size_t ldw
         v16f v[4];
 #pragma GCC unroll 4
         for (int c = 0; c < C; c++)
-            v[c] = f_load(rows[j] + i + 16 * c);
+            v[c] = f_load_row(type, rows[j], i + 16 * c);
 #pragma GCC unroll 3
         for (int h = 0; h < G; h++) {
             v16f a = f_set1(w[(size_t)h * ldw + j]);
@@ -732,28 +764,28 @@ ALWAYS_INLINE void wsum_slice(float *out, size_t ldo, const float *w, size_t ldw
 }
 
 /* G heads over all n elements: slices of 64, then 32 and 16, then the last few one by one. */
-ALWAYS_INLINE void wsum_heads(float *out, size_t ldo, const float *w, size_t ldw, const float *const *rows,
-                              int n_rows, int n, const int G)
+ALWAYS_INLINE void wsum_heads(float *out, size_t ldo, const float *w, size_t ldw, const void *const *rows,
+                              const uint32_t type, int n_rows, int n, const int G)
 {
     int i = 0;
     for (; i + 64 <= n; i += 64)
-        wsum_slice(out, ldo, w, ldw, rows, n_rows, i, G, 4);
+        wsum_slice(out, ldo, w, ldw, rows, type, n_rows, i, G, 4);
     if (i + 32 <= n) {
-        wsum_slice(out, ldo, w, ldw, rows, n_rows, i, G, 2);
+        wsum_slice(out, ldo, w, ldw, rows, type, n_rows, i, G, 2);
         i += 32;
     }
     if (i + 16 <= n) {
-        wsum_slice(out, ldo, w, ldw, rows, n_rows, i, G, 1);
+        wsum_slice(out, ldo, w, ldw, rows, type, n_rows, i, G, 1);
         i += 16;
     }
-    weighted_sum_tail(out, ldo, w, ldw, rows, n_rows, i, n, G);
+    weighted_sum_tail(out, ldo, w, ldw, rows, type, n_rows, i, n, G);
 }
 
 /* A GQA group's heads three, two or one at a time (three only as the whole of what is left); a head
  * alone of fewer than 64 elements goes to AVX2's, whose four 8-lane chains ran 11% faster over 512
  * rows of 32 than two 16-lane ones (tools/bench-attention.c). */
-static void x16w_weighted_sum(float *out, size_t ldo, const float *w, size_t ldw, int n_heads,
-                              const float *const *rows, int n_rows, int n)
+ALWAYS_INLINE void wsum_typed(float *out, size_t ldo, const float *w, size_t ldw, int n_heads, const void *const *rows,
+                              const uint32_t type, int n_rows, int n)
 {
     for (int h = 0, g; h < n_heads; h += g) {
         const int left = n_heads - h;
@@ -761,14 +793,23 @@ static void x16w_weighted_sum(float *out, size_t ldo, const float *w, size_t ldw
         float *o = out + (size_t)h * ldo;
         const float *wh = w + (size_t)h * ldw;
         if (g == 3)
-            wsum_heads(o, ldo, wh, ldw, rows, n_rows, n, 3);
+            wsum_heads(o, ldo, wh, ldw, rows, type, n_rows, n, 3);
         else if (g == 2)
-            wsum_heads(o, ldo, wh, ldw, rows, n_rows, n, 2);
+            wsum_heads(o, ldo, wh, ldw, rows, type, n_rows, n, 2);
         else if (n >= 64)
-            wsum_heads(o, ldo, wh, ldw, rows, n_rows, n, 1);
+            wsum_heads(o, ldo, wh, ldw, rows, type, n_rows, n, 1);
         else
-            mn_kernels_avx2.weighted_sum(o, ldo, wh, ldw, 1, rows, n_rows, n);
+            mn_kernels_avx2.weighted_sum(o, ldo, wh, ldw, 1, rows, type, n_rows, n);
     }
+}
+
+static void x16w_weighted_sum(float *out, size_t ldo, const float *w, size_t ldw, int n_heads, const void *const *rows,
+                              uint32_t type, int n_rows, int n)
+{
+    if (type == MN_F16)
+        wsum_typed(out, ldo, w, ldw, n_heads, rows, MN_F16, n_rows, n);
+    else
+        wsum_typed(out, ldo, w, ldw, n_heads, rows, MN_F32, n_rows, n);
 }
 
 #ifdef MN_X16_EMULATE

@@ -140,12 +140,28 @@ static float generic_dot(const float *a, const float *b, int n)
     return s;
 }
 
-static void generic_dots(const float *q, size_t ldq, int n_heads, const float *const *b, int n_b, int n, float *out,
-                         size_t ldo)
+/* Element k of an attention row of `type` (MN_F32 or MN_F16, converted exactly). */
+static float row_elem(uint32_t type, const void *row, int k)
+{
+    return type == MN_F16 ? mn_f16_to_f32(((const uint16_t *)row)[k]) : ((const float *)row)[k];
+}
+
+static void generic_dots(const float *q, size_t ldq, int n_heads, const void *const *b, uint32_t type, int n_b, int n,
+                         float *out, size_t ldo)
 {
     for (int h = 0; h < n_heads; h++)
-        for (int j = 0; j < n_b; j++)
-            out[(size_t)h * ldo + j] = generic_dot(q + (size_t)h * ldq, b[j], n);
+        for (int j = 0; j < n_b; j++) {
+            const float *a = q + (size_t)h * ldq;
+            float lane[8] = {0};
+            int k = 0;
+            for (; k + 8 <= n; k += 8)
+                for (int l = 0; l < 8; l++)
+                    lane[l] = fmaf(a[k + l], row_elem(type, b[j], k + l), lane[l]);
+            float s = hsum8(lane);
+            for (; k < n; k++)
+                s = fmaf(a[k], row_elem(type, b[j], k), s);
+            out[(size_t)h * ldo + j] = s;
+        }
 }
 
 /* The SIMD exp, one lane: x = k ln2 + r with |r| <= ln2/2, exp(r) by Cephes' degree-7 polynomial,
@@ -196,13 +212,13 @@ static void generic_swiglu(float *gate, const float *up, int n)
 }
 
 static void generic_weighted_sum(float *out, size_t ldo, const float *w, size_t ldw, int n_heads,
-                                 const float *const *rows, int n_rows, int n)
+                                 const void *const *rows, uint32_t type, int n_rows, int n)
 {
     for (int h = 0; h < n_heads; h++)
         for (int i = 0; i < n; i++) {
             float s = 0.0f;
             for (int j = 0; j < n_rows; j++)
-                s = fmaf(w[(size_t)h * ldw + j], rows[j][i], s);
+                s = fmaf(w[(size_t)h * ldw + j], row_elem(type, rows[j], i), s);
             out[(size_t)h * ldo + i] = s;
         }
 }
@@ -244,6 +260,12 @@ static uint64_t generic_draw_weights(const float *x, int n, float mx, float scal
     return sum;
 }
 
+static void generic_to_f16(const float *x, uint16_t *h, int n)
+{
+    for (int i = 0; i < n; i++)
+        h[i] = mn_f32_to_f16(x[i]);
+}
+
 static int generic_usable(void) { return 1; }
 
 const mn_cpu_kernels mn_kernels_generic = {
@@ -260,4 +282,5 @@ const mn_cpu_kernels mn_kernels_generic = {
     .axpy = generic_axpy,
     .argmax = generic_argmax,
     .draw_weights = generic_draw_weights,
+    .to_f16 = generic_to_f16,
 };

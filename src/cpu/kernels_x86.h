@@ -54,27 +54,35 @@ ALWAYS_INLINE void hsums(const __m256 a[8], float out[8])
     _mm256_storeu_ps(out, _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
 }
 
+/* Element k of an F32 or F16 row (a weight row's columns past the last full chunk of 8; a half-float
+ * KV cache's attention rows). F16C's conversion, not mn_f16_to_f32 (both exact): a call after the
+ * main loop clobbers every vector register, and GCC then kept the tiles' accumulators on the stack
+ * through the whole loop (every F16 tile loaded and stored each chain at each chunk, about 2,300
+ * stack accesses in the AVX-512 file). */
+ALWAYS_INLINE float scalar_w(uint32_t type, const void *row, int k)
+{
+    return type == MN_F32 ? ((const float *)row)[k] : _cvtsh_ss(((const uint16_t *)row)[k]);
+}
+
+/* Eight elements of an F32 or F16 row from element k, as floats (F16C's conversion is exact). */
+ALWAYS_INLINE __m256 load8(uint32_t type, const void *row, int k)
+{
+    return type == MN_F32 ? _mm256_loadu_ps((const float *)row + k)
+                          : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + k)));
+}
+
 /* Attention's weighted sums of G heads for the elements [i, n) one at a time, each over the rows in
  * order (kernels_generic.c's form): the elements past the vector tables' last full register. */
-ALWAYS_INLINE void weighted_sum_tail(float *out, size_t ldo, const float *w, size_t ldw, const float *const *rows,
-                                     int n_rows, int i, int n, int G)
+ALWAYS_INLINE void weighted_sum_tail(float *out, size_t ldo, const float *w, size_t ldw, const void *const *rows,
+                                     uint32_t type, int n_rows, int i, int n, int G)
 {
     for (; i < n; i++)
         for (int h = 0; h < G; h++) {
             float s = 0.0f;
             for (int j = 0; j < n_rows; j++)
-                s = fmaf(w[(size_t)h * ldw + j], rows[j][i], s);
+                s = fmaf(w[(size_t)h * ldw + j], scalar_w(type, rows[j], i), s);
             out[(size_t)h * ldo + i] = s;
         }
-}
-
-/* Element k of an F32 or F16 row (the columns past the last full chunk of 8). F16C's conversion,
- * not mn_f16_to_f32 (both exact): a call after the main loop clobbers every vector register, and
- * GCC then kept the tiles' accumulators on the stack through the whole loop (every F16 tile
- * loaded and stored each chain at each chunk, about 2,300 stack accesses in the AVX-512 file). */
-ALWAYS_INLINE float scalar_w(uint32_t type, const uint8_t *row, int k)
-{
-    return type == MN_F32 ? ((const float *)row)[k] : _cvtsh_ss(((const uint16_t *)row)[k]);
 }
 
 /* Whether kernels_avx2.c takes a float pass through lane panels (its comment says why this rule):

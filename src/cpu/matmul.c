@@ -45,6 +45,7 @@ static void compose(mn_cpu_kernels *k, const mn_cpu_kernels *t)
     FILL(axpy)
     FILL(argmax)
     FILL(draw_weights)
+    FILL(to_f16)
 #undef FILL
 }
 
@@ -125,9 +126,10 @@ void mn_matmul_q8_ref(const mn_weight *W, const mn_q8 *xq, size_t ldxq, float *y
 
 float mn_dot(const float *a, const float *b, int n) { return K()->dot(a, b, n); }
 
-void mn_dots(const float *q, size_t ldq, int n_heads, const float *const *b, int n_b, int n, float *out, size_t ldo)
+void mn_dots(const float *q, size_t ldq, int n_heads, const void *const *b, uint32_t type, int n_b, int n, float *out,
+             size_t ldo)
 {
-    K()->dots(q, ldq, n_heads, b, n_b, n, out, ldo);
+    K()->dots(q, ldq, n_heads, b, type, n_b, n, out, ldo);
 }
 
 float mn_softmax(float *x, int n, float scale) { return K()->softmax(x, n, scale); }
@@ -139,13 +141,14 @@ uint64_t mn_draw_weights(const float *x, int n, float mx, float scale, uint64_t 
 
 void mn_swiglu(float *gate, const float *up, int n) { K()->swiglu(gate, up, n); }
 
-void mn_weighted_sum(float *out, size_t ldo, const float *w, size_t ldw, int n_heads, const float *const *rows,
-                     int n_rows, int n)
+void mn_weighted_sum(float *out, size_t ldo, const float *w, size_t ldw, int n_heads, const void *const *rows,
+                     uint32_t type, int n_rows, int n)
 {
-    K()->weighted_sum(out, ldo, w, ldw, n_heads, rows, n_rows, n);
+    K()->weighted_sum(out, ldo, w, ldw, n_heads, rows, type, n_rows, n);
 }
 
 void mn_axpy(float *y, float a, const float *x, int n) { K()->axpy(y, a, x, n); }
+void mn_to_f16(const float *x, uint16_t *h, int n) { K()->to_f16(x, h, n); }
 
 /* ---- 16-bit activations: quantization and packing (layouts in kernels_generic.c) ------------- */
 

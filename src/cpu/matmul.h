@@ -76,11 +76,17 @@ int mn_cpu_kernels_use(const char *name);
 /* A fixed-order dot product of n floats (the attention kernels use it). */
 float mn_dot(const float *a, const float *b, int n);
 /* out[h*ldo + j] = mn_dot(q + h*ldq, b[j], n) for h < n_heads and j < n_b, bit for bit: eight keys at
- * a time, and where 512-bit FMAs run at full rate (`avx512w`) two heads at a time over each key. */
-void mn_dots(const float *q, size_t ldq, int n_heads, const float *const *b, int n_b, int n, float *out,
+ * a time, and where 512-bit FMAs run at full rate (`avx512w`) two heads at a time over each key.
+ * The keys b[j] are n elements of `type`: MN_F32, or MN_F16 (a half-float KV cache's rows, each
+ * element converted exactly as it is loaded: the bits of the same keys as floats). */
+void mn_dots(const float *q, size_t ldq, int n_heads, const void *const *b, uint32_t type, int n_b, int n, float *out,
              size_t ldo);
 /* y[i] += a * x[i] for n floats. */
 void mn_axpy(float *y, float a, const float *x, int n);
+/* h[i] = x[i] as a half float, rounded to nearest even (model/quant.h's mn_f32_to_f16: a NaN may
+ * keep more of its payload where the CPU converts), n >= 0: the rows a half-float KV cache stores
+ * (mem/kv.h). The attention kernels convert them back as they load them (mn_dots). */
+void mn_to_f16(const float *x, uint16_t *h, int n);
 /* Softmax numerators in place: x[i] = exp(scale * x[i] - max_j(scale * x[j])); returns their sum.
  * exp is a vector polynomial (relative error ~1e-7; results below e^-87 are 0) applied to every
  * element alike, and the sum's order depends on n only: the same scores give the same bits. */
@@ -100,8 +106,9 @@ void mn_swiglu(float *gate, const float *up, int n);
 /* For h < n_heads: out[h*ldo + i] = sum_j w[h*ldw + j] * rows[j][i] for i < n, accumulated in j
  * order from 0 with fused multiply-adds (the same result as zeroing the output and calling mn_axpy
  * for each j), with the sums held in registers; heads that share rows (grouped-query attention)
- * go two at a time over each row. */
-void mn_weighted_sum(float *out, size_t ldo, const float *w, size_t ldw, int n_heads, const float *const *rows,
-                     int n_rows, int n);
+ * go two at a time over each row. The rows are n elements of `type`, MN_F32 or MN_F16, as mn_dots's
+ * keys. */
+void mn_weighted_sum(float *out, size_t ldo, const float *w, size_t ldw, int n_heads, const void *const *rows,
+                     uint32_t type, int n_rows, int n);
 
 #endif

@@ -282,7 +282,8 @@ extern "C" mn_status mn_gpu_twin_new(const mn_model *m, const mn_backend_config 
     be->cfg = *cfg;
     be->impl = tw;
     uint32_t T = cfg->max_tokens, qdim = hp->n_heads * hp->head_dim, kvdim = hp->n_kv_heads * hp->head_dim;
-    if ((s = mn_kv_pool_new(hp->n_layers, kvdim, cfg->kv_block_size, cfg->kv_blocks, &be->kv, err)) != MN_OK ||
+    if ((s = mn_kv_pool_new(hp->n_layers, kvdim, cfg->kv_block_size, cfg->kv_blocks, MN_KV_F32, &be->kv, err)) !=
+            MN_OK ||
         (s = mn_gpu_layout_init(&tw->h, T, err)) != MN_OK) {
         twin_free(be);
         return s;
@@ -303,7 +304,8 @@ extern "C" mn_status mn_gpu_twin_new(const mn_model *m, const mn_backend_config 
         const mn_layer *L = &m->layers[l];
         tw->layers[l] = {L->attn_norm, L->ffn_norm, mn_gpu_weight_of(&L->wq), mn_gpu_weight_of(&L->wk),
                          mn_gpu_weight_of(&L->wv), mn_gpu_weight_of(&L->wo), mn_gpu_weight_of(&L->w_gate),
-                         mn_gpu_weight_of(&L->w_up), mn_gpu_weight_of(&L->w_down), be->kv->k[l], be->kv->v[l]};
+                         mn_gpu_weight_of(&L->w_up), mn_gpu_weight_of(&L->w_down), (float *)be->kv->k[l],
+                         (float *)be->kv->v[l]};
     }
     tw->model = {*hp, mn_gpu_weight_of(&m->token_embd), mn_gpu_weight_of(&m->output), m->output_norm, tw->layers};
     *out = be;

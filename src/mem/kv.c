@@ -33,16 +33,25 @@ typedef struct mn_kv_prefix {
 /* The bytes of one layer's K (or V): checked against overflow when the pool was made. */
 static size_t layer_bytes(const mn_kv_pool *p)
 {
-    return (size_t)p->n_blocks * p->block_size * p->kv_dim * sizeof(float);
+    return (size_t)p->n_blocks * p->block_size * p->row_bytes;
 }
 
-static mn_status pool_new(uint32_t n_layers, uint32_t kv_dim, uint32_t block_size, uint32_t n_blocks, int storage,
-                          mn_kv_pool **out, mn_err *err)
+int mn_kv_type_parse(const char *name)
+{
+    return !strcmp(name, "f32") ? MN_KV_F32 : !strcmp(name, "f16") ? MN_KV_F16 : -1;
+}
+
+const char *mn_kv_type_name(mn_kv_type t) { return t == MN_KV_F16 ? "f16" : "f32"; }
+
+static mn_status pool_new(uint32_t n_layers, uint32_t kv_dim, uint32_t block_size, uint32_t n_blocks,
+                          mn_kv_type type, int storage, mn_kv_pool **out, mn_err *err)
 {
     if (!n_layers || !kv_dim || !block_size || !n_blocks)
         return mn_fail(err, MN_INVALID, "kv: layers, kv_dim, block_size and n_blocks must be positive");
-    size_t per_layer;
-    if (!mn_mul_ok((size_t)n_blocks * block_size, (size_t)kv_dim * sizeof(float), &per_layer))
+    if (type != MN_KV_F32 && type != MN_KV_F16)
+        return mn_fail(err, MN_INVALID, "kv: unknown element type %d", (int)type);
+    size_t per_layer, row_bytes = (size_t)kv_dim * mn_kv_elem_bytes(type);
+    if (!mn_mul_ok((size_t)n_blocks * block_size, row_bytes, &per_layer))
         return mn_fail(err, MN_INVALID, "kv: pool size overflows");
     mn_kv_pool *p = mn_calloc(1, sizeof *p);
     if (!p)
@@ -51,6 +60,8 @@ static mn_status pool_new(uint32_t n_layers, uint32_t kv_dim, uint32_t block_siz
     p->kv_dim = kv_dim;
     p->block_size = block_size;
     p->n_blocks = n_blocks;
+    p->type = type;
+    p->row_bytes = row_bytes;
     p->free_list = mn_malloc((size_t)n_blocks * sizeof *p->free_list);
     p->ref = mn_calloc(n_blocks, sizeof *p->ref);
     if (!p->free_list || !p->ref)
@@ -79,16 +90,16 @@ nomem:
                    block_size, n_layers);
 }
 
-mn_status mn_kv_pool_new(uint32_t n_layers, uint32_t kv_dim, uint32_t block_size, uint32_t n_blocks,
+mn_status mn_kv_pool_new(uint32_t n_layers, uint32_t kv_dim, uint32_t block_size, uint32_t n_blocks, mn_kv_type type,
                          mn_kv_pool **out, mn_err *err)
 {
-    return pool_new(n_layers, kv_dim, block_size, n_blocks, 1, out, err);
+    return pool_new(n_layers, kv_dim, block_size, n_blocks, type, 1, out, err);
 }
 
 mn_status mn_kv_pool_new_tables(uint32_t n_layers, uint32_t kv_dim, uint32_t block_size, uint32_t n_blocks,
                                 mn_kv_pool **out, mn_err *err)
 {
-    return pool_new(n_layers, kv_dim, block_size, n_blocks, 0, out, err);
+    return pool_new(n_layers, kv_dim, block_size, n_blocks, MN_KV_F32, 0, out, err);
 }
 
 void mn_kv_pool_free(mn_kv_pool *p)

@@ -1,6 +1,8 @@
 /* kv.h - paged KV cache: a pool of fixed-size blocks per model and a block table per sequence.
  *
- * Storage: for every layer, K and V are [n_blocks][block_size][kv_dim] floats. A sequence's
+ * Storage: for every layer, K and V are [n_blocks][block_size][kv_dim] elements of the pool's type:
+ * floats, or half floats (MN_KV_F16: half the memory and half the bytes attention reads a token,
+ * what bounds decoding after long contexts; the rows are rounded to nearest). A sequence's
  * position p lives in block table[p / block_size], slot p % block_size. Blocks come from one free
  * list; mn_kv_reserve grows a table, mn_kv_truncate shrinks a sequence (rollback of rejected drafts)
  * and returns whole blocks past the new length, mn_kv_seq_release returns all of them. Accounting
@@ -35,13 +37,21 @@
 
 #include "util/status.h"
 
+/* The element type of a pool's K and V rows. */
+typedef enum mn_kv_type {
+    MN_KV_F32, /* float: the rows as the pass computed them */
+    MN_KV_F16, /* IEEE half float, rounded to nearest even (cpu/matmul.h's mn_to_f16) */
+} mn_kv_type;
+
 typedef struct mn_kv_pool {
     uint32_t n_layers;
     uint32_t kv_dim;       /* n_kv_heads * head_dim */
     uint32_t block_size;   /* tokens per block */
     uint32_t n_blocks;
-    float **k;             /* [n_layers] -> [n_blocks][block_size][kv_dim] */
-    float **v;             /* same shape */
+    mn_kv_type type;       /* the rows' elements */
+    size_t row_bytes;      /* kv_dim elements of that type */
+    void **k;              /* [n_layers] -> [n_blocks][block_size][kv_dim] elements */
+    void **v;              /* same shape */
     uint32_t *free_list;   /* stack of free block ids */
     uint32_t n_free;
     uint32_t *ref;         /* [n_blocks] tables holding each block */
@@ -56,8 +66,15 @@ typedef struct mn_kv_seq {
     uint32_t *blocks;      /* block table */
 } mn_kv_seq;
 
-/* A pool of n_blocks blocks of block_size tokens. MN_NOMEM / MN_INVALID with a message. */
-mn_status mn_kv_pool_new(uint32_t n_layers, uint32_t kv_dim, uint32_t block_size, uint32_t n_blocks,
+/* "f32" / "f16" (-1 for any other name), and back. */
+int mn_kv_type_parse(const char *name);
+const char *mn_kv_type_name(mn_kv_type t);
+/* The bytes of one element of a row of `type`. */
+static inline size_t mn_kv_elem_bytes(mn_kv_type type) { return type == MN_KV_F16 ? 2 : 4; }
+
+/* A pool of n_blocks blocks of block_size tokens, rows of `type`. MN_NOMEM / MN_INVALID with a
+ * message. */
+mn_status mn_kv_pool_new(uint32_t n_layers, uint32_t kv_dim, uint32_t block_size, uint32_t n_blocks, mn_kv_type type,
                          mn_kv_pool **out, mn_err *err);
 /* The same pool without storage (k and v are NULL; mn_kv_k / mn_kv_v must not be called): for an
  * owner that keeps K/V elsewhere, as the CUDA backend does in device memory, and uses the pool for
@@ -92,14 +109,18 @@ static inline uint32_t mn_kv_blocks_for(const mn_kv_pool *p, uint32_t n)
     return (n + p->block_size - 1) / p->block_size;
 }
 
-/* The K (or V) row of position pos of sequence s in layer l: kv_dim floats. */
-static inline float *mn_kv_k(const mn_kv_pool *p, const mn_kv_seq *s, uint32_t l, uint32_t pos)
+/* The K (or V) row of position pos of sequence s in layer l: kv_dim elements of the pool's type. */
+static inline size_t mn_kv_row_offset(const mn_kv_pool *p, const mn_kv_seq *s, uint32_t pos)
 {
-    return p->k[l] + ((size_t)s->blocks[pos / p->block_size] * p->block_size + pos % p->block_size) * p->kv_dim;
+    return ((size_t)s->blocks[pos / p->block_size] * p->block_size + pos % p->block_size) * p->row_bytes;
 }
-static inline float *mn_kv_v(const mn_kv_pool *p, const mn_kv_seq *s, uint32_t l, uint32_t pos)
+static inline void *mn_kv_k(const mn_kv_pool *p, const mn_kv_seq *s, uint32_t l, uint32_t pos)
 {
-    return p->v[l] + ((size_t)s->blocks[pos / p->block_size] * p->block_size + pos % p->block_size) * p->kv_dim;
+    return (char *)p->k[l] + mn_kv_row_offset(p, s, pos);
+}
+static inline void *mn_kv_v(const mn_kv_pool *p, const mn_kv_seq *s, uint32_t l, uint32_t pos)
+{
+    return (char *)p->v[l] + mn_kv_row_offset(p, s, pos);
 }
 
 #endif
