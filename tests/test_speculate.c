@@ -172,7 +172,8 @@ Test(speculate, each_drafter_and_the_vote_equal_plain_greedy, .timeout = 600)
 
 /* A half-float KV cache (--kv-type f16: the target's and the drafts'): the vote's greedy texts, six
  * requests at once at a draft length of 4, are plain decoding's with the same cache
- * (minions-generate --kv-type f16), and the server says which cache it keeps. */
+ * (minions-generate --kv-type f16), the server says which cache it keeps, and a --kv-mib budget
+ * holds blocks of half the bytes. */
 Test(speculate, a_half_float_kv_cache_keeps_greedy_lossless, .timeout = 300)
 {
     enum { TOKENS = 48 };
@@ -180,12 +181,21 @@ Test(speculate, a_half_float_kv_cache_keeps_greedy_lossless, .timeout = 300)
     int n = load_prompts(prompts, 2);
     for (int i = 0; i < n; i++)
         want[i] = generate_kv(model_path(), prompts[i], TOKENS, "f16");
+    mn_model *m;
+    mn_err err = {{0}};
+    cr_assert_eq(mn_model_load(model_path(), &m, &err), MN_OK, "%s", err.msg);
+    /* a block: K and V of 16 positions in every layer, two bytes an element */
+    size_t block = 2 * 2 * 16 * (size_t)m->hp.n_layers * m->hp.n_kv_heads * m->hp.head_dim;
+    mn_model_free(m);
     server s;
     server_start(&s, (const char *[]){"--draft", model_file("draft-kjv.gguf"), "--draft", model_file("draft-web.gguf"),
                                       "--draft", model_file("draft-devil.gguf"), "--draft", "ngram", "--spec-length",
-                                      "4", "--tuner", "fixed", "--kv-type", "f16", NULL});
+                                      "4", "--tuner", "fixed", "--kv-type", "f16", "--kv-mib", "2", NULL});
     json_t *r = admin(&s, "{\"cmd\":\"get\",\"key\":\"kv.type\"}");
     cr_assert_str_eq(json_string_value(json_object_get(r, "value")), "f16", "%s", json_dumps(r, 0));
+    json_decref(r);
+    r = admin(&s, "{\"cmd\":\"stats\"}");
+    cr_assert_eq(kv_of(r, "target", "total"), (json_int_t)((2u << 20) / block), "2 MiB of %zu-byte blocks", block);
     json_decref(r);
     tconn c;
     connect_to(s.tcp, &c);
