@@ -10,6 +10,7 @@
 #                             DRAFTS (none: plain decoding; else minionsd's --draft values, separated
 #                             by spaces, e.g. "models/draft-kjv.gguf ngram": the soak then speculates,
 #                             and greedy and seeded repeats must still give one text, as plain decoding's)
+#                             KV_TYPE (f32; f16: minionsd --kv-type f16)
 # The last line is `soak: N passed, M failed` (minions-soak's checks and minionsd's exit status);
 # exit 0 when nothing failed. Everything the run wrote is kept in the directory printed on failure.
 # Relative paths (BIN, MODEL, PROMPTS) are taken from the source root, where the script runs.
@@ -27,6 +28,7 @@ model=${MODEL:-models/target.gguf}
 prompts=${PROMPTS:-prompts/kjv.jsonl}
 drafts=
 for d in ${DRAFTS:-}; do drafts="$drafts --draft $d"; done
+kv_type=${KV_TYPE:-f32}
 max_line=8192
 
 for b in minionsd minions-soak; do
@@ -46,7 +48,7 @@ trap 'exit 1' INT TERM
 : >"$tmp/minionsd.out"
 : >"$tmp/minionsd.err"
 "$bin/minionsd" --model "$model" --port 0 --unix "$tmp/sock" --admin "ipc://$tmp/admin" --threads "$threads" \
-  --max-batch "$max_batch" --kv-blocks "$kv_blocks" --output-buffer 4 --max-line "$max_line" \
+  --max-batch "$max_batch" --kv-blocks "$kv_blocks" --kv-type "$kv_type" --output-buffer 4 --max-line "$max_line" \
   --drain-timeout 30 $drafts >"$tmp/minionsd.out" 2>"$tmp/minionsd.err" &
 pid=$!
 addr=
@@ -61,7 +63,7 @@ if [ -z "$addr" ]; then
   cat "$tmp/minionsd.err" >&2
   exit 1
 fi
-echo "soak.sh: minionsd pid $pid on $addr, $tmp/sock; kv-blocks $kv_blocks, max-batch $max_batch;" \
+echo "soak.sh: minionsd pid $pid on $addr, $tmp/sock; kv-blocks $kv_blocks ($kv_type), max-batch $max_batch;" \
   "$requests requests, $clients clients, seed $seed; drafts: ${DRAFTS:-none}" >&2
 
 set +e
