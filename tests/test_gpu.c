@@ -41,9 +41,13 @@ static const mn_draw *draw_of(uint32_t s, double *u)
 /* The uniform of row r of pass p of sequence s: spread over [0, 1). */
 static double uniform_at(uint32_t p, uint32_t s, uint32_t r) { return fmod(0.6180339887 * (p * 131 + s * 17 + r + 1), 1.0); }
 
+/* The KV cache's elements on both sides of the comparisons (the half-float tests set MN_KV_F16). */
+static mn_kv_type kv_type = MN_KV_F32;
+
 static mn_backend_config config(const mn_model *m)
 {
     mn_backend_config cfg = mn_backend_defaults(m, 0);
+    cfg.kv_type = kv_type;
     cfg.max_tokens = MAX_T;
     cfg.kv_block_size = BLOCK;
     cfg.kv_blocks = BLOCKS;
@@ -156,7 +160,7 @@ static void pseudo_tokens(int32_t *buf, uint32_t n_seq, uint32_t len, uint32_t V
             buf[(size_t)s * len + i] = (int32_t)((c + cs * s + ci * i + i * i) % V);
 }
 
-static mn_backend *cpu_side(const mn_model *m) { return cpu_backend(m, 2, MAX_T, BLOCKS); }
+static mn_backend *cpu_side(const mn_model *m) { return cpu_backend_kv(m, 2, MAX_T, BLOCKS, kv_type); }
 
 /* The model at path on two backends, a's and b's (the test is skipped where b has none; a is the
  * CPU or the same kind as b). */
@@ -172,6 +176,8 @@ static mn_model *open_sides(const char *path, mn_backend *(*a)(const mn_model *)
         cr_skip_test("no CUDA device here: the twin tests stand in for it");
     }
     *sa = (side){.be = a(m)};
+    cr_assert(sa->be->kv->type == kv_type && sb->be->kv->type == kv_type, "both sides keep a %s KV cache",
+              mn_kv_type_name(kv_type));
     sa->logits = malloc((size_t)MAX_T * m->hp.n_vocab * sizeof(float));
     sb->logits = malloc((size_t)MAX_T * m->hp.n_vocab * sizeof(float));
     return m;
@@ -304,6 +310,28 @@ static void check_invariance(const char *path, mn_backend *(*make)(const mn_mode
 
 Test(gpu_twin, batch_invariant_q4_1) { check_invariance(fixture("q4_1.gguf"), twin_backend); }
 Test(gpu_twin, batch_invariant_f16) { check_invariance(fixture("f16.gguf"), twin_backend); }
+
+/* A half-float KV cache (--kv-type f16) on both sides: the kernels round K and V as the CPU's pass
+ * does and read them back exactly, so the twin stays within the float cache's tolerance of the CPU,
+ * over short passes, rollback and a long context, and is batch-invariant. */
+static void with_half_kv(void (*check)(const char *, mn_backend *(*)(const mn_model *)), const char *path,
+                         mn_backend *(*make)(const mn_model *))
+{
+    kv_type = MN_KV_F16;
+    check(path, make);
+    kv_type = MN_KV_F32;
+}
+
+Test(gpu_twin, half_float_kv_matches_cpu_gqa_tied_f32)
+{
+    with_half_kv(check_model, fixture("gqa_f32.gguf"), twin_backend);
+}
+Test(gpu_twin, half_float_kv_matches_cpu_bundled_target)
+{
+    with_half_kv(check_model, source_file("models/target.gguf"), twin_backend);
+}
+Test(gpu_twin, half_float_kv_long_context_q4_1) { with_half_kv(check_long, fixture("q4_1.gguf"), twin_backend); }
+Test(gpu_twin, half_float_kv_batch_invariant_f16) { with_half_kv(check_invariance, fixture("f16.gguf"), twin_backend); }
 
 /* The argmax block's logic (mn_k_argmax, run thread by thread) against mn_argmax on rows that
  * make it work: ties in different threads' strides and in one thread's, signed zeros, NaNs first,
@@ -520,6 +548,15 @@ Test(gpu_device, pick_only_rows_stay_on_the_device)
 Test(gpu_device, long_context_q4_1) { check_long(fixture("q4_1.gguf"), device_backend); }
 Test(gpu_device, batch_invariant_q4_1) { check_invariance(fixture("q4_1.gguf"), device_backend); }
 Test(gpu_device, batch_invariant_f16) { check_invariance(fixture("f16.gguf"), device_backend); }
+Test(gpu_device, half_float_kv_matches_cpu_bundled_target)
+{
+    with_half_kv(check_model, source_file("models/target.gguf"), device_backend);
+}
+Test(gpu_device, half_float_kv_long_context_q4_1) { with_half_kv(check_long, fixture("q4_1.gguf"), device_backend); }
+Test(gpu_device, half_float_kv_batch_invariant_f16)
+{
+    with_half_kv(check_invariance, fixture("f16.gguf"), device_backend);
+}
 Test(gpu_device, batch_invariant_bundled_target)
 {
     check_invariance(source_file("models/target.gguf"), device_backend);
@@ -534,12 +571,6 @@ Test(gpu_twin, refuses_a_bad_configuration)
     mn_err err = {{0}};
     cr_assert_eq(mn_gpu_twin_new(m, &cfg, &b, &err), MN_INVALID);
     cr_assert(strstr(err.msg, "max_tokens"), "%s", err.msg);
-    cr_assert_null(b);
-    /* the device keeps its KV cache in floats: a half-float one is the CPU backend's */
-    cfg = mn_backend_defaults(m, 0);
-    cfg.kv_type = MN_KV_F16;
-    cr_assert_eq(mn_gpu_twin_new(m, &cfg, &b, &err), MN_UNSUPPORTED);
-    cr_assert(strstr(err.msg, "KV cache"), "%s", err.msg);
     cr_assert_null(b);
     mn_model_free(m);
 }

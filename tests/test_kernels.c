@@ -630,7 +630,9 @@ Test(kv, a_pool_of_tables_only_has_no_storage_and_the_same_accounting)
 {
     mn_kv_pool *p;
     mn_err err = {{0}};
-    cr_assert_eq(mn_kv_pool_new_tables(2, 8, 16, 4, &p, &err), MN_OK);
+    cr_assert_eq(mn_kv_pool_new_tables(2, 8, 16, 4, MN_KV_F16, &p, &err), MN_OK);
+    cr_assert_eq(p->type, MN_KV_F16);
+    cr_assert_eq(p->row_bytes, 16, "8 halves a row");
     cr_assert_null(p->k);
     cr_assert_null(p->v);
     mn_kv_seq a = {0};

@@ -606,8 +606,6 @@ Test(speculate, bad_drafts_are_refused_at_start_up, .timeout = 120)
     refused((const char *[]){"--draft", "ngram", "--ngram-cache", "-1", NULL}, "bad option value");
     refused((const char *[]){"--draft", "ngram", "--draft-backend", "gpu", NULL}, "bad option value");
     refused((const char *[]){"--kv-type", "f8", NULL}, "bad option value");
-    /* a half-float KV cache is the CPU backend's: asked of the CUDA one, refused with why */
-    refused((const char *[]){"--backend", "cuda", "--kv-type", "f16", NULL}, cuda_runs() ? "KV cache" : "CUDA");
     if (!cuda_runs()) /* a draft asked onto CUDA where it cannot run: refused, naming the draft */
         refused((const char *[]){"--draft", model_file("draft-kjv.gguf"), "--draft-backend", "cuda", NULL},
                 "draft-kjv.gguf");

@@ -2,9 +2,10 @@
  * of gpu/kernels.cuh on one stream.
  *
  * State on the device: every projection in its stored type and the norms (uploaded once), the KV
- * cache ([n_blocks][block_size][kv_dim] floats per layer and K/V, block ids shared with the host
- * pool, made without storage, that owns the tables), activations for max_tokens tokens, the pass's layout (token table,
- * flattened block tables, logits rows) and its logits. A forward pass lays the batch out on the
+ * cache ([n_blocks][block_size][kv_dim] floats, or halves with --kv-type f16, per layer and K/V;
+ * block ids shared with the host pool, made without storage, that owns the tables), activations for
+ * max_tokens tokens, the pass's layout (token table, flattened block tables, logits rows) and its
+ * logits. A forward pass lays the batch out on the
  * host, copies the layout up (one copy from pinned memory), launches the pass, copies the logits
  * down and waits for the stream: it blocks its calling thread (the compute worker, never the loop).
  *
@@ -304,10 +305,13 @@ static void k_attention(void *ctx, const mn_gpu_attn *a, const float *q, float *
 {
     cuda_state *st = (cuda_state *)ctx;
     unsigned grid = T * a->n_heads, block = MN_G_ATT_WARPS * MN_G_WARP; /* a lane holds hd / 32 dims */
-    void (*k)(const mn_gpu_attn, const float *, float *, uint32_t) = a->head_dim <= 32    ? mn_k_attention<1>
-                                                                     : a->head_dim <= 64  ? mn_k_attention<2>
-                                                                     : a->head_dim <= 128 ? mn_k_attention<4>
-                                                                                          : mn_k_attention<MN_G_LANE_DIMS>;
+    typedef void attention_fn(const mn_gpu_attn, const float *, float *, uint32_t);
+    static attention_fn *const by_dims[2][4] = {
+        {mn_k_attention<1, false>, mn_k_attention<2, false>, mn_k_attention<4, false>,
+         mn_k_attention<MN_G_LANE_DIMS, false>},
+        {mn_k_attention<1, true>, mn_k_attention<2, true>, mn_k_attention<4, true>,
+         mn_k_attention<MN_G_LANE_DIMS, true>}};
+    attention_fn *k = by_dims[a->kv_half][a->head_dim <= 32 ? 0 : a->head_dim <= 64 ? 1 : a->head_dim <= 128 ? 2 : 3];
     LAUNCH(st, S_ATTENTION, launch(st, true, k, grid, block, 0, st->stream, *a, q, out, T));
 }
 
@@ -512,7 +516,8 @@ static mn_status cuda_forward(mn_backend *be, const mn_batch *batch, float *logi
     if ((s = upload_layout(st, batch->n_seqs, q, err)) != MN_OK)
         return s;
     mn_gpu_attn a = {st->d_tok, st->d_tables, st->d_table_off, NULL, NULL, be->kv->block_size, be->kv->kv_dim,
-                     hp->head_dim, hp->n_heads, hp->n_kv_heads, hp->rope_dim, hp->rope_base};
+                     hp->head_dim, hp->n_heads, hp->n_kv_heads, hp->rope_dim, hp->rope_base,
+                     be->kv->type == MN_KV_F16};
     cudaGraphExec_t g = st->graphs ? graph_for(st, a, T, n_out) : NULL;
     if (g) {
         CUDA_TRY(cudaGraphLaunch(g, q));
@@ -541,14 +546,15 @@ static mn_status setup(mn_backend *be, cuda_state *st, mn_err *err)
     uint32_t T = cfg->max_tokens, qdim = hp->n_heads * hp->head_dim, kvdim = hp->n_kv_heads * hp->head_dim;
     mn_status s;
     CUDA_TRY(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking));
-    if ((s = mn_kv_pool_new_tables(hp->n_layers, kvdim, cfg->kv_block_size, cfg->kv_blocks, &be->kv, err)))
+    if ((s = mn_kv_pool_new_tables(hp->n_layers, kvdim, cfg->kv_block_size, cfg->kv_blocks, cfg->kv_type, &be->kv,
+                                   err)))
         return s;
     if ((s = mn_gpu_layout_init(&st->h, T, err)))
         return s;
     st->layers = (mn_gpu_layer *)mn_calloc(hp->n_layers, sizeof *st->layers);
     if (!st->layers)
         return mn_fail(err, MN_NOMEM, "cuda: out of host memory");
-    size_t cache = (size_t)cfg->kv_blocks * cfg->kv_block_size * kvdim * sizeof(float);
+    size_t cache = (size_t)cfg->kv_blocks * cfg->kv_block_size * kvdim * mn_kv_elem_bytes(cfg->kv_type);
     for (uint32_t l = 0; l < hp->n_layers; l++) {
         const mn_layer *L = &m->layers[l];
         mn_gpu_layer *D = &st->layers[l];
@@ -561,8 +567,8 @@ static mn_status setup(mn_backend *be, cuda_state *st, mn_err *err)
             (s = upload_weight(st, &L->w_down, &D->w_down, err)) || (s = dalloc(st, cache, &k, err)) ||
             (s = dalloc(st, cache, &v, err)))
             return s;
-        D->k = (float *)k;
-        D->v = (float *)v;
+        D->k = k;
+        D->v = v;
     }
     st->model.hp = *hp;
     st->model.layers = st->layers;

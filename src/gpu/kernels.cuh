@@ -9,7 +9,8 @@
  *
  * The pass is laid out as the CPU backend lays it out: tokens of all sequences one after another
  * (no padding), token t belonging to sequence tok[t].seq at position tok[t].pos; activations are
- * [T][width] floats. KV: per layer, K and V are [n_blocks][block_size][kv_dim] floats, and
+ * [T][width] floats. KV: per layer, K and V are [n_blocks][block_size][kv_dim] floats (or IEEE
+ * halves, a->kv_half: rounded to nearest as they are stored, read back exactly), and
  * sequence s's position p lives in block tables[table_off[s] + p / block_size], slot
  * p % block_size (mem/kv.h's layout, with the block tables of the batch flattened into one array).
  *
@@ -51,9 +52,10 @@ typedef struct mn_gpu_attn {
     const mn_gpu_tok *tok;      /* [T] */
     const uint32_t *tables;     /* block ids of every sequence of the batch, one table after another */
     const uint32_t *table_off;  /* [n_seqs]: where sequence s's table starts in tables */
-    float *k, *v;               /* this layer's cache: [n_blocks][block_size][kv_dim] */
+    void *k, *v;                /* this layer's cache: [n_blocks][block_size][kv_dim] elements */
     uint32_t block_size, kv_dim, head_dim, n_heads, n_kv_heads, rope_dim;
     float rope_base;
+    uint32_t kv_half;           /* the cache's elements: 0 floats, 1 IEEE halves (--kv-type f16) */
 } mn_gpu_attn;
 
 /* ---- weights in their stored type ------------------------------------------------------------ */
@@ -69,6 +71,25 @@ MN_HD float mn_g_f16(const uint8_t *p)
     r.x = (unsigned short)(p[0] | (p[1] << 8));
 #endif
     return __half2float(__half(r));
+}
+
+/* Element i of a layer's K or V cache as a float (a half converted exactly), and x stored there
+ * (rounded to the nearest half, ties to even: the CPU's mn_to_f16, the same bits). */
+MN_HD float mn_g_kv_get(const mn_gpu_attn *a, const void *cache, size_t i)
+{
+    if (!a->kv_half)
+        return ((const float *)cache)[i];
+    __half_raw r;
+    r.x = ((const unsigned short *)cache)[i];
+    return __half2float(__half(r));
+}
+
+MN_HD void mn_g_kv_put(const mn_gpu_attn *a, void *cache, size_t i, float x)
+{
+    if (a->kv_half)
+        ((__half *)cache)[i] = __float2half_rn(x);
+    else
+        ((float *)cache)[i] = x;
 }
 
 /* Element k of a weight row of the given type (quant.c's block layouts: a 32-element block is a
@@ -268,10 +289,16 @@ MN_HD void mn_g_qkv_store(const mn_gpu_attn *a, float *q, uint32_t i, uint32_t o
     uint32_t pos = a->tok[t].pos, j = o % a->head_dim / 2;
     if (i < 2 && j < a->rope_dim / 2)
         mn_g_rope(&s0, &s1, pos, j, a->rope_dim, a->rope_base);
-    float *dst = i == 0 ? q + (size_t)t * a->n_heads * a->head_dim + o
-                        : (i == 1 ? a->k : a->v) + mn_g_slot(a, a->tok[t].seq, pos) + o;
-    dst[0] = s0;
-    dst[1] = s1;
+    if (i == 0) {
+        float *dst = q + (size_t)t * a->n_heads * a->head_dim + o;
+        dst[0] = s0;
+        dst[1] = s1;
+        return;
+    }
+    void *cache = i == 1 ? a->k : a->v;
+    size_t at = mn_g_slot(a, a->tok[t].seq, pos) + o;
+    mn_g_kv_put(a, cache, at, s0);
+    mn_g_kv_put(a, cache, at + 1, s1);
 }
 
 /* out[t][head h] = softmax(q . K / sqrt(hd)) V over the token's positions 0..pos (causal), read
@@ -321,8 +348,13 @@ MN_HD uint32_t mn_g_chunk_len(const mn_gpu_attn *a, uint32_t t, uint32_t c, uint
 /* scale * (q . K row at), in dimension order. */
 MN_HD float mn_g_score_at(const mn_gpu_attn *a, const float *qh, size_t at, float scale)
 {
-    const float *kr = a->k + at;
     float s = 0.0f;
+    if (a->kv_half) { /* a half at a time, converted exactly: the same products in the same order */
+        for (uint32_t i = 0; i < a->head_dim; i++)
+            s += qh[i] * mn_g_kv_get(a, a->k, at + i);
+        return s * scale;
+    }
+    const float *kr = (const float *)a->k + at;
 #ifdef __CUDA_ARCH__
     /* Four dimensions a load where rows start on 16 bytes (head_dim % 4 == 0: every query and K row
      * then does), the products still added one by one in dimension order: the same bits, and a
@@ -386,13 +418,13 @@ MN_HD void mn_g_lane_scale(float *acc, uint32_t hd, uint32_t lane, float old)
         acc[j] *= old;
 }
 
-/* += w * v */
+/* += w * the V row at `at` */
 template <uint32_t D = MN_G_LANE_DIMS>
-MN_HD void mn_g_lane_acc(float *acc, const float *v, uint32_t hd, uint32_t lane, float w)
+MN_HD void mn_g_lane_acc(float *acc, const mn_gpu_attn *a, size_t at, uint32_t hd, uint32_t lane, float w)
 {
     MN_G_EACH_DIM(D)
     if (lane + j * MN_G_WARP < hd)
-        acc[j] += w * v[lane + j * MN_G_WARP];
+        acc[j] += w * mn_g_kv_get(a, a->v, at + lane + j * MN_G_WARP);
 }
 
 template <uint32_t D = MN_G_LANE_DIMS>
@@ -1189,9 +1221,10 @@ __global__ void __launch_bounds__(MN_G_DRAW_THREADS)
         pick[d.row] = mn_draw_walk(w, b, e, nu, seen, r - before);
 }
 
-/* a block of MN_G_ATT_WARPS warps per (token, query head); D: the head's dimensions a lane holds */
+/* a block of MN_G_ATT_WARPS warps per (token, query head); D: the head's dimensions a lane holds;
+ * H: the cache holds halves (a constant, so a float cache's loop is the code it was) */
 #define MN_G_V_BATCH 8
-template <uint32_t D>
+template <uint32_t D, bool H>
 __global__ void mn_k_attention(const __grid_constant__ mn_gpu_attn a, const float *q, float *out, uint32_t T)
 {
     __shared__ float sm_m[MN_G_ATT_WARPS], sm_sum[MN_G_ATT_WARPS], sm_acc[MN_G_ATT_WARPS][MN_G_MAX_HEAD_DIM];
@@ -1223,7 +1256,10 @@ __global__ void mn_k_attention(const __grid_constant__ mn_gpu_attn a, const floa
                 unsigned long long at_l = __shfl_sync(MN_G_FULL, at, (l0 + u) % MN_G_WARP);
                 wv[u] = __shfl_sync(MN_G_FULL, w, (l0 + u) % MN_G_WARP);
                 MN_G_EACH_DIM(D)
-                vv[u][j] = l0 + u < n && lane + j * MN_G_WARP < hd ? a.v[at_l + lane + j * MN_G_WARP] : 0.0f;
+                vv[u][j] = l0 + u < n && lane + j * MN_G_WARP < hd
+                               ? (H ? __half2float(((const __half *)a.v)[at_l + lane + j * MN_G_WARP])
+                                    : ((const float *)a.v)[at_l + lane + j * MN_G_WARP])
+                               : 0.0f;
             }
 #pragma unroll
             for (uint32_t u = 0; u < MN_G_V_BATCH; u++) {

@@ -9,9 +9,6 @@ mn_status mn_gpu_check_config(const mn_model *m, const mn_backend_config *cfg, c
 {
     if (cfg->max_tokens == 0 || cfg->max_tokens > 65535)
         return mn_fail(err, MN_INVALID, "%s: max_tokens %u is out of range 1..65535", who, cfg->max_tokens);
-    if (cfg->kv_type != MN_KV_F32)
-        return mn_fail(err, MN_UNSUPPORTED, "%s: the KV cache is F32 on the GPU (half floats are the CPU backend's)",
-                       who);
     if (m->hp.head_dim > MN_G_MAX_HEAD_DIM || m->hp.head_dim % 2)
         return mn_fail(err, MN_UNSUPPORTED, "%s: head dimension %u is odd or over %d", who, m->hp.head_dim,
                        MN_G_MAX_HEAD_DIM);

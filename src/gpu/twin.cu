@@ -123,7 +123,7 @@ static void x_attention(void *, const mn_gpu_attn *a, const float *q, float *out
                 for (uint32_t lane = 0; lane < MN_G_WARP; lane++) {
                     mn_g_lane_scale(acc[wp][lane], hd, lane, old);
                     for (uint32_t l = 0, n = mn_g_chunk_len(a, t, c, C); l < n; l++)
-                        mn_g_lane_acc(acc[wp][lane], a->v + mn_g_head_at(a, t, h, c + l), hd, lane, w[l]);
+                        mn_g_lane_acc(acc[wp][lane], a, mn_g_head_at(a, t, h, c + l), hd, lane, w[l]);
                 }
             }
         }
@@ -234,7 +234,8 @@ static mn_status twin_forward(mn_backend *be, const mn_batch *batch, float *logi
         return s;
     mn_gpu_layout(batch, l);
     mn_gpu_attn a = {l->tok, l->tables, l->table_off, NULL, NULL, be->kv->block_size, be->kv->kv_dim,
-                     hp->head_dim, hp->n_heads, hp->n_kv_heads, hp->rope_dim, hp->rope_base};
+                     hp->head_dim, hp->n_heads, hp->n_kv_heads, hp->rope_dim, hp->rope_base,
+                     be->kv->type == MN_KV_F16};
     uint64_t *w = NULL; /* the draws' scratch row, before the pass so that a failure computes nothing */
     for (uint32_t i = 0; batch->pick && !w && i < batch->n_seqs; i++)
         if (batch->seqs[i].draw && !(w = (uint64_t *)mn_malloc((size_t)hp->n_vocab * sizeof *w)))
@@ -282,7 +283,7 @@ extern "C" mn_status mn_gpu_twin_new(const mn_model *m, const mn_backend_config 
     be->cfg = *cfg;
     be->impl = tw;
     uint32_t T = cfg->max_tokens, qdim = hp->n_heads * hp->head_dim, kvdim = hp->n_kv_heads * hp->head_dim;
-    if ((s = mn_kv_pool_new(hp->n_layers, kvdim, cfg->kv_block_size, cfg->kv_blocks, MN_KV_F32, &be->kv, err)) !=
+    if ((s = mn_kv_pool_new(hp->n_layers, kvdim, cfg->kv_block_size, cfg->kv_blocks, cfg->kv_type, &be->kv, err)) !=
             MN_OK ||
         (s = mn_gpu_layout_init(&tw->h, T, err)) != MN_OK) {
         twin_free(be);
@@ -304,8 +305,7 @@ extern "C" mn_status mn_gpu_twin_new(const mn_model *m, const mn_backend_config 
         const mn_layer *L = &m->layers[l];
         tw->layers[l] = {L->attn_norm, L->ffn_norm, mn_gpu_weight_of(&L->wq), mn_gpu_weight_of(&L->wk),
                          mn_gpu_weight_of(&L->wv), mn_gpu_weight_of(&L->wo), mn_gpu_weight_of(&L->w_gate),
-                         mn_gpu_weight_of(&L->w_up), mn_gpu_weight_of(&L->w_down), (float *)be->kv->k[l],
-                         (float *)be->kv->v[l]};
+                         mn_gpu_weight_of(&L->w_up), mn_gpu_weight_of(&L->w_down), be->kv->k[l], be->kv->v[l]};
     }
     tw->model = {*hp, mn_gpu_weight_of(&m->token_embd), mn_gpu_weight_of(&m->output), m->output_norm, tw->layers};
     *out = be;

@@ -97,9 +97,9 @@ mn_status mn_kv_pool_new(uint32_t n_layers, uint32_t kv_dim, uint32_t block_size
 }
 
 mn_status mn_kv_pool_new_tables(uint32_t n_layers, uint32_t kv_dim, uint32_t block_size, uint32_t n_blocks,
-                                mn_kv_pool **out, mn_err *err)
+                                mn_kv_type type, mn_kv_pool **out, mn_err *err)
 {
-    return pool_new(n_layers, kv_dim, block_size, n_blocks, MN_KV_F32, 0, out, err);
+    return pool_new(n_layers, kv_dim, block_size, n_blocks, type, 0, out, err);
 }
 
 void mn_kv_pool_free(mn_kv_pool *p)

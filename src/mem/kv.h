@@ -78,9 +78,9 @@ mn_status mn_kv_pool_new(uint32_t n_layers, uint32_t kv_dim, uint32_t block_size
                          mn_kv_pool **out, mn_err *err);
 /* The same pool without storage (k and v are NULL; mn_kv_k / mn_kv_v must not be called): for an
  * owner that keeps K/V elsewhere, as the CUDA backend does in device memory, and uses the pool for
- * the block tables and the accounting only. */
+ * the block tables and the accounting only (type: the elements it keeps there). */
 mn_status mn_kv_pool_new_tables(uint32_t n_layers, uint32_t kv_dim, uint32_t block_size, uint32_t n_blocks,
-                                mn_kv_pool **out, mn_err *err);
+                                mn_kv_type type, mn_kv_pool **out, mn_err *err);
 void mn_kv_pool_free(mn_kv_pool *p);
 
 /* Make positions [0, n) addressable (n may exceed len: the caller will write them next), taking

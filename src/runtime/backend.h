@@ -67,8 +67,7 @@ typedef struct mn_backend_config {
     uint32_t max_tokens;     /* most new tokens in one pass (sizes activations) */
     uint32_t kv_block_size;  /* tokens per KV block */
     uint32_t kv_blocks;      /* blocks in the KV pool */
-    mn_kv_type kv_type;      /* its rows' elements (mem/kv.h): MN_KV_F16 on the CPU only; the CUDA
-                              * backend keeps F32 and refuses it (MN_UNSUPPORTED) */
+    mn_kv_type kv_type;      /* its rows' elements (mem/kv.h): floats or IEEE halves */
     mn_backend_kind kind;    /* which implementation (runtime/registry.h picks it) */
     struct mn_pool *pool;    /* CPU: compute threads shared with other backends (borrowed; n_threads
                               * is then its size), so that a target and its drafts, driven one
