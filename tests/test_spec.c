@@ -2061,38 +2061,6 @@ Test(tuner, a_home_that_loses_a_little_moves_soon)
                   (unsigned long long)(c->moves - moves));
 }
 
-/* Sides a few percent apart at 16 sequences, each step scattered +-40% (uniform), as a shared host
- * scatters them: one probe cannot tell them apart (3-4% a side), so the probes must add up. From
- * the start (the starting length, then a first probe), the class must rest at the cheaper side in
- * 90% of its decisions after the first 16, over 40 servers: speculating 3% dearer (n-gram drafts on
- * devil at 16 clients), and 5% cheaper (on kjv). Until 2026-11-30 the first probe kept speculating
- * unless plain decoding was cheaper by the margin, and later probes moved the class only when one
- * alone was sure: 0.77 of the decisions at plain decoding in the first case. */
-Test(tuner, probes_add_up_to_the_cheaper_side)
-{
-    mn_tuner_params p = with_rule(MN_TUNER_RULE_SEQUENCE);
-    const double spec[2] = {1.03, 0.95};
-    uint32_t cls = mn_tuner_class_of(16), rng = 17;
-    for (int k = 0; k < 2; k++) {
-        uint32_t right = 0, all = 0;
-        for (int server = 0; server < 40; server++) {
-            mn_tuner t;
-            mn_tuner_init(&t, &p, 4);
-            for (int decisions = 0; decisions < 80;) {
-                int decided = jittered_step(&t, cls, spec[k], 1.0, 0.4, &rng);
-                if (decided && ++decisions > 16) {
-                    all++;
-                    right += (t.c[cls].home > 0) == (spec[k] < 1);
-                }
-            }
-        }
-        cr_log_info("speculating at %.2f of plain decoding: %u of %u decisions at the cheaper side", spec[k], right,
-                    all);
-        cr_assert_geq(right, 0.85 * all, "speculating at %.2f of plain decoding: %u of %u decisions at the cheaper side",
-                      spec[k], right, all);
-    }
-}
-
 /* A home that gets dearer when the text changes: at 16 sequences speculating costs 0.85 a token
  * and plain decoding 1.0 (steps scattered +-15%), and the class settles at speculating, its probes
  * spaced ever wider. Then speculating costs 1.07: less than PROBE_ALARM times plain decoding's

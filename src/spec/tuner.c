@@ -13,11 +13,6 @@
 #define PROBE_ALARM 1.1 /* a home window this much dearer than the other side's paired figure probes at once */
 #define PAIR_Z 2.0      /* standard errors by which a paired probe's other side must be cheaper, */
 #define PAIR_CLEAR 0.15 /* or this share of home's cost, whatever the errors */
-#define SPEC_Z 1.0      /* standard errors by which the probes' evidence must put speculating below plain */
-                        /* decoding for a class to go to it (decide_sequence) */
-#define EVIDENCE_DECAY 0.7  /* the earlier probes' evidence, by this at every probe (decide_sequence) */
-#define EVIDENCE_ALARM 0.25 /* and by this too at a probe an alarm brought: the text changed */
-#define EVIDENCE_FLOOR 1e-4 /* the least variance a probe's evidence is given: a 1% error */
 
 mn_tuner_params mn_tuner_defaults(void)
 {
@@ -172,7 +167,6 @@ void mn_tuner_reparam(mn_tuner *t, const mn_tuner_params *p)
         t->c[i].s = clamp_s(p, t->c[i].s);
         t->c[i].home = clamp_s(p, t->c[i].home);
         t->c[i].home_paired = 0;
-        t->c[i].ev_w = t->c[i].ev_wl = 0;
         t->c[i].pairing = false;
         restart_window(&t->c[i]);
     }
@@ -183,7 +177,6 @@ void mn_tuner_restart(mn_tuner *t, uint32_t s0, bool clamp)
     for (int i = 0; i < MN_TUNER_CLASSES; i++) {
         t->c[i].s = t->c[i].home = clamp ? clamp_s(&t->p, s0) : s0;
         t->c[i].home_paired = 0;
-        t->c[i].ev_w = t->c[i].ev_wl = 0;
         t->c[i].pairing = false;
         restart_window(&t->c[i]);
     }
@@ -657,22 +650,22 @@ uint32_t mn_tuner_seq_length(const mn_tuner_seq *q, const mn_tuner_rate *rate, u
 /* A paired probe's figure for one side: seconds per produced token. */
 static double pair_cost(const mn_tuner_pair *q) { return q->tokens ? q->seconds / (double)q->tokens : NAN; }
 
-/* The variance of a paired probe side's cost per token (its steps' seconds over their tokens; it
- * needs two steps). A step's time and tokens vary with what it kept (a speculating step of one
- * sequence makes 1 to s + 1 tokens) and with the machine; the ratio's variance is the delta
- * method's, sum (s_i - R t_i)^2 / (n (n - 1) tbar^2). */
-static double pair_var(const mn_tuner_pair *q)
-{
-    double n = q->steps, tbar = q->tokens / n, r = pair_cost(q);
-    double var = (q->ss - 2 * r * q->st + r * r * q->tt) / (n * (n - 1) * tbar * tbar);
-    return var > 0 ? var : 0;
-}
-
-/* How many standard errors side a's cost per token lies below side b's (negative: above). */
+/* How many standard errors side a's cost per token (its steps' seconds over their tokens) lies
+ * below side b's (negative: above; both need two steps). A step's time and tokens vary with what
+ * it kept (a speculating step of one sequence makes 1 to s + 1 tokens) and with the machine; the
+ * ratio's variance is the delta method's, sum (s_i - R t_i)^2 / (n (n - 1) tbar^2). */
 static double pair_z(const mn_tuner_pair *a, const mn_tuner_pair *b)
 {
-    double ra = pair_cost(a), rb = pair_cost(b), v = pair_var(a) + pair_var(b);
-    return v > 0 ? (rb - ra) / sqrt(v) : rb > ra ? INFINITY : rb < ra ? -INFINITY : 0;
+    double r[2], v = 0;
+    const mn_tuner_pair *q[2] = {a, b};
+    for (int i = 0; i < 2; i++) {
+        double n = q[i]->steps, tbar = q[i]->tokens / n;
+        r[i] = pair_cost(q[i]);
+        double dev = q[i]->ss - 2 * r[i] * q[i]->st + r[i] * r[i] * q[i]->tt;
+        double var = dev / (n * (n - 1) * tbar * tbar);
+        v += var > 0 ? var : 0;
+    }
+    return v > 0 ? (r[1] - r[0]) / sqrt(v) : r[1] > r[0] ? INFINITY : r[1] < r[0] ? -INFINITY : 0;
 }
 
 /* Whether side a of a paired probe is clearly cheaper than side b: by PAIR_Z standard errors or by
@@ -684,21 +677,12 @@ static bool pair_clearly_cheaper(const mn_tuner_pair *a, const mn_tuner_pair *b)
     return pair_cost(a) < pair_cost(b) * (1 - PAIR_CLEAR) || pair_z(a, b) > PAIR_Z;
 }
 
-/* A paired probe's evidence joins the earlier probes', which weigh EVIDENCE_DECAY as much as before:
- * the log of speculating's cost per token over plain decoding's, weighted by its precision (the
- * delta method's, from both sides' variances; no less than EVIDENCE_FLOOR). One probe at 16
- * sequences measures each side to 3-5%, and the sides' difference there is about that (n-gram
- * drafts on devil cost 2-4% more than plain decoding): several probes together tell it. */
-static void add_evidence(mn_tuner_class *c, const mn_tuner_pair *paired)
+/* Whether side `to` of a paired probe is cheaper than side `from`: by the margin over their steps,
+ * and, when `clearly`, pair_clearly_cheaper. */
+static bool pair_cheaper(const mn_tuner_pair *to, const mn_tuner_pair *from, float margin, bool clearly)
 {
-    const mn_tuner_pair *plain = &paired[0], *spec = &paired[1];
-    if (plain->steps < 2 || spec->steps < 2 || !plain->tokens || !spec->tokens)
-        return;
-    double rp = pair_cost(plain), rs = pair_cost(spec);
-    double var = pair_var(plain) / (rp * rp) + pair_var(spec) / (rs * rs);
-    double w = 1 / (var > EVIDENCE_FLOOR ? var : EVIDENCE_FLOOR);
-    c->ev_w = EVIDENCE_DECAY * c->ev_w + w;
-    c->ev_wl = EVIDENCE_DECAY * c->ev_wl + w * log(rs / rp);
+    return to->steps >= 2 && from->steps >= 2 && pair_cost(to) < pair_cost(from) * (1 - margin) &&
+           (!clearly || pair_clearly_cheaper(to, from));
 }
 
 /* After a paired probe: both sides' points on the curve, from their own steps; the window's cost. */
@@ -718,37 +702,22 @@ static double record_pair(const mn_tuner *t, mn_tuner_class *c)
 
 /* After a window: the sequences choose their lengths, so the class's length is their bound s_max,
  * or, when s_min is 0, plain decoding where that costs less per produced token. Which side is
- * cheaper only paired probes decide: for one window the class's steps alternate between its home
- * and the other side, and the probe's evidence (add_evidence) joins the earlier probes'. The first
- * probe (the class starts at its starting length, neither side) takes speculating only where the
- * evidence puts it below plain decoding by the margin: a tie is plain decoding's, which costs
- * nothing to keep, where a draft that does not pay costs every step. Later, a class at plain
- * decoding goes to speculating only when the evidence puts it below by the margin and is sure, by
- * SPEC_Z standard errors or by PAIR_CLEAR; a class at speculating leaves once the evidence puts it
- * above by the margin.
- * - Until 2026-11-30 the first probe kept speculating unless plain decoding was cheaper by the
- *   margin, and a later probe moved the class only when it alone was sure (PAIR_Z). On devil at 16
- *   clients the n-gram drafts' first probe found the sides level (53.1 against 53.3 us a token,
- *   0.16 standard errors), so the class stayed speculating, and its speculating steps then cost
- *   18-21% more a produced token than plain ones (step traces), which one probe, 3-5% a side, could
- *   not be sure of before the gap grew.
- * - Leaving at a tie, as the first probe does, cost one client on mixed text 8% (tools/bench-steps.py,
- *   10 rounds, 1.22x plain against 1.32x for the build before): a probe over the devil requests,
- *   where speculating gains 2-5%, came out level and sent the class to plain decoding for a gap.
- *   With the dead zone, 1.46x against 1.41x in the next run.
- * - Coming on two standard errors kept a class at plain decoding through 24% of its decisions where
- *   speculating was 5% cheaper, one standard error through 2% (tests/test_spec.c,
- *   probes_add_up_to_the_cheaper_side).
- * The class starts with a probe (right after its window at the starting length, which is neither
- * side), and runs one every probe_gap windows; a probe that changes nothing doubles the gap (up to
- * 4 probe_every: a side that loses by far, model drafters at a large batch, should not cost half a
- * window in 16 forever), one that moves the class resets it to probe_every. A home window that
- * costs PROBE_ALARM times the other side's last paired figure starts one at once: the probe that
- * chose home is contradicted; so does one that costs PROBE_ALARM times home's own figure in that
- * probe and comes within PROBE_ALARM of the other side's: the text changed (served kjv, then devil,
- * at 16 clients, the vote's windows went from 52 us a token, its figure, to 59, beside plain
- * decoding's 60, and the next timed probe was 32 windows away, past the end of the run). A probe
- * an alarm brings weighs the earlier evidence EVIDENCE_ALARM as much again: it was about other text. */
+ * cheaper only a paired probe decides: for one window the class's steps alternate between its
+ * home and the other side, and whichever costs less per token over those steps, by the margin,
+ * becomes home; after the class's first probe, only clearly (pair_cheaper: a home stays while the
+ * steps do not tell). The class starts with one (right after its window at the starting length,
+ * which is neither side), and runs one every probe_gap windows; a probe that changes nothing doubles
+ * the gap (up to 4 probe_every: a side that loses by far, model drafters at a large batch, should
+ * not cost half a window in 16 forever), one that moves the class resets it to probe_every. A
+ * home window that costs PROBE_ALARM times the other side's last paired figure starts one at once:
+ * the probe that chose home is contradicted; so does one that costs PROBE_ALARM times home's own
+ * figure in that probe and comes within PROBE_ALARM of the other side's: the text changed (served
+ * kjv, then devil, at 16 clients, the vote's windows went from 52 us a token, its figure, to 59,
+ * beside plain decoding's 60, and the next timed probe was 32 windows away, past the end of the
+ * run). At 16 sequences on devil the vote's class stayed speculating at 1.5 (as PROBE_LOSES was),
+ * its windows 12% dearer a token than the plain decoding its first probe had measured: that probe
+ * had found the opposite on the warm-up's noise, and the next was probe_every windows away, past
+ * the end of a benchmark's run. */
 static void decide_sequence(mn_tuner *t, mn_tuner_class *c, uint32_t cls, double cost,
                             const mn_tuner_pair *paired, mn_tuner_decision *d)
 {
@@ -756,16 +725,11 @@ static void decide_sequence(mn_tuner *t, mn_tuner_class *c, uint32_t cls, double
     uint32_t from = c->home, lo = p->s_min, hi = p->s_max;
     const char *why = "rest";
     if (paired) {
-        add_evidence(c, paired);
-        if (c->ev_w > 0) {
-            double l = c->ev_wl / c->ev_w, se = 1 / sqrt(c->ev_w);
-            bool pays = l < log1p(-p->margin), costs = l > -log1p(-p->margin);
-            bool sure = -l > SPEC_Z * se || l < log1p(-PAIR_CLEAR);
-            if (c->home == hi && (c->probes <= 1 ? !pays : costs))
-                c->home = lo, why = "pair";
-            else if (c->home == lo && pays && (c->probes <= 1 || sure))
-                c->home = hi, why = "pair";
-        }
+        bool clearly = c->probes > 1; /* the first chooses; later ones must be sure to move it */
+        if (c->home == hi && pair_cheaper(&paired[0], &paired[1], p->margin, clearly))
+            c->home = lo, why = "pair";
+        else if (c->home == lo && pair_cheaper(&paired[1], &paired[0], p->margin, clearly))
+            c->home = hi, why = "pair";
         c->probe_gap = c->home == from ? 2 * c->probe_gap : p->probe_every;
         c->home_paired = pair_cost(&paired[c->home != lo]);
     } else if (c->home != lo && c->home != hi) { /* the starting length */
@@ -789,10 +753,6 @@ static void decide_sequence(mn_tuner *t, mn_tuner_class *c, uint32_t cls, double
         why = "probe";
         c->probes++;
         c->probed_at = c->decisions;
-        if (alarm) {
-            c->ev_w *= EVIDENCE_ALARM;
-            c->ev_wl *= EVIDENCE_ALARM;
-        }
     }
     c->moves += c->home != from;
     c->s = c->home;

@@ -55,12 +55,10 @@
  *   Each kind's acceptance is learned from the verified drafts its drafters won the vote with:
  *   with spec.cascade the models draft where the n-gram found nothing, the hardest positions
  *   (docs/speculation.md, "Two kinds of draft"). The class's own length is then a bound, s_max,
- *   or 0 where plain decoding costs less, and only paired probes decide which: for one window
+ *   or 0 where plain decoding costs less, and only a paired probe decides which: for one window
  *   the class's steps alternate between its home and the other side, MN_TUNER_PAIR_BLOCK steps at
- *   a time, and each probe's log cost ratio joins the earlier probes' (precision-weighted,
- *   decayed). Speculating must pay: it stays home while that evidence puts it below plain decoding
- *   by the margin, and a class at plain decoding comes to it only when the evidence is also sure
- *   by SPEC_Z standard errors or by PAIR_CLEAR (tuner.c); a tie is plain decoding's.
+ *   a time. The first probe chooses by the measured costs; later ones move the class only when the
+ *   other side is cheaper by PAIR_Z standard errors or by PAIR_CLEAR of home's cost (tuner.c).
  *   Probes come every probe_gap windows (probe_every, doubling up to 4 probe_every while they
  *   change nothing), and at once after a home window that cost PROBE_ALARM times the other side's
  *   last figure, or home's own in the probe that chose or kept it when that brings home within
@@ -198,8 +196,6 @@ typedef struct mn_tuner_class {
                                       /* last chose or kept it (0 before one) */
     bool pairing;                     /* sequence rule: this window alternates home and the other side */
     mn_tuner_pair pair[2];            /* and their steps in it */
-    double ev_w, ev_wl;               /* sequence rule: the probes' evidence, ln(speculating's cost /
-                                       * plain's) weighted by its precision, summed, decayed a probe */
 } mn_tuner_class;
 
 typedef struct mn_tuner {
