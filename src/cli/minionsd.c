@@ -40,7 +40,7 @@ static void usage(FILE *f)
             "                         a quarter of the machine's memory)\n"
             "      --kv-mib N         KV budget in MiB instead of --kv-blocks\n"
             "      --kv-type f32|f16  the KV cache's elements: f16 halves its memory and what attention reads\n"
-            "                         a token, rounding K and V to half floats (CPU backend; default f32)\n"
+            "                         a token, rounding K and V to half floats (default f32)\n"
             "      --max-queue N      most requests waiting before 'busy' (default 256)\n"
             "      --max-line N       longest request line in bytes (default 1048576)\n"
             "      --output-buffer KIB unsent output that pauses a client's requests (default 256)\n"
