@@ -127,41 +127,34 @@ static void generic_quantize_q8(const float *x, size_t n, mn_q8 *out)
         out[nb / 8].d[j] = out[nb / 8].s[j] = 0.0f;
 }
 
-static float generic_dot(const float *a, const float *b, int n)
-{
-    float lane[8] = {0};
-    int k = 0;
-    for (; k + 8 <= n; k += 8)
-        for (int l = 0; l < 8; l++)
-            lane[l] = fmaf(a[k + l], b[k + l], lane[l]);
-    float s = hsum8(lane);
-    for (; k < n; k++)
-        s = fmaf(a[k], b[k], s);
-    return s;
-}
-
 /* Element k of an attention row of `type` (MN_F32 or MN_F16, converted exactly). */
 static float row_elem(uint32_t type, const void *row, int k)
 {
     return type == MN_F16 ? mn_f16_to_f32(((const uint16_t *)row)[k]) : ((const float *)row)[k];
 }
 
+/* The dot product of a and b, b of `type`: 8 lane chains, hsum8, then the tail in order. */
+static float dot_row(const float *a, const void *b, uint32_t type, int n)
+{
+    float lane[8] = {0};
+    int k = 0;
+    for (; k + 8 <= n; k += 8)
+        for (int l = 0; l < 8; l++)
+            lane[l] = fmaf(a[k + l], row_elem(type, b, k + l), lane[l]);
+    float s = hsum8(lane);
+    for (; k < n; k++)
+        s = fmaf(a[k], row_elem(type, b, k), s);
+    return s;
+}
+
+static float generic_dot(const float *a, const float *b, int n) { return dot_row(a, b, MN_F32, n); }
+
 static void generic_dots(const float *q, size_t ldq, int n_heads, const void *const *b, uint32_t type, int n_b, int n,
                          float *out, size_t ldo)
 {
     for (int h = 0; h < n_heads; h++)
-        for (int j = 0; j < n_b; j++) {
-            const float *a = q + (size_t)h * ldq;
-            float lane[8] = {0};
-            int k = 0;
-            for (; k + 8 <= n; k += 8)
-                for (int l = 0; l < 8; l++)
-                    lane[l] = fmaf(a[k + l], row_elem(type, b[j], k + l), lane[l]);
-            float s = hsum8(lane);
-            for (; k < n; k++)
-                s = fmaf(a[k], row_elem(type, b[j], k), s);
-            out[(size_t)h * ldo + j] = s;
-        }
+        for (int j = 0; j < n_b; j++)
+            out[(size_t)h * ldo + j] = dot_row(q + (size_t)h * ldq, b[j], type, n);
 }
 
 /* The SIMD exp, one lane: x = k ln2 + r with |r| <= ln2/2, exp(r) by Cephes' degree-7 polynomial,

@@ -73,15 +73,22 @@ MN_HD float mn_g_f16(const uint8_t *p)
     return __half2float(__half(r));
 }
 
-/* Element i of a layer's K or V cache as a float (a half converted exactly), and x stored there
- * (rounded to the nearest half, ties to even: the CPU's mn_to_f16, the same bits). */
-MN_HD float mn_g_kv_get(const mn_gpu_attn *a, const void *cache, size_t i)
+/* Element i of a layer's K or V cache as a float (a half converted exactly: H, the cache holds
+ * halves, a constant where a kernel is compiled for each), and x stored there (rounded to the
+ * nearest half, ties to even: the CPU's mn_to_f16, the same bits). */
+template <bool H>
+MN_HD float mn_g_kv_at(const void *cache, size_t i)
 {
-    if (!a->kv_half)
+    if (!H)
         return ((const float *)cache)[i];
     __half_raw r;
     r.x = ((const unsigned short *)cache)[i];
     return __half2float(__half(r));
+}
+
+MN_HD float mn_g_kv_get(const mn_gpu_attn *a, const void *cache, size_t i)
+{
+    return a->kv_half ? mn_g_kv_at<true>(cache, i) : mn_g_kv_at<false>(cache, i);
 }
 
 MN_HD void mn_g_kv_put(const mn_gpu_attn *a, void *cache, size_t i, float x)
@@ -1256,10 +1263,8 @@ __global__ void mn_k_attention(const __grid_constant__ mn_gpu_attn a, const floa
                 unsigned long long at_l = __shfl_sync(MN_G_FULL, at, (l0 + u) % MN_G_WARP);
                 wv[u] = __shfl_sync(MN_G_FULL, w, (l0 + u) % MN_G_WARP);
                 MN_G_EACH_DIM(D)
-                vv[u][j] = l0 + u < n && lane + j * MN_G_WARP < hd
-                               ? (H ? __half2float(((const __half *)a.v)[at_l + lane + j * MN_G_WARP])
-                                    : ((const float *)a.v)[at_l + lane + j * MN_G_WARP])
-                               : 0.0f;
+                vv[u][j] = l0 + u < n && lane + j * MN_G_WARP < hd ? mn_g_kv_at<H>(a.v, at_l + lane + j * MN_G_WARP)
+                                                                    : 0.0f;
             }
 #pragma unroll
             for (uint32_t u = 0; u < MN_G_V_BATCH; u++) {
