@@ -830,48 +830,59 @@ static int x16_usable(void)
            __builtin_cpu_supports("avx512vnni");
 }
 
-/* Seconds for a fixed number of independent FMA chains' steps in 256-bit or 512-bit registers.
- * noinline: no AVX-512 instruction of it may be scheduled before the caller's usable() check. */
-static __attribute__((noinline)) double fma_seconds(bool wide)
+/* Seconds for STEPS steps of ten independent FMA chains (two pipes x four cycles of latency need
+ * eight), in 256-bit or 512-bit registers: one loop each, so that the chains stay in registers.
+ * The first probe (until 2026-11-30) ran both in one loop with the width tested inside; GCC kept the
+ * chains on the stack there, the store-to-load round trip bounded both widths, and the ratio came
+ * out 1.5-1.75 on a Zen 5 core instead of its 2: 4 of 30 starts picked avx512, whose verification
+ * passes run about 1.2x as long. noinline: no AVX-512 instruction of it may be scheduled before
+ * the caller's usable() check. */
+#define FMA_CHAINS(V, FMADD, SET1)                                                                                \
+    do {                                                                                                        \
+        V a[10];                                                                                                \
+        const V m = SET1(0.999999f), c = SET1(1e-6f);                                                           \
+        for (int i = 0; i < 10; i++)                                                                            \
+            a[i] = SET1((float)i);                                                                              \
+        double t0 = mn_now();                                                                                   \
+        for (int s = 0; s < steps; s++) {                                                                       \
+            _Pragma("GCC unroll 10") for (int i = 0; i < 10; i++) a[i] = FMADD(a[i], m, c);                    \
+        }                                                                                                       \
+        t = mn_now() - t0;                                                                                      \
+        for (int i = 0; i < 10; i++)                                                                            \
+            sink += a[i][0];                                                                                    \
+    } while (0)
+static __attribute__((noinline)) double fma_seconds(bool wide, int steps)
 {
-    enum { CHAINS = 10, STEPS = 4096 };
-    __m512 a[CHAINS], m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-6f);
-    __m256 b[CHAINS], m8 = _mm256_set1_ps(0.999999f), c8 = _mm256_set1_ps(1e-6f);
-    for (int i = 0; i < CHAINS; i++) {
-        a[i] = _mm512_set1_ps((float)i);
-        b[i] = _mm256_set1_ps((float)i);
-    }
-    double t0 = mn_now();
-    for (int s = 0; s < STEPS; s++)
-#pragma GCC unroll 10
-        for (int i = 0; i < CHAINS; i++) {
-            if (wide) {
-                a[i] = _mm512_fmadd_ps(a[i], m, c);
-                IN_REGISTER(a[i]);
-            } else {
-                b[i] = _mm256_fmadd_ps(b[i], m8, c8);
-                IN_REGISTER(b[i]);
-            }
-        }
-    double t = mn_now() - t0;
+    double t;
     volatile float sink = 0.0f;
-    for (int i = 0; i < CHAINS; i++)
-        sink += _mm512_cvtss_f32(a[i]) + _mm256_cvtss_f32(b[i]);
+    if (wide)
+        FMA_CHAINS(__m512, _mm512_fmadd_ps, _mm512_set1_ps);
+    else
+        FMA_CHAINS(__m256, _mm256_fmadd_ps, _mm256_set1_ps);
     (void)sink;
     return t;
 }
+#undef FMA_CHAINS
 
 /* Whether this core runs 512-bit FMAs at (nearly) the rate of 256-bit ones, so that the 512-bit
  * tiles do twice the work per instruction: on Zen 5 (and Intel cores with two 512-bit FMA units)
  * yes; on Zen 4, which splits each over its 256-bit pipes, no (see the opening comment). Measured
- * once, at the table's first use, best of five short runs each (about 0.3 ms in all). */
+ * once, at the table's first use: a warm-up of both widths (the clock ramps up from idle, and a
+ * core may power its 512-bit units up on first use), then the best of five short runs each, about
+ * 0.5 ms in all. The FLOP-rate ratio is near 1 on a core that splits 512-bit FMAs and near 2 on one
+ * that does not; the choice is made at 1.5. */
 static int x16w_prefer(void)
 {
     if (!x16_usable())
         return 0;
+    enum { STEPS = 4096 };
+    for (int r = 0; r < 8; r++) {
+        fma_seconds(true, STEPS);
+        fma_seconds(false, STEPS);
+    }
     double narrow = 1e9, wide = 1e9;
     for (int r = 0; r < 5; r++) {
-        double n = fma_seconds(false), w = fma_seconds(true);
+        double n = fma_seconds(false, STEPS), w = fma_seconds(true, STEPS);
         narrow = n < narrow ? n : narrow;
         wide = w < wide ? w : wide;
     }
