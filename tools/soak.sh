@@ -11,6 +11,7 @@
 #                             by spaces, e.g. "models/draft-kjv.gguf ngram": the soak then speculates,
 #                             and greedy and seeded repeats must still give one text, as plain decoding's)
 #                             KV_TYPE (f32; f16: minionsd --kv-type f16)
+#                             SERVER_ARGS (more minionsd options, e.g. "--pipeline")
 # The last line is `soak: N passed, M failed` (minions-soak's checks and minionsd's exit status);
 # exit 0 when nothing failed. Everything the run wrote is kept in the directory printed on failure.
 # Relative paths (BIN, MODEL, PROMPTS) are taken from the source root, where the script runs.
@@ -49,7 +50,7 @@ trap 'exit 1' INT TERM
 : >"$tmp/minionsd.err"
 "$bin/minionsd" --model "$model" --port 0 --unix "$tmp/sock" --admin "ipc://$tmp/admin" --threads "$threads" \
   --max-batch "$max_batch" --kv-blocks "$kv_blocks" --kv-type "$kv_type" --output-buffer 4 --max-line "$max_line" \
-  --drain-timeout 30 $drafts >"$tmp/minionsd.out" 2>"$tmp/minionsd.err" &
+  --drain-timeout 30 $drafts ${SERVER_ARGS:-} >"$tmp/minionsd.out" 2>"$tmp/minionsd.err" &
 pid=$!
 addr=
 for _ in $(seq 600); do
