@@ -868,8 +868,8 @@ static __attribute__((noinline)) double fma_seconds(bool wide, int steps)
  * tiles do twice the work per instruction: on Zen 5 (and Intel cores with two 512-bit FMA units)
  * yes; on Zen 4, which splits each over its 256-bit pipes, no (see the opening comment). Measured
  * once, at the table's first use: a warm-up of both widths (the clock ramps up from idle, and a
- * core may power its 512-bit units up on first use), then the best of five short runs each, about
- * 0.5 ms in all. The FLOP-rate ratio is near 1 on a core that splits 512-bit FMAs and near 2 on one
+ * core may power its 512-bit units up on first use), then the best of five short runs each: 26
+ * runs of about 5 us. The FLOP-rate ratio is near 1 on a core that splits 512-bit FMAs and near 2 on one
  * that does not; the choice is made at 1.5. */
 static int x16w_prefer(void)
 {
