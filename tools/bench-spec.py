@@ -14,7 +14,9 @@ is measured on, and must be the same for every configuration. So each round of a
 --warm requests (not measured) with drafter.ngram.learn on, then freezes the cache (learn off), and
 every configuration of that round is served the same fresh prompts; every round takes prompts no
 earlier round used (a warning when the set runs out and prompts repeat). The cache thus grows by
---warm requests per round, as a server's would from its earlier traffic.
+--warm requests per round, as a server's would from its earlier traffic. The servers run with
+--prefix-cache off for the same reason: a configuration served a round's prompts after another one
+would find their KV cached and skip the prefill that the first one paid.
 
 Configurations: plain (spec.enabled false); each draft alone; ngram alone; ngram-flat (ngram with
 drafter.ngram.short_len 16: every match proposes spec.length tokens, as before short matches were
@@ -78,8 +80,14 @@ class Server(minionsd.Server):
 
     def __init__(self, spec_length, threads, max_batch, extra=()):
         # the length is fixed (and switched live) unless extra names a --tuner, which comes later and wins
+        # --prefix-cache off: a round serves the same prompts to every configuration of a server,
+        # and with the cache each after the first skipped their prefill. The tuner's sweep serves
+        # nine configurations back to back, its adaptive server one, so until 2026-11-30 a fixed
+        # length with one client ran 1.06-1.14x as fast on the sweep's server as on a server of
+        # its own, and the tuner looked 0.88-0.92 of the best fixed length where it was level.
         args = ["--model", TARGET, "--threads", str(threads), "--max-batch", str(max_batch),
-                "--spec-length", str(spec_length), "--tuner", "fixed"] + minionsd.draft_args(DRAFTS)
+                "--spec-length", str(spec_length), "--tuner", "fixed", "--prefix-cache", "off"] + \
+            minionsd.draft_args(DRAFTS)
         if KV_BLOCKS:
             args += ["--kv-blocks", str(KV_BLOCKS)]
         if DRAFT_BACKEND:
