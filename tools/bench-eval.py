@@ -25,7 +25,12 @@ docs/: eval-latency.png (Figure 8: normalized latency by system and set, 1 clien
 (Figure 9: throughput by system and set, many clients), eval-ablation.png (Figure 10: ablation
 bars), eval-clients.png (the sweep); tables to build/bench-eval/results.md and README.
 
-    tools/bench-eval.py --llama /tmp/llama/build/bin [--rounds 5] [--tokens 64] [--sets kjv,web,devil,mixed]
+    tools/bench-eval.py --llama /tmp/llama/build/bin [--rounds 5] [--warmup 1] [--tokens 64]
+                         [--sets kjv,web,devil,mixed]
+
+Before the measured rounds, --warmup rounds of the same jobs whose figures are dropped: the base
+server has served the single drafters' sweep by then, and the others, the adaptive tuner and the
+vote's weights among them, get traffic of their own to learn from, as a running server has.
 
 Needs build/minionsd, build/minions-bench, build/minions-cli and llama.cpp's llama-server (built
 here from its source, see docs/speculation.md; nothing is downloaded).
@@ -214,6 +219,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--llama", required=True, help="llama.cpp's bin directory (llama-server)")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=1, help="rounds served first and not measured")
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--requests1", type=int, default=6, help="requests of a 1-client run")
     ap.add_argument("--clients-many", type=int, default=16)
@@ -238,7 +244,10 @@ def main():
                 best[(args.sweep_set, c)] = sweep_single(args, bench.base, args.sweep_set, c)
         jobs = [(s, c, sysname) for s in sets for c in counts for sysname in SYSTEMS]
         jobs += [("sweep", c, sysname) for c in sweep for sysname in SWEEP_SYSTEMS]
-        for r in range(max(args.rounds, args.sweep_rounds)):
+        # --warmup rounds first, measured by no one: every system has served traffic before its
+        # rounds count, as the base server has in the sweep (the adaptive tuner and the vote's
+        # weights learn from it, as a running server's have)
+        for r in range(-args.warmup, max(args.rounds, args.sweep_rounds)):
             for s in sets + (["sweep"] if sweep else []):
                 rounds = args.sweep_rounds if s == "sweep" else args.rounds
                 if r >= rounds:
@@ -248,8 +257,10 @@ def main():
                 for set_name, c, sysname in mine[k:] + mine[:k]:
                     real = args.sweep_set if set_name == "sweep" else set_name
                     d, length, _ = best[(real, 1 if c == 1 else args.clients_many)]
-                    res.setdefault((set_name, c, sysname), []).append(bench.run(sysname, real, c, (d, length)))
-            print(f"round {r + 1} done", file=sys.stderr, flush=True)
+                    summary = bench.run(sysname, real, c, (d, length))
+                    if r >= 0:
+                        res.setdefault((set_name, c, sysname), []).append(summary)
+            print(f"round {r + 1} done" if r >= 0 else "warm-up round done", file=sys.stderr, flush=True)
     finally:
         bench.stop()
     report(args, sets, counts, sweep, res, best)
