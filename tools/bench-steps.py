@@ -44,8 +44,11 @@ produced token of the whole cycle (return to return), of drafting rounds, of pas
 drafters' backlog (catching up after plain steps), and the window's speculating steps: what the
 tuner's first decisions compare, as the vote's weights learn.
 
-Configurations: plain (no drafter), ngram (the n-gram drafter, no shared cache: rounds repeat
-their prompts), vote (the three bundled drafts and ngram), each optionally +tuner (adaptive,
+Every server runs with --ngram-cache 0 and --prefix-cache off: the rounds repeat their prompts,
+and from the second round on a server would find their text and their KV cached (until
+2026-11-30 the prefix cache was on, and only the first round's steps prefilled their prompts).
+
+Configurations: plain (no drafter), ngram (the n-gram drafter), vote (the three bundled drafts and ngram), each optionally +tuner (adaptive,
 sequence rule; +tuner:s_min=6:s_max=6 sets tuner keys too) and +pipe (--pipeline, the drafts on
 --pipe-threads compute threads of their own beside the target's --threads: vote+tuner+pipe);
 speculating ones at --spec-length. CONFIG@DIR
@@ -90,7 +93,8 @@ class Server(minionsd.Server):
         pipe = "pipe" in options
         threads = args.threads + (args.pipe_threads if pipe else 0)
         cmd = ["--model", os.path.join(ROOT, args.target), "--threads", str(threads), "--max-batch", "16",
-               "--spec-length", str(args.spec_length), "--ngram-cache", "0", "--step-trace", self.trace]
+               "--spec-length", str(args.spec_length), "--ngram-cache", "0", "--prefix-cache", "off",
+               "--step-trace", self.trace]
         if name != "plain":
             cmd += minionsd.draft_args(DRAFTS[name])
         tuner = [o for o in options if o.split(":")[0] == "tuner"]
