@@ -108,9 +108,8 @@ ALWAYS_INLINE __m256 load_chunk(uint32_t type, const uint8_t *row, int c)
 {
     switch (type) {
     case MN_F32:
-        return _mm256_loadu_ps((const float *)row + c * 8);
     case MN_F16:
-        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + c * 16)));
+        return load8(type, row, c * 8);
     case MN_Q8_0: {
         const uint8_t *b = row + (c >> 2) * 34;
         __m256 d = _mm256_set1_ps(_cvtsh_ss(*(const uint16_t *)b));
