@@ -6,7 +6,7 @@
  * the build; against a build's library:
  *
  *   gcc -O2 -Isrc -Ibuild tools/bench-attention.c build/libminions.a -o /tmp/bench-attention \
- *       -lm -lpthread -ljemalloc -L/usr/local/cuda/lib64 -lcudart -lcublas -lstdc++ && /tmp/bench-attention
+ *       -lm -lpthread -ljemalloc -L/usr/local/cuda/lib64 -lcudart -lstdc++ && /tmp/bench-attention
  *
  * (the CUDA libraries where the build has CUDA, as configure's default does when nvcc is found)
  *

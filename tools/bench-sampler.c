@@ -3,7 +3,7 @@
  * temperature 0.8 with top_p 1, 0.95 and 0.9. Not part of the build; against a build's library:
  *
  *   gcc -O2 -Isrc -Ibuild tools/bench-sampler.c build/libminions.a -o /tmp/bench-sampler \
- *       -lm -lpthread -ljemalloc -L/usr/local/cuda/lib64 -lcudart -lcublas -lstdc++ && /tmp/bench-sampler
+ *       -lm -lpthread -ljemalloc -L/usr/local/cuda/lib64 -lcudart -lstdc++ && /tmp/bench-sampler
  *
  * (the CUDA libraries where the build has CUDA, as configure's default does when nvcc is found)
  *
