@@ -526,6 +526,7 @@ mn_status mn_cpu_backend_new(const mn_model *m, const mn_backend_config *cfg, mn
         goto fail;
     for (uint32_t j = 0; j < hp->rope_dim / 2; j++)
         st->inv_freq[j] = (float)pow((double)hp->rope_base, -2.0 * j / (double)hp->rope_dim);
+    (void)mn_cpu_kernels_name(); /* the kernel set is picked now, not in the first pass: its probe takes ms */
     *out = be;
     return MN_OK;
 fail:
