@@ -1,7 +1,8 @@
 #!/bin/sh
 # http-clients.sh - real HTTP clients against minionsd --http: curl (whole, streamed, the API key,
-# errors) and the official openai package and prometheus_client's parser (tests/http_clients.py,
-# in the project's .venv). Prints "http-clients: N passed, N failed"; exits non-zero on any failure.
+# errors), minions-bench --http (completions and chat completions over keep-alive connections) and
+# the official openai package and prometheus_client's parser (tests/http_clients.py, in the
+# project's .venv). Prints "http-clients: N passed, N failed"; exits non-zero on any failure.
 set -u
 bin=${MINIONS_BIN_DIR:-.}
 src=${MINIONS_SRCDIR:-.}
@@ -51,6 +52,19 @@ p=$(sed -n 's/^python: \([0-9]*\) passed, \([0-9]*\) failed$/\1/p' "$tmp/py")
 f=$(sed -n 's/^python: \([0-9]*\) passed, \([0-9]*\) failed$/\2/p' "$tmp/py")
 passed=$((passed + ${p:-0}))
 failed=$((failed + ${f:-1}))
+
+# after the Python checks, which count the HTTP requests served so far
+bench() { "$bin/minions-bench" --http --addr "127.0.0.1:$port" --max-tokens 8 --clients 3 "$@"; }
+OPENAI_API_KEY=$(cat "$tmp/key") bench --prompts "$src/prompts/kjv.jsonl" --requests 7 --out "$tmp/recs" \
+  --extra '{"cache_prompt":false}' >"$tmp/bench" 2>"$tmp/bench-err"
+check "minions-bench --http: 7 completions from 3 clients" grep -q '"ok":7,"tokens":56,' "$tmp/bench"
+check "... each with its usage and finish reason" \
+  test "$(grep -c '"completion_tokens":8,.*"finish_reason":"length"' "$tmp/recs")" -eq 7
+OPENAI_API_KEY=$(cat "$tmp/key") bench --prompts "$src/prompts/smollm2-chat.jsonl" --requests 4 >"$tmp/bench" 2>&1
+check "minions-bench --http: chat prompts as chat completions" grep -q '"ok":4,"tokens":32,' "$tmp/bench"
+OPENAI_API_KEY= bench --prompts "$src/prompts/kjv.jsonl" --requests 2 >"$tmp/bench" 2>"$tmp/bench-err"
+check "minions-bench --http: without the key, it fails (exit 1)" test $? -eq 1
+check "... saying the server's 401" grep -q 'HTTP 401' "$tmp/bench-err"
 
 kill -TERM $pid
 wait $pid

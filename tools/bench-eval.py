@@ -43,7 +43,6 @@ import socket
 import statistics
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 
@@ -51,6 +50,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from importlib import import_module  # noqa: E402
 
 spec = import_module("bench-spec")  # the minionsd Server helper and run_bench
+minionsd = spec.minionsd
 llamacpp_spec = import_module("bench-llamacpp-spec")  # draft_length_flags: the flags differ by version
 ROOT, BIN, DRAFTS = spec.ROOT, spec.BIN, spec.DRAFTS
 MODELS = [d for d in DRAFTS if d != "ngram"]
@@ -87,41 +87,11 @@ class Llama:
                 time.sleep(0.1)
         raise RuntimeError("llama-server did not start")
 
-    def complete(self, prompt, tokens):
-        body = json.dumps({"prompt": prompt, "n_predict": tokens, "temperature": 0, "cache_prompt": False}).encode()
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/completion", body,
-                                     {"Content-Type": "application/json"})
-        t0 = time.monotonic()
-        with urllib.request.urlopen(req, timeout=600) as r:
-            out = json.load(r)
-        return out["tokens_predicted"], time.monotonic() - t0
-
     def run(self, prompts_file, clients, requests, tokens):
-        with open(prompts_file) as f:
-            prompts = [json.loads(line)["prompt"] for line in f]
-        done, lock, nexti = [], threading.Lock(), [0]
-
-        def client():
-            while True:
-                with lock:
-                    i = nexti[0]
-                    nexti[0] += 1
-                if i >= requests:
-                    return
-                n, secs = self.complete(prompts[i % len(prompts)], tokens)
-                with lock:
-                    done.append((n, secs))
-
-        t0 = time.monotonic()
-        threads = [threading.Thread(target=client) for _ in range(clients)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        wall = time.monotonic() - t0
-        total = sum(n for n, _ in done)
-        return {"tok_per_s": total / wall,
-                "norm_latency_ms": statistics.mean(1e3 * s / max(n, 1) for n, s in done)}
+        """minions-bench, the client of every minionsd run, over llama-server's OpenAI API (each
+        request prefilled: cache_prompt false)."""
+        return minionsd.bench(f"127.0.0.1:{self.port}", prompts_file, clients, requests, tokens, "--http",
+                              "--extra", json.dumps({"cache_prompt": False}))
 
     def stop(self):
         self.proc.terminate()

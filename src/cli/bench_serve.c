@@ -1,6 +1,11 @@
 /* bench_serve.c - minions-bench: N concurrent clients replay a prompt set against minionsd over TCP
  * (or a Unix socket) and report throughput, mean normalized latency (request latency / output
- * tokens), time to first token p50/p99; --out writes one JSON record per request.
+ * tokens), time to first token p50/p99; --out writes one JSON record per request. With --http the
+ * clients speak the OpenAI API instead (POST /v1/completions, or /v1/chat/completions for a chat
+ * prompt, not streamed, over keep-alive connections), so that one client drives minionsd --http and
+ * other engines' servers (llama.cpp's llama-server) alike; the time to first token is then the
+ * whole latency. --extra JSON adds fields to every request (llama-server's {"cache_prompt": false});
+ * OPENAI_API_KEY, when set, goes with every HTTP request as its bearer token.
  * Each client is a thread with one connection and one request in flight at a time; clients take the
  * next prompt from a shared counter until --requests are done, starting at prompt --first (wrapping
  * at the set's end; a benchmark that must not repeat prompts gives each run its own slice). The last stdout line is a JSON
@@ -14,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "cli/client.h"
@@ -40,6 +46,9 @@ typedef struct bench {
     int max_tokens;
     double temperature;
     double top_p;             /* sent when below 1 */
+    int http;                 /* --http: the OpenAI API */
+    const char *api_key;      /* OPENAI_API_KEY, or NULL */
+    json_t *extra;            /* --extra: fields every request carries */
     atomic_int next;
     record *records;
     double t0;
@@ -49,6 +58,127 @@ typedef struct client_arg {
     bench *b;
     int id;
 } client_arg;
+
+/* One request over minionsd's JSON-lines protocol, streamed; r->ok when its done line came. */
+static void native_request(mn_client *c, json_t *o, record *r)
+{
+    char *line = json_dumps(o, JSON_COMPACT);
+    if (!line) {
+        fprintf(stderr, "minions-bench: out of memory\n");
+        return;
+    }
+    size_t n = strlen(line);
+    line[n] = '\n';
+    r->start = mn_now();
+    int sent = mn_client_send(c, line, n + 1);
+    free(line);
+    if (sent < 0)
+        return;
+    for (char *l; (l = mn_client_read_line(c, &n));) {
+        json_t *reply = json_loadb(l, n, 0, NULL);
+        if (json_object_get(reply, "delta") && !r->ttft)
+            r->ttft = mn_now() - r->start;
+        if (json_object_get(reply, "error")) {
+            fprintf(stderr, "minions-bench: %s\n", l);
+            json_decref(reply);
+            return;
+        }
+        if (json_object_get(reply, "done")) {
+            r->latency = mn_now() - r->start;
+            json_t *u = json_object_get(reply, "usage");
+            r->prompt_tokens = (long)json_integer_value(json_object_get(u, "prompt_tokens"));
+            r->completion_tokens = (long)json_integer_value(json_object_get(u, "completion_tokens"));
+            json_t *sp = json_object_get(reply, "spec");
+            r->accepted = (long)json_integer_value(json_object_get(sp, "accepted"));
+            r->verifications = (long)json_integer_value(json_object_get(sp, "verifications"));
+            snprintf(r->finish, sizeof r->finish, "%s", json_string_value(json_object_get(reply, "finish_reason")));
+            if (!r->ttft)
+                r->ttft = r->latency;
+            r->ok = 1;
+            json_decref(reply);
+            return;
+        }
+        json_decref(reply);
+    }
+}
+
+/* The reply's status and body (Content-Length framed; *close when the server will close the
+ * connection after it): the body, owned by the client, or NULL. */
+static char *http_reply(mn_client *c, int *status, int *close_after)
+{
+    size_t n;
+    char *l = mn_client_read_line(c, &n);
+    if (!l || sscanf(l, "HTTP/1.%*d %d", status) != 1)
+        return NULL;
+    long length = -1;
+    *close_after = strncmp(l, "HTTP/1.0", 8) == 0;
+    while ((l = mn_client_read_line(c, &n)) && n > 0 && l[0] != '\r') {
+        if (strncasecmp(l, "content-length:", 15) == 0)
+            length = strtol(l + 15, NULL, 10);
+        else if (strncasecmp(l, "connection:", 11) == 0)
+            *close_after = strstr(l + 11, "close") || strstr(l + 11, "Close");
+    }
+    if (!l)
+        return NULL;
+    if (length < 0) {
+        fprintf(stderr, "minions-bench: the server's reply has no Content-Length (chunked replies are not read)\n");
+        return NULL;
+    }
+    return mn_client_read_bytes(c, (size_t)length);
+}
+
+/* One request over the OpenAI API, not streamed; r->ok when a 200 reply with its usage came. Reconnects
+ * a connection the server closed. */
+static void http_request(mn_client *c, const bench *b, json_t *o, int chat, record *r)
+{
+    const char *addr = b->addr;
+    json_object_del(o, "id");
+    json_object_set_new(o, "stream", json_false());
+    char *body = json_dumps(o, JSON_COMPACT);
+    if (!body) {
+        fprintf(stderr, "minions-bench: out of memory\n");
+        return;
+    }
+    size_t n = strlen(body);
+    char head[1024];
+    int h = snprintf(head, sizeof head,
+                     "POST /v1/%s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\n%s%s%s\r\n",
+                     chat ? "chat/completions" : "completions", addr, n, b->api_key ? "Authorization: Bearer " : "",
+                     b->api_key ? b->api_key : "", b->api_key ? "\r\n" : "");
+    if (h < 0 || (size_t)h >= sizeof head) {
+        fprintf(stderr, "minions-bench: OPENAI_API_KEY is too long\n");
+        free(body);
+        return;
+    }
+    mn_err err = {{0}};
+    if (c->fd < 0 && mn_client_connect(addr, c, &err) < 0) {
+        fprintf(stderr, "minions-bench: %s\n", err.msg);
+        free(body);
+        return;
+    }
+    r->start = mn_now();
+    int status = 0, close_after = 0;
+    char *reply = mn_client_send(c, head, (size_t)h) == 0 && mn_client_send(c, body, n) == 0
+                      ? http_reply(c, &status, &close_after)
+                      : NULL;
+    free(body);
+    r->latency = r->ttft = mn_now() - r->start;
+    json_t *j = reply ? json_loads(reply, 0, NULL) : NULL;
+    json_t *u = json_object_get(j, "usage");
+    if (status == 200 && json_is_object(u)) {
+        r->prompt_tokens = (long)json_integer_value(json_object_get(u, "prompt_tokens"));
+        r->completion_tokens = (long)json_integer_value(json_object_get(u, "completion_tokens"));
+        json_t *choice = json_array_get(json_object_get(j, "choices"), 0);
+        snprintf(r->finish, sizeof r->finish, "%s", json_string_value(json_object_get(choice, "finish_reason")));
+        r->ok = 1;
+    } else {
+        fprintf(stderr, "minions-bench: HTTP %d: %s\n", status, reply ? reply : "no reply");
+    }
+    json_decref(j);
+    if (close_after || !reply)
+        mn_client_close(c);
+}
 
 static void *client_main(void *arg)
 {
@@ -68,45 +198,16 @@ static void *client_main(void *arg)
                               b->temperature, "stream", 1);
         if (o && b->top_p < 1.0)
             json_object_set_new(o, "top_p", json_real(b->top_p));
-        char *line = o && mn_prompt_set(&b->prompts[r->prompt], o) == 0 ? json_dumps(o, JSON_COMPACT) : NULL;
-        json_decref(o);
-        if (!line) {
+        if (!o || mn_prompt_set(&b->prompts[r->prompt], o) < 0 || (b->extra && json_object_update(o, b->extra) < 0)) {
             fprintf(stderr, "minions-bench: client %d: out of memory\n", ca->id);
+            json_decref(o);
             break;
         }
-        size_t n = strlen(line);
-        line[n] = '\n';
-        r->start = mn_now();
-        int sent = mn_client_send(&c, line, n + 1);
-        free(line);
-        if (sent < 0)
-            break;
-        for (char *l; (l = mn_client_read_line(&c, &n));) {
-            json_t *reply = json_loadb(l, n, 0, NULL);
-            if (json_object_get(reply, "delta") && !r->ttft)
-                r->ttft = mn_now() - r->start;
-            if (json_object_get(reply, "error")) {
-                fprintf(stderr, "minions-bench: %s\n", l);
-                json_decref(reply);
-                break;
-            }
-            if (json_object_get(reply, "done")) {
-                r->latency = mn_now() - r->start;
-                json_t *u = json_object_get(reply, "usage");
-                r->prompt_tokens = (long)json_integer_value(json_object_get(u, "prompt_tokens"));
-                r->completion_tokens = (long)json_integer_value(json_object_get(u, "completion_tokens"));
-                json_t *sp = json_object_get(reply, "spec");
-                r->accepted = (long)json_integer_value(json_object_get(sp, "accepted"));
-                r->verifications = (long)json_integer_value(json_object_get(sp, "verifications"));
-                snprintf(r->finish, sizeof r->finish, "%s", json_string_value(json_object_get(reply, "finish_reason")));
-                if (!r->ttft)
-                    r->ttft = r->latency;
-                r->ok = 1;
-                json_decref(reply);
-                break;
-            }
-            json_decref(reply);
-        }
+        if (b->http)
+            http_request(&c, b, o, b->prompts[r->prompt].chat, r);
+        else
+            native_request(&c, o, r);
+        json_decref(o);
         if (!r->ok)
             break;
     }
@@ -129,8 +230,8 @@ int main(int argc, char **argv)
         {"addr", required_argument, 0, 'a'},     {"clients", required_argument, 0, 'c'},
         {"prompts", required_argument, 0, 'p'},  {"requests", required_argument, 0, 'r'},
         {"max-tokens", required_argument, 0, 'n'}, {"temperature", required_argument, 0, 'T'},
-        {"top-p", required_argument, 0, 'P'},
-        {"out", required_argument, 0, 'o'},      {"first", required_argument, 0, 'f'},
+        {"top-p", required_argument, 0, 'P'},    {"http", no_argument, 0, 'H'},
+        {"extra", required_argument, 0, 'x'},    {"out", required_argument, 0, 'o'},      {"first", required_argument, 0, 'f'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -143,6 +244,14 @@ int main(int argc, char **argv)
         case 'n': b.max_tokens = atoi(optarg); break;
         case 'T': b.temperature = atof(optarg); break;
         case 'P': b.top_p = atof(optarg); break;
+        case 'H': b.http = 1; break;
+        case 'x':
+            json_decref(b.extra);
+            if (!json_is_object(b.extra = json_loads(optarg, 0, NULL))) {
+                fprintf(stderr, "minions-bench: --extra takes a JSON object, not %s\n", optarg);
+                return 2;
+            }
+            break;
         case 'o': out = optarg; break;
         case 'f': b.first = atoi(optarg); break;
         case 'h':
@@ -150,7 +259,7 @@ int main(int argc, char **argv)
             fprintf(c == 'h' ? stdout : stderr,
                     "usage: minions-bench [--addr HOST:PORT|PATH] [--clients N] [--prompts FILE.jsonl]\n"
                     "                     [--requests N] [--first K] [--max-tokens N] [--temperature T]\n"
-                    "                     [--top-p P] [--out FILE.jsonl]\n");
+                    "                     [--top-p P] [--out FILE.jsonl] [--http [--extra JSON]]\n");
             return c == 'h' ? 0 : 2;
         }
     }
@@ -164,6 +273,9 @@ int main(int argc, char **argv)
     }
     if (b.n_requests <= 0)
         b.n_requests = b.n_prompts;
+    b.api_key = getenv("OPENAI_API_KEY");
+    if (b.api_key && !*b.api_key)
+        b.api_key = NULL;
     b.records = mn_calloc((size_t)b.n_requests, sizeof *b.records);
     pthread_t *th = mn_calloc((size_t)clients, sizeof *th);
     client_arg *args = mn_calloc((size_t)clients, sizeof *args);
@@ -212,6 +324,7 @@ int main(int argc, char **argv)
            clients, b.n_requests, ok, tokens, wall, tokens / wall, 1e3 * norm / (ok ? ok : 1), 1e3 * p50, 1e3 * p99,
            verifications ? (double)accepted / verifications : 0.0);
     mn_prompts_free(b.prompts, b.n_prompts);
+    json_decref(b.extra);
     mn_free(b.records);
     mn_free(th);
     mn_free(args);

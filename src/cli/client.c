@@ -68,40 +68,65 @@ int mn_client_send(mn_client *c, const char *data, size_t len)
     return 0;
 }
 
+/* Read more bytes into the buffer, growing it when full: -1 at EOF or on an error. */
+static int fill(mn_client *c)
+{
+    if (c->len == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 4096;
+        char *b = mn_realloc(c->buf, cap);
+        if (!b)
+            return -1;
+        c->buf = b;
+        c->cap = cap;
+    }
+    for (;;) {
+        ssize_t n = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        c->len += (size_t)n;
+        return 0;
+    }
+}
+
+/* The first n buffered bytes as the client's string (c->line), taken out of the buffer with `skip`
+ * more (a line's '\n'). */
+static char *take(mn_client *c, size_t n, size_t skip)
+{
+    char *out = mn_malloc(n + 1);
+    if (!out)
+        return NULL;
+    memcpy(out, c->buf, n);
+    out[n] = 0;
+    memmove(c->buf, c->buf + n + skip, c->len - n - skip);
+    c->len -= n + skip;
+    mn_free(c->line);
+    c->line = out;
+    return out;
+}
+
 char *mn_client_read_line(mn_client *c, size_t *out_len)
 {
     for (;;) {
         char *nl = c->len ? memchr(c->buf, '\n', c->len) : NULL;
         if (nl) {
             size_t n = (size_t)(nl - c->buf);
-            char *line = mn_malloc(n + 1);
-            if (!line)
-                return NULL;
-            memcpy(line, c->buf, n);
-            line[n] = 0;
-            memmove(c->buf, nl + 1, c->len - n - 1);
-            c->len -= n + 1;
-            mn_free(c->line);
-            c->line = line;
             if (out_len)
                 *out_len = n;
-            return line;
+            return take(c, n, 1);
         }
-        if (c->len == c->cap) {
-            size_t cap = c->cap ? c->cap * 2 : 4096;
-            char *b = mn_realloc(c->buf, cap);
-            if (!b)
-                return NULL;
-            c->buf = b;
-            c->cap = cap;
-        }
-        ssize_t n = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
+        if (fill(c) < 0)
             return NULL;
-        c->len += (size_t)n;
     }
+}
+
+char *mn_client_read_bytes(mn_client *c, size_t n)
+{
+    while (c->len < n)
+        if (fill(c) < 0)
+            return NULL;
+    return take(c, n, 0);
 }
 
 void mn_client_close(mn_client *c)
