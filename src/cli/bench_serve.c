@@ -247,8 +247,10 @@ int main(int argc, char **argv)
         case 'H': b.http = 1; break;
         case 'x':
             json_decref(b.extra);
-            if (!json_is_object(b.extra = json_loads(optarg, 0, NULL))) {
+            b.extra = json_loads(optarg, 0, NULL); /* apart: json_is_object evaluates its argument twice */
+            if (!json_is_object(b.extra)) {
                 fprintf(stderr, "minions-bench: --extra takes a JSON object, not %s\n", optarg);
+                json_decref(b.extra);
                 return 2;
             }
             break;
