@@ -8,8 +8,8 @@
  * OPENAI_API_KEY, when set, goes with every HTTP request as its bearer token.
  * Each client is a thread with one connection and one request in flight at a time; clients take the
  * next prompt from a shared counter until --requests are done, starting at prompt --first (wrapping
- * at the set's end; a benchmark that must not repeat prompts gives each run its own slice). The last stdout line is a JSON
- * summary for scripts. */
+ * at the set's end; a benchmark that must not repeat prompts gives each run its own slice). The
+ * last stdout line is a JSON summary for scripts. */
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -116,7 +116,7 @@ static char *http_reply(mn_client *c, int *status, int *close_after)
         if (strncasecmp(l, "content-length:", 15) == 0)
             length = strtol(l + 15, NULL, 10);
         else if (strncasecmp(l, "connection:", 11) == 0)
-            *close_after = strstr(l + 11, "close") || strstr(l + 11, "Close");
+            *close_after = strcasestr(l + 11, "close") != NULL;
     }
     if (!l)
         return NULL;
@@ -231,8 +231,8 @@ int main(int argc, char **argv)
         {"prompts", required_argument, 0, 'p'},  {"requests", required_argument, 0, 'r'},
         {"max-tokens", required_argument, 0, 'n'}, {"temperature", required_argument, 0, 'T'},
         {"top-p", required_argument, 0, 'P'},    {"http", no_argument, 0, 'H'},
-        {"extra", required_argument, 0, 'x'},    {"out", required_argument, 0, 'o'},      {"first", required_argument, 0, 'f'},
-        {"help", no_argument, 0, 'h'},
+        {"extra", required_argument, 0, 'x'},    {"out", required_argument, 0, 'o'},
+        {"first", required_argument, 0, 'f'},    {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     for (int c; (c = getopt_long(argc, argv, "a:c:p:r:n:o:f:h", opts, NULL)) != -1;) {
