@@ -651,6 +651,31 @@ Test(kv, accounting_returns_to_zero)
     mn_kv_pool_free(p);
 }
 
+/* Every layer's K and V share one mapping: each array whole, apart from the others, on a cache line
+ * of its own (ASan's builds allocate exactly the mapping's bytes, so a row past it fails there). */
+Test(kv, every_layers_k_and_v_are_whole_and_apart)
+{
+    const uint32_t layers = 3, kv_dim = 12, block = 4, blocks = 5; /* 240 bytes a half-float array */
+    for (int type = MN_KV_F32; type <= MN_KV_F16; type++) {
+        mn_kv_pool *p;
+        mn_err err = {{0}};
+        cr_assert_eq(mn_kv_pool_new(layers, kv_dim, block, blocks, (mn_kv_type)type, &p, &err), MN_OK);
+        size_t bytes = (size_t)blocks * block * p->row_bytes;
+        for (uint32_t l = 0; l < layers; l++) {
+            cr_assert_eq((uintptr_t)p->k[l] % 64, 0);
+            cr_assert_eq((uintptr_t)p->v[l] % 64, 0);
+            memset(p->k[l], (int)(2 * l + 1), bytes);
+            memset(p->v[l], (int)(2 * l + 2), bytes);
+        }
+        for (uint32_t l = 0; l < layers; l++)
+            for (size_t i = 0; i < bytes; i++) {
+                cr_assert_eq(((unsigned char *)p->k[l])[i], 2 * l + 1, "layer %u's K byte %zu", l, i);
+                cr_assert_eq(((unsigned char *)p->v[l])[i], 2 * l + 2, "layer %u's V byte %zu", l, i);
+            }
+        mn_kv_pool_free(p);
+    }
+}
+
 Test(kv, a_pool_of_tables_only_has_no_storage_and_the_same_accounting)
 {
     mn_kv_pool *p;

@@ -51,7 +51,9 @@ typedef struct mn_kv_pool {
     mn_kv_type type;       /* the rows' elements */
     size_t row_bytes;      /* kv_dim elements of that type */
     void **k;              /* [n_layers] -> [n_blocks][block_size][kv_dim] elements */
-    void **v;              /* same shape */
+    void **v;              /* same shape; every layer's K and V lie in one mapping, store */
+    void *store;
+    size_t store_bytes;
     uint32_t *free_list;   /* stack of free block ids */
     uint32_t n_free;
     uint32_t *ref;         /* [n_blocks] tables holding each block */
