@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "model/model.h"
 #include "serverutil.h"
 
 static const char *const HTTP[] = {"--http", "127.0.0.1:0", NULL};
@@ -461,6 +462,64 @@ static void expect_status(server *s, const char *method, const char *path, const
         json_decref(o);
     }
     hresp_free(&r);
+}
+
+/* A prompt's token ids as a JSON list, by the bundled target's tokenizer; *n gets their count. */
+static char *token_list(const mn_model *m, const char *prompt, size_t *n)
+{
+    mn_tokens t = {0};
+    cr_assert_eq(mn_tok_encode(m->tok, prompt, strlen(prompt), true, &t), MN_OK);
+    json_t *a = json_array();
+    for (size_t i = 0; i < t.n; i++)
+        json_array_append_new(a, json_integer(t.ids[i]));
+    char *s = json_dumps(a, JSON_COMPACT);
+    json_decref(a);
+    *n = t.n;
+    mn_tokens_free(&t);
+    return s;
+}
+
+/* OpenAI's token prompts: a list of ids gives the text its string gives, a list of such lists a
+ * choice each; an id past the vocabulary is a 400 that says so. */
+Test(http, token_prompts_give_what_their_text_gives, .timeout = 120)
+{
+    server s;
+    server_start(&s, HTTP);
+    mn_model *m;
+    mn_err err = {{0}};
+    cr_assert_eq(mn_model_load(model_path(), &m, &err), MN_OK, "%s", err.msg);
+    const char *prompts[] = {"In the beginning", "DEVIL, n."};
+    char *want[2] = {generate(prompts[0], 12), generate(prompts[1], 12)};
+    size_t n[2];
+    char *ids[2] = {token_list(m, prompts[0], &n[0]), token_list(m, prompts[1], &n[1])};
+    char body[1024];
+    snprintf(body, sizeof body, "{\"prompt\":%s,\"max_tokens\":12,\"temperature\":0}", ids[0]);
+    hresp r = http_call(s.http_port, "POST", "/v1/completions", NULL, body);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    json_t *o = json_of(&r);
+    cr_assert_str_eq(str_at(o, "choices.0.text"), want[0]);
+    cr_assert_eq(int_at(o, "usage.prompt_tokens"), (json_int_t)n[0]);
+    json_decref(o);
+    hresp_free(&r);
+    snprintf(body, sizeof body, "{\"prompt\":[%s,%s],\"max_tokens\":12,\"temperature\":0}", ids[0], ids[1]);
+    r = http_call(s.http_port, "POST", "/v1/completions", NULL, body);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    o = json_of(&r);
+    cr_assert_str_eq(str_at(o, "choices.0.text"), want[0]);
+    cr_assert_str_eq(str_at(o, "choices.1.text"), want[1]);
+    cr_assert_eq(int_at(o, "usage.prompt_tokens"), (json_int_t)(n[0] + n[1]));
+    json_decref(o);
+    hresp_free(&r);
+    snprintf(body, sizeof body, "{\"prompt\":[1,%u],\"max_tokens\":2}", m->hp.n_vocab);
+    r = http_call(s.http_port, "POST", "/v1/completions", NULL, body);
+    cr_assert_eq(r.status, 400, "%s", r.body);
+    cr_assert(strstr(r.body, "vocabulary"), "%s", r.body);
+    hresp_free(&r);
+    for (int k = 0; k < 2; k++)
+        free(ids[k]), free(want[k]);
+    mn_model_free(m);
+    wait_idle(&s);
+    server_stop(&s);
 }
 
 Test(http, bad_requests_get_openai_errors_and_nothing_leaks, .timeout = 120)

@@ -32,7 +32,7 @@ static void parse_bad(mn_oai_kind kind, const char *body, const char *param)
     cr_assert_eq(mn_oai_parse(kind, body, strlen(body), &c, &q, &e), MN_INVALID, "%s was accepted", body);
     cr_assert_eq(e.status, 400);
     cr_assert_str_eq(e.param, param, "%s: %s", body, e.message);
-    cr_assert(q.p.prompt == NULL && q.model == NULL, "nothing is left allocated");
+    cr_assert(q.p.prompt == NULL && q.p.prompt_ids == NULL && q.model == NULL, "nothing is left allocated");
 }
 
 Test(openai, requests_take_openais_defaults_and_fields)
@@ -97,6 +97,30 @@ Test(openai, a_list_of_prompts_and_n_make_the_choices)
     mn_oai_request_free(&q);
 }
 
+/* Token prompts: a list of ids is one prompt and a list of such lists several, each taken as it
+ * is (the engine checks the ids against its vocabulary). */
+Test(openai, token_prompts_are_taken_as_they_are)
+{
+    mn_oai_request q = parse_ok(MN_OAI_COMPLETION, "{\"prompt\":[5,0,7],\"max_tokens\":3}");
+    cr_assert_null(q.p.prompt);
+    cr_assert_eq(q.p.n_prompt_ids, 3);
+    cr_assert(q.p.prompt_ids[0] == 5 && q.p.prompt_ids[1] == 0 && q.p.prompt_ids[2] == 7);
+    cr_assert_eq(mn_oai_choices(&q), 1);
+    mn_oai_request_free(&q);
+    q = parse_ok(MN_OAI_COMPLETION, "{\"prompt\":[[1,2],[3]],\"n\":2}");
+    cr_assert_eq(mn_oai_choices(&q), 4);
+    for (uint32_t i = 0; i < 4; i++) {
+        mn_req_params p;
+        cr_assert_eq(mn_oai_choice_params(&q, i, &p), MN_OK);
+        cr_assert_null(p.prompt);
+        cr_assert_eq(p.n_prompt_ids, i < 2 ? 2 : 1);
+        cr_assert_eq(p.prompt_ids[0], i < 2 ? 1 : 3);
+        cr_assert(p.prompt_ids != q.p.prompt_ids && p.prompt_ids != q.more_ids[0], "a copy of its own");
+        mn_req_params_free(&p);
+    }
+    mn_oai_request_free(&q);
+}
+
 Test(openai, what_cannot_be_honoured_is_refused_by_name)
 {
     parse_bad(MN_OAI_COMPLETION, "{\"prompt\":\"x\",\"n\":17}", "n");
@@ -110,7 +134,13 @@ Test(openai, what_cannot_be_honoured_is_refused_by_name)
     parse_bad(MN_OAI_COMPLETION, "{\"prompt\":\"x\",\"frequency_penalty\":1}", "frequency_penalty");
     parse_bad(MN_OAI_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":{\"5\":1}}", "logit_bias");
     parse_bad(MN_OAI_COMPLETION, "{\"prompt\":\"x\",\"suffix\":\"y\"}", "suffix");
-    parse_bad(MN_OAI_COMPLETION, "{\"prompt\":[1,2]}", "prompt");
+    parse_bad(MN_OAI_COMPLETION, "{\"prompt\":[1,\"a\"]}", "prompt");
+    parse_bad(MN_OAI_COMPLETION, "{\"prompt\":[1,2.5]}", "prompt");
+    parse_bad(MN_OAI_COMPLETION, "{\"prompt\":[3,-1]}", "prompt");
+    parse_bad(MN_OAI_COMPLETION, "{\"prompt\":[[1],\"a\"]}", "prompt");
+    parse_bad(MN_OAI_COMPLETION, "{\"prompt\":[\"a\",[1]]}", "prompt");
+    parse_bad(MN_OAI_COMPLETION, "{\"prompt\":[[1],[]]}", "prompt");
+    parse_bad(MN_OAI_COMPLETION, "{\"prompt\":[[1],[2,true]]}", "prompt");
     parse_bad(MN_OAI_COMPLETION, "{\"prompt\":\"x\",\"top_p\":0}", "top_p");
     parse_bad(MN_OAI_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":5000}", "max_tokens");
     parse_bad(MN_OAI_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":1.5}", "max_tokens");

@@ -44,19 +44,40 @@ static void admit(mn_intake *in, mn_req *r)
         r->finish = "cancelled";
         return answer(in, r);
     }
-    /* Refuse what cannot fit before tokenizing it: this actor runs on the loop, and a 1 MiB prompt
-     * costs tens of milliseconds that every stream would wait for. */
-    size_t least = r->p.parse_special ? 0 : mn_tok_min_tokens(model->tok, r->p.prompt_len, true);
-    if (least >= n_ctx) {
-        mn_req_fail(r, MN_E_INVALID_REQUEST, "prompt is %zu bytes, at least %zu tokens; the model's context is %u",
-                    r->p.prompt_len, least, n_ctx);
-        return answer(in, r);
-    }
-    mn_status st = r->p.parse_special ? mn_tok_encode_special(model->tok, r->p.prompt, r->p.prompt_len, true, &r->toks)
-                                      : mn_tok_encode(model->tok, r->p.prompt, r->p.prompt_len, true, &r->toks);
-    if (st != MN_OK) {
-        mn_req_fail(r, MN_E_INTERNAL, "out of memory while tokenizing the prompt");
-        return answer(in, r);
+    if (r->p.prompt_ids) { /* token ids, taken as they are */
+        if (r->p.n_prompt_ids >= n_ctx) {
+            mn_req_fail(r, MN_E_INVALID_REQUEST, "prompt is %u tokens; the model's context is %u", r->p.n_prompt_ids,
+                        n_ctx);
+            return answer(in, r);
+        }
+        for (uint32_t i = 0; i < r->p.n_prompt_ids; i++) {
+            int32_t id = r->p.prompt_ids[i];
+            if (id < 0 || (uint32_t)id >= model->hp.n_vocab) {
+                mn_req_fail(r, MN_E_INVALID_REQUEST, "prompt token %u is %d; the model's vocabulary has %u", i, id,
+                            model->hp.n_vocab);
+                return answer(in, r);
+            }
+            if (mn_tokens_push(&r->toks, id) != MN_OK) {
+                mn_req_fail(r, MN_E_INTERNAL, "out of memory while taking the prompt's tokens");
+                return answer(in, r);
+            }
+        }
+    } else {
+        /* Refuse what cannot fit before tokenizing it: this actor runs on the loop, and a 1 MiB
+         * prompt costs tens of milliseconds that every stream would wait for. */
+        size_t least = r->p.parse_special ? 0 : mn_tok_min_tokens(model->tok, r->p.prompt_len, true);
+        if (least >= n_ctx) {
+            mn_req_fail(r, MN_E_INVALID_REQUEST, "prompt is %zu bytes, at least %zu tokens; the model's context is %u",
+                        r->p.prompt_len, least, n_ctx);
+            return answer(in, r);
+        }
+        mn_status st = r->p.parse_special
+                           ? mn_tok_encode_special(model->tok, r->p.prompt, r->p.prompt_len, true, &r->toks)
+                           : mn_tok_encode(model->tok, r->p.prompt, r->p.prompt_len, true, &r->toks);
+        if (st != MN_OK) {
+            mn_req_fail(r, MN_E_INTERNAL, "out of memory while tokenizing the prompt");
+            return answer(in, r);
+        }
     }
     r->n_prompt = (uint32_t)r->toks.n;
     r->end_of_turn = r->p.end_of_turn ? mn_tok_control(model->tok, r->p.end_of_turn, strlen(r->p.end_of_turn)) : -1;

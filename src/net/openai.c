@@ -12,13 +12,21 @@
 void mn_oai_request_free(mn_oai_request *q)
 {
     mn_req_params_free(&q->p);
-    for (uint32_t i = 0; q->more && i + 1 < q->n_prompts; i++)
-        mn_free(q->more[i]);
+    for (uint32_t i = 0; i + 1 < q->n_prompts; i++) {
+        if (q->more)
+            mn_free(q->more[i]);
+        if (q->more_ids)
+            mn_free(q->more_ids[i]);
+    }
     mn_free(q->more);
     mn_free(q->more_len);
+    mn_free(q->more_ids);
+    mn_free(q->more_n_ids);
     mn_free(q->model);
     q->more = NULL;
     q->more_len = NULL;
+    q->more_ids = NULL;
+    q->more_n_ids = NULL;
     q->n_prompts = 0;
     q->model = NULL;
 }
@@ -29,7 +37,9 @@ mn_status mn_oai_choice_params(const mn_oai_request *q, uint32_t i, mn_req_param
 {
     mn_req_params p = q->p;
     uint32_t at = i / q->n;
-    if (at > 0)
+    if (at > 0 && q->more_ids)
+        p.prompt_ids = q->more_ids[at - 1], p.n_prompt_ids = q->more_n_ids[at - 1];
+    else if (at > 0)
         p.prompt = q->more[at - 1], p.prompt_len = q->more_len[at - 1];
     p.seed += i % q->n;
     p.id = NULL;
@@ -203,20 +213,57 @@ static mn_status render(json_t *o, const mn_oai_config *cfg, mn_req_params *p, m
     return st;
 }
 
-/* prompt: a string, or a list of strings (each a choice's, or n choices'). */
+/* A token prompt: a non-empty list of integers (ids; the engine checks them against its vocabulary)
+ * into *ids, *n (owned). */
+static mn_status token_prompt(json_t *v, int32_t **ids, uint32_t *n, mn_oai_error *err)
+{
+    size_t len = json_array_size(v);
+    if (len == 0)
+        return bad(err, "prompt", "prompt must not be empty");
+    if (len > UINT32_MAX || !(*ids = mn_malloc(len * sizeof **ids)))
+        return bad(err, NULL, "out of memory");
+    *n = (uint32_t)len;
+    for (size_t i = 0; i < len; i++) {
+        json_t *t = json_array_get(v, i);
+        if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) > INT32_MAX)
+            return bad(err, "prompt", "a token prompt is a list of token ids (integers from 0)");
+        (*ids)[i] = (int32_t)json_integer_value(t);
+    }
+    return MN_OK;
+}
+
+/* prompt: a string, a list of token ids, or a list of either (each a choice's, or n choices'). */
 static mn_status prompt(json_t *o, mn_oai_request *q, mn_oai_error *err)
 {
     json_t *v = json_object_get(o, "prompt");
+    json_t *first = json_array_get(v, 0);
+    if (json_is_integer(first)) /* one token prompt */
+        return token_prompt(v, &q->p.prompt_ids, &q->p.n_prompt_ids, err);
     size_t n = json_is_array(v) ? json_array_size(v) : 1;
     if (n == 0 || n > MN_OAI_MAX_CHOICES)
-        return bad(err, "prompt", "prompt must be a string or a list of 1 to %d strings", MN_OAI_MAX_CHOICES);
-    if (n > 1 && (!(q->more = mn_calloc(n - 1, sizeof *q->more)) ||
-                  !(q->more_len = mn_calloc(n - 1, sizeof *q->more_len))))
+        return bad(err, "prompt", "prompt must be a string, a list of token ids or a list of 1 to %d of either",
+                   MN_OAI_MAX_CHOICES);
+    bool ids = json_is_array(first);
+    if (n > 1 && (ids ? !(q->more_ids = mn_calloc(n - 1, sizeof *q->more_ids)) ||
+                            !(q->more_n_ids = mn_calloc(n - 1, sizeof *q->more_n_ids))
+                      : !(q->more = mn_calloc(n - 1, sizeof *q->more)) ||
+                            !(q->more_len = mn_calloc(n - 1, sizeof *q->more_len))))
         return bad(err, NULL, "out of memory");
     for (size_t i = 0; i < n; i++) {
         json_t *s = json_is_array(v) ? json_array_get(v, i) : v;
+        mn_status st;
+        if (ids) {
+            if (!json_is_array(s))
+                return bad(err, "prompt", "a list of token prompts holds only lists of token ids");
+            st = i == 0 ? token_prompt(s, &q->p.prompt_ids, &q->p.n_prompt_ids, err)
+                        : token_prompt(s, &q->more_ids[i - 1], &q->more_n_ids[i - 1], err);
+            q->n_prompts = (uint32_t)i + 1; /* what token_prompt allocated is freed with the request */
+            if (st != MN_OK)
+                return st;
+            continue;
+        }
         if (!json_is_string(s))
-            return bad(err, "prompt", "prompt must be a string or a list of strings");
+            return bad(err, "prompt", "prompt must be a string, a list of token ids or a list of either");
         if (json_string_length(s) == 0)
             return bad(err, "prompt", "prompt must not be empty");
         size_t len = json_string_length(s);

@@ -7,6 +7,8 @@
  * `user`, `metadata`, ...); a known field with a value we cannot honour (a penalty other than 0,
  * echo, best_of > 1, tools) is a 400 that names it.
  *
+ * A completion's prompt is a string, a list of strings, a list of token ids (taken as they are:
+ * no BOS is added; the engine checks them against its vocabulary) or a list of such lists.
  * Several choices: `n` (each prompt's samples) and, for completions, a list of prompts give a
  * request prompts x n choices, at most MN_OAI_MAX_CHOICES, choice i answering prompt i / n
  * (OpenAI's order). Each choice is a request of its own to the engine, with the seed plus i % n, so
@@ -44,7 +46,9 @@ typedef struct mn_oai_request {
                                   * the first prompt */
     char **more;                 /* completions: the list's other prompts, owned (NUL-terminated) */
     size_t *more_len;
-    uint32_t n_prompts;          /* 1 + the entries of more */
+    int32_t **more_ids;          /* or, for a list of token prompts, those (owned), and their lengths */
+    uint32_t *more_n_ids;
+    uint32_t n_prompts;          /* 1 + the entries of more or more_ids */
     uint32_t n;                  /* choices per prompt */
     char *model;                 /* owned: the name the client asked for, echoed back */
     bool seeded;                 /* the body gave a seed; without one p.seed is 0 and the caller

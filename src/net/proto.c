@@ -26,6 +26,7 @@ void mn_req_params_free(mn_req_params *p)
 {
     mn_free(p->id);
     mn_free(p->prompt);
+    mn_free(p->prompt_ids);
     for (uint32_t i = 0; i < p->n_stop; i++)
         mn_free(p->stop[i]);
     memset(p, 0, sizeof *p);
@@ -40,7 +41,10 @@ mn_status mn_req_params_copy(const mn_req_params *src, mn_req_params *dst)
         memcpy(dst->prompt, src->prompt, src->prompt_len);
         dst->prompt[src->prompt_len] = 0;
     }
-    bool ok = (dst->id || !src->id) && (dst->prompt || !src->prompt);
+    dst->prompt_ids = src->prompt_ids ? mn_malloc((size_t)src->n_prompt_ids * sizeof *src->prompt_ids) : NULL;
+    if (dst->prompt_ids)
+        memcpy(dst->prompt_ids, src->prompt_ids, (size_t)src->n_prompt_ids * sizeof *src->prompt_ids);
+    bool ok = (dst->id || !src->id) && (dst->prompt || !src->prompt) && (dst->prompt_ids || !src->prompt_ids);
     for (uint32_t i = 0; i < src->n_stop; i++)
         ok &= (dst->stop[i] = mn_strndup(src->stop[i], strlen(src->stop[i]))) != NULL;
     if (ok)

@@ -39,6 +39,9 @@ typedef struct mn_req_params {
     char *id;                    /* owned, NUL-terminated */
     char *prompt;                /* owned, may contain NUL bytes: use prompt_len */
     size_t prompt_len;
+    int32_t *prompt_ids;         /* owned, or NULL: the prompt as token ids, taken as they are (the
+                                  * OpenAI API's token prompts); prompt is then NULL */
+    uint32_t n_prompt_ids;
     uint32_t max_tokens;         /* 1..limit (default 64) */
     float temperature;           /* >= 0 (default 0: greedy) */
     float top_p;                 /* (0, 1] (default 1) */
