@@ -60,7 +60,7 @@ passed=0
 failed=0
 for log in build/tests/*.log build-asan/tests/*.log build-tsan/tests/*.log; do
   [ -f "$log" ] || continue
-  line=$(grep -a -E 'Synthesis:|^[a-z_]+: [0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1) || true
+  line=$(grep -a -E 'Synthesis:|^[a-z_-]+: [0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1) || true
   case "$line" in
     *Synthesis:*)
       p=$(echo "$line" | sed -n 's/.*Passing: \([0-9]*\).*/\1/p')
