@@ -5,8 +5,9 @@
 #   3. build-asan/  ASan + UBSan build: every suite again
 #   4. build-tsan/  TSan build: tests/stress_threads (pool, multi-threaded batched forward, actor
 #                   mailbox with 4 producers x 1M messages on a libevent loop, compute worker), and
-#                   the concurrency tests of the server suites driving the TSan minionsd; the
-#                   Criterion suites themselves cannot start under TSan (Snaipe/Criterion#274)
+#                   the concurrency tests of the server suites and the short soak of the OpenAI
+#                   API driving the TSan minionsd; the Criterion suites themselves cannot start
+#                   under TSan (Snaipe/Criterion#274)
 # Ends with one line "tests: N passed, N failed", summed over every suite's own summary; a suite
 # that printed no summary (it crashed or never started) counts as one failure.
 set -eu
@@ -55,6 +56,9 @@ hang="timeout --kill-after=30 1500"
 (cd build && MINIONS_BIN_DIR="$top/build-tsan" MINIONS_SRCDIR="$top" MINIONS_TEST_DATA="$top/build/tests/data" \
   CRITERION_JOBS=2 $hang ./tests/test_speculate --filter 'speculate/!(sampling*|bad_drafts*|paused*|thirty*|adaptive*|draft_threads*|smollm2*)' \
   >"$top/build-tsan/tests/test_speculate.log" 2>&1) || status=1
+# The HTTP front end's threads under TSan: 300 requests of tests/soak-http-short.sh (about 30 s).
+(MINIONS_BIN_DIR="$top/build-tsan" MINIONS_SRCDIR="$top" SOAK_REQUESTS=300 $hang sh tests/soak-http-short.sh \
+  >"$top/build-tsan/tests/soak-http-short.log" 2>&1) || status=1
 
 passed=0
 failed=0
