@@ -37,26 +37,33 @@ TOKEN_PROMPTS = [[40, 300, 500], [41, 42], [100, 200, 300, 400, 500, 600]]  # id
 
 
 class Checks:
+    """Named checks, each counted over every time it is asked (a request's answer, a stream's end):
+    the summary says which held every time, as tools/soak.sh's checks do."""
+
     def __init__(self):
         self.lock = threading.Lock()
-        self.passed = 0
-        self.failed = 0
+        self.counts = {}  # name -> [times held, times failed]
         self.texts = {}  # (kind, prompt, max_tokens) -> the greedy text first seen
 
-    def ok(self, cond, what):
+    def ok(self, cond, name, detail=""):
         with self.lock:
-            if cond:
-                self.passed += 1
-            else:
-                self.failed += 1
-                if self.failed <= 20:
-                    print(f"soak-http: FAIL {what}", file=sys.stderr, flush=True)
+            c = self.counts.setdefault(name, [0, 0])
+            c[0 if cond else 1] += 1
+            if not cond and c[1] <= 5:
+                print(f"soak-http: FAIL {name}: {detail}", file=sys.stderr, flush=True)
         return cond
 
     def same_text(self, key, text):
         with self.lock:
             first = self.texts.setdefault(key, text)
-        return self.ok(first == text, f"{key}: {text!r} after {first!r}")
+        return self.ok(first == text, "a greedy answer is the same text every time, whole or streamed",
+                       f"{key}: {text!r} after {first!r}")
+
+    def summary(self):
+        for name, (held, failed) in sorted(self.counts.items()):
+            print(f"soak-http: {'ok  ' if not failed else 'FAIL'} {name} ({held} of {held + failed})", file=sys.stderr)
+        failed = sum(1 for _, f in self.counts.values() if f)
+        return len(self.counts) - failed, failed
 
 
 def request(path, body, keep_alive=False):
@@ -152,7 +159,7 @@ class Client(threading.Thread):
         else:
             body["prompt"] = prompt
         status, data = self.call("/v1/chat/completions" if chat else "/v1/completions", body)
-        if not self.checks.ok(status == 200, f"{'chat' if chat else 'completion'}: HTTP {status} {data[:200]!r}"):
+        if not self.checks.ok(status == 200, "a good request is a 200", f"HTTP {status} {data[:200]!r}"):
             return
         if stream:
             text, done = stream_text(data, chat)
@@ -162,23 +169,23 @@ class Client(threading.Thread):
             c = o["choices"][0]
             text = c["message"]["content"] if chat else c["text"]
             self.checks.ok(o["usage"]["completion_tokens"] <= n, "usage within max_tokens")
-            self.checks.ok(c["finish_reason"] in ("length", "stop"), f"finish_reason {c['finish_reason']}")
+            self.checks.ok(c["finish_reason"] in ("length", "stop"), "finish_reason length or stop", c["finish_reason"])
         self.checks.same_text(("chat" if chat else "completion", prompt, n), text)
 
     def several(self):
         prompts = self.rng.sample(PROMPTS, 2)
         body = {"prompt": prompts, "n": 2, "max_tokens": 8, "temperature": 0}
         status, data = self.call("/v1/completions", body)
-        if self.checks.ok(status == 200, f"several: HTTP {status} {data[:200]!r}"):
+        if self.checks.ok(status == 200, "a good request is a 200", f"several: HTTP {status} {data[:200]!r}"):
             o = json.loads(data)
-            self.checks.ok(len(o["choices"]) == 4, "prompts x n choices")
+            self.checks.ok(len(o["choices"]) == 4, "prompts x n choices", str(len(o["choices"])))
             for c in o["choices"]:
                 self.checks.same_text(("completion", prompts[c["index"] // 2], 8), c["text"])
 
     def token_prompt(self):
         ids = self.rng.choice(TOKEN_PROMPTS)
         status, data = self.call("/v1/completions", {"prompt": ids, "max_tokens": 8, "temperature": 0})
-        if self.checks.ok(status == 200, f"token prompt: HTTP {status} {data[:200]!r}"):
+        if self.checks.ok(status == 200, "a good request is a 200", f"token prompt: HTTP {status} {data[:200]!r}"):
             self.checks.same_text(("tokens", tuple(ids), 8), json.loads(data)["choices"][0]["text"])
 
     def dropped_stream(self):
@@ -208,7 +215,7 @@ class Client(threading.Thread):
             ok = ok and "message" in json.loads(data)["error"]
         except (ValueError, KeyError, TypeError):
             ok = False
-        self.checks.ok(ok, f"a bad body is a 400 in OpenAI's shape: {status} {data[:200]!r}")
+        self.checks.ok(ok, "a bad body is a 400 in OpenAI's shape", f"{status} {data[:200]!r}")
 
     def stalled_reader(self):
         """A stream not read for a while, then read to its end: the server pauses it (its output
@@ -228,7 +235,7 @@ class Client(threading.Thread):
             buf += d
         s.close()
         status = int(buf.split(b" ", 2)[1]) if buf.startswith(b"HTTP/1.1") else 0
-        if self.checks.ok(status == 200, f"stalled reader: {buf[:200]!r}"):
+        if self.checks.ok(status == 200, "a good request is a 200", f"stalled reader: {buf[:200]!r}"):
             body = buf.split(b"\r\n\r\n", 1)[1]
             chunks, rest = b"", body  # de-chunk
             while rest:
@@ -238,8 +245,8 @@ class Client(threading.Thread):
                     break
                 chunks, rest = chunks + rest[:size], rest[size + 2:]
             texts, done = stream_texts(chunks, False)
-            self.checks.ok(done, "a stalled reader's stream ends with [DONE]")
-            self.checks.ok(len(texts) == 2, f"a stalled reader's stream has 2 choices, not {len(texts)}")
+            self.checks.ok(done, "a stream ends with [DONE]", "a stalled reader's")
+            self.checks.ok(len(texts) == 2, "prompts x n choices", f"a stalled reader's stream: {len(texts)}")
             for text in texts.values():
                 self.checks.same_text(("completion", prompt, 160), text)
 
@@ -252,7 +259,7 @@ class Client(threading.Thread):
                 s.sendall(request("/v1/completions", {"prompt": prompt, "max_tokens": 4, "temperature": 0},
                                   keep_alive=True))
                 status, data, rest = read_reply(s, rest)
-                if not self.checks.ok(status == 200, f"keep-alive: HTTP {status}"):
+                if not self.checks.ok(status == 200, "a good request is a 200", f"keep-alive: HTTP {status}"):
                     return
                 self.checks.same_text(("completion", prompt, 4), json.loads(data)["choices"][0]["text"])
         finally:
@@ -269,8 +276,9 @@ class Client(threading.Thread):
             fn, args, _ = self.rng.choices(actions, weights)[0]
             try:
                 fn(*args)
+                self.checks.ok(True, "every exchange completes")
             except (OSError, ValueError, KeyError, IndexError) as e:
-                self.checks.ok(False, f"{fn.__name__}: {type(e).__name__}: {e}")
+                self.checks.ok(False, "every exchange completes", f"{fn.__name__}: {type(e).__name__}: {e}")
 
 
 def admin(bindir, addr, cmd):
@@ -329,7 +337,7 @@ def main():
         if not any(state):
             break
         time.sleep(0.1)
-    checks.ok(not any(state), f"idle: {names} = {state}, not all 0")
+    checks.ok(not any(state), "idle at the end: KV and requests back to 0", f"{names} = {state}")
     checks.ok(st["http"]["done"] > 0, "HTTP requests were served")
     proc.send_signal(signal.SIGTERM)
     try:
@@ -338,19 +346,20 @@ def main():
         proc.kill()
         rc = "killed"
     err.close()
-    checks.ok(rc == 0, f"minionsd exits 0 after SIGTERM, not {rc}")
+    checks.ok(rc == 0, "minionsd exits 0 after SIGTERM", str(rc))
     with open(os.path.join(tmp, "minionsd.err")) as f:
         errors = [ln for ln in f if "ERROR" in ln or "Sanitizer" in ln]
-    checks.ok(not errors, f"minionsd's stderr: {errors[:5]}")
+    checks.ok(not errors, "no error or sanitizer report on minionsd's stderr", str(errors[:5]))
     print(f"soak-http: {args.requests} requests in {wall:.1f} s, {len(checks.texts)} distinct greedy answers;"
           f" server: {st['http']['done']} HTTP requests done, {st['http']['failed']} failed,"
           f" {st['preemptions']} preemptions", file=sys.stderr)
-    if checks.failed:
+    passed, failed = checks.summary()
+    if failed:
         print(f"soak-http: kept {tmp}", file=sys.stderr)
     else:
         subprocess.run(["rm", "-rf", tmp])
-    print(f"soak-http: {checks.passed} passed, {checks.failed} failed")
-    return 0 if checks.failed == 0 else 1
+    print(f"soak-http: {passed} passed, {failed} failed")
+    return 0 if failed == 0 else 1
 
 
 if __name__ == "__main__":
