@@ -73,13 +73,17 @@ def request(path, body, keep_alive=False):
     return head.encode() + data
 
 
+def recv_more(sock, buf, where):
+    d = sock.recv(65536)
+    if not d:
+        raise ConnectionError(f"closed {where}")
+    return buf + d
+
+
 def read_reply(sock, buf=b""):
     """One HTTP reply (Content-Length or chunked) from sock: (status, body bytes, rest)."""
     while b"\r\n\r\n" not in buf:
-        d = sock.recv(65536)
-        if not d:
-            raise ConnectionError("closed before the head")
-        buf += d
+        buf = recv_more(sock, buf, "before the head")
     head, buf = buf.split(b"\r\n\r\n", 1)
     lines = head.decode("latin-1").split("\r\n")
     status = int(lines[0].split()[1])
@@ -87,25 +91,16 @@ def read_reply(sock, buf=b""):
     if "content-length" in fields:
         n = int(fields["content-length"])
         while len(buf) < n:
-            d = sock.recv(65536)
-            if not d:
-                raise ConnectionError("closed inside the body")
-            buf += d
+            buf = recv_more(sock, buf, "inside the body")
         return status, buf[:n], buf[n:]
     body = b""
     while True:  # chunked
         while b"\r\n" not in buf:
-            d = sock.recv(65536)
-            if not d:
-                raise ConnectionError("closed inside a chunk's size")
-            buf += d
+            buf = recv_more(sock, buf, "inside a chunk's size")
         size_line, buf = buf.split(b"\r\n", 1)
         size = int(size_line.split(b";")[0], 16)
         while len(buf) < size + 2:
-            d = sock.recv(65536)
-            if not d:
-                raise ConnectionError("closed inside a chunk")
-            buf += d
+            buf = recv_more(sock, buf, "inside a chunk")
         body, buf = body + buf[:size], buf[size + 2:]
         if size == 0:
             return status, body, buf
@@ -227,24 +222,12 @@ class Client(threading.Thread):
         body = {"prompt": prompt, "max_tokens": 160, "n": 2, "stream": True, "temperature": 0}
         s.sendall(request("/v1/completions", body))
         time.sleep(self.rng.uniform(0.05, 0.5))
-        buf = b""
-        while True:
-            d = s.recv(65536)
-            if not d:
-                break
-            buf += d
-        s.close()
-        status = int(buf.split(b" ", 2)[1]) if buf.startswith(b"HTTP/1.1") else 0
-        if self.checks.ok(status == 200, "a good request is a 200", f"stalled reader: {buf[:200]!r}"):
-            body = buf.split(b"\r\n\r\n", 1)[1]
-            chunks, rest = b"", body  # de-chunk
-            while rest:
-                size_line, _, rest = rest.partition(b"\r\n")
-                size = int(size_line.split(b";")[0] or b"0", 16)
-                if size == 0:
-                    break
-                chunks, rest = chunks + rest[:size], rest[size + 2:]
-            texts, done = stream_texts(chunks, False)
+        try:
+            status, data, _ = read_reply(s)
+        finally:
+            s.close()
+        if self.checks.ok(status == 200, "a good request is a 200", f"stalled reader: {status} {data[:200]!r}"):
+            texts, done = stream_texts(data, False)
             self.checks.ok(done, "a stream ends with [DONE]", "a stalled reader's")
             self.checks.ok(len(texts) == 2, "prompts x n choices", f"a stalled reader's stream: {len(texts)}")
             for text in texts.values():
