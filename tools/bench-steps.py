@@ -48,8 +48,9 @@ Every server runs with --ngram-cache 0 and --prefix-cache off: the rounds repeat
 and from the second round on a server would find their text and their KV cached (until
 2026-11-30 the prefix cache was on, and only the first round's steps prefilled their prompts).
 
-Configurations: plain (no drafter), ngram (the n-gram drafter), vote (the three bundled drafts and ngram), each optionally +tuner (adaptive,
-sequence rule; +tuner:s_min=6:s_max=6 sets tuner keys too) and +pipe (--pipeline, the drafts on
+Configurations: plain (no drafter), ngram (the n-gram drafter), vote (the three bundled drafts and
+ngram), each optionally +tuner (adaptive, sequence rule; +tuner:s_min=6:s_max=6 sets tuner keys
+too) and +pipe (--pipeline, the drafts on
 --pipe-threads compute threads of their own beside the target's --threads: vote+tuner+pipe);
 speculating ones at --spec-length. CONFIG@DIR
 runs DIR's minionsd (two builds side by side: plain@/tmp/old/build,plain). --busy N keeps N

@@ -26,23 +26,27 @@ def draft_args(names):
 
 class Server:
     """A minionsd with `args` (model, drafters, options) on a free TCP port; with admin, an admin
-    socket in a directory of its own. bindir: another build's binaries. stop() sends SIGTERM, which
-    drains the engine and frees it (a --step-trace is complete once stop returns)."""
+    socket in a directory of its own. bindir: another build's binaries; stderr: where the daemon's
+    goes (a file), else this process's. http_port: its --http port, when args ask for one on
+    127.0.0.1. stop() sends SIGTERM, which drains the engine and frees it (a --step-trace is
+    complete once stop returns), and returns the exit status."""
 
-    def __init__(self, args, admin=True, bindir=None):
+    def __init__(self, args, admin=True, bindir=None, stderr=None):
+        self.bindir = bindir or BIN
         self.admin_addr = f"ipc://{tempfile.mkdtemp(prefix='minionsd-')}/admin" if admin else None
-        cmd = [os.path.join(bindir or BIN, "minionsd"), "--port", "0",
+        cmd = [os.path.join(self.bindir, "minionsd"), "--port", "0",
                "--admin", self.admin_addr or "none"] + list(args)
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, text=True)
         line = self.proc.stdout.readline()
         if "tcp " not in line:
             self.proc.wait()
             raise RuntimeError(f"{' '.join(cmd)}: did not start (exit {self.proc.returncode})")
         self.addr = line.split("tcp ")[1].split()[0]
+        self.http_port = int(line.split(" http 127.0.0.1:")[1].split()[0]) if " http 127.0.0.1:" in line else None
 
     def admin(self, cmd):
         """One admin command (a dict); its reply, or RuntimeError where the reply is not ok."""
-        out = subprocess.run([os.path.join(BIN, "minions-cli"), "--admin", self.admin_addr, json.dumps(cmd)],
+        out = subprocess.run([os.path.join(self.bindir, "minions-cli"), "--admin", self.admin_addr, json.dumps(cmd)],
                              capture_output=True, text=True, check=True).stdout
         reply = json.loads(out)
         if not reply.get("ok"):
@@ -55,9 +59,16 @@ class Server:
     def stats(self):
         return self.admin({"cmd": "stats"})["stats"]
 
-    def stop(self):
+    def stop(self, timeout=None):
+        """SIGTERM, then the exit status; after `timeout` seconds the daemon is killed and None
+        returned."""
         self.proc.terminate()
-        self.proc.wait()
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            return None
 
 
 def bench(addr, prompts, clients, requests, tokens, *extra):

@@ -16,21 +16,23 @@ with status 0. tests/soak-http-short.sh runs 400 requests of it in make check.
                        [--drafts "draft-kjv ngram"] [--server-arg=--pipeline ...]
 
 The last line is `soak-http: N passed, M failed`; exit 0 when nothing failed. minionsd's stderr is
-kept in the folder printed on failure. Needs build/minionsd and build/minions-cli (or --bin).
+kept in the folder printed on failure. Needs build/minionsd and build/minions-cli (or --bin); starts
+the daemon with tools/minionsd.py.
 """
 import argparse
 import json
 import os
 import random
-import signal
+import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import minionsd
+from minionsd import ROOT
+
 PROMPTS = ["In the beginning", "And God said", "DEVIL, n.", "The LORD is my shepherd",
            "Web pages load", "ABSURDITY, n.", "Blessed are the meek", "Search results"]
 TOKEN_PROMPTS = [[40, 300, 500], [41, 42], [100, 200, 300, 400, 500, 600]]  # ids below any vocabulary's size
@@ -264,12 +266,6 @@ class Client(threading.Thread):
                 self.checks.ok(False, "every exchange completes", f"{fn.__name__}: {type(e).__name__}: {e}")
 
 
-def admin(bindir, addr, cmd):
-    out = subprocess.run([os.path.join(bindir, "minions-cli"), "--admin", addr, json.dumps(cmd)],
-                         capture_output=True, text=True, check=True).stdout
-    return json.loads(out)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--requests", type=int, default=2000)
@@ -277,26 +273,19 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--bin", default=os.environ.get("MINIONS_BIN_DIR") or os.path.join(ROOT, "build"))
     ap.add_argument("--model", default=os.path.join(ROOT, "models/target.gguf"))
-    ap.add_argument("--drafts", default="", help="minionsd's --draft values, separated by spaces")
+    ap.add_argument("--drafts", default="", help="drafters by name (ngram, or models/NAME.gguf), separated by spaces")
     ap.add_argument("--server-arg", action="append", default=[], help="one more minionsd argument")
     args = ap.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="minions-soak-http-")
-    admin_addr = f"ipc://{tmp}/admin"
-    cmd = [os.path.join(args.bin, "minionsd"), "--model", args.model, "--port", "0", "--http", "127.0.0.1:0",
-           "--admin", admin_addr, "--threads", "2", "--max-batch", "8", "--kv-blocks", "24", "--output-buffer", "4",
-           "--drain-timeout", "30"]
-    for d in args.drafts.split():
-        cmd += ["--draft", d if d == "ngram" or d.endswith(".gguf") else os.path.join(ROOT, "models", d + ".gguf")]
-    cmd += args.server_arg
-    err = open(os.path.join(tmp, "minionsd.err"), "w")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
-    line = proc.stdout.readline()
-    if " http 127.0.0.1:" not in line:
-        print(f"soak-http: minionsd did not start (see {tmp})", file=sys.stderr)
-        return 1
-    port = int(line.split(" http 127.0.0.1:")[1].split()[0])
-    print(f"soak-http: minionsd pid {proc.pid}, http port {port}; {args.requests} requests, {args.clients} clients,"
+    err_path = os.path.join(tmp, "minionsd.err")
+    with open(err_path, "w") as err:
+        srv = minionsd.Server(["--model", args.model, "--http", "127.0.0.1:0", "--threads", "2", "--max-batch", "8",
+                               "--kv-blocks", "24", "--output-buffer", "4", "--drain-timeout", "30"]
+                              + minionsd.draft_args(args.drafts.split()) + args.server_arg,
+                              bindir=args.bin, stderr=err)
+    port = srv.http_port
+    print(f"soak-http: minionsd pid {srv.proc.pid}, http port {port}; {args.requests} requests, {args.clients} clients,"
           f" seed {args.seed}; drafts: {args.drafts or 'none'}", file=sys.stderr)
 
     checks = Checks()
@@ -314,7 +303,7 @@ def main():
     names = "target KV, draft KV, HTTP requests in flight, requests in flight, running, queued"
     state = None
     for _ in range(300):
-        st = admin(args.bin, admin_addr, {"cmd": "stats"})["stats"]
+        st = srv.stats()
         state = (st["kv"]["target"]["used"], st["kv"].get("drafts", {}).get("used", 0), st["http"]["in_flight"],
                  st["requests"]["in_flight"], st["requests"]["running"], st["requests"]["queued"])
         if not any(state):
@@ -322,15 +311,9 @@ def main():
         time.sleep(0.1)
     checks.ok(not any(state), "idle at the end: KV and requests back to 0", f"{names} = {state}")
     checks.ok(st["http"]["done"] > 0, "HTTP requests were served")
-    proc.send_signal(signal.SIGTERM)
-    try:
-        rc = proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        rc = "killed"
-    err.close()
-    checks.ok(rc == 0, "minionsd exits 0 after SIGTERM", str(rc))
-    with open(os.path.join(tmp, "minionsd.err")) as f:
+    rc = srv.stop(timeout=60)
+    checks.ok(rc == 0, "minionsd exits 0 after SIGTERM", "killed after 60 s" if rc is None else str(rc))
+    with open(err_path) as f:
         errors = [ln for ln in f if "ERROR" in ln or "Sanitizer" in ln]
     checks.ok(not errors, "no error or sanitizer report on minionsd's stderr", str(errors[:5]))
     print(f"soak-http: {args.requests} requests in {wall:.1f} s, {len(checks.texts)} distinct greedy answers;"
@@ -340,7 +323,7 @@ def main():
     if failed:
         print(f"soak-http: kept {tmp}", file=sys.stderr)
     else:
-        subprocess.run(["rm", "-rf", tmp])
+        shutil.rmtree(tmp)
     print(f"soak-http: {passed} passed, {failed} failed")
     return 0 if failed == 0 else 1
 
