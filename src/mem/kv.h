@@ -51,8 +51,8 @@ typedef struct mn_kv_pool {
     mn_kv_type type;       /* the rows' elements */
     size_t row_bytes;      /* kv_dim elements of that type */
     void **k;              /* [n_layers] -> [n_blocks][block_size][kv_dim] elements */
-    void **v;              /* same shape; every layer's K and V lie in one mapping, store */
-    void *store;
+    void **v;              /* same shape */
+    void *store;           /* the one mapping every layer's K and V lie in (NULL: a pool of tables) */
     size_t store_bytes;
     uint32_t *free_list;   /* stack of free block ids */
     uint32_t n_free;
