@@ -27,6 +27,8 @@
  */
 #include "cpu/kernels.h"
 
+#include <string.h>
+
 #if defined(__x86_64__)
 #ifdef MN_X16_EMULATE
 #pragma GCC target("avx2,fma,f16c")
@@ -306,6 +308,81 @@ ALWAYS_INLINE void tile_w(uint32_t type, const mn_weight *W, const float *x, siz
     }
 }
 
+/* tile_w turned around: RP pairs of rows x OT outputs a stride apart, rows 2p and 2p + 1 in the
+ * halves of one register, and each output's chunk broadcast to both halves by its load. tile_w
+ * merges two outputs' chunks into a register, a shuffle beside the load for every two outputs; here
+ * the rows come interleaved by pairs once for the whole matrix (pair_rows), and every load is a
+ * load. The chains, their order and the sums are tile_w's, so are the bits. */
+ALWAYS_INLINE void tile_wp(uint32_t type, const mn_weight *W, const float *xp, const float *x, size_t ldx, float *y,
+                           size_t ldy, int t0, uint32_t o0, uint32_t stride, const int RP, const int OT,
+                           const int NPF, const uint8_t *pf, size_t pf_step)
+{
+    const int n_chunks = (int)(W->cols / 8), tail = (int)(W->cols % 8);
+    const uint8_t *rows[8];
+    v16f acc[4][8];
+#pragma GCC unroll 8
+    for (int o = 0; o < OT; o++)
+        rows[o] = W->data + (size_t)(o0 + (uint32_t)o * stride) * W->row_bytes;
+#pragma GCC unroll 4
+    for (int p = 0; p < RP; p++)
+#pragma GCC unroll 8
+        for (int o = 0; o < OT; o++)
+            acc[p][o] = f_zero();
+    for (int c = 0; c < n_chunks; c++) {
+#pragma GCC unroll 16
+        for (int i = 0; i < NPF; i++)
+            _mm_prefetch((const char *)pf + (size_t)i * stride * W->row_bytes + (size_t)c * pf_step, _MM_HINT_T1);
+        v16f xv[4];
+#pragma GCC unroll 4
+        for (int p = 0; p < RP; p++) {
+            xv[p] = f_load(xp + ((size_t)p * (size_t)n_chunks + (size_t)c) * 16);
+            F_IN_REGISTER(xv[p]);
+        }
+#pragma GCC unroll 8
+        for (int o = 0; o < OT; o++) {
+            v16f w = f_dup_row(type, rows[o], c * 8);
+            F_IN_REGISTER(w);
+#pragma GCC unroll 4
+            for (int p = 0; p < RP; p++)
+                acc[p][o] = f_fmadd(w, xv[p], acc[p][o]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int g = 0; g < RP * OT; g += 8) {
+        const int n = RP * OT - g < 8 ? RP * OT - g : 8;
+        v16f z[8];
+        float sums[16];
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++)
+            z[i] = i < n ? acc[(g + i) / OT][(g + i) % OT] : f_zero();
+        if (n == 8)
+            f_hsums(z, sums, sums + 8);
+        else
+#pragma GCC unroll 16
+            for (int j = 0; j < 2 * n; j++)
+                sums[8 * (j % 2) + j / 2] = hsum(f_half(z[j / 2], j % 2));
+#pragma GCC unroll 16
+        for (int j = 0; j < 2 * n; j++) {
+            const int i = j / 2, h = j % 2, t = t0 + 2 * ((g + i) / OT) + h, o = (g + i) % OT;
+            float s = sums[8 * h + i];
+            for (int k = n_chunks * 8; k < n_chunks * 8 + tail; k++)
+                s = fmaf(scalar_w(type, rows[o], k), x[(size_t)t * ldx + (size_t)k], s);
+            y[(size_t)t * ldy + o0 + (uint32_t)o * stride] = s;
+        }
+    }
+}
+
+/* xp = rows t0 .. t0 + 2 RP - 1 of x interleaved by pairs: pair p's chunk c is row 2p's then row
+ * 2p + 1's, 16 floats at xp + (p n_chunks + c) 16. */
+ALWAYS_INLINE void pair_rows(const float *x, size_t ldx, int t0, int RP, int n_chunks, float *xp)
+{
+    for (int p = 0; p < RP; p++)
+        for (int c = 0; c < n_chunks; c++)
+            for (int h = 0; h < 2; h++)
+                memcpy(xp + ((size_t)p * (size_t)n_chunks + (size_t)c) * 16 + h * 8,
+                       x + (size_t)(t0 + 2 * p + h) * ldx + (size_t)c * 8, 8 * sizeof(float));
+}
+
 /* ---- float weights (F32, F16) in passes of 3 to 31 rows: verification's shape ------------------ */
 
 /* The rows in blocks of RB and one of the remaining 1..RB-1, each block one tile of OT outputs a
@@ -383,6 +460,28 @@ ALWAYS_INLINE void outputs_f(uint32_t type, const mn_weight *W, const float *x, 
         rows_f(type, W, x, ldx, y, ldy, T, o, 1, NULL, RB, 1, false);
 }
 
+/* outputs_f for exactly 2 RP rows in tile_wp's (RP <= 4, OT <= 8), the rows paired once for all
+ * tiles on the stack: PAIRED_MAX_COLS columns at most, 64 KB for 8 rows. */
+#define PAIRED_MAX_COLS 2048
+ALWAYS_INLINE void outputs_fp(uint32_t type, const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy,
+                              uint32_t ob, uint32_t oe, const int RP, const int OT)
+{
+    const int n_chunks = (int)(W->cols / 8);
+    float xp[RP * n_chunks * 16];
+    pair_rows(x, ldx, 0, RP, n_chunks, xp);
+    const size_t pf_step = W->cols >= 8 ? W->row_bytes / (W->cols / 8) : 0;
+    const uint32_t q = (oe - ob) / (uint32_t)OT;
+    for (uint32_t o = ob; o < ob + q; o++) {
+        const uint8_t *next = o + PF_GROUPS < ob + q ? W->data + (size_t)(o + PF_GROUPS) * W->row_bytes : NULL;
+        if (next)
+            tile_wp(type, W, xp, x, ldx, y, ldy, 0, o, q, RP, OT, OT, next, pf_step);
+        else
+            tile_wp(type, W, xp, x, ldx, y, ldy, 0, o, q, RP, OT, 0, NULL, pf_step);
+    }
+    for (uint32_t o = ob + (uint32_t)OT * q; o < oe; o++)
+        rows_f(type, W, x, ldx, y, ldy, 2 * RP, o, 1, NULL, 2 * RP, 1, false);
+}
+
 /* The tile by the rows of the pass: 2 x 8, 3 x 6, 5 x 5, 6 x 4 and 7 x 3 in one sweep over the
  * weights; 4 and more than 7 rows in blocks of 4 x 6. On a Zen 4 core (minions-bench-matmul, F32,
  * L2-resident and 9.4 MB matrices, alternating) these reached 80-112 GFLOP/s at T = 3..16, against
@@ -429,9 +528,20 @@ WIDE_F(4x6, 4, 6)
 WIDE_F(5x10, 5, 10)
 WIDE_F(6x8, 6, 8)
 WIDE_F(7x6, 7, 6)
+/* Passes of exactly 8 rows in paired tiles of 8 x 6 (tile_wp). */
+#define PAIRED_F(NAME, TYPE, RP, OT)                                                                            \
+    static __attribute__((noinline)) void NAME(const mn_weight *W, const float *x, size_t ldx, float *y,       \
+                                               size_t ldy, int T, uint32_t ob, uint32_t oe)                    \
+    {                                                                                                           \
+        (void)T;                                                                                                \
+        outputs_fp(TYPE, W, x, ldx, y, ldy, ob, oe, RP, OT);                                                    \
+    }
+PAIRED_F(f32w_8x6p, MN_F32, 4, 6)
+PAIRED_F(f16w_8x6p, MN_F16, 4, 6)
 SHAPE_F(f32w_blocks, MN_F32, 0, 6, false, true)
 SHAPE_F(f16w_blocks, MN_F16, 0, 6, false, true)
 #undef WIDE_F
+#undef PAIRED_F
 #undef SHAPES_F
 #undef SHAPE_F
 
@@ -487,7 +597,10 @@ static void x16w_matmul(const mn_weight *W, const float *x, size_t ldx, float *y
     static matmul_f_fn *const f16w[] = {f16w_3x6, f16w_4x6, f16w_5x10, f16w_6x8, f16w_7x6, f16w_blocks};
     if (T >= 3 && (W->type == MN_F32 || W->type == MN_F16)) {
         int shape = (T < 8 ? T : 8) - 3;
-        (W->type == MN_F32 ? f32w : f16w)[shape](W, x, ldx, y, ldy, T, o_begin, o_end);
+        if (T == 8 && W->cols <= PAIRED_MAX_COLS)
+            (W->type == MN_F32 ? f32w_8x6p : f16w_8x6p)(W, x, ldx, y, ldy, T, o_begin, o_end);
+        else
+            (W->type == MN_F32 ? f32w : f16w)[shape](W, x, ldx, y, ldy, T, o_begin, o_end);
     } else if (W->type == MN_F32 && T == 2) {
         mn_kernels_avx2.matmul(W, x, ldx, y, ldy, T, o_begin, o_end);
     } else {
