@@ -589,7 +589,12 @@ static void x16_matmul(const mn_weight *W, const float *x, size_t ldx, float *y,
  * runs beside 4 x 6 in 256-bit registers (tools/ab-decode.py --verify-curve, 8 rounds; 3 tokens
  * level, 1.00-1.01x, the weights' stream from L3 bounding it); with six pairs a register's worth of
  * outputs (4 x 12) it had run level alone and 1.1x slower there. From 5 rows on the 512-bit tiles
- * reached 140-196 GFLOP/s against 113-125 (T = 5..512, the target's four shapes). */
+ * reached 140-196 GFLOP/s against 113-125 (T = 5..512, the target's four shapes). Exactly 8 rows
+ * (a verification of 8 tokens, or of 4 of two sequences) take the paired 8 x 6 tiles (tile_wp):
+ * one core, the target's shapes at T = 8, 200-211 -> 205-220 GFLOP/s; in the target's passes
+ * (ab-decode --verify-curve, 20 rounds) 0.94x the time for 8 tokens of one sequence, 0.95x for 4 of
+ * two. Paired 4 x 8, 4 x 12 and 6 x 8 ran level or slower than the tiles above (123-191 against
+ * 150-190). */
 static void x16w_matmul(const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy, int T,
                         uint32_t o_begin, uint32_t o_end)
 {
