@@ -595,18 +595,38 @@ static void x16_matmul(const mn_weight *W, const float *x, size_t ldx, float *y,
  * (ab-decode --verify-curve, 20 rounds) 0.94x the time for 8 tokens of one sequence, 0.95x for 4 of
  * two. Paired 4 x 8, 4 x 12 and 6 x 8 ran level or slower than the tiles above (123-191 against
  * 150-190). */
+/* Passes of 9..PAIRED_BLOCKS_MAX_T rows whose share of the weights (the outputs [o_begin, o_end)) fits
+ * in PAIRED_BLOCKS_MAX_BYTES, half of a Zen 5 core's L2, go 8 rows at a time through the paired
+ * tiles, the share read again from L2 for every block, and their last T % 8 rows through the shapes
+ * above. Alone, one core, T = 16..64: 256 x 256 and 768 x 256 186-192 -> 216-224 GFLOP/s; 2048 x
+ * 256 (2 MB, from L3 for every block) 189-197 -> 179. In the bundled target, whose shares are
+ * 128-352 KB but for the output's 1 MB (tools/ab-decode.py, beside the build before): passes of 16
+ * sequences' 2-8 tokens 0.93-0.96x the time, four sequences' 4-8 0.94-0.98x (--verify-curve, 12
+ * rounds), 16 sequences decoded 1.03x as fast (12 rounds), prompts of 64 and 128 tokens prefilled
+ * 1.19x and 1.07x. With a bound of 320 KB (the feed-forward shares left out) passes of 16 and 48
+ * tokens took 1.035-1.05x the time of 512's, with 2 MB level; prompts of 256 tokens, whose rows
+ * crowd the share out of L2, prefilled 0.81-0.97x as fast, hence the bound on T. SmolLM2 F16's
+ * shares (331-885 KB) ran level. */
+#define PAIRED_BLOCKS_MAX_T 128
+#define PAIRED_BLOCKS_MAX_BYTES (512 * 1024)
+
 static void x16w_matmul(const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy, int T,
                         uint32_t o_begin, uint32_t o_end)
 {
     static matmul_f_fn *const f32w[] = {f32w_3x6, f32w_4x6, f32w_5x10, f32w_6x8, f32w_7x6, f32w_blocks};
     static matmul_f_fn *const f16w[] = {f16w_3x6, f16w_4x6, f16w_5x10, f16w_6x8, f16w_7x6, f16w_blocks};
-    if (T >= 3 && (W->type == MN_F32 || W->type == MN_F16)) {
-        int shape = (T < 8 ? T : 8) - 3;
-        if (T == 8 && W->cols <= PAIRED_MAX_COLS)
-            (W->type == MN_F32 ? f32w_8x6p : f16w_8x6p)(W, x, ldx, y, ldy, T, o_begin, o_end);
-        else
-            (W->type == MN_F32 ? f32w : f16w)[shape](W, x, ldx, y, ldy, T, o_begin, o_end);
-    } else if (W->type == MN_F32 && T == 2) {
+    const bool f32 = W->type == MN_F32, float_w = f32 || W->type == MN_F16;
+    const size_t share = (size_t)(o_end - o_begin) * W->row_bytes;
+    if (float_w && W->cols <= PAIRED_MAX_COLS &&
+        (T == 8 || (T > 8 && T <= PAIRED_BLOCKS_MAX_T && share <= PAIRED_BLOCKS_MAX_BYTES))) {
+        int t = 0;
+        for (; t + 8 <= T; t += 8)
+            (f32 ? f32w_8x6p : f16w_8x6p)(W, x + (size_t)t * ldx, ldx, y + (size_t)t * ldy, ldy, 8, o_begin, o_end);
+        if (t < T)
+            x16w_matmul(W, x + (size_t)t * ldx, ldx, y + (size_t)t * ldy, ldy, T - t, o_begin, o_end);
+    } else if (float_w && T >= 3) {
+        (f32 ? f32w : f16w)[(T < 8 ? T : 8) - 3](W, x, ldx, y, ldy, T, o_begin, o_end);
+    } else if (f32 && T == 2) {
         mn_kernels_avx2.matmul(W, x, ldx, y, ldy, T, o_begin, o_end);
     } else {
         x16_matmul(W, x, ldx, y, ldy, T, o_begin, o_end);
