@@ -613,24 +613,28 @@ static void x16_matmul(const mn_weight *W, const float *x, size_t ldx, float *y,
 static void x16w_matmul(const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy, int T,
                         uint32_t o_begin, uint32_t o_end)
 {
-    static matmul_f_fn *const f32w[] = {f32w_3x6, f32w_4x6, f32w_5x10, f32w_6x8, f32w_7x6, f32w_blocks};
-    static matmul_f_fn *const f16w[] = {f16w_3x6, f16w_4x6, f16w_5x10, f16w_6x8, f16w_7x6, f16w_blocks};
-    const bool f32 = W->type == MN_F32, float_w = f32 || W->type == MN_F16;
-    const size_t share = (size_t)(o_end - o_begin) * W->row_bytes;
-    if (float_w && W->cols <= PAIRED_MAX_COLS &&
-        (T == 8 || (T > 8 && T <= PAIRED_BLOCKS_MAX_T && share <= PAIRED_BLOCKS_MAX_BYTES))) {
-        int t = 0;
-        for (; t + 8 <= T; t += 8)
-            (f32 ? f32w_8x6p : f16w_8x6p)(W, x + (size_t)t * ldx, ldx, y + (size_t)t * ldy, ldy, 8, o_begin, o_end);
-        if (t < T)
-            x16w_matmul(W, x + (size_t)t * ldx, ldx, y + (size_t)t * ldy, ldy, T - t, o_begin, o_end);
-    } else if (float_w && T >= 3) {
-        (f32 ? f32w : f16w)[(T < 8 ? T : 8) - 3](W, x, ldx, y, ldy, T, o_begin, o_end);
-    } else if (f32 && T == 2) {
-        mn_kernels_avx2.matmul(W, x, ldx, y, ldy, T, o_begin, o_end);
-    } else {
+    static matmul_f_fn *const shapes[2][6] = {{f32w_3x6, f32w_4x6, f32w_5x10, f32w_6x8, f32w_7x6, f32w_blocks},
+                                              {f16w_3x6, f16w_4x6, f16w_5x10, f16w_6x8, f16w_7x6, f16w_blocks}};
+    const int f16 = W->type == MN_F16;
+    if (W->type != MN_F32 && !f16) {
         x16_matmul(W, x, ldx, y, ldy, T, o_begin, o_end);
+        return;
     }
+    int t = 0; /* rows done in the paired tiles */
+    if (W->cols <= PAIRED_MAX_COLS &&
+        (T == 8 || (T > 8 && T <= PAIRED_BLOCKS_MAX_T &&
+                    (size_t)(o_end - o_begin) * W->row_bytes <= PAIRED_BLOCKS_MAX_BYTES)))
+        for (; t + 8 <= T; t += 8)
+            (f16 ? f16w_8x6p : f32w_8x6p)(W, x + (size_t)t * ldx, ldx, y + (size_t)t * ldy, ldy, 8, o_begin, o_end);
+    const int n = T - t;
+    x += (size_t)t * ldx;
+    y += (size_t)t * ldy;
+    if (n >= 3)
+        shapes[f16][(n < 8 ? n : 8) - 3](W, x, ldx, y, ldy, n, o_begin, o_end);
+    else if (n == 2 && !f16)
+        mn_kernels_avx2.matmul(W, x, ldx, y, ldy, n, o_begin, o_end);
+    else if (n > 0)
+        x16_matmul(W, x, ldx, y, ldy, n, o_begin, o_end);
 }
 
 /* ---- quantized weights, 16-bit activations ------------------------------------------------------ */
