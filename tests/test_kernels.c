@@ -4,8 +4,11 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cpu/kernels.h"
 #include "cpu/matmul.h"
@@ -653,27 +656,79 @@ Test(kv, accounting_returns_to_zero)
 
 /* Every layer's K and V share one mapping: each array whole, apart from the others, on a cache line
  * of its own (ASan's builds allocate exactly the mapping's bytes, so a row past it fails there). */
-Test(kv, every_layers_k_and_v_are_whole_and_apart)
+/* Every block's rows of every layer's K and V: on a cache line, inside the mapping, apart from every
+ * other's, and where mn_kv_k / mn_kv_v put a sequence's positions. */
+Test(kv, every_blocks_layers_k_and_v_are_whole_and_apart)
 {
-    const uint32_t layers = 3, kv_dim = 12, block = 4, blocks = 5; /* 240 bytes a half-float array */
+    const uint32_t layers = 3, kv_dim = 12, block = 4, blocks = 5; /* 96 bytes of half-float rows */
     for (int type = MN_KV_F32; type <= MN_KV_F16; type++) {
         mn_kv_pool *p;
         mn_err err = {{0}};
         cr_assert_eq(mn_kv_pool_new(layers, kv_dim, block, blocks, (mn_kv_type)type, &p, &err), MN_OK);
-        size_t bytes = (size_t)blocks * block * p->row_bytes;
-        for (uint32_t l = 0; l < layers; l++) {
-            cr_assert_eq((uintptr_t)p->k[l] % 64, 0);
-            cr_assert_eq((uintptr_t)p->v[l] % 64, 0);
-            memset(p->k[l], (int)(2 * l + 1), bytes);
-            memset(p->v[l], (int)(2 * l + 2), bytes);
-        }
-        for (uint32_t l = 0; l < layers; l++)
-            for (size_t i = 0; i < bytes; i++) {
-                cr_assert_eq(((unsigned char *)p->k[l])[i], 2 * l + 1, "layer %u's K byte %zu", l, i);
-                cr_assert_eq(((unsigned char *)p->v[l])[i], 2 * l + 2, "layer %u's V byte %zu", l, i);
+        const size_t bytes = block * p->row_bytes;
+        unsigned char *lo = p->store, *hi = lo + p->store_bytes;
+        for (uint32_t b = 0; b < blocks; b++)
+            for (uint32_t l = 0; l < layers; l++) {
+                unsigned char *k = (unsigned char *)p->k[l] + b * p->block_stride;
+                unsigned char *v = (unsigned char *)p->v[l] + b * p->block_stride;
+                cr_assert_eq((uintptr_t)k % 64, 0);
+                cr_assert_eq((uintptr_t)v % 64, 0);
+                cr_assert(k >= lo && k + bytes <= hi && v >= lo && v + bytes <= hi, "block %u layer %u", b, l);
+                memset(k, (int)(1 + (b * layers + l) * 2), bytes);
+                memset(v, (int)(2 + (b * layers + l) * 2), bytes);
             }
+        for (uint32_t b = 0; b < blocks; b++)
+            for (uint32_t l = 0; l < layers; l++)
+                for (size_t i = 0; i < bytes; i++) {
+                    unsigned char k = ((unsigned char *)p->k[l] + b * p->block_stride)[i];
+                    unsigned char v = ((unsigned char *)p->v[l] + b * p->block_stride)[i];
+                    cr_assert_eq(k, 1 + (b * layers + l) * 2, "block %u layer %u's K byte %zu", b, l, i);
+                    cr_assert_eq(v, 2 + (b * layers + l) * 2, "block %u layer %u's V byte %zu", b, l, i);
+                }
+        mn_kv_seq s = {0};
+        cr_assert_eq(mn_kv_reserve(p, &s, 2 * block), MN_OK);
+        for (uint32_t pos = 0; pos < 2 * block; pos++)
+            for (uint32_t l = 0; l < layers; l++) {
+                size_t at = s.blocks[pos / block] * p->block_stride + (pos % block) * p->row_bytes;
+                cr_assert_eq(mn_kv_k(p, &s, l, pos), (char *)p->k[l] + at);
+                cr_assert_eq(mn_kv_v(p, &s, l, pos), (char *)p->v[l] + at);
+            }
+        mn_kv_seq_release(p, &s);
         mn_kv_pool_free(p);
     }
+}
+
+/* A block holds every layer's rows, so a sequence's first block commits a page or two of a fresh
+ * pool, not a page per layer and K/V (with 2 MiB pages, as the pool asks for: 60 of them, 120 MB,
+ * for SmolLM2's shape below when each array lay apart). Where pages are 4 KiB both layouts commit
+ * about the block's own bytes, and this holds either way. */
+Test(kv, a_sequences_first_block_commits_a_page_or_two)
+{
+#ifndef MN_HAVE_JEMALLOC
+    cr_skip_test("sanitizer builds: their pools come zeroed, every page committed (util/alloc.c)");
+#endif
+    const uint32_t layers = 30, kv_dim = 192, block = 16, blocks = 2048; /* SmolLM2-135M's K/V */
+    mn_kv_pool *p;
+    mn_err err = {{0}};
+    cr_assert_eq(mn_kv_pool_new(layers, kv_dim, block, blocks, MN_KV_F32, &p, &err), MN_OK);
+    mn_kv_seq s = {0};
+    cr_assert_eq(mn_kv_reserve(p, &s, block), MN_OK);
+    for (uint32_t pos = 0; pos < block; pos++)
+        for (uint32_t l = 0; l < layers; l++) {
+            memset(mn_kv_k(p, &s, l, pos), 1, p->row_bytes);
+            memset(mn_kv_v(p, &s, l, pos), 2, p->row_bytes);
+        }
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE), n_pages = (p->store_bytes + page - 1) / page;
+    unsigned char *in = malloc(n_pages);
+    cr_assert(in && mincore(p->store, p->store_bytes, in) == 0);
+    size_t resident = 0;
+    for (size_t i = 0; i < n_pages; i++)
+        resident += (in[i] & 1) * page;
+    free(in);
+    cr_assert_leq(resident, 2 * ((size_t)2 << 20), "one block (%zu bytes) committed %zu bytes", p->block_stride,
+                  resident);
+    mn_kv_seq_release(p, &s);
+    mn_kv_pool_free(p);
 }
 
 Test(kv, a_pool_of_tables_only_has_no_storage_and_the_same_accounting)

@@ -221,7 +221,7 @@ static void gather_rows(const void **rows, const void *base, const mn_kv_pool *k
     uint32_t bs = kv->block_size;
     size_t elem = mn_kv_elem_bytes(kv->type);
     for (uint32_t b = from / bs, i = from; i < n; b++) {
-        const char *blk = (const char *)base + (size_t)seq->blocks[b] * bs * kv->row_bytes + head_off * elem;
+        const char *blk = (const char *)base + (size_t)seq->blocks[b] * kv->block_stride + head_off * elem;
         for (uint32_t slot = i % bs; slot < bs && i < n; slot++, i++)
             rows[i] = blk + (size_t)slot * kv->row_bytes;
     }

@@ -510,7 +510,9 @@ static mn_status cuda_forward(mn_backend *be, const mn_batch *batch, float *logi
     cudaStream_t q = st->stream;
     if ((s = upload_layout(st, batch->n_seqs, q, err)) != MN_OK)
         return s;
-    mn_gpu_attn a = {st->d_tok, st->d_tables, st->d_table_off, NULL, NULL, be->kv->block_size, be->kv->kv_dim,
+    /* on the device a layer's K (and V) is an array of its own, its blocks one after another */
+    mn_gpu_attn a = {st->d_tok, st->d_tables, st->d_table_off, NULL, NULL,
+                     (size_t)be->kv->block_size * be->kv->kv_dim, be->kv->block_size, be->kv->kv_dim,
                      hp->head_dim, hp->n_heads, hp->n_kv_heads, hp->rope_dim, hp->rope_base,
                      be->kv->type == MN_KV_F16};
     cudaGraphExec_t g = st->graphs ? graph_for(st, a, T, n_out) : NULL;

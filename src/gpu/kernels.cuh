@@ -9,7 +9,7 @@
  *
  * The pass is laid out as the CPU backend lays it out: tokens of all sequences one after another
  * (no padding), token t belonging to sequence tok[t].seq at position tok[t].pos; activations are
- * [T][width] floats. KV: per layer, K and V are [n_blocks][block_size][kv_dim] floats (or IEEE
+ * [T][width] floats. KV: per layer, K and V are n_blocks blocks of [block_size][kv_dim] floats (or IEEE
  * halves, a->kv_half: rounded to nearest as they are stored, read back exactly), and
  * sequence s's position p lives in block tables[table_off[s] + p / block_size], slot
  * p % block_size (mem/kv.h's layout, with the block tables of the batch flattened into one array).
@@ -52,7 +52,8 @@ typedef struct mn_gpu_attn {
     const mn_gpu_tok *tok;      /* [T] */
     const uint32_t *tables;     /* block ids of every sequence of the batch, one table after another */
     const uint32_t *table_off;  /* [n_seqs]: where sequence s's table starts in tables */
-    void *k, *v;                /* this layer's cache: [n_blocks][block_size][kv_dim] elements */
+    void *k, *v;                /* this layer's cache: n_blocks blocks of [block_size][kv_dim] elements */
+    size_t block_stride;        /* elements from a block of k (or v) to the next */
     uint32_t block_size, kv_dim, head_dim, n_heads, n_kv_heads, rope_dim;
     float rope_base;
     uint32_t kv_half;           /* the cache's elements: 0 floats, 1 IEEE halves (--kv-type f16) */
@@ -284,7 +285,7 @@ MN_HD void mn_g_rope(float *a, float *b, uint32_t pos, uint32_t j, uint32_t rope
 MN_HD size_t mn_g_slot(const mn_gpu_attn *a, uint32_t seq, uint32_t pos)
 {
     uint32_t block = a->tables[a->table_off[seq] + pos / a->block_size];
-    return ((size_t)block * a->block_size + pos % a->block_size) * a->kv_dim;
+    return (size_t)block * a->block_stride + (size_t)(pos % a->block_size) * a->kv_dim;
 }
 
 /* The Q/K/V launch's store (mode MN_G_OUT_QKV): rows o and o + 1 of weight i (0 Q, 1 K, 2 V), which

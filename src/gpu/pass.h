@@ -22,7 +22,7 @@ extern "C" {
 typedef struct mn_gpu_layer {
     const float *attn_norm, *ffn_norm;
     mn_gpu_weight wq, wk, wv, wo, w_gate, w_up, w_down;
-    void *k, *v;  /* the layer's KV cache: [n_blocks][block_size][kv_dim] floats or halves */
+    void *k, *v;  /* the layer's KV cache: blocks of [block_size][kv_dim] floats or halves (mn_gpu_attn) */
 } mn_gpu_layer;
 
 typedef struct mn_gpu_model {

@@ -233,7 +233,9 @@ static mn_status twin_forward(mn_backend *be, const mn_batch *batch, float *logi
     if (s != MN_OK)
         return s;
     mn_gpu_layout(batch, l);
-    mn_gpu_attn a = {l->tok, l->tables, l->table_off, NULL, NULL, be->kv->block_size, be->kv->kv_dim,
+    /* the host pool's layout (mem/kv.h): a layer's blocks lie every layer's K and V apart */
+    mn_gpu_attn a = {l->tok, l->tables, l->table_off, NULL, NULL, be->kv->block_stride / mn_kv_elem_bytes(be->kv->type),
+                     be->kv->block_size, be->kv->kv_dim,
                      hp->head_dim, hp->n_heads, hp->n_kv_heads, hp->rope_dim, hp->rope_base,
                      be->kv->type == MN_KV_F16};
     uint64_t *w = NULL; /* the draws' scratch row, before the pass so that a failure computes nothing */

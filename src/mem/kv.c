@@ -44,9 +44,13 @@ static mn_status pool_new(uint32_t n_layers, uint32_t kv_dim, uint32_t block_siz
         return mn_fail(err, MN_INVALID, "kv: layers, kv_dim, block_size and n_blocks must be positive");
     if (type != MN_KV_F32 && type != MN_KV_F16)
         return mn_fail(err, MN_INVALID, "kv: unknown element type %d", (int)type);
-    size_t per_layer, row_bytes = (size_t)kv_dim * mn_kv_elem_bytes(type);
-    if (!mn_mul_ok((size_t)n_blocks * block_size, row_bytes, &per_layer))
+    /* a block: every layer's K rows, then its V rows, each on a cache line of its own */
+    size_t row_bytes = (size_t)kv_dim * mn_kv_elem_bytes(type), rows_bytes, block_stride, store_bytes;
+    if (!mn_mul_ok(block_size, row_bytes, &rows_bytes) || rows_bytes > SIZE_MAX - 63 ||
+        !mn_mul_ok((rows_bytes + 63) / 64 * 64, 2 * (size_t)n_layers, &block_stride) ||
+        !mn_mul_ok(block_stride, n_blocks, &store_bytes))
         return mn_fail(err, MN_INVALID, "kv: pool size overflows");
+    rows_bytes = (rows_bytes + 63) / 64 * 64;
     mn_kv_pool *p = mn_calloc(1, sizeof *p);
     if (!p)
         return mn_fail(err, MN_NOMEM, "kv: out of memory");
@@ -65,17 +69,18 @@ static mn_status pool_new(uint32_t n_layers, uint32_t kv_dim, uint32_t block_siz
         p->v = mn_calloc(n_layers, sizeof *p->v);
         if (!p->k || !p->v)
             goto nomem;
-        /* One mapping for every layer's K and V, each array on a cache line of its own: a mapping
-         * each rounded every array up to a 2 MiB page, so a small pool (minions-generate's, a
-         * test's) took 2 MiB per array, and its first pass zeroed them all (SmolLM2's 60 arrays:
-         * 120 MB, 11-300 ms of a 3-token prompt on these VMs). */
-        size_t stride = (per_layer + 63) / 64 * 64;
-        if (stride < per_layer || !mn_mul_ok(stride, 2 * (size_t)n_layers, &p->store_bytes) ||
-            !(p->store = mn_alloc_pages(p->store_bytes)))
+        /* One mapping, block by block (kv.h): a mapping per array rounded each up to a 2 MiB page,
+         * so a small pool (minions-generate's, a test's) took 2 MiB per array, and its first pass
+         * zeroed them all (SmolLM2's 60 arrays: 120 MB, 11-300 ms of a 3-token prompt on these VMs);
+         * one mapping of arrays, a layer's blocks together, still had a request's first blocks in
+         * one page per array. */
+        p->block_stride = block_stride;
+        p->store_bytes = store_bytes;
+        if (!(p->store = mn_alloc_pages(p->store_bytes)))
             goto nomem;
         for (uint32_t l = 0; l < n_layers; l++) {
-            p->k[l] = (char *)p->store + (2 * (size_t)l) * stride;
-            p->v[l] = (char *)p->store + (2 * (size_t)l + 1) * stride;
+            p->k[l] = (char *)p->store + (2 * (size_t)l) * rows_bytes;
+            p->v[l] = (char *)p->store + (2 * (size_t)l + 1) * rows_bytes;
         }
     }
     /* Lowest ids on top of the stack, so a fresh pool hands out blocks 0, 1, 2, ... */

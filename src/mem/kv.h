@@ -1,19 +1,22 @@
 /* kv.h - paged KV cache: a pool of fixed-size blocks per model and a block table per sequence.
  *
- * Storage: for every layer, K and V are [n_blocks][block_size][kv_dim] elements of the pool's type:
- * floats, or half floats (MN_KV_F16: half the memory and half the bytes attention reads a token,
- * what bounds decoding after long contexts; the rows are rounded to nearest). A sequence's
- * position p lives in block table[p / block_size], slot p % block_size. Blocks come from one free
+ * Storage: block by block. A block holds, for every layer in turn, its K rows and then its V rows,
+ * block_size rows of kv_dim elements of the pool's type each (floats, or half floats: MN_KV_F16,
+ * half the memory and half the bytes attention reads a token, what bounds decoding after long
+ * contexts; the rows are rounded to nearest), each layer's K and V starting on a cache line. So
+ * layer l's K is an array of n_blocks blocks of block_size rows, block_stride bytes apart, from
+ * k[l]. A sequence's position p lives in block table[p / block_size], slot p % block_size. Blocks come from one free
  * list; mn_kv_reserve grows a table, mn_kv_truncate shrinks a sequence (rollback of rejected drafts)
  * and returns whole blocks past the new length, mn_kv_seq_release returns all of them. Accounting
  * (mn_kv_used) is exact: it is zero again when every sequence is released.
  *
- * Memory: each layer's K and V come from mn_alloc_pages (2 MiB pages, as the CPU backend's weights:
- * attention reads rows scattered over many blocks, and 16 sequences' rows in 4 KiB pages cost a
- * TLB miss for nearly every block; decode of 16 sequences of the bundled target ran 1.09-1.26x
- * faster in 2 MiB pages, docs/runtime.md). Pages are committed when first written, and a fresh pool
- * hands out its lowest blocks first, so a pool costs what its busiest moment used, rounded up to
- * 2 MiB per layer and array.
+ * Memory: one mapping from mn_alloc_pages (2 MiB pages, as the CPU backend's weights: attention
+ * reads rows scattered over many blocks, and 16 sequences' rows in 4 KiB pages cost a TLB miss for
+ * nearly every block; decode of 16 sequences of the bundled target ran 1.09-1.26x faster in 2 MiB
+ * pages, docs/runtime.md). Pages are committed when first written, and a fresh pool hands out its
+ * lowest blocks first, so a pool costs what its busiest moment used, rounded up to one 2 MiB page:
+ * a block's layers lie together, so a short request touches a page or two, where an array per layer
+ * and K/V touched one page each (SmolLM2: 60 pages, 120 MB, zeroed in a server's first request).
  *
  * The prefix cache (mn_kv_prefix_enable): a block whose positions all hold known tokens outlives
  * the sequence that computed it. mn_kv_seq_release_prefix files each full block of a sequence
@@ -50,8 +53,9 @@ typedef struct mn_kv_pool {
     uint32_t n_blocks;
     mn_kv_type type;       /* the rows' elements */
     size_t row_bytes;      /* kv_dim elements of that type */
-    void **k;              /* [n_layers] -> [n_blocks][block_size][kv_dim] elements */
-    void **v;              /* same shape */
+    size_t block_stride;   /* bytes from a block to the next in every layer's K and V (0: a pool of tables) */
+    void **k;              /* [n_layers] -> block 0's K rows of the layer, block b's b * block_stride on */
+    void **v;              /* the same for V */
     void *store;           /* the one mapping every layer's K and V lie in (NULL: a pool of tables) */
     size_t store_bytes;
     uint32_t *free_list;   /* stack of free block ids */
@@ -114,7 +118,7 @@ static inline uint32_t mn_kv_blocks_for(const mn_kv_pool *p, uint32_t n)
 /* The K (or V) row of position pos of sequence s in layer l: kv_dim elements of the pool's type. */
 static inline size_t mn_kv_row_offset(const mn_kv_pool *p, const mn_kv_seq *s, uint32_t pos)
 {
-    return ((size_t)s->blocks[pos / p->block_size] * p->block_size + pos % p->block_size) * p->row_bytes;
+    return (size_t)s->blocks[pos / p->block_size] * p->block_stride + (size_t)(pos % p->block_size) * p->row_bytes;
 }
 static inline void *mn_kv_k(const mn_kv_pool *p, const mn_kv_seq *s, uint32_t l, uint32_t pos)
 {
