@@ -153,14 +153,15 @@ Test(kernels, matmul_q4_0_equals_scalar_twin) { check_matmul("q4_0.gguf", "q4_0"
 Test(kernels, matmul_q4_1_equals_scalar_twin) { check_matmul("q4_1.gguf", "q4_1"); }
 
 /* The fixtures' F16 rows are whole chunks of 8. Rows of 100 columns end in a tail of 4, which every
- * tile takes element by element after its chunks: F32 and F16, every tile shape of T = 1..40; and
- * one row of a matrix past ONE_ROW_WIDE_BYTES (kernels_avx2.c: 1 x 4 tiles there, 1 x 8 below). */
+ * tile takes element by element after its chunks: F32 and F16, every tile shape of T = 1..40; rows
+ * of 5 columns, a tail and no chunk; and one row of a matrix past ONE_ROW_WIDE_BYTES (kernels_avx2.c:
+ * 1 x 4 tiles there, 1 x 8 below). */
 Test(kernels, matmul_float_rows_with_a_tail)
 {
     static const uint32_t types[] = {MN_F32, MN_F16};
-    for (size_t ti = 0; ti < 4; ti++) {
-        const bool large = ti >= 2;
-        mn_weight w = {.type = types[ti % 2], .rows = large ? 1400 : 61, .cols = 100};
+    for (size_t ti = 0; ti < 6; ti++) {
+        const bool large = ti == 2 || ti == 3, narrow = ti >= 4; /* narrow: 5 columns, all tail */
+        mn_weight w = {.type = types[ti % 2], .rows = large ? 1400 : 61, .cols = narrow ? 5 : 100};
         w.row_bytes = mn_dtype_row_bytes(mn_dtype_get(w.type), w.cols);
         uint8_t *data = malloc(w.rows * w.row_bytes);
         for (size_t i = 0; i < (size_t)w.rows * w.cols; i++) {
@@ -172,7 +173,7 @@ Test(kernels, matmul_float_rows_with_a_tail)
                 memcpy(data + i * sizeof h, &h, sizeof h);
         }
         w.data = data;
-        const char *what = large ? "a large built matrix" : "a built matrix";
+        const char *what = large ? "a large built matrix" : narrow ? "a narrow built matrix" : "a built matrix";
         for (int T = 1; T <= (large ? 1 : 40); T++)
             check_matmul_at(&w, T, what, w.type == MN_F32 ? "f32" : "f16", 0);
         free(data);

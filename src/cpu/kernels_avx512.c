@@ -461,7 +461,7 @@ ALWAYS_INLINE void outputs_f(uint32_t type, const mn_weight *W, const float *x, 
 }
 
 /* outputs_f for exactly 2 RP rows in tile_wp's (RP <= 4, OT <= 8), the rows paired once for all
- * tiles on the stack: PAIRED_MAX_COLS columns at most, 64 KB for 8 rows. */
+ * tiles on the stack: 8 to PAIRED_MAX_COLS columns, 64 KB at most for 8 rows. */
 #define PAIRED_MAX_COLS 2048
 ALWAYS_INLINE void outputs_fp(uint32_t type, const mn_weight *W, const float *x, size_t ldx, float *y, size_t ldy,
                               uint32_t ob, uint32_t oe, const int RP, const int OT)
@@ -621,7 +621,7 @@ static void x16w_matmul(const mn_weight *W, const float *x, size_t ldx, float *y
         return;
     }
     int t = 0; /* rows done in the paired tiles */
-    if (W->cols <= PAIRED_MAX_COLS &&
+    if (W->cols >= 8 && W->cols <= PAIRED_MAX_COLS &&
         (T == 8 || (T > 8 && T <= PAIRED_BLOCKS_MAX_T &&
                     (size_t)(o_end - o_begin) * W->row_bytes <= PAIRED_BLOCKS_MAX_BYTES)))
         for (; t + 8 <= T; t += 8)
