@@ -317,8 +317,8 @@ ALWAYS_INLINE void tile_w(uint32_t type, const mn_weight *W, const float *x, siz
  * flag) changed the code GCC made for tile_w's shapes, and passes of 3 and 4 tokens of the bundled
  * target took 1.06x and 1.09x the time (10 alternating rounds of 300 passes). */
 ALWAYS_INLINE void tile_wp(uint32_t type, const mn_weight *W, const float *xp, const float *x, size_t ldx, float *y,
-                           size_t ldy, int t0, uint32_t o0, uint32_t stride, const int RP, const int OT,
-                           const int NPF, const uint8_t *pf, size_t pf_step)
+                           size_t ldy, uint32_t o0, uint32_t stride, const int RP, const int OT, const int NPF,
+                           const uint8_t *pf, size_t pf_step)
 {
     const int n_chunks = (int)(W->cols / 8), tail = (int)(W->cols % 8);
     const uint8_t *rows[8];
@@ -366,7 +366,7 @@ ALWAYS_INLINE void tile_wp(uint32_t type, const mn_weight *W, const float *xp, c
                 sums[8 * (j % 2) + j / 2] = hsum(f_half(z[j / 2], j % 2));
 #pragma GCC unroll 16
         for (int j = 0; j < 2 * n; j++) {
-            const int i = j / 2, h = j % 2, t = t0 + 2 * ((g + i) / OT) + h, o = (g + i) % OT;
+            const int i = j / 2, h = j % 2, t = 2 * ((g + i) / OT) + h, o = (g + i) % OT;
             float s = sums[8 * h + i];
             for (int k = n_chunks * 8; k < n_chunks * 8 + tail; k++)
                 s = fmaf(scalar_w(type, rows[o], k), x[(size_t)t * ldx + (size_t)k], s);
@@ -375,15 +375,15 @@ ALWAYS_INLINE void tile_wp(uint32_t type, const mn_weight *W, const float *xp, c
     }
 }
 
-/* xp = rows t0 .. t0 + 2 RP - 1 of x interleaved by pairs: pair p's chunk c is row 2p's then row
- * 2p + 1's, 16 floats at xp + (p n_chunks + c) 16. */
-ALWAYS_INLINE void pair_rows(const float *x, size_t ldx, int t0, int RP, int n_chunks, float *xp)
+/* xp = rows 0 .. 2 RP - 1 of x interleaved by pairs: pair p's chunk c is row 2p's then row 2p + 1's,
+ * 16 floats at xp + (p n_chunks + c) 16. */
+ALWAYS_INLINE void pair_rows(const float *x, size_t ldx, int RP, int n_chunks, float *xp)
 {
     for (int p = 0; p < RP; p++)
         for (int c = 0; c < n_chunks; c++)
             for (int h = 0; h < 2; h++)
                 memcpy(xp + ((size_t)p * (size_t)n_chunks + (size_t)c) * 16 + h * 8,
-                       x + (size_t)(t0 + 2 * p + h) * ldx + (size_t)c * 8, 8 * sizeof(float));
+                       x + (size_t)(2 * p + h) * ldx + (size_t)c * 8, 8 * sizeof(float));
 }
 
 /* ---- float weights (F32, F16) in passes of 3 to 31 rows: verification's shape ------------------ */
@@ -471,15 +471,15 @@ ALWAYS_INLINE void outputs_fp(uint32_t type, const mn_weight *W, const float *x,
 {
     const int n_chunks = (int)(W->cols / 8);
     float xp[RP * n_chunks * 16];
-    pair_rows(x, ldx, 0, RP, n_chunks, xp);
+    pair_rows(x, ldx, RP, n_chunks, xp);
     const size_t pf_step = W->cols >= 8 ? W->row_bytes / (W->cols / 8) : 0;
     const uint32_t q = (oe - ob) / (uint32_t)OT;
     for (uint32_t o = ob; o < ob + q; o++) {
         const uint8_t *next = o + PF_GROUPS < ob + q ? W->data + (size_t)(o + PF_GROUPS) * W->row_bytes : NULL;
         if (next)
-            tile_wp(type, W, xp, x, ldx, y, ldy, 0, o, q, RP, OT, OT, next, pf_step);
+            tile_wp(type, W, xp, x, ldx, y, ldy, o, q, RP, OT, OT, next, pf_step);
         else
-            tile_wp(type, W, xp, x, ldx, y, ldy, 0, o, q, RP, OT, 0, NULL, pf_step);
+            tile_wp(type, W, xp, x, ldx, y, ldy, o, q, RP, OT, 0, NULL, pf_step);
     }
     for (uint32_t o = ob + (uint32_t)OT * q; o < oe; o++)
         rows_f(type, W, x, ldx, y, ldy, 2 * RP, o, 1, NULL, 2 * RP, 1, false);
