@@ -601,7 +601,7 @@ static void x16_matmul(const mn_weight *W, const float *x, size_t ldx, float *y,
 /* Passes of 9..PAIRED_BLOCKS_MAX_T rows whose share of the weights (the outputs [o_begin, o_end)) fits
  * in PAIRED_BLOCKS_MAX_BYTES, half of a Zen 5 core's L2, go 8 rows at a time through the paired
  * tiles, the share read again from L2 for every block, and their last T % 8 rows through the shapes
- * above. Alone, one core, T = 16..64: 256 x 256 and 768 x 256 186-192 -> 216-224 GFLOP/s; 2048 x
+ * above. Alone, one core, T = 16..64: 256 x 256 and 768 x 256 172-192 -> 216-224 GFLOP/s; 2048 x
  * 256 (2 MB, from L3 for every block) 189-197 -> 179. In the bundled target, whose shares are
  * 128-352 KB but for the output's 1 MB (tools/ab-decode.py, beside the build before): passes of 16
  * sequences' 2-8 tokens 0.93-0.96x the time, four sequences' 4-8 0.94-0.98x (--verify-curve, 12
