@@ -375,6 +375,35 @@ static void check_swiglu(void)
 }
 Test(kernels, swiglu_matches_libm_wherever_an_element_sits) { on_every_set(check_swiglu); }
 
+/* RMSNorm's scaling and the residual add (the CPU pass's mn_scale_mul and mn_axpy by 1) against the
+ * scalar expressions they replaced, at every length mod 8, signed zeros and infinities included. */
+static void check_scale_and_add(void)
+{
+    enum { N = 41 };
+    float x[N], w[N], y[N];
+    for (int i = 0; i < N; i++) {
+        x[i] = i % 11 == 3 ? -0.0f : 7.0f * sinf((float)i * 1.3f);
+        w[i] = i % 13 == 5 ? INFINITY : 1.0f + cosf((float)i);
+        y[i] = i % 7 == 2 ? 0.0f : 3.0f * cosf((float)i * 0.7f);
+    }
+    for (int n = 0; n <= N; n++) {
+        float got[N], sum[N];
+        const float s = 0.8125f / 3.0f;
+        mn_scale_mul(got, x, s, w, n);
+        memcpy(sum, y, sizeof y);
+        mn_axpy(sum, 1.0f, x, n);
+        for (int i = 0; i < n; i++) {
+            float want = x[i] * s * w[i], add = y[i] + x[i];
+            cr_assert(memcmp(&got[i], &want, sizeof want) == 0, "n=%d i=%d: %a * %a * %a gave %a", n, i, x[i], s,
+                      w[i], got[i]);
+            cr_assert(memcmp(&sum[i], &add, sizeof add) == 0, "n=%d i=%d: %a + %a gave %a", n, i, y[i], x[i], sum[i]);
+        }
+        for (int i = n; i < N; i++)
+            cr_assert(sum[i] == y[i], "axpy wrote past n");
+    }
+}
+Test(kernels, scale_mul_and_axpy_by_one_are_the_scalar_operations) { on_every_set(check_scale_and_add); }
+
 /* The small kernels of each set against the generic set's bits, on values that reach every branch
  * of the exp (far below its range, past it, exact zeros) and every length mod 8. */
 Test(kernels, every_set_gives_the_generic_bits)
@@ -397,7 +426,7 @@ Test(kernels, every_set_gives_the_generic_bits)
             bh[k][i] = mn_f32_to_f16(b[k][i] * 3.0f);
     }
     for (int n = 1; n <= N; n++) {
-        float ref[7][N], got[7][N], ref_sum = 0.0f;
+        float ref[8][N], got[8][N], ref_sum = 0.0f;
         for (size_t ks = 0; ks < n_sets(); ks++) {
             if (!use_set(ks))
                 continue;
@@ -413,6 +442,7 @@ Test(kernels, every_set_gives_the_generic_bits)
             mn_axpy(o[4], 0.37f, a, n);
             mn_dots(a, 0, 1, ptr_h, MN_F16, KEYS, n, o[5], 0);
             mn_weighted_sum(o[6], N, u, 1, 1, ptr_h, MN_F16, KEYS, n);
+            mn_scale_mul(o[7], a, 0.37f, g, n);
             if (ks == 0) {
                 ref_sum = sum;
                 continue;
@@ -420,8 +450,8 @@ Test(kernels, every_set_gives_the_generic_bits)
             cr_assert(memcmp(&sum, &ref_sum, sizeof sum) == 0, "%s n=%d: softmax sum %a vs %a", kernel_sets[ks], n,
                       sum, ref_sum);
             static const char *const what[] = {"softmax", "swiglu", "dots", "weighted_sum", "axpy", "dots f16",
-                                               "weighted_sum f16"};
-            for (int f = 0; f < 7; f++) {
+                                               "weighted_sum f16", "scale_mul"};
+            for (int f = 0; f < 8; f++) {
                 int len = f == 2 ? KEYS + 1 : f == 5 ? KEYS : n;
                 cr_assert(memcmp(got[f], ref[f], (size_t)len * sizeof(float)) == 0, "%s n=%d: %s differs",
                           kernel_sets[ks], n, what[f]);

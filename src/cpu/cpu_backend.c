@@ -70,9 +70,7 @@ typedef struct pass {
 static void rmsnorm(float *out, const float *x, const float *w, uint32_t n, float eps)
 {
     float ss = mn_dot(x, x, (int)n);
-    float scale = 1.0f / sqrtf(ss / (float)n + eps);
-    for (uint32_t i = 0; i < n; i++)
-        out[i] = x[i] * scale * w[i];
+    mn_scale_mul(out, x, 1.0f / sqrtf(ss / (float)n + eps), w, (int)n);
 }
 
 /* Quantize rows [b, e) of `width` floats into the same rows of st->xq when weight w takes integer
@@ -276,8 +274,7 @@ static void project_residual(const cpu_state *st, const mn_weight *w, const floa
         return;
     project(st, w, a, tmp, T, b, e);
     for (uint32_t t = 0; t < T; t++)
-        for (unsigned o = b; o < e; o++)
-            x[(size_t)t * w->rows + o] += tmp[(size_t)t * w->rows + o];
+        mn_axpy(x + (size_t)t * w->rows + b, 1.0f, tmp + (size_t)t * w->rows + b, (int)(e - b));
 }
 
 static void region_wo(void *arg, int ith, int nth)

@@ -590,6 +590,16 @@ static void avx2_axpy(float *y, float a, const float *x, int n)
         y[k] = fmaf(a, x[k], y[k]);
 }
 
+static void avx2_scale_mul(float *out, const float *x, float s, const float *w, int n)
+{
+    __m256 vs = _mm256_set1_ps(s);
+    int k = 0;
+    for (; k + 8 <= n; k += 8)
+        _mm256_storeu_ps(out + k, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + k), vs), _mm256_loadu_ps(w + k)));
+    for (; k < n; k++)
+        out[k] = x[k] * s * w[k];
+}
+
 /* Half floats by F16C: vcvtps2ph rounds to nearest even (the immediate), as mn_f32_to_f16 does; the
  * tail goes through the same instruction, a lane at a time. */
 static void avx2_to_f16(const float *x, uint16_t *h, int n)
@@ -694,6 +704,7 @@ const mn_cpu_kernels mn_kernels_avx2 = {
     .swiglu = avx2_swiglu,
     .weighted_sum = avx2_weighted_sum,
     .axpy = avx2_axpy,
+    .scale_mul = avx2_scale_mul,
     .argmax = avx2_argmax,
     .draw_weights = avx2_draw_weights,
     .to_f16 = avx2_to_f16,

@@ -222,6 +222,12 @@ static void generic_axpy(float *y, float a, const float *x, int n)
         y[k] = fmaf(a, x[k], y[k]);
 }
 
+static void generic_scale_mul(float *out, const float *x, float s, const float *w, int n)
+{
+    for (int k = 0; k < n; k++)
+        out[k] = x[k] * s * w[k];
+}
+
 /* The maximum in 16 lanes (element i joins lane i % 16: no lane waits on another), x[0] where it
  * is a NaN (no element is greater), then the first element equal to it. */
 static int32_t generic_argmax(const float *x, int n)
@@ -273,6 +279,7 @@ const mn_cpu_kernels mn_kernels_generic = {
     .swiglu = generic_swiglu,
     .weighted_sum = generic_weighted_sum,
     .axpy = generic_axpy,
+    .scale_mul = generic_scale_mul,
     .argmax = generic_argmax,
     .draw_weights = generic_draw_weights,
     .to_f16 = generic_to_f16,

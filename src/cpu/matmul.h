@@ -81,8 +81,10 @@ float mn_dot(const float *a, const float *b, int n);
  * element converted exactly as it is loaded: the bits of the same keys as floats). */
 void mn_dots(const float *q, size_t ldq, int n_heads, const void *const *b, uint32_t type, int n_b, int n, float *out,
              size_t ldo);
-/* y[i] += a * x[i] for n floats. */
+/* y[i] += a * x[i] for n floats, as one fused multiply-add each (with a = 1 exactly y[i] + x[i]). */
 void mn_axpy(float *y, float a, const float *x, int n);
+/* out[i] = x[i] * s * w[i] for n floats, the two products in that order (RMSNorm's scaling). */
+void mn_scale_mul(float *out, const float *x, float s, const float *w, int n);
 /* h[i] = x[i] as a half float, rounded to nearest even (model/quant.h's mn_f32_to_f16: a NaN may
  * keep more of its payload where the CPU converts), n >= 0: the rows a half-float KV cache stores
  * (mem/kv.h). The attention kernels convert them back as they load them (mn_dots). */
