@@ -372,29 +372,6 @@ static void avx2_dots(const float *q, size_t ldq, int n_heads, const void *const
     }
 }
 
-/* exp(x) lane-wise: x = k ln2 + r with |r| <= ln2/2, exp(r) by Cephes' degree-7 polynomial
- * (relative error ~1e-7), times 2^k built in the exponent bits. Below -87 the result is 0; x is
- * clamped at 88 above (e^88 ~ 1.7e38, so callers see a huge value rather than infinity). */
-ALWAYS_INLINE __m256 exp_ps(__m256 x)
-{
-    const __m256 lo = _mm256_set1_ps(-87.0f);
-    __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.0f));
-    __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
-    return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
-}
-
 /* generic_argmax with 32 lanes in four registers (vmaxps(v, m) is v > m ? v : m, NaN-passing as
  * the generic compare), then the first index equal to the maximum, 8 compared at a time. */
 static int32_t avx2_argmax(const float *x, int n)
@@ -469,47 +446,7 @@ static uint64_t avx2_draw_weights(const float *x, int n, float mx, float scale, 
 
 static float avx2_softmax(float *x, int n, float scale)
 {
-    const __m256 vs = _mm256_set1_ps(scale);
-    __m256 vmax = _mm256_set1_ps(-INFINITY);
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), vs);
-        _mm256_storeu_ps(x + i, v);
-        vmax = _mm256_max_ps(vmax, v);
-    }
-    float mx = -INFINITY, lanes[8];
-    _mm256_storeu_ps(lanes, vmax);
-    for (int l = 0; l < 8; l++)
-        mx = lanes[l] > mx ? lanes[l] : mx;
-    for (; i < n; i++) {
-        x[i] *= scale;
-        mx = x[i] > mx ? x[i] : mx;
-    }
-    const __m256 vm = _mm256_set1_ps(mx);
-    __m256 sum = _mm256_setzero_ps();
-    for (i = 0; i + 8 <= n; i += 8) {
-        __m256 e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
-        _mm256_storeu_ps(x + i, e);
-        sum = _mm256_add_ps(sum, e);
-    }
-    if (i < n) { /* the tail through the same vector exp, padded with lanes that come out 0 */
-        float pad[8];
-        for (int l = 0; l < 8; l++)
-            pad[l] = i + l < n ? x[i + l] - mx : -INFINITY;
-        __m256 e = exp_ps(_mm256_loadu_ps(pad));
-        _mm256_storeu_ps(pad, e);
-        sum = _mm256_add_ps(sum, e);
-        for (int l = 0; i + l < n; l++)
-            x[i + l] = pad[l];
-    }
-    return hsum(sum);
-}
-
-/* silu(g) * u = g / (1 + e^-g) * u over eight lanes. */
-ALWAYS_INLINE __m256 swiglu8(__m256 g, __m256 u)
-{
-    __m256 den = _mm256_add_ps(_mm256_set1_ps(1.0f), exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), g)));
-    return _mm256_mul_ps(_mm256_div_ps(g, den), u);
+    return softmax_exps(x, 0, n, softmax_scale_max(x, n, scale), _mm256_setzero_ps());
 }
 
 static void avx2_swiglu(float *gate, const float *up, int n)

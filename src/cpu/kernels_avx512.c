@@ -90,6 +90,12 @@ ALWAYS_INLINE v16f f_mul(v16f a, v16f b)
     return (v16f){{_mm256_mul_ps(a.h[0], b.h[0]), _mm256_mul_ps(a.h[1], b.h[1])}};
 }
 ALWAYS_INLINE v16f f_from_i32(v16i p) { return (v16f){{_mm256_cvtepi32_ps(p.h[0]), _mm256_cvtepi32_ps(p.h[1])}}; }
+ALWAYS_INLINE v16f f_exp(v16f a) { return (v16f){{exp_ps(a.h[0]), exp_ps(a.h[1])}}; }
+ALWAYS_INLINE v16f f_swiglu(v16f g, v16f u) { return (v16f){{swiglu8(g.h[0], u.h[0]), swiglu8(g.h[1], u.h[1])}}; }
+ALWAYS_INLINE v16f f_sub(v16f a, v16f b)
+{
+    return (v16f){{_mm256_sub_ps(a.h[0], b.h[0]), _mm256_sub_ps(a.h[1], b.h[1])}};
+}
 /* lanes 0..7 = a's lane j, lanes 8..15 = a's lane 8 + j */
 ALWAYS_INLINE v16f f_lane(v16f a, int j)
 {
@@ -171,6 +177,33 @@ ALWAYS_INLINE v16f f_fmadd(v16f a, v16f b, v16f c) { return _mm512_fmadd_ps(a, b
 typedef __m512i v16i;
 ALWAYS_INLINE v16f f_mul(v16f a, v16f b) { return _mm512_mul_ps(a, b); }
 ALWAYS_INLINE v16f f_from_i32(v16i p) { return _mm512_cvtepi32_ps(p); }
+ALWAYS_INLINE v16f f_sub(v16f a, v16f b) { return _mm512_sub_ps(a, b); }
+/* kernels_x86.h's exp_ps in 16 lanes: the same operations on each lane, so the same bits. */
+ALWAYS_INLINE v16f f_exp(v16f x)
+{
+    const __m512 lo = _mm512_set1_ps(-87.0f);
+    __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    x = _mm512_min_ps(_mm512_max_ps(x, lo), _mm512_set1_ps(88.0f));
+    __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127)), 23);
+    return _mm512_maskz_mul_ps((__mmask16)~under, p, _mm512_castsi512_ps(e));
+}
+/* kernels_x86.h's swiglu8 in 16 lanes */
+ALWAYS_INLINE v16f f_swiglu(v16f g, v16f u)
+{
+    __m512 den = _mm512_add_ps(_mm512_set1_ps(1.0f), f_exp(_mm512_sub_ps(_mm512_setzero_ps(), g)));
+    return _mm512_mul_ps(_mm512_div_ps(g, den), u);
+}
 ALWAYS_INLINE v16f f_lane(v16f a, int j)
 {
     return _mm512_permutexvar_ps(_mm512_inserti64x4(_mm512_set1_epi32(j), _mm256_set1_epi32(8 + j), 1), a);
@@ -859,6 +892,31 @@ ALWAYS_INLINE void dots_w(const float *q, size_t ldq, int n_heads, const void *c
         mn_kernels_avx2.dots(q + (size_t)h * ldq, ldq, 1, b, type, n_b, n, out + (size_t)h * ldo, ldo);
 }
 
+/* SwiGLU and the softmax's exponentials 16 lanes at a time, every lane the AVX2 table's arithmetic
+ * (f_exp, f_swiglu), and the softmax's sum fed each 16 as its two 8-lane halves in turn: the 8-lane
+ * chunks' order, so the same bits. The rest goes as the AVX2 table takes it. */
+static void x16w_swiglu(float *gate, const float *up, int n)
+{
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        f_store(gate + i, f_swiglu(f_load(gate + i), f_load(up + i)));
+    mn_kernels_avx2.swiglu(gate + i, up + i, n - i);
+}
+
+static float x16w_softmax(float *x, int n, float scale)
+{
+    float mx = softmax_scale_max(x, n, scale);
+    v16f vm = f_set1(mx);
+    __m256 sum = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        v16f e = f_exp(f_sub(f_load(x + i), vm));
+        f_store(x + i, e);
+        sum = _mm256_add_ps(_mm256_add_ps(sum, f_half(e, 0)), f_half(e, 1));
+    }
+    return softmax_exps(x, i, n, mx, sum);
+}
+
 static void x16w_dots(const float *q, size_t ldq, int n_heads, const void *const *b, uint32_t type, int n_b, int n,
                       float *out, size_t ldo)
 {
@@ -1060,6 +1118,8 @@ const mn_cpu_kernels X16W_TABLE = {
     .matmul = x16w_matmul,
     .matmul_q8 = x16w_matmul_q8,
     .dots = x16w_dots,
+    .softmax = x16w_softmax,
+    .swiglu = x16w_swiglu,
     .weighted_sum = x16w_weighted_sum,
 };
 
