@@ -375,8 +375,9 @@ static void check_swiglu(void)
 }
 Test(kernels, swiglu_matches_libm_wherever_an_element_sits) { on_every_set(check_swiglu); }
 
-/* RMSNorm's scaling and the residual add (the CPU pass's mn_scale_mul and mn_axpy by 1) against the
- * scalar expressions they replaced, at every length mod 8, signed zeros and infinities included. */
+/* RMSNorm's scaling, the residual add and RoPE (the CPU pass's mn_scale_mul, mn_axpy by 1 and mn_rope)
+ * against the scalar expressions they replaced, at every length mod 8, signed zeros and infinities
+ * included. */
 static void check_scale_and_add(void)
 {
     enum { N = 41 };
@@ -400,9 +401,20 @@ static void check_scale_and_add(void)
         }
         for (int i = n; i < N; i++)
             cr_assert(sum[i] == y[i], "axpy wrote past n");
+        float rot[N];
+        memcpy(rot, y, sizeof y);
+        mn_rope(rot, x, n / 2);
+        for (int i = 0; i < N; i++) {
+            float want = y[i]; /* past the pairs: untouched */
+            if (i < n / 2 * 2) {
+                float a = y[i & ~1], b = y[i | 1], c = x[i & ~1], sn = x[i | 1];
+                want = i % 2 ? a * sn + b * c : a * c - b * sn;
+            }
+            cr_assert(memcmp(&rot[i], &want, sizeof want) == 0, "rope n=%d i=%d: %a, want %a", n, i, rot[i], want);
+        }
     }
 }
-Test(kernels, scale_mul_and_axpy_by_one_are_the_scalar_operations) { on_every_set(check_scale_and_add); }
+Test(kernels, scale_mul_axpy_by_one_and_rope_are_the_scalar_operations) { on_every_set(check_scale_and_add); }
 
 /* The small kernels of each set against the generic set's bits, on values that reach every branch
  * of the exp (far below its range, past it, exact zeros) and every length mod 8. */
@@ -426,7 +438,7 @@ Test(kernels, every_set_gives_the_generic_bits)
             bh[k][i] = mn_f32_to_f16(b[k][i] * 3.0f);
     }
     for (int n = 1; n <= N; n++) {
-        float ref[8][N], got[8][N], ref_sum = 0.0f;
+        float ref[9][N], got[9][N], ref_sum = 0.0f;
         for (size_t ks = 0; ks < n_sets(); ks++) {
             if (!use_set(ks))
                 continue;
@@ -443,6 +455,8 @@ Test(kernels, every_set_gives_the_generic_bits)
             mn_dots(a, 0, 1, ptr_h, MN_F16, KEYS, n, o[5], 0);
             mn_weighted_sum(o[6], N, u, 1, 1, ptr_h, MN_F16, KEYS, n);
             mn_scale_mul(o[7], a, 0.37f, g, n);
+            memcpy(o[8], u, sizeof u);
+            mn_rope(o[8], a, n / 2);
             if (ks == 0) {
                 ref_sum = sum;
                 continue;
@@ -450,8 +464,8 @@ Test(kernels, every_set_gives_the_generic_bits)
             cr_assert(memcmp(&sum, &ref_sum, sizeof sum) == 0, "%s n=%d: softmax sum %a vs %a", kernel_sets[ks], n,
                       sum, ref_sum);
             static const char *const what[] = {"softmax", "swiglu", "dots", "weighted_sum", "axpy", "dots f16",
-                                               "weighted_sum f16", "scale_mul"};
-            for (int f = 0; f < 8; f++) {
+                                               "weighted_sum f16", "scale_mul", "rope"};
+            for (int f = 0; f < 9; f++) {
                 int len = f == 2 ? KEYS + 1 : f == 5 ? KEYS : n;
                 cr_assert(memcmp(got[f], ref[f], (size_t)len * sizeof(float)) == 0, "%s n=%d: %s differs",
                           kernel_sets[ks], n, what[f]);

@@ -156,14 +156,8 @@ static void region_qkv(void *arg, int ith, int nth)
 /* ---- RoPE (adjacent pairs) and the KV write: serial, cheap ------------------------------------ */
 static void rope_rows(float *v, uint32_t n_heads, const mn_hparams *hp, const float *cs)
 {
-    for (uint32_t h = 0; h < n_heads; h++) {
-        float *x = v + (size_t)h * hp->head_dim;
-        for (uint32_t i = 0; i < hp->rope_dim / 2; i++) {
-            float c = cs[2 * i], s = cs[2 * i + 1], a = x[2 * i], b = x[2 * i + 1];
-            x[2 * i] = a * c - b * s;
-            x[2 * i + 1] = a * s + b * c;
-        }
-    }
+    for (uint32_t h = 0; h < n_heads; h++)
+        mn_rope(v + (size_t)h * hp->head_dim, cs, (int)(hp->rope_dim / 2));
 }
 
 /* cos and sin of every pair's angle at the positions [rope_filled, n): each computed once, when a

@@ -56,6 +56,7 @@ typedef struct mn_cpu_kernels {
                          uint32_t type, int n_rows, int n);
     void (*axpy)(float *y, float a, const float *x, int n);
     void (*scale_mul)(float *out, const float *x, float s, const float *w, int n);
+    void (*rope)(float *x, const float *cs, int n_pairs);
     int32_t (*argmax)(const float *x, int n);
     uint64_t (*draw_weights)(const float *x, int n, float mx, float scale, uint64_t *w);
     void (*to_f16)(const float *x, uint16_t *h, int n);

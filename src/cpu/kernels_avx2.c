@@ -537,6 +537,25 @@ static void avx2_scale_mul(float *out, const float *x, float s, const float *w, 
         out[k] = x[k] * s * w[k];
 }
 
+/* Four pairs at a time: x c with each pair's c in both lanes, the pair swapped times its s, then
+ * vaddsubps (a c - b s in the even lanes, b c + a s in the odd: the scalar's sum, its operands
+ * swapped, which IEEE addition does not see). */
+static void avx2_rope(float *x, const float *cs, int n_pairs)
+{
+    int i = 0;
+    for (; i + 4 <= n_pairs; i += 4) {
+        __m256 v = _mm256_loadu_ps(x + 2 * i), t = _mm256_loadu_ps(cs + 2 * i);
+        __m256 vc = _mm256_mul_ps(v, _mm256_moveldup_ps(t));
+        __m256 vs = _mm256_mul_ps(_mm256_permute_ps(v, _MM_SHUFFLE(2, 3, 0, 1)), _mm256_movehdup_ps(t));
+        _mm256_storeu_ps(x + 2 * i, _mm256_addsub_ps(vc, vs));
+    }
+    for (; i < n_pairs; i++) {
+        float c = cs[2 * i], s = cs[2 * i + 1], a = x[2 * i], b = x[2 * i + 1];
+        x[2 * i] = a * c - b * s;
+        x[2 * i + 1] = a * s + b * c;
+    }
+}
+
 /* Half floats by F16C: vcvtps2ph rounds to nearest even (the immediate), as mn_f32_to_f16 does; the
  * tail goes through the same instruction, a lane at a time. */
 static void avx2_to_f16(const float *x, uint16_t *h, int n)
@@ -642,6 +661,7 @@ const mn_cpu_kernels mn_kernels_avx2 = {
     .weighted_sum = avx2_weighted_sum,
     .axpy = avx2_axpy,
     .scale_mul = avx2_scale_mul,
+    .rope = avx2_rope,
     .argmax = avx2_argmax,
     .draw_weights = avx2_draw_weights,
     .to_f16 = avx2_to_f16,

@@ -228,6 +228,15 @@ static void generic_scale_mul(float *out, const float *x, float s, const float *
         out[k] = x[k] * s * w[k];
 }
 
+static void generic_rope(float *x, const float *cs, int n_pairs)
+{
+    for (int i = 0; i < n_pairs; i++) {
+        float c = cs[2 * i], s = cs[2 * i + 1], a = x[2 * i], b = x[2 * i + 1];
+        x[2 * i] = a * c - b * s;
+        x[2 * i + 1] = a * s + b * c;
+    }
+}
+
 /* The maximum in 16 lanes (element i joins lane i % 16: no lane waits on another), x[0] where it
  * is a NaN (no element is greater), then the first element equal to it. */
 static int32_t generic_argmax(const float *x, int n)
@@ -280,6 +289,7 @@ const mn_cpu_kernels mn_kernels_generic = {
     .weighted_sum = generic_weighted_sum,
     .axpy = generic_axpy,
     .scale_mul = generic_scale_mul,
+    .rope = generic_rope,
     .argmax = generic_argmax,
     .draw_weights = generic_draw_weights,
     .to_f16 = generic_to_f16,

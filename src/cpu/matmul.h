@@ -85,6 +85,9 @@ void mn_dots(const float *q, size_t ldq, int n_heads, const void *const *b, uint
 void mn_axpy(float *y, float a, const float *x, int n);
 /* out[i] = x[i] * s * w[i] for n floats, the two products in that order (RMSNorm's scaling). */
 void mn_scale_mul(float *out, const float *x, float s, const float *w, int n);
+/* RoPE over adjacent pairs: (x[2i], x[2i+1]) = (a c - b s, a s + b c) for i < n_pairs, with (a, b) the
+ * pair and (c, s) = (cs[2i], cs[2i+1]), each product rounded, then the sum. */
+void mn_rope(float *x, const float *cs, int n_pairs);
 /* h[i] = x[i] as a half float, rounded to nearest even (model/quant.h's mn_f32_to_f16: a NaN may
  * keep more of its payload where the CPU converts), n >= 0: the rows a half-float KV cache stores
  * (mem/kv.h). The attention kernels convert them back as they load them (mn_dots). */
