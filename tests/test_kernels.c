@@ -208,18 +208,21 @@ static void attention_kernels_over(uint32_t type)
             cr_assert(memcmp(&one, &out[k], sizeof one) == 0, "%s n=%d key %d: dots %a vs dot %a",
                       half ? "f16" : "f32", n, k, out[k], one);
         }
-        /* three heads (a pair and a single) over the same keys, each its own dots */
+        /* three heads (a pair and a single) over the same keys, each its own dots; every count of
+         * keys, so that a last group holds each of 1..8 */
         float qs[3][80], outs[3][KEYS];
         for (int h = 0; h < 3; h++)
             for (int i = 0; i < n; i++)
                 qs[h][i] = cosf((float)(i * (h + 2)) * 0.7f + (float)h);
-        mn_dots(qs[0], 80, 3, ptr, type, KEYS, n, outs[0], KEYS);
-        for (int h = 0; h < 3; h++)
-            for (int k = 0; k < KEYS; k++) {
-                float one = mn_dot(qs[h], b[k], n);
-                cr_assert(memcmp(&one, &outs[h][k], sizeof one) == 0, "n=%d head %d key %d: dots %a vs dot %a", n, h,
-                          k, outs[h][k], one);
-            }
+        for (int nk = 1; nk <= KEYS; nk++) {
+            mn_dots(qs[0], 80, 3, ptr, type, nk, n, outs[0], KEYS);
+            for (int h = 0; h < 3; h++)
+                for (int k = 0; k < nk; k++) {
+                    float one = mn_dot(qs[h], b[k], n);
+                    cr_assert(memcmp(&one, &outs[h][k], sizeof one) == 0, "n=%d, %d keys, head %d key %d: dots %a vs "
+                              "dot %a", n, nk, h, k, outs[h][k], one);
+                }
+        }
         /* weighted sums of three heads (a pair and a single) over 37 rows */
         const void *rows[37];
         for (int j = 0; j < 37; j++) {
@@ -375,10 +378,10 @@ static void check_swiglu(void)
 }
 Test(kernels, swiglu_matches_libm_wherever_an_element_sits) { on_every_set(check_swiglu); }
 
-/* RMSNorm's scaling, the residual add and RoPE (the CPU pass's mn_scale_mul, mn_axpy by 1 and mn_rope)
- * against the scalar expressions they replaced, at every length mod 8, signed zeros and infinities
- * included. */
-static void check_scale_and_add(void)
+/* RMSNorm's scaling, the residual add, RoPE and attention's normalization (the CPU pass's
+ * mn_scale_mul, mn_axpy by 1, mn_rope and mn_scale) against the scalar expressions they replaced,
+ * at every length mod 8, signed zeros and infinities included. */
+static void check_pass_helpers(void)
 {
     enum { N = 41 };
     float x[N], w[N], y[N];
@@ -401,6 +404,13 @@ static void check_scale_and_add(void)
         }
         for (int i = n; i < N; i++)
             cr_assert(sum[i] == y[i], "axpy wrote past n");
+        float scaled[N];
+        memcpy(scaled, x, sizeof x);
+        mn_scale(scaled, s, n);
+        for (int i = 0; i < N; i++) {
+            float want = i < n ? x[i] * s : x[i];
+            cr_assert(memcmp(&scaled[i], &want, sizeof want) == 0, "scale n=%d i=%d", n, i);
+        }
         float rot[N];
         memcpy(rot, y, sizeof y);
         mn_rope(rot, x, n / 2);
@@ -414,7 +424,7 @@ static void check_scale_and_add(void)
         }
     }
 }
-Test(kernels, scale_mul_axpy_by_one_and_rope_are_the_scalar_operations) { on_every_set(check_scale_and_add); }
+Test(kernels, the_pass_vector_helpers_are_the_scalar_operations) { on_every_set(check_pass_helpers); }
 
 /* The small kernels of each set against the generic set's bits, on values that reach every branch
  * of the exp (far below its range, past it, exact zeros) and every length mod 8. */
@@ -438,7 +448,7 @@ Test(kernels, every_set_gives_the_generic_bits)
             bh[k][i] = mn_f32_to_f16(b[k][i] * 3.0f);
     }
     for (int n = 1; n <= N; n++) {
-        float ref[9][N], got[9][N], ref_sum = 0.0f;
+        float ref[10][N], got[10][N], ref_sum = 0.0f;
         for (size_t ks = 0; ks < n_sets(); ks++) {
             if (!use_set(ks))
                 continue;
@@ -457,6 +467,8 @@ Test(kernels, every_set_gives_the_generic_bits)
             mn_scale_mul(o[7], a, 0.37f, g, n);
             memcpy(o[8], u, sizeof u);
             mn_rope(o[8], a, n / 2);
+            memcpy(o[9], a, sizeof a);
+            mn_scale(o[9], 0.37f, n);
             if (ks == 0) {
                 ref_sum = sum;
                 continue;
@@ -464,8 +476,8 @@ Test(kernels, every_set_gives_the_generic_bits)
             cr_assert(memcmp(&sum, &ref_sum, sizeof sum) == 0, "%s n=%d: softmax sum %a vs %a", kernel_sets[ks], n,
                       sum, ref_sum);
             static const char *const what[] = {"softmax", "swiglu", "dots", "weighted_sum", "axpy", "dots f16",
-                                               "weighted_sum f16", "scale_mul", "rope"};
-            for (int f = 0; f < 9; f++) {
+                                               "weighted_sum f16", "scale_mul", "rope", "scale"};
+            for (int f = 0; f < 10; f++) {
                 int len = f == 2 ? KEYS + 1 : f == 5 ? KEYS : n;
                 cr_assert(memcmp(got[f], ref[f], (size_t)len * sizeof(float)) == 0, "%s n=%d: %s differs",
                           kernel_sets[ks], n, what[f]);

@@ -252,11 +252,8 @@ static void region_attention(void *arg, int ith, int nth)
             sum[h] = mn_softmax(sc + (size_t)h * hp->n_ctx, (int)n, scale);
         float *out = st->att + (size_t)t * qdim + (size_t)g * group * hd;
         mn_weighted_sum(out, hd, sc, hp->n_ctx, (int)group, vrows, type, (int)n, (int)hd);
-        for (uint32_t h = 0; h < group; h++) {
-            float inv = 1.0f / sum[h];
-            for (uint32_t i = 0; i < hd; i++)
-                out[(size_t)h * hd + i] *= inv;
-        }
+        for (uint32_t h = 0; h < group; h++)
+            mn_scale(out + (size_t)h * hd, 1.0f / sum[h], (int)hd);
     }
 }
 

@@ -55,6 +55,7 @@ typedef struct mn_cpu_kernels {
     void (*weighted_sum)(float *out, size_t ldo, const float *w, size_t ldw, int n_heads, const void *const *rows,
                          uint32_t type, int n_rows, int n);
     void (*axpy)(float *y, float a, const float *x, int n);
+    void (*scale)(float *x, float s, int n);
     void (*scale_mul)(float *out, const float *x, float s, const float *w, int n);
     void (*rope)(float *x, const float *cs, int n_pairs);
     int32_t (*argmax)(const float *x, int n);

@@ -527,6 +527,16 @@ static void avx2_axpy(float *y, float a, const float *x, int n)
         y[k] = fmaf(a, x[k], y[k]);
 }
 
+static void avx2_scale(float *x, float s, int n)
+{
+    __m256 vs = _mm256_set1_ps(s);
+    int k = 0;
+    for (; k + 8 <= n; k += 8)
+        _mm256_storeu_ps(x + k, _mm256_mul_ps(_mm256_loadu_ps(x + k), vs));
+    for (; k < n; k++)
+        x[k] *= s;
+}
+
 static void avx2_scale_mul(float *out, const float *x, float s, const float *w, int n)
 {
     __m256 vs = _mm256_set1_ps(s);
@@ -660,6 +670,7 @@ const mn_cpu_kernels mn_kernels_avx2 = {
     .swiglu = avx2_swiglu,
     .weighted_sum = avx2_weighted_sum,
     .axpy = avx2_axpy,
+    .scale = avx2_scale,
     .scale_mul = avx2_scale_mul,
     .rope = avx2_rope,
     .argmax = avx2_argmax,

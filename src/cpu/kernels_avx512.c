@@ -96,6 +96,21 @@ ALWAYS_INLINE v16f f_sub(v16f a, v16f b)
 {
     return (v16f){{_mm256_sub_ps(a.h[0], b.h[0]), _mm256_sub_ps(a.h[1], b.h[1])}};
 }
+/* lanes l < n (n < 16): p[l] - m; the rest -infinity */
+ALWAYS_INLINE v16f f_tail_minus(const float *p, int n, float m)
+{
+    float pad[16];
+    for (int l = 0; l < 16; l++)
+        pad[l] = l < n ? p[l] - m : -INFINITY;
+    return f_load(pad);
+}
+/* p[l] = lane l for l < n (n < 16) */
+ALWAYS_INLINE void f_store_first(float *p, int n, v16f a)
+{
+    float lanes[16];
+    f_store(lanes, a);
+    memcpy(p, lanes, (size_t)n * sizeof(float));
+}
 /* lanes 0..7 = a's lane j, lanes 8..15 = a's lane 8 + j */
 ALWAYS_INLINE v16f f_lane(v16f a, int j)
 {
@@ -178,6 +193,12 @@ typedef __m512i v16i;
 ALWAYS_INLINE v16f f_mul(v16f a, v16f b) { return _mm512_mul_ps(a, b); }
 ALWAYS_INLINE v16f f_from_i32(v16i p) { return _mm512_cvtepi32_ps(p); }
 ALWAYS_INLINE v16f f_sub(v16f a, v16f b) { return _mm512_sub_ps(a, b); }
+ALWAYS_INLINE v16f f_tail_minus(const float *p, int n, float m)
+{
+    __mmask16 k = (__mmask16)((1u << n) - 1);
+    return _mm512_mask_sub_ps(_mm512_set1_ps(-INFINITY), k, _mm512_maskz_loadu_ps(k, p), _mm512_set1_ps(m));
+}
+ALWAYS_INLINE void f_store_first(float *p, int n, v16f a) { _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1), a); }
 /* kernels_x86.h's exp_ps in 16 lanes: the same operations on each lane, so the same bits. */
 ALWAYS_INLINE v16f f_exp(v16f x)
 {
@@ -852,7 +873,9 @@ DEFINE_MATMUL_Q8_ENTRY(x16w_matmul_q8, matmul_q8w_typed)
  * of one register and each key's chunk in both (f_dup), so one load and one FMA feed both heads'
  * 8-lane chains, where AVX2's dots spends a load and an FMA on each. Eight keys at a time, their 16
  * chains summed by f_hsums, each chain fed its chunks in order and its tail after the sum as AVX2's
- * dots does: the same bits. The keys past the last eight, and a last odd head, go to AVX2's.
+ * dots does: the same bits. A last few keys run as an eight whose missing keys repeat the first and
+ * are dropped (tools/bench-attention.c: two 32-float heads over 36 keys in 53 ns, against 63-65 with
+ * the last four through AVX2's dots and 55 over 40 keys); a last odd head goes to AVX2's.
  * tools/bench-attention.c (one core, a Zen 5 host, 2026-11-30): two 32-float heads over 72 / 512
  * keys in 78 / 611 ns against AVX2's 118 / 1,070, two 64-float heads in 138 / 1,064 against 189 /
  * 2,082. In the bundled target (--verify-curve, three runs alternating with the build before), passes
@@ -861,32 +884,38 @@ DEFINE_MATMUL_Q8_ENTRY(x16w_matmul_q8, matmul_q8w_typed)
 ALWAYS_INLINE void dots_w(const float *q, size_t ldq, int n_heads, const void *const *b, const uint32_t type, int n_b,
                           int n, float *out, size_t ldo)
 {
-    const int full = n / 8 * 8, keys = n_b / 8 * 8;
+    const int full = n / 8 * 8;
     int h = 0;
     for (; h + 2 <= n_heads; h += 2) {
         const float *q0 = q + (size_t)h * ldq, *q1 = q0 + ldq;
         float *o0 = out + (size_t)h * ldo, *o1 = o0 + ldo;
-        for (int j = 0; j < keys; j += 8) {
+        for (int j = 0; j < n_b; j += 8) {
+            const int m = n_b - j < 8 ? n_b - j : 8; /* keys in this eight; the rest rerun key j */
+            const void *kb[8];
+            float s0[8], s1[8], *d0 = m == 8 ? o0 + j : s0, *d1 = m == 8 ? o1 + j : s1;
             v16f acc[8];
 #pragma GCC unroll 8
-            for (int i = 0; i < 8; i++)
+            for (int i = 0; i < 8; i++) {
+                kb[i] = b[j + (i < m ? i : 0)];
                 acc[i] = f_zero();
+            }
             for (int k = 0; k < full; k += 8) {
                 v16f qq = f_halves(_mm256_loadu_ps(q0 + k), _mm256_loadu_ps(q1 + k));
 #pragma GCC unroll 8
                 for (int i = 0; i < 8; i++)
-                    acc[i] = f_fmadd(qq, f_dup_row(type, b[j + i], k), acc[i]);
+                    acc[i] = f_fmadd(qq, f_dup_row(type, kb[i], k), acc[i]);
             }
-            f_hsums(acc, o0 + j, o1 + j); /* key j + i: head h's chain in half 0, h + 1's in half 1 */
+            f_hsums(acc, d0, d1); /* key j + i: head h's chain in half 0, h + 1's in half 1 */
             for (int k = full; k < n; k++)
-#pragma GCC unroll 8
-                for (int i = 0; i < 8; i++) {
-                    o0[j + i] = fmaf(q0[k], scalar_w(type, b[j + i], k), o0[j + i]);
-                    o1[j + i] = fmaf(q1[k], scalar_w(type, b[j + i], k), o1[j + i]);
+                for (int i = 0; i < m; i++) {
+                    d0[i] = fmaf(q0[k], scalar_w(type, kb[i], k), d0[i]);
+                    d1[i] = fmaf(q1[k], scalar_w(type, kb[i], k), d1[i]);
                 }
+            if (m < 8) {
+                memcpy(o0 + j, s0, (size_t)m * sizeof(float));
+                memcpy(o1 + j, s1, (size_t)m * sizeof(float));
+            }
         }
-        if (keys < n_b)
-            mn_kernels_avx2.dots(q0, ldq, 2, b + keys, type, n_b - keys, n, o0 + keys, ldo);
     }
     if (h < n_heads)
         mn_kernels_avx2.dots(q + (size_t)h * ldq, ldq, 1, b, type, n_b, n, out + (size_t)h * ldo, ldo);
@@ -894,7 +923,11 @@ ALWAYS_INLINE void dots_w(const float *q, size_t ldq, int n_heads, const void *c
 
 /* SwiGLU and the softmax's exponentials 16 lanes at a time, every lane the AVX2 table's arithmetic
  * (f_exp, f_swiglu), and the softmax's sum fed each 16 as its two 8-lane halves in turn: the 8-lane
- * chunks' order, so the same bits. The rest goes as the AVX2 table takes it. */
+ * chunks' order, so the same bits. SwiGLU's last few go as the AVX2 table takes them; the softmax's
+ * in one more register, its lanes past the row -infinity as AVX2's padded tail has them: their 0s
+ * add nothing to the sum's lanes (a half of only such lanes adds +0 to sums that are +0 or more).
+ * The padded tail's scalar loops cost as much as the rest of a 36-score row (tools/bench-attention.c:
+ * 47 ns against 32 for 72 scores). */
 static void x16w_swiglu(float *gate, const float *up, int n)
 {
     int i = 0;
@@ -914,7 +947,12 @@ static float x16w_softmax(float *x, int n, float scale)
         f_store(x + i, e);
         sum = _mm256_add_ps(_mm256_add_ps(sum, f_half(e, 0)), f_half(e, 1));
     }
-    return softmax_exps(x, i, n, mx, sum);
+    if (i < n) {
+        v16f e = f_exp(f_tail_minus(x + i, n - i, mx));
+        f_store_first(x + i, n - i, e);
+        sum = _mm256_add_ps(_mm256_add_ps(sum, f_half(e, 0)), f_half(e, 1));
+    }
+    return hsum(sum);
 }
 
 static void x16w_dots(const float *q, size_t ldq, int n_heads, const void *const *b, uint32_t type, int n_b, int n,

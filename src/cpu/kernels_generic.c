@@ -222,6 +222,12 @@ static void generic_axpy(float *y, float a, const float *x, int n)
         y[k] = fmaf(a, x[k], y[k]);
 }
 
+static void generic_scale(float *x, float s, int n)
+{
+    for (int k = 0; k < n; k++)
+        x[k] *= s;
+}
+
 static void generic_scale_mul(float *out, const float *x, float s, const float *w, int n)
 {
     for (int k = 0; k < n; k++)
@@ -288,6 +294,7 @@ const mn_cpu_kernels mn_kernels_generic = {
     .swiglu = generic_swiglu,
     .weighted_sum = generic_weighted_sum,
     .axpy = generic_axpy,
+    .scale = generic_scale,
     .scale_mul = generic_scale_mul,
     .rope = generic_rope,
     .argmax = generic_argmax,

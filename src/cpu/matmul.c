@@ -40,6 +40,7 @@ static void compose(mn_cpu_kernels *k, const mn_cpu_kernels *t)
     FILL(dot)
     FILL(dots)
     FILL(softmax)
+    FILL(scale)
     FILL(scale_mul)
     FILL(rope)
     FILL(swiglu)
@@ -150,6 +151,7 @@ void mn_weighted_sum(float *out, size_t ldo, const float *w, size_t ldw, int n_h
 }
 
 void mn_axpy(float *y, float a, const float *x, int n) { K()->axpy(y, a, x, n); }
+void mn_scale(float *x, float s, int n) { K()->scale(x, s, n); }
 void mn_scale_mul(float *out, const float *x, float s, const float *w, int n) { K()->scale_mul(out, x, s, w, n); }
 void mn_rope(float *x, const float *cs, int n_pairs) { K()->rope(x, cs, n_pairs); }
 void mn_to_f16(const float *x, uint16_t *h, int n) { K()->to_f16(x, h, n); }

@@ -83,6 +83,8 @@ void mn_dots(const float *q, size_t ldq, int n_heads, const void *const *b, uint
              size_t ldo);
 /* y[i] += a * x[i] for n floats, as one fused multiply-add each (with a = 1 exactly y[i] + x[i]). */
 void mn_axpy(float *y, float a, const float *x, int n);
+/* x[i] *= s for n floats (attention's division by the softmax's sum, as a product by its inverse). */
+void mn_scale(float *x, float s, int n);
 /* out[i] = x[i] * s * w[i] for n floats, the two products in that order (RMSNorm's scaling). */
 void mn_scale_mul(float *out, const float *x, float s, const float *w, int n);
 /* RoPE over adjacent pairs: (x[2i], x[2i+1]) = (a c - b s, a s + b c) for i < n_pairs, with (a, b) the
