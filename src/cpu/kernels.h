@@ -24,6 +24,23 @@
 
 #include "model/model.h"
 
+/* exp(x) as every set computes it, lane by lane (the generic set's exp_lane, kernels_x86.h's exp_ps,
+ * the 512-bit set's f_exp): x clamped to [MN_EXP_LO, MN_EXP_HI] (below MN_EXP_LO the result is 0),
+ * k = x log2(e) rounded to nearest, r = x - k ln2 in two parts, exp(r) by Cephes' degree-7
+ * polynomial, times 2^k built in the exponent bits. One list of constants for the three widths,
+ * which must agree bit for bit. */
+#define MN_EXP_LO (-87.0f)
+#define MN_EXP_HI 88.0f
+#define MN_EXP_LOG2E 1.44269504088896341f
+#define MN_EXP_LN2_HI 0.693359375f
+#define MN_EXP_LN2_LO (-2.12194440e-4f)
+#define MN_EXP_P0 1.9875691500e-4f
+#define MN_EXP_P1 1.3981999507e-3f
+#define MN_EXP_P2 8.3334519073e-3f
+#define MN_EXP_P3 4.1665795894e-2f
+#define MN_EXP_P4 1.6666665459e-1f
+#define MN_EXP_P5 5.0000001201e-1f
+
 /* The pass size from which the AVX2 set takes F32 weights through its lane panels: activations
  * (rows x columns of the pass) of at least this many floats, 256 KB (kernels_x86.h's lane_pass,
  * kernels_avx2.c says why). Here so that tests/test_kernels.c sizes its passes by it and keeps

@@ -162,18 +162,18 @@ static void generic_dots(const float *q, size_t ldq, int n_heads, const void *co
  * the max instruction returns its second operand). */
 static float exp_lane(float x)
 {
-    const int under = x < -87.0f;
-    x = x > -87.0f ? x : -87.0f;
-    x = x < 88.0f ? x : 88.0f;
-    float k = rintf(x * 1.44269504088896341f); /* the default rounding: to nearest, ties to even */
-    float r = fmaf(-k, 0.693359375f, x);
-    r = fmaf(-k, -2.12194440e-4f, r);
-    float p = 1.9875691500e-4f;
-    p = fmaf(p, r, 1.3981999507e-3f);
-    p = fmaf(p, r, 8.3334519073e-3f);
-    p = fmaf(p, r, 4.1665795894e-2f);
-    p = fmaf(p, r, 1.6666665459e-1f);
-    p = fmaf(p, r, 5.0000001201e-1f);
+    const int under = x < MN_EXP_LO;
+    x = x > MN_EXP_LO ? x : MN_EXP_LO;
+    x = x < MN_EXP_HI ? x : MN_EXP_HI;
+    float k = rintf(x * MN_EXP_LOG2E); /* the default rounding: to nearest, ties to even */
+    float r = fmaf(-k, MN_EXP_LN2_HI, x);
+    r = fmaf(-k, MN_EXP_LN2_LO, r);
+    float p = MN_EXP_P0;
+    p = fmaf(p, r, MN_EXP_P1);
+    p = fmaf(p, r, MN_EXP_P2);
+    p = fmaf(p, r, MN_EXP_P3);
+    p = fmaf(p, r, MN_EXP_P4);
+    p = fmaf(p, r, MN_EXP_P5);
     p = fmaf(p, r * r, r + 1.0f);
     uint32_t bits = (uint32_t)((int32_t)k + 127) << 23;
     float scale;

@@ -54,29 +54,23 @@ ALWAYS_INLINE void hsums(const __m256 a[8], float out[8])
     _mm256_storeu_ps(out, _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
 }
 
-/* Element k of an F32 or F16 row (a weight row's columns past the last full chunk of 8; a half-float
- * KV cache's attention rows). F16C's conversion, not mn_f16_to_f32 (both exact): a call after the
- * main loop clobbers every vector register, and GCC then kept the tiles' accumulators on the stack
- * through the whole loop (every F16 tile loaded and stored each chain at each chunk, about 2,300
- * stack accesses in the AVX-512 file). */
-/* exp(x) lane-wise: x = k ln2 + r with |r| <= ln2/2, exp(r) by Cephes' degree-7 polynomial
- * (relative error ~1e-7), times 2^k built in the exponent bits. Below -87 the result is 0; x is
- * clamped at 88 above (e^88 ~ 1.7e38, so callers see a huge value rather than infinity). */
+/* exp(x) in 8 lanes, kernels.h's MN_EXP steps (relative error ~1e-7; e^88 ~ 1.7e38, so callers see
+ * a huge value rather than infinity above the clamp). */
 ALWAYS_INLINE __m256 exp_ps(__m256 x)
 {
-    const __m256 lo = _mm256_set1_ps(-87.0f);
+    const __m256 lo = _mm256_set1_ps(MN_EXP_LO);
     __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.0f));
-    __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+    x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(MN_EXP_HI));
+    __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(MN_EXP_LOG2E)),
                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(MN_EXP_LN2_HI), x);
+    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(MN_EXP_LN2_LO), r);
+    __m256 p = _mm256_set1_ps(MN_EXP_P0);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(MN_EXP_P1));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(MN_EXP_P2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(MN_EXP_P3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(MN_EXP_P4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(MN_EXP_P5));
     p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
     __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
     return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
@@ -136,6 +130,11 @@ ALWAYS_INLINE float softmax_exps(float *x, int i, int n, float mx, __m256 sum)
     return hsum(sum);
 }
 
+/* Element k of an F32 or F16 row (a weight row's columns past the last full chunk of 8; a half-float
+ * KV cache's attention rows). F16C's conversion, not mn_f16_to_f32 (both exact): a call after the
+ * main loop clobbers every vector register, and GCC then kept the tiles' accumulators on the stack
+ * through the whole loop (every F16 tile loaded and stored each chain at each chunk, about 2,300
+ * stack accesses in the AVX-512 file). */
 ALWAYS_INLINE float scalar_w(uint32_t type, const void *row, int k)
 {
     return type == MN_F32 ? ((const float *)row)[k] : _cvtsh_ss(((const uint16_t *)row)[k]);
