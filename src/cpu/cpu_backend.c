@@ -154,7 +154,7 @@ static void region_qkv(void *arg, int ith, int nth)
     }
 }
 
-/* ---- RoPE (adjacent pairs) and the KV write: serial, cheap ------------------------------------ */
+/* ---- RoPE (adjacent pairs) and the KV write: in the attention region, or before it -------------- */
 static void rope_rows(float *v, uint32_t n_heads, const mn_hparams *hp, const float *cs)
 {
     for (uint32_t h = 0; h < n_heads; h++)

@@ -446,7 +446,7 @@ static uint64_t avx2_draw_weights(const float *x, int n, float mx, float scale, 
 
 static float avx2_softmax(float *x, int n, float scale)
 {
-    return softmax_exps(x, 0, n, softmax_scale_max(x, n, scale), _mm256_setzero_ps());
+    return softmax_exps(x, n, softmax_scale_max(x, n, scale));
 }
 
 static void avx2_swiglu(float *gate, const float *up, int n)

@@ -927,8 +927,8 @@ ALWAYS_INLINE void dots_w(const float *q, size_t ldq, int n_heads, const void *c
  * chunks' order, so the same bits. SwiGLU's last few go as the AVX2 table takes them; the softmax's
  * in one more register, its lanes past the row -infinity as AVX2's padded tail has them: their 0s
  * add nothing to the sum's lanes (a half of only such lanes adds +0 to sums that are +0 or more).
- * The padded tail's scalar loops cost as much as the rest of a 36-score row (tools/bench-attention.c:
- * 47 ns against 32 for 72 scores). */
+ * AVX2's padded tail, built and copied back in scalar loops, cost a 36-score row nearly as much as
+ * the rest of it (tools/bench-attention.c: 44-45 ns, 27-30 with this tail; 72 scores, none, 32). */
 static void x16w_swiglu(float *gate, const float *up, int n)
 {
     int i = 0;

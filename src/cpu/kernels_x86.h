@@ -105,13 +105,14 @@ ALWAYS_INLINE float softmax_scale_max(float *x, int n, float scale)
     return mx;
 }
 
-/* Softmax numerators from element i on: x[j] = exp(x[j] - mx) for j in [i, n), 8 at a time into
- * `sum` (element j joins lane j % 8 when i is a multiple of 8), the last few through the same
- * vector exp padded with lanes that come out 0; returns hsum(sum). The 512-bit table calls it for
- * what is left after its 16-lane loop, which adds each 16 as its two 8-lane halves in turn. */
-ALWAYS_INLINE float softmax_exps(float *x, int i, int n, float mx, __m256 sum)
+/* The softmax's second pass: x[j] = exp(x[j] - mx), 8 at a time into a sum (element j joins lane
+ * j % 8), the last few through the same vector exp padded with lanes that come out 0; returns
+ * hsum of the sum. */
+ALWAYS_INLINE float softmax_exps(float *x, int n, float mx)
 {
     const __m256 vm = _mm256_set1_ps(mx);
+    __m256 sum = _mm256_setzero_ps();
+    int i = 0;
     for (; i + 8 <= n; i += 8) {
         __m256 e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
         _mm256_storeu_ps(x + i, e);
