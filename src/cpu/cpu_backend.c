@@ -232,8 +232,9 @@ typedef struct located {
     uint32_t g, n;
 } located;
 
-/* Token t's attention over KV head g: its group's query heads into st->att. */
-static void attend(pass *p, int ith, uint32_t t, uint32_t g, located *at)
+/* Token t's attention over KV head g: its group's query heads into st->att, the scores scaled by
+ * `scale` (1 / sqrt(head_dim), worked out once per call of the region). */
+static void attend(pass *p, int ith, float scale, uint32_t t, uint32_t g, located *at)
 {
     const mn_hparams *hp = &p->m->hp;
     cpu_state *st = p->st;
@@ -241,7 +242,7 @@ static void attend(pass *p, int ith, uint32_t t, uint32_t g, located *at)
     float *sc = st->scores + (size_t)ith * group * hp->n_ctx; /* [group][n_ctx] */
     const void **krows = st->rows + (size_t)ith * 2 * hp->n_ctx, **vrows = krows + hp->n_ctx;
     const uint32_t type = p->kv->type == MN_KV_F16 ? MN_F16 : MN_F32; /* the kernels' row types */
-    float scale = 1.0f / sqrtf((float)hd), sum[group];
+    float sum[group];
     uint32_t n = st->tok_pos[t] + 1;
     const mn_kv_seq *seq = p->batch->seqs[st->tok_seq[t]].kv;
     const float *q = st->q + (size_t)t * qdim + (size_t)g * group * hd;
@@ -275,6 +276,7 @@ static void region_attention(void *arg, int ith, int nth)
     pass *p = arg;
     const mn_hparams *hp = &p->m->hp;
     located at = {NULL, 0, 0};
+    const float scale = 1.0f / sqrtf((float)hp->head_dim);
     if (p->heads_split) {
         unsigned g0, g1;
         mn_pool_split(ith, nth, hp->n_kv_heads, 1, &g0, &g1);
@@ -282,12 +284,12 @@ static void region_attention(void *arg, int ith, int nth)
             rope_and_store(p, g0, g1);
         for (uint32_t g = g0; g < g1; g++)
             for (uint32_t t = 0; t < p->T; t++)
-                attend(p, ith, t, g, &at);
+                attend(p, ith, scale, t, g, &at);
         return;
     }
     for (uint32_t pair = (uint32_t)ith; pair < p->T * hp->n_kv_heads; pair += (uint32_t)nth) {
         uint32_t g = pair / p->T;
-        attend(p, ith, (pair % p->T + g) % p->T, g, &at);
+        attend(p, ith, scale, (pair % p->T + g) % p->T, g, &at);
     }
 }
 
