@@ -75,6 +75,10 @@ check "--kv-type f16 generates" test -s "$tmp/h"
   --batches 1,3 >"$tmp/bench" 2>/dev/null
 check "the decode benchmark runs" test $? -eq 0
 check "... and reports prefill and both batch sizes" sh -c "grep -q prefill '$tmp/bench' && grep -q 'batch  3' '$tmp/bench'"
+"$bin/minions-bench-decode" --model "$model" --threads 2 --ctx-tokens 4 --verify-curve --rounds 2 --batches 1 \
+  >"$tmp/curve" 2>/dev/null
+check "the verify curve runs" test $? -eq 0
+check "... with every k and the cores' round trip" sh -c "grep -q 'seqs  1 k 8' '$tmp/curve' && grep -q '^cores: ' '$tmp/curve'"
 
 echo "cli: $passed passed, $failed failed"
 test "$failed" -eq 0

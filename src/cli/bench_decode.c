@@ -27,10 +27,14 @@
  * steps, time(B, k) / time(B, 1), and the spread (quartiles) of that time; and in plain steps:
  * before each B's passes of a round, two one-token passes back to back, the second timed, which is
  * what plain decoding runs (a one-token pass that follows a longer one measured slower).
+ * Both modes also print the round trip of a cache line between two cores (see core_round_trip_ns):
+ * on the shared hosts here it tells which of two kinds of hour a run measured.
  * Tokens are fixed pseudo-random ids, so the figures do not depend on a tokenizer or a text.
  */
 #include <getopt.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,6 +136,74 @@ static void memory_probes(int n_threads, double *triad, double *read)
     free(c);
 }
 
+/* ---- the cores' round trip ----------------------------------------------------------------------
+ * A cache line passed back and forth between two threads pinned to the first two CPUs this process
+ * may run on: the time of one round trip, in ns (0 with fewer than two CPUs). On the shared Zen 5
+ * hosts here it is about 100 ns in some hours and about 400 in others (the hypervisor places the
+ * two vCPUs apart), and a pass of 8 tokens of the bundled target then takes 1.4x as long on two
+ * threads while one thread's pass does not move (docs/runtime.md, "Two kinds of hours"): a run's
+ * figures are read with the round trip printed beside them. */
+typedef struct ping {
+    _Atomic int ball;
+    int cpu, rounds;
+} ping;
+
+static bool pin_to(int cpu)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    return pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0;
+}
+
+static void *pong(void *arg)
+{
+    ping *pg = arg;
+    pin_to(pg->cpu);
+    for (int i = 0; i < pg->rounds; i++) {
+        while (atomic_load_explicit(&pg->ball, memory_order_acquire) != 2 * i + 1)
+            ;
+        atomic_store_explicit(&pg->ball, 2 * i + 2, memory_order_release);
+    }
+    return NULL;
+}
+
+static double core_round_trip_ns(void)
+{
+    cpu_set_t mine;
+    int cpus[2], n = 0;
+    if (pthread_getaffinity_np(pthread_self(), sizeof mine, &mine) != 0)
+        return 0;
+    for (int c = 0; c < CPU_SETSIZE && n < 2; c++)
+        if (CPU_ISSET(c, &mine))
+            cpus[n++] = c;
+    if (n < 2)
+        return 0;
+    /* the compute pool's threads spin for a while after a pass: let them go to sleep first */
+    nanosleep(&(struct timespec){0, 30 * 1000 * 1000}, NULL);
+    static ping pg __attribute__((aligned(64)));
+    pg = (ping){.cpu = cpus[1], .rounds = 5 * 4000};
+    pthread_t th;
+    if (!pin_to(cpus[0]) || pthread_create(&th, NULL, pong, &pg) != 0) {
+        pthread_setaffinity_np(pthread_self(), sizeof mine, &mine);
+        return 0;
+    }
+    double ns = 0; /* the fastest of 5 stretches of 4,000 round trips: one another thread did not slow */
+    for (int i = 0; i < pg.rounds; i += 4000) {
+        double t0 = mn_now();
+        for (int j = i; j < i + 4000; j++) {
+            atomic_store_explicit(&pg.ball, 2 * j + 1, memory_order_release);
+            while (atomic_load_explicit(&pg.ball, memory_order_acquire) != 2 * j + 2)
+                ;
+        }
+        double t = (mn_now() - t0) / 4000 * 1e9;
+        ns = i == 0 || t < ns ? t : ns;
+    }
+    pthread_join(th, NULL);
+    pthread_setaffinity_np(pthread_self(), sizeof mine, &mine);
+    return ns;
+}
+
 /* Bytes of weights one decode pass reads: every matrix once. */
 static double weight_bytes(const mn_model *m)
 {
@@ -222,6 +294,7 @@ static int verify_curve(mn_backend *be, mn_kv_seq *kv, mn_batch_seq *seqs, float
     }
     double *plain = times + (size_t)n_b * VERIFY_MAX_K * (size_t)rounds;
     random_tokens(toks, (uint32_t)max_b * VERIFY_MAX_K, V, 7);
+    double rtt_before = core_round_trip_ns();
     for (int r = -WARMUP; r < rounds; r++) {
         for (int bi0 = 0; bi0 < n_b; bi0++) {
             int bi = (r & 1) ? n_b - 1 - bi0 : bi0, B = bs[bi];
@@ -245,6 +318,8 @@ static int verify_curve(mn_backend *be, mn_kv_seq *kv, mn_batch_seq *seqs, float
     printf("verify curve after %u context tokens, %d rounds (median; q1..q3 of the time); cost in decode steps\n"
            "(the curve's own k = 1) and in plain steps (a one-token pass right after another)\n",
            ctx_tokens, rounds);
+    printf("cores: a cache line's round trip %.0f ns before the rounds, %.0f after\n", rtt_before,
+           core_round_trip_ns());
     for (int bi = 0; bi < n_b; bi++) {
         double *t1 = times + (size_t)bi * VERIFY_MAX_K * (size_t)rounds, base = quantile(t1, rounds, 0.5);
         double step = quantile(plain + (size_t)bi * (size_t)rounds, rounds, 0.5);
@@ -374,8 +449,9 @@ int main(int argc, char **argv)
     double wbytes = weight_bytes(m), triad = 0, readbw = 0;
     if (!curve) {
         memory_probes(cfg.n_threads, &triad, &readbw);
-        printf("weights   %.1f MB read per pass; memory (%d threads): triad %.1f GB/s, read %.1f GB/s\n", wbytes / 1e6,
-               cfg.n_threads, triad, readbw);
+        printf("weights   %.1f MB read per pass; memory (%d threads): triad %.1f GB/s, read %.1f GB/s; cores: a cache "
+               "line's round trip %.0f ns\n",
+               wbytes / 1e6, cfg.n_threads, triad, readbw, core_round_trip_ns());
     }
 
     for (int r = 0; curve && r < reps; r++) {
