@@ -3,10 +3,17 @@
  * Activations are [T][width] row-major for the T new tokens of the whole batch. Every buffer is
  * sized once at creation for cfg->max_tokens, so a pass allocates nothing.
  *
- * Parallel regions per layer: RMSNorm, QKV projections, attention, output projection (+ residual),
- * RMSNorm, gate/up projections (+ SwiGLU), down projection (+ residual). Work is split by tokens,
- * output rows or (token, head) pairs, never inside one reduction, so results do not depend on the
- * thread count.
+ * Parallel regions per layer: RMSNorm + QKV projections, attention, output projection (+ residual),
+ * RMSNorm + gate/up projections (+ SwiGLU), down projection (+ residual). Work is split by output
+ * rows or by KV heads, never inside one reduction, so results do not depend on the thread count.
+ *
+ * Each call of a projection region prepares the rows it reads itself, in rows of its own (`own`):
+ * the RMSNorm of every token (and their 16-bit copy for quantized weights), and the projection's
+ * output before its residual add. Done once and shared, those rows were written by one thread and
+ * read, then overwritten, by the other, and every line of them crossed between the cores twice a
+ * layer: in the hours when the host places the two vCPUs apart that cost a pass of 8 tokens of the
+ * bundled target 6% (docs/runtime.md, "Two kinds of hours"). A norm costs about a thousand
+ * operations a token, against more than a million in a layer's projections.
  */
 #include "cpu/cpu_backend.h"
 
@@ -29,7 +36,6 @@ typedef struct cpu_state {
     bool own_pool;
     /* activations, [cfg.max_tokens][...] */
     float *x;        /* [dim] residual stream */
-    float *xb;       /* [dim] normed input of a block */
     float *q;        /* [n_heads*head_dim] */
     float *k;        /* [kv_dim] */
     float *v;        /* [kv_dim] */
@@ -47,8 +53,13 @@ typedef struct cpu_state {
     mn_weight output;
     uint8_t *copy;
     size_t copy_bytes;
-    mn_q8 *xq;       /* [cfg.max_tokens][xq_ld] 16-bit copy of a region's input (quantized weights) */
-    size_t xq_ld;    /* groups per row of xq: the widest input's */
+    /* each call's own rows (call ith's at ith * max_tokens rows): a projection region's input as it
+     * reads it (a block's normed rows; their 16-bit copy, or that of the activations it projects,
+     * when the weights are quantized), then its output before the residual add */
+    float *own;      /* [n_threads][cfg.max_tokens][dim] */
+    mn_q8 *own_q8;   /* [n_threads][cfg.max_tokens][q8_ld] */
+    size_t q8_ld;    /* groups per row of own_q8: the widest input's */
+    uint32_t max_tokens;
     /* per token of the current pass */
     uint32_t *tok_seq; /* sequence index */
     uint32_t *tok_pos; /* absolute position */
@@ -74,67 +85,54 @@ static void rmsnorm(float *out, const float *x, const float *w, uint32_t n, floa
     mn_scale_mul(out, x, 1.0f / sqrtf(ss / (float)n + eps), w, (int)n);
 }
 
-/* Quantize rows [b, e) of `width` floats into the same rows of st->xq when weight w takes integer
- * activations. */
-static void prepare_rows(cpu_state *st, const mn_weight *w, const float *x, uint32_t b, uint32_t e, uint32_t width)
+/* What a projection region's call reads: the float rows, and their 16-bit copy when the weights
+ * take integer activations (prepare_input). */
+typedef struct input {
+    const float *x;
+    const mn_q8 *q8;
+} input;
+
+/* Call ith's own rows (cpu_state.own). */
+static float *own_rows(const pass *p, int ith)
 {
-    if (!mn_weight_uses_q8(w))
-        return;
-    for (uint32_t t = b; t < e; t++)
-        mn_quantize_q8(x + (size_t)t * width, width, st->xq + (size_t)t * st->xq_ld);
+    return p->st->own + (size_t)ith * p->st->max_tokens * p->m->hp.dim;
 }
 
-static void prepare_input(cpu_state *st, const mn_weight *w, const float *x, uint32_t T, uint32_t width)
+/* The T rows of `width` floats at x as call ith reads them for weight w: RMSNorm'd with norm_w into
+ * its own rows first when norm_w is not NULL, and copied to 16 bits into its own where w takes
+ * integer activations. */
+static input prepare_input(const pass *p, int ith, const float *x, const float *norm_w, const mn_weight *w,
+                           uint32_t T, uint32_t width)
 {
-    prepare_rows(st, w, x, 0, T, width);
-}
-
-/* ---- region: a block's RMSNorm (and 16-bit copy), rows split among threads ----------------------
- * Each row reads the residual stream that both threads wrote a part of. Split, the bundled target's
- * passes of 2-8 tokens took 0.96-0.99x the time of the one-thread norm at one, four and 16
- * sequences (ab-decode --verify-curve, 20 rounds; decoding 16 sequences level). One row stays on
- * the calling thread. */
-typedef struct norm_job {
-    cpu_state *st;
-    const float *x, *w;
-    const mn_weight *next; /* the projection that reads the normed rows */
-    uint32_t T, n;
-    float eps;
-} norm_job;
-
-static void region_norm(void *arg, int ith, int nth)
-{
-    norm_job *j = arg;
-    unsigned b, e;
-    mn_pool_split(ith, nth, j->T, 1, &b, &e);
-    for (unsigned t = b; t < e; t++)
-        rmsnorm(j->st->xb + (size_t)t * j->n, j->x + (size_t)t * j->n, j->w, j->n, j->eps);
-    prepare_rows(j->st, j->next, j->st->xb, b, e, j->n);
-}
-
-static void norm_rows(cpu_state *st, const float *x, const float *w, const mn_weight *next, uint32_t T,
-                      uint32_t n, float eps)
-{
-    norm_job j = {st, x, w, next, T, n, eps};
-    if (T > 1)
-        mn_pool_run(st->pool, region_norm, &j);
-    else
-        region_norm(&j, 0, 1);
+    const cpu_state *st = p->st;
+    input in = {x, NULL};
+    if (norm_w) {
+        float *own = own_rows(p, ith);
+        for (uint32_t t = 0; t < T; t++)
+            rmsnorm(own + (size_t)t * width, x + (size_t)t * width, norm_w, width, p->m->hp.rms_eps);
+        in.x = own;
+    }
+    if (mn_weight_uses_q8(w)) {
+        mn_q8 *q8 = st->own_q8 + (size_t)ith * st->max_tokens * st->q8_ld;
+        for (uint32_t t = 0; t < T; t++)
+            mn_quantize_q8(in.x + (size_t)t * width, width, q8 + (size_t)t * st->q8_ld);
+        in.q8 = q8;
+    }
+    return in;
 }
 
 /* y = x W^T for outputs [b, e), from the float input or its 16-bit copy, whichever w takes. */
-static void project(const cpu_state *st, const mn_weight *w, const float *x, float *y, uint32_t T, unsigned b,
-                    unsigned e)
+static void project(const cpu_state *st, const mn_weight *w, input in, float *y, uint32_t T, unsigned b, unsigned e)
 {
     if (b >= e)
         return;
     if (mn_weight_uses_q8(w))
-        mn_matmul_q8(w, st->xq, st->xq_ld, y, w->rows, (int)T, b, e);
+        mn_matmul_q8(w, in.q8, st->q8_ld, y, w->rows, (int)T, b, e);
     else
-        mn_matmul(w, x, w->cols, y, w->rows, (int)T, b, e);
+        mn_matmul(w, in.x, w->cols, y, w->rows, (int)T, b, e);
 }
 
-/* ---- region: Q, K, V projections ----------------------------------------------------------------
+/* ---- region: the attention block's RMSNorm and Q, K, V projections ------------------------------
  * The three matrices form one virtual row space [wq rows | wk rows | wv rows] split among threads. */
 static void region_qkv(void *arg, int ith, int nth)
 {
@@ -145,11 +143,14 @@ static void region_qkv(void *arg, int ith, int nth)
     uint32_t total = L->wq.rows + L->wk.rows + L->wv.rows;
     unsigned b, e;
     mn_pool_split(ith, nth, total, 4, &b, &e);
+    if (b >= e)
+        return;
+    input in = prepare_input(p, ith, p->st->x, p->m->layers[p->layer].attn_norm, &L->wq, p->T, p->m->hp.dim);
     uint32_t base = 0;
     for (int i = 0; i < 3; i++) {
         uint32_t lo = b > base ? b - base : 0, hi = e - base < w[i]->rows ? e - base : w[i]->rows;
         if (e > base && lo < hi)
-            project(p->st, w[i], p->st->xb, dst[i], p->T, lo, hi);
+            project(p->st, w[i], in, dst[i], p->T, lo, hi);
         base += w[i]->rows;
     }
 }
@@ -293,14 +294,17 @@ static void region_attention(void *arg, int ith, int nth)
     }
 }
 
-/* x += a W^T for the rows [b, e) of W: the residual add of a block's output projection. */
-static void project_residual(const cpu_state *st, const mn_weight *w, const float *a, float *x, float *tmp,
-                             uint32_t T, unsigned b, unsigned e)
+/* x += a W^T for the rows [b, e) of W, call ith's share of a block's output projection and its
+ * residual add: the product goes to the call's own rows first (written and read back by one core),
+ * and then onto x. */
+static void project_residual(const pass *p, int ith, const mn_weight *w, const float *a, float *x, unsigned b,
+                             unsigned e)
 {
     if (b >= e)
         return;
-    project(st, w, a, tmp, T, b, e);
-    for (uint32_t t = 0; t < T; t++)
+    float *tmp = own_rows(p, ith);
+    project(p->st, w, prepare_input(p, ith, a, NULL, w, p->T, w->cols), tmp, p->T, b, e);
+    for (uint32_t t = 0; t < p->T; t++)
         mn_axpy(x + (size_t)t * w->rows + b, 1.0f, tmp + (size_t)t * w->rows + b, (int)(e - b));
 }
 
@@ -310,7 +314,7 @@ static void region_wo(void *arg, int ith, int nth)
     const cpu_layer *L = &p->st->w[p->layer];
     unsigned b, e;
     mn_pool_split(ith, nth, L->wo.rows, 4, &b, &e);
-    project_residual(p->st, &L->wo, p->st->att, p->st->x, p->st->xb, p->T, b, e);
+    project_residual(p, ith, &L->wo, p->st->att, p->st->x, b, e);
 }
 
 static void region_gate_up(void *arg, int ith, int nth)
@@ -322,8 +326,9 @@ static void region_gate_up(void *arg, int ith, int nth)
     mn_pool_split(ith, nth, ff, 4, &b, &e);
     if (b >= e)
         return;
-    project(p->st, &L->w_gate, p->st->xb, p->st->gate, p->T, b, e);
-    project(p->st, &L->w_up, p->st->xb, p->st->up, p->T, b, e);
+    input in = prepare_input(p, ith, p->st->x, p->m->layers[p->layer].ffn_norm, &L->w_gate, p->T, p->m->hp.dim);
+    project(p->st, &L->w_gate, in, p->st->gate, p->T, b, e);
+    project(p->st, &L->w_up, in, p->st->up, p->T, b, e);
     for (uint32_t t = 0; t < p->T; t++)
         mn_swiglu(p->st->gate + (size_t)t * ff + b, p->st->up + (size_t)t * ff + b, (int)(e - b));
 }
@@ -334,16 +339,21 @@ static void region_down(void *arg, int ith, int nth)
     const cpu_layer *L = &p->st->w[p->layer];
     unsigned b, e;
     mn_pool_split(ith, nth, L->w_down.rows, 4, &b, &e);
-    project_residual(p->st, &L->w_down, p->st->gate, p->st->x, p->st->xb, p->T, b, e);
+    project_residual(p, ith, &L->w_down, p->st->gate, p->st->x, b, e);
 }
 
+/* The output norm of the rows whose logits are wanted (gathered into st->x's first n_out rows by
+ * the caller), and the output projection. */
 static void region_logits(void *arg, int ith, int nth)
 {
     pass *p = arg;
     const mn_weight *w = &p->st->output;
     unsigned b, e;
     mn_pool_split(ith, nth, w->rows, 8, &b, &e);
-    project(p->st, w, p->st->xb, p->logits, p->n_out, b, e);
+    if (b >= e)
+        return;
+    input in = prepare_input(p, ith, p->st->x, p->m->output_norm, w, p->n_out, p->m->hp.dim);
+    project(p->st, w, in, p->logits, p->n_out, b, e);
 }
 
 static mn_status cpu_forward(mn_backend *be, const mn_batch *batch, float *logits, mn_err *err)
@@ -372,24 +382,18 @@ static mn_status cpu_forward(mn_backend *be, const mn_batch *batch, float *logit
     p.n_out = n_out;
 
     for (uint32_t l = 0; l < hp->n_layers; l++) {
-        const mn_layer *L = &m->layers[l];
         p.layer = l;
-        norm_rows(st, st->x, L->attn_norm, &L->wq, T, hp->dim, hp->rms_eps);
         mn_pool_run(st->pool, region_qkv, &p);
         if (!p.heads_split)
             rope_and_store(&p, 0, hp->n_kv_heads);
         mn_pool_run(st->pool, region_attention, &p);
-        prepare_input(st, &L->wo, st->att, T, L->wo.cols);
         mn_pool_run(st->pool, region_wo, &p);
-        norm_rows(st, st->x, L->ffn_norm, &L->w_gate, T, hp->dim, hp->rms_eps);
         mn_pool_run(st->pool, region_gate_up, &p);
-        prepare_input(st, &L->w_down, st->gate, T, hp->n_ff);
         mn_pool_run(st->pool, region_down, &p);
     }
-    for (uint32_t i = 0; i < n_out; i++)
-        rmsnorm(st->xb + (size_t)i * hp->dim, st->x + (size_t)st->out_rows[i] * hp->dim, m->output_norm, hp->dim,
-                hp->rms_eps);
-    prepare_input(st, &m->output, st->xb, n_out, hp->dim);
+    for (uint32_t i = 0; i < n_out; i++) /* out_rows ascend: a row moves up or stays */
+        if (st->out_rows[i] != i)
+            memcpy(st->x + (size_t)i * hp->dim, st->x + (size_t)st->out_rows[i] * hp->dim, hp->dim * sizeof(float));
     mn_pool_run(st->pool, region_logits, &p);
     (void)err; /* a validated batch cannot fail on the CPU */
     return MN_OK;
@@ -401,11 +405,11 @@ static void cpu_free(mn_backend *be)
     if (st) {
         if (st->own_pool)
             mn_pool_free(st->pool);
-        float *bufs[] = {st->x, st->xb, st->q, st->k, st->v, st->att, st->gate, st->up, st->rope_cs,
+        float *bufs[] = {st->x, st->own, st->q, st->k, st->v, st->att, st->gate, st->up, st->rope_cs,
                          st->scores, st->inv_freq};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             mn_free(bufs[i]);
-        mn_free(st->xq);
+        mn_free(st->own_q8);
         mn_free(st->w);
         mn_free_pages(st->copy, st->copy_bytes);
         mn_free(st->rows);
@@ -526,7 +530,8 @@ mn_status mn_cpu_backend_new(const mn_model *m, const mn_backend_config *cfg, mn
     }
     int ok = 1;
     st->x = fbuf(T, hp->dim, &ok);
-    st->xb = fbuf(T, hp->dim > hp->n_ff ? hp->dim : hp->n_ff, &ok);
+    st->own = fbuf((size_t)cfg->n_threads * T, hp->dim, &ok);
+    st->max_tokens = T;
     st->q = fbuf(T, qdim, &ok);
     st->k = fbuf(T, kvdim, &ok);
     st->v = fbuf(T, kvdim, &ok);
@@ -542,9 +547,9 @@ mn_status mn_cpu_backend_new(const mn_model *m, const mn_backend_config *cfg, mn
     st->out_rows = mn_calloc(T, sizeof(uint32_t));
     uint32_t widest = hp->dim > hp->n_ff ? hp->dim : hp->n_ff;
     widest = widest > qdim ? widest : qdim;
-    st->xq_ld = mn_q8_groups(widest);
-    st->xq = mn_aligned_calloc(64, (size_t)T * st->xq_ld * sizeof(mn_q8));
-    if (!ok || !st->xq || !st->rows || !st->tok_seq || !st->tok_pos || !st->out_rows) {
+    st->q8_ld = mn_q8_groups(widest);
+    st->own_q8 = mn_aligned_calloc(64, (size_t)cfg->n_threads * T * st->q8_ld * sizeof(mn_q8));
+    if (!ok || !st->own_q8 || !st->rows || !st->tok_seq || !st->tok_pos || !st->out_rows) {
         s = mn_fail(err, MN_NOMEM, "cpu: cannot allocate activations for %u tokens", T);
         goto fail;
     }
