@@ -13,7 +13,9 @@ tokens for each of --batches' sequence counts (minions-bench-decode --verify-cur
 run), and its median ratio to the first build's. With --prefill N: prefill tok/s of
 an N-token prompt, the median of the three timed passes of each run (--repeat 3, after the
 warm-up). This is how the kernel commits of 2026-11-26 compared their builds (the earlier one
-built in a git worktree).
+built in a git worktree). Last, the range of the cores' round trip that the builds printed (since
+ae9ffaf): on the shared hosts here a two-thread pass runs 1.3-1.4x slower while the two vCPUs are
+apart (docs/runtime.md, "Two kinds of hours"), so a comparison says which hours it ran in.
 """
 import argparse
 import re
@@ -21,18 +23,27 @@ import statistics
 import subprocess
 
 
+TRIPS = []  # the cores' round trips the builds printed (ns), every run's
+
+
+def trips(out):
+    """Keep the round trips a run printed (builds since ae9ffaf print them) and return out."""
+    TRIPS.extend(float(v) for v in re.findall(r"round trip (\d+) ns", out))
+    return out
+
+
 def run(binary, model, args):
     cmd = [binary, "--model", model, "--threads", str(args.threads)]
     if args.verify_curve:
-        out = subprocess.run(cmd + ["--verify-curve", "--batches", args.batches, "--rounds", "6", "--ctx-tokens", "64"],
-                             capture_output=True, text=True, check=True).stdout
+        out = trips(subprocess.run(cmd + ["--verify-curve", "--batches", args.batches, "--rounds", "6", "--ctx-tokens",
+                                          "64"], capture_output=True, text=True, check=True).stdout)
         return {(int(s), int(k)): float(t) for s, k, t in re.findall(r"seqs\s+(\d+) k (\d)\s+([\d.]+) us", out)}
     if args.prefill:
-        out = subprocess.run(cmd + ["--prompt-tokens", str(args.prefill), "--gen-tokens", "1", "--batches", "1",
-                                    "--repeat", "3"], capture_output=True, text=True, check=True).stdout
+        out = trips(subprocess.run(cmd + ["--prompt-tokens", str(args.prefill), "--gen-tokens", "1", "--batches", "1",
+                                          "--repeat", "3"], capture_output=True, text=True, check=True).stdout)
         return statistics.median(float(v) for v in re.findall(r"prefill\s+\d+ tokens\s+([\d.]+)", out))
-    out = subprocess.run(cmd + ["--prompt-tokens", "16", "--gen-tokens", "48", "--batches", str(args.batches)],
-                         capture_output=True, text=True, check=True).stdout
+    out = trips(subprocess.run(cmd + ["--prompt-tokens", "16", "--gen-tokens", "48", "--batches", str(args.batches)],
+                               capture_output=True, text=True, check=True).stdout)
     return float(re.search(rf"decode\s+batch\s+{args.batches} x\s+\d+ tokens\s+([\d.]+)", out).group(1))
 
 
@@ -68,6 +79,10 @@ def main():
             else:
                 ratio = statistics.median(a / b for a, b in zip(v, res[(m, base)]))
                 print(f"  {name}: {statistics.median(v):.1f} tok/s ({ratio:.3f}x {base})")
+    if TRIPS:  # which kind of hours the rounds ran in (docs/runtime.md, "Two kinds of hours")
+        far = sum(t > 250 for t in TRIPS)
+        print(f"cores' round trip: {min(TRIPS):.0f}-{max(TRIPS):.0f} ns over the runs, {far} of {len(TRIPS)} "
+              "readings above 250 ns (the vCPUs apart)")
 
 
 if __name__ == "__main__":
