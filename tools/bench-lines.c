@@ -3,12 +3,14 @@
  * run on, take turns (a spin barrier between turns) and time, in TSC cycles:
  *
  *   round trip   one line passed back and forth (ns, as minions-bench-decode prints it)
- *   read         8 KB (128 lines) the other core has just written, summed in 512-bit loads
+ *   read         8 KB (128 lines) the other core has just written, summed in 512-bit loads (two
+ *                256-bit loads a line where the CPU has no AVX-512)
  *   write+read   128 lines the other core has read, each stored (16 scalar stores, or one 512-bit
- *                store) and loaded back at once (two 256-bit loads): the pattern of a kernel that
- *                reads back what it has just stored into rows the other thread reads too
+ *                store; two 256-bit ones without AVX-512) and loaded back at once (two 256-bit
+ *                loads): the pattern of a kernel that reads back what it has just stored into rows
+ *                the other thread reads too
  *
- * Not part of the build (it needs AVX-512):
+ * Not part of the build (it needs AVX2 at least, and is built for the CPU it runs on):
  *
  *   gcc -O2 -march=native -pthread tools/bench-lines.c -o /tmp/bench-lines && /tmp/bench-lines
  *
@@ -54,6 +56,10 @@ static void barrier(int *n)
         ;
 }
 
+#ifdef __AVX512F__
+#define WIDE "512-bit"
+static void store_line(float *p, float v) { _mm512_store_ps(p, _mm512_set1_ps(v)); }
+
 static float sum_lines(const float *p)
 {
     __m512 a = _mm512_setzero_ps(), b = a;
@@ -63,6 +69,28 @@ static float sum_lines(const float *p)
     }
     return _mm512_reduce_add_ps(_mm512_add_ps(a, b));
 }
+#else
+#define WIDE "256-bit"
+static void store_line(float *p, float v)
+{
+    _mm256_store_ps(p, _mm256_set1_ps(v));
+    _mm256_store_ps(p + 8, _mm256_set1_ps(v));
+}
+
+static float sum_lines(const float *p)
+{
+    __m256 a = _mm256_setzero_ps(), b = a;
+    for (int i = 0; i < LINES * 16; i += 16) {
+        a = _mm256_add_ps(a, _mm256_load_ps(p + i));
+        b = _mm256_add_ps(b, _mm256_load_ps(p + i + 8));
+    }
+    a = _mm256_add_ps(a, b);
+    float s = 0;
+    for (int i = 0; i < 8; i++)
+        s += a[i];
+    return s;
+}
+#endif
 
 /* Thread `me` of a test: READ, each round one thread writes buf[0] and the other reads it (roles
  * swap every round); WRITE_READ_*, each thread writes and reads back its own half, then reads the
@@ -74,7 +102,7 @@ static void run(int me)
         if (current == READ) {
             if ((r & 1) == me)
                 for (int i = 0; i < LINES * 16; i += 16)
-                    _mm512_store_ps(&buf[0][i], _mm512_set1_ps((float)(r + i)));
+                    store_line(&buf[0][i], (float)(r + i));
             barrier(&n);
             if ((r & 1) != me) {
                 uint64_t t0 = __rdtsc();
@@ -93,7 +121,7 @@ static void run(int me)
                 for (int j = 0; j < 16; j++)
                     ((volatile float *)p)[j] = (float)(r + j);
             else
-                _mm512_store_ps(p, _mm512_set1_ps((float)r));
+                store_line(p, (float)r);
             acc = _mm256_add_ps(acc, _mm256_add_ps(_mm256_load_ps(p), _mm256_load_ps(p + 8)));
         }
         sink = acc[0];
@@ -165,7 +193,7 @@ int main(void)
     pin(cpus[0]);
     printf("round trip %.0f ns (CPUs %d and %d)\n", measure(ROUND_TRIP), cpus[0], cpus[1]);
     printf("read       %.0f cycles for %d lines the other core wrote\n", measure(READ), LINES);
-    printf("write+read %.0f cycles (scalar stores), %.0f (512-bit stores) for %d lines the other core held\n",
+    printf("write+read %.0f cycles (scalar stores), %.0f (" WIDE " stores) for %d lines the other core held\n",
            measure(WRITE_READ_SCALAR), measure(WRITE_READ_WIDE), LINES);
     return 0;
 }
