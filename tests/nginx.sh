@@ -216,9 +216,16 @@ read -r first total <"$tmp/sse"
 echo "a: a 1000-token stream's first event after ${first:-?} ms, its end after ${total:-?} ms"
 check "a stream's first event arrives in the first quarter of its time" \
   test "$((${first:-1} * 4))" -lt "${total:-0}"
+# The long requests below: 1000 tokens where that stream took at most 5 s (the normal build: 2.5-4.5
+# s), proportionally fewer in a slower build, so that they last seconds there too, not minutes (the
+# ASan build took 12-24 s over that stream, and 44-90 s to drain 4 x 1000 tokens in b., against a
+# drain timeout of 90)
+long=1000
+[ "${total:-0}" -le 5000 ] || long=$((1000 * 5000 / total))
+echo "a: long requests of $long tokens"
 # least_conn, its counts shared by nginx's 2 workers (zone): while one instance holds a long
 # generation, short requests one after the other all go to the other one
-ask long 1000 true &
+ask long $long true &
 asks=$!
 n=0
 while [ $n -lt 50 ]; do
@@ -234,10 +241,10 @@ if [ "${x:-0}" -gt 0 ]; then idle=$port_b; else idle=$port_a; fi
 check "least_conn: 4 short requests during a long one all went to the idle instance" \
   last_upstream_is short "$idle"
 
-# b. SIGTERM drains A mid-run. 1000 tokens each: with 400, A's drain ended 390 ms after its
+# b. SIGTERM drains A mid-run. $long (1000) tokens each: with 400, A's drain ended 390 ms after its
 # SIGTERM, and once, beside make check on the same two cores, before the check below that it was
 # still draining as the second batch went out (200 ms after the signal)
-batch drain 8 1000
+batch drain 8 $long
 n=0 # until all 8 are running: 4 on each instance
 while [ $n -lt 50 ]; do
   x=$(in_flight "$port_a")
@@ -260,7 +267,7 @@ reap a
 rc=$?
 echo "b: A exited $rc $(($(now_ms) - t0)) ms after its SIGTERM"
 await
-check "the 8 requests in flight when A got SIGTERM were answered in full" all_whole drain 8 1000
+check "the 8 requests in flight when A got SIGTERM were answered in full" all_whole drain 8 $long
 check "the 8 requests sent during A's drain were answered in full" all_whole after 8 24
 check "... all of them by B" last_upstream_is after "$port_b"
 upstreams after | grep "^127.0.0.1:$port_a, " | sed 's/.* \([0-9]*\), [0-9]*$/\1/' >"$tmp/fromA"
@@ -288,11 +295,11 @@ while [ $n -lt 20 ] && ! [ "$(served "$port_a")" -gt 0 ] 2>/dev/null; do
   n=$((n + 1))
 done
 check "nginx sends requests to the restarted A" test "$(served "$port_a")" -gt 0
-# 600 tokens: long enough that B still holds its share when it is killed (the normal build
-# decodes one 1000-token stream in 2.5-4.5 s), short enough that A, taking B's retried requests
-# too, ends them all well inside curl's limit under ASan (8 x 1000 took 54-58 s there, and a
-# slower CI machine went past the 60 s limit this had then: "hung")
-klen=600
+# 60% of $long (600 tokens in the normal build): long enough that B still holds its share when it
+# is killed, short enough that A, taking B's retried requests too, ends them all well inside
+# curl's limit in a slow build (under ASan 8 x 1000 took 54-58 s, and a slower CI machine went
+# past the 60 s limit this had then: "hung")
+klen=$((long * 6 / 10))
 batch kill 8 $klen
 n=0 # until both hold some and B's streams have begun
 while [ $n -lt 50 ] &&
