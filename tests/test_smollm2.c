@@ -13,7 +13,8 @@
 
 /* How many held-out tokens are teacher-forced: all 2,048 in the normal build; under the sanitizers
  * the first 512, which run the same kernels and shapes (a check of memory and undefined behaviour
- * there, not a second check of accuracy: all 2,048 took 266 s under ASan+UBSan on a Zen 3 core). */
+ * there, not a second check of accuracy: all 2,048 took 266 s under ASan+UBSan, its kernels at
+ * -O1, on two Zen 3 cores that a benchmark shared part of the time; 512 took 50 s alone). */
 #define N_FORCED (SANITIZED ? 512 : 2048)
 
 /* Teacher-force the held-out tokens through the model at path and hold its top-1 against the
