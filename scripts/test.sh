@@ -26,18 +26,22 @@ build() { # dir, configure flags...
   if [ ! -f "$dir/Makefile" ] || [ configure -nt "$dir/Makefile" ]; then
     (cd "$dir" && "$top/configure" -q "$@")
   fi
-  make -s -C "$dir" -j"$jobs" all
+  make -s -C "$dir" -j"$jobs" all ${kernels:+"PROGRAM_KERNELS=$kernels"}
 }
 
 rm -f build/tests/*.log build-asan/tests/*.log build-tsan/tests/*.log  # count this run only
 status=0
+kernels=
 build build --enable-werror
 make -s -C build -j"$jobs" check || status=1
+# The sanitizer builds' programs (minionsd, minions-generate) link the normal build's kernels, the
+# objects they would compile for themselves without the sanitizer (Makefile.am's PROGRAM_KERNELS).
+kernels="$top/build/libminions_kernels.a"
 build build-asan --enable-werror --enable-asan
-make -s -C build-asan -j"$jobs" check FIXTURE_DIR="$top/build/tests/data" || status=1
+make -s -C build-asan -j"$jobs" check FIXTURE_DIR="$top/build/tests/data" PROGRAM_KERNELS="$kernels" || status=1
 build build-tsan --enable-werror --enable-tsan
 # (only stress_threads is built of the test programs: the Criterion suites cannot start under TSan)
-make -s -C build-tsan -j"$jobs" check FIXTURE_DIR="$top/build/tests/data" \
+make -s -C build-tsan -j"$jobs" check FIXTURE_DIR="$top/build/tests/data" PROGRAM_KERNELS="$kernels" \
   TESTS="tests/stress_threads" check_PROGRAMS="tests/stress_threads" || status=1
 # The server suites once more against the TSan minionsd: the Criterion runner is the normal build's
 # (it cannot start under TSan), the daemon it starts is TSan's, and a race report makes the daemon
