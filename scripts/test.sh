@@ -5,9 +5,11 @@
 #   3. build-asan/  ASan + UBSan build: every suite again
 #   4. build-tsan/  TSan build: tests/stress_threads (pool, multi-threaded batched forward, actor
 #                   mailbox with 4 producers x 1M messages on a libevent loop, compute worker), and
-#                   the concurrency tests of the server suites and the short soak of the OpenAI
-#                   API driving the TSan minionsd; the Criterion suites themselves cannot start
-#                   under TSan (Snaipe/Criterion#274)
+#                   the server suites and the short soak of the OpenAI API driving the TSan
+#                   minionsd; the Criterion suites themselves cannot start under TSan
+#                   (Snaipe/Criterion#274)
+# The sanitizer builds' daemons run their model work in kernels built without the sanitizer
+# (Makefile.am's PROGRAM_KERNELS); the suites' own forward passes use the checked ones.
 # Ends with one line "tests: N passed, N failed", summed over every suite's own summary; a suite
 # that printed no summary (it crashed or never started) counts as one failure.
 set -eu
@@ -45,20 +47,14 @@ make -s -C build-tsan -j"$jobs" check FIXTURE_DIR="$top/build/tests/data" PROGRA
   TESTS="tests/stress_threads" check_PROGRAMS="tests/stress_threads" || status=1
 # The server suites once more against the TSan minionsd: the Criterion runner is the normal build's
 # (it cannot start under TSan), the daemon it starts is TSan's, and a race report makes the daemon
-# exit non-zero, which the suites check at every shutdown. What runs there is what exercises
-# threads (the loop, the compute worker, 32 clients in parallel, cancels and disconnects, a drain
-# by signal, drafting and voting, the pipeline with its own draft worker, preemption included); the
-# input-validation tests, the other drains, plain preemption and the sampling statistics and the
-# length tuner (loop-only, no thread of its own) run in the other two builds, the SmolLM2 drafts'
-# test in the normal build only (CI time: TSan runs the daemon ~10x slower; the SmolLM2 test runs
-# the code paths of the bundled drafts' tests on a 30x larger target).
-# A hung run is killed after 25 minutes (here each takes 2-5).
+# exit non-zero, which the suites check at every shutdown. Every test runs there but the SmolLM2
+# drafts' (a minute under TSan, for the code paths of the bundled drafts' tests on a larger target).
+# A hung run is killed after 25 minutes (here each takes under 2).
 hang="timeout --kill-after=30 1500"
-(cd build && MINIONS_BIN_DIR="$top/build-tsan" MINIONS_SANITIZED_DAEMON=1 MINIONS_SRCDIR="$top" CRITERION_JOBS=2 \
-  $hang ./tests/test_server --filter 'server/!(bad_input*|line_too_long*|socket_paths*|admin_fuzz*|stop_strings*|drain_timeout*|a_second_signal*|admin_drain*|sighup*|paused*)' \
-  >"$top/build-tsan/tests/test_server.log" 2>&1) || status=1
+(cd build && MINIONS_BIN_DIR="$top/build-tsan" MINIONS_SRCDIR="$top" CRITERION_JOBS=2 \
+  $hang ./tests/test_server >"$top/build-tsan/tests/test_server.log" 2>&1) || status=1
 (cd build && MINIONS_BIN_DIR="$top/build-tsan" MINIONS_SRCDIR="$top" MINIONS_TEST_DATA="$top/build/tests/data" \
-  CRITERION_JOBS=2 $hang ./tests/test_speculate --filter 'speculate/!(sampling*|bad_drafts*|paused*|thirty*|adaptive*|draft_threads*|smollm2*)' \
+  CRITERION_JOBS=2 $hang ./tests/test_speculate --filter 'speculate/!(smollm2*)' \
   >"$top/build-tsan/tests/test_speculate.log" 2>&1) || status=1
 # The HTTP front end's threads under TSan: 300 requests of tests/soak-http-short.sh (about 30 s).
 (MINIONS_BIN_DIR="$top/build-tsan" MINIONS_SRCDIR="$top" SOAK_REQUESTS=300 $hang sh tests/soak-http-short.sh \

@@ -218,8 +218,8 @@ check "a stream's first event arrives in the first quarter of its time" \
   test "$((${first:-1} * 4))" -lt "${total:-0}"
 # The long requests below: 1000 tokens where that stream took at most 5 s (the normal build: 2.0-4.5
 # s), proportionally fewer in a slower build, so that they last seconds there too, not minutes (the
-# ASan build took 12-24 s over that stream, and 44-90 s to drain 4 x 1000 tokens in b., against a
-# drain timeout of 90)
+# ASan build, while its daemon's kernels were sanitized too, took 12-24 s over that stream, and
+# 44-90 s to drain 4 x 1000 tokens in b., against a drain timeout of 90)
 long=1000
 [ "${total:-0}" -le 5000 ] || long=$((1000 * 5000 / total))
 echo "a: long requests of $long tokens"

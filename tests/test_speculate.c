@@ -36,9 +36,6 @@ static const char *model_file(const char *name)
     return p;
 }
 
-/* Under ASan (SANITIZED) the two heaviest tests are left to the normal build (CI time): they add no
- * code path that the other tests do not run under ASan too. */
-
 static const char *const drafter_names[] = {"draft-kjv", "draft-web", "draft-devil", "ngram"};
 
 /* The tests below that set a draft length keep it (--tuner fixed): the adaptive tuner, the
@@ -212,7 +209,7 @@ Test(speculate, a_half_float_kv_cache_keeps_greedy_lossless, .timeout = 300)
 }
 
 /* 32 clients at once, a third of their requests opting out: every text is plain decoding's. */
-Test(speculate, thirty_two_clients_greedy_equals_generate, .timeout = 600, .disabled = SANITIZED)
+Test(speculate, thirty_two_clients_greedy_equals_generate, .timeout = 600)
 {
     char *prompts[6], *want[6];
     int n = load_references(prompts, want, 24);
@@ -317,7 +314,7 @@ static void smollm2_lossless(const char *target)
     server_stop(&s);
 }
 
-Test(speculate, smollm2_drafts_are_lossless_on_q4_1_and_f16, .timeout = 900, .disabled = SANITIZED)
+Test(speculate, smollm2_drafts_are_lossless_on_q4_1_and_f16, .timeout = 900)
 {
     const char *q41 = smollm2_path();
     if (!q41)
@@ -329,7 +326,7 @@ Test(speculate, smollm2_drafts_are_lossless_on_q4_1_and_f16, .timeout = 900, .di
 /* Paused requests give their target and draft KV back and are recomputed, drafts and all. Drafts
  * of one token: a step then streams at most two tokens, so the clients' buffers fill (and their
  * requests pause) long before 400 tokens, as in plain decoding; longer drafts finish first. */
-Test(speculate, paused_requests_are_preempted_and_recomputed_with_drafts, .timeout = 600, .disabled = SANITIZED)
+Test(speculate, paused_requests_are_preempted_and_recomputed_with_drafts, .timeout = 600)
 {
     check_paused_preemption((const char *[]){"--draft", model_file("draft-kjv.gguf"), "--draft", "ngram",
                                              "--spec-length", "1", "--tuner", "fixed", NULL});
@@ -340,13 +337,7 @@ Test(speculate, paused_requests_are_preempted_and_recomputed_with_drafts, .timeo
 #define PROMPT "And the LORD spake unto Moses, saying,"
 #define TEMPERATURE 1.0
 #define TOP_P 0.9
-#ifdef __SANITIZE_ADDRESS__ /* 10x slower: the same paths, too few draws for the statistics */
-#define N_SAMPLES 150
-#define CHECK_STATISTICS 0
-#else
 #define N_SAMPLES 1500
-#define CHECK_STATISTICS 1
-#endif
 
 /* Chi-square critical value for df degrees of freedom at false-alarm rate 1e-3 (Wilson-Hilferty). */
 static double chi2_crit(int df)
@@ -422,7 +413,7 @@ static void exact_distribution(exact *x)
     mn_tokens_push(&toks, 0);
     if (x->eos >= 0)
         x->p2[nv] = x->p1[x->eos]; /* an eos first: no second token */
-    for (uint32_t t1 = 0; CHECK_STATISTICS && t1 < nv; t1++) {
+    for (uint32_t t1 = 0; t1 < nv; t1++) {
         if (x->p1[t1] == 0 || (int32_t)t1 == x->eos)
             continue;
         toks.ids[toks.n - 1] = (int32_t)t1;
@@ -512,11 +503,6 @@ Test(speculate, sampling_draws_from_the_target_distribution, .timeout = 900)
     /* the coupled rule draws what plain decoding draws: the same seed gives the same tokens */
     for (int i = 0; i < N_SAMPLES; i++)
         cr_assert(!memcmp(spec[i], plain[i], sizeof spec[i]), "seed %d: speculative sampling differs from plain", i + 1);
-    if (!CHECK_STATISTICS) {
-        free(spec), free(plain), free(x.p1), free(x.p2), free(x.wrong);
-        return;
-    }
-
     int *c = calloc(nv + 1, sizeof *c), df;
     double *p = calloc(nv + 1, sizeof *p);
     /* 1: token 1 (the prompt pass) and token 2 (verified) against the exact marginals */
@@ -822,7 +808,7 @@ Test(speculate, cascade_asks_the_model_drafter_where_ngram_has_nothing, .timeout
  * text is still plain decoding's, alone and six at a time; stats show the lengths and the measured
  * curves; decisions are published; tuner keys are checked; fixed mode puts every class back at
  * spec.length. */
-Test(speculate, adaptive_length_is_lossless_and_visible, .timeout = 600, .disabled = SANITIZED)
+Test(speculate, adaptive_length_is_lossless_and_visible, .timeout = 600)
 {
     enum { TOKENS = 48 };
     char *prompts[6], *want[6];
@@ -1191,7 +1177,7 @@ Test(speculate, pipeline_is_lossless_under_load_cancels_and_disconnects, .timeou
 
 /* Preemption with the pipeline: paused requests give back their KV, drafted or not, and are
  * recomputed. */
-Test(speculate, pipeline_preempts_and_recomputes, .timeout = 600, .disabled = SANITIZED)
+Test(speculate, pipeline_preempts_and_recomputes, .timeout = 600)
 {
     check_paused_preemption((const char *[]){"--draft", model_file("draft-kjv.gguf"), "--draft", "ngram",
                                              "--spec-length", "1", "--tuner", "fixed", "--pipeline", "-t", "2",

@@ -16,8 +16,10 @@
 #include "model/sampler.h"
 #include "runtime/registry.h"
 
-/* 1 in the ASan build, whose runner and the daemons it starts are sanitized (tens of times slower):
- * tests that add time there and no code path go to the normal build only. */
+/* 1 in the ASan build, whose runner is sanitized and whose in-process forward passes run the
+ * checked kernels (tens of times slower; the daemons it starts run their model work unsanitized,
+ * Makefile.am's PROGRAM_KERNELS): in-process tests that add time there and no code path go to the
+ * normal build only. */
 #ifdef __SANITIZE_ADDRESS__
 #define SANITIZED 1
 #else
