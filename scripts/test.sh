@@ -36,8 +36,8 @@ status=0
 kernels=
 build build --enable-werror
 make -s -C build -j"$jobs" check || status=1
-# The sanitizer builds' programs (minionsd, minions-generate) link the normal build's kernels, the
-# objects they would compile for themselves without the sanitizer (Makefile.am's PROGRAM_KERNELS).
+# The sanitizer builds' programs (minionsd, minions-generate) link the normal build's kernels: the
+# code they would compile for themselves without the sanitizer (Makefile.am's PROGRAM_KERNELS).
 kernels="$top/build/libminions_kernels.a"
 build build-asan --enable-werror --enable-asan
 make -s -C build-asan -j"$jobs" check FIXTURE_DIR="$top/build/tests/data" PROGRAM_KERNELS="$kernels" || status=1
@@ -56,7 +56,7 @@ hang="timeout --kill-after=30 1500"
 (cd build && MINIONS_BIN_DIR="$top/build-tsan" MINIONS_SRCDIR="$top" MINIONS_TEST_DATA="$top/build/tests/data" \
   CRITERION_JOBS=2 $hang ./tests/test_speculate --filter 'speculate/!(smollm2*)' \
   >"$top/build-tsan/tests/test_speculate.log" 2>&1) || status=1
-# The HTTP front end's threads under TSan: 300 requests of tests/soak-http-short.sh (about 30 s).
+# The HTTP front end's threads under TSan: 300 requests of tests/soak-http-short.sh (about 5 s).
 (MINIONS_BIN_DIR="$top/build-tsan" MINIONS_SRCDIR="$top" SOAK_REQUESTS=300 $hang sh tests/soak-http-short.sh \
   >"$top/build-tsan/tests/soak-http-short.log" 2>&1) || status=1
 
