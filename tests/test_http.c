@@ -543,6 +543,8 @@ Test(http, bad_requests_get_openai_errors_and_nothing_leaks, .timeout = 120)
     expect_status(&s, "POST", C, NULL, "{\"prompt\":\"x\",\"stream\":\"yes\"}", 400, "stream");
     expect_status(&s, "POST", CH, NULL, "{\"messages\":[]}", 400, "messages");
     expect_status(&s, "POST", CH, NULL, "{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", 400, "messages");
+    expect_status(&s, "POST", CH, NULL, "{\"messages\":[{\"role\":\"user\\u0000junk\",\"content\":\"x\"}]}", 400,
+                  "messages");
     expect_status(&s, "POST", CH, NULL, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}",
                   400, "top_logprobs");
     expect_status(&s, "GET", C, NULL, NULL, 405, NULL);
@@ -585,6 +587,9 @@ Test(http, an_api_key_is_required_when_set, .timeout = 120)
     expect_status(&s, "GET", "/metrics", "Authorization: Bearer s3cret0\r\n", NULL, 401, NULL);
     hresp r = http_call(s.http_port, "POST", "/v1/completions", "Authorization: Bearer s3cret\r\n", body);
     cr_assert_eq(r.status, 200, "%s", r.body);
+    hresp_free(&r);
+    r = http_call(s.http_port, "POST", "/v1/completions", "Authorization: bearer s3cret\r\n", body);
+    cr_assert_eq(r.status, 200, "the scheme is case-insensitive: %s", r.body);
     hresp_free(&r);
     r = http_call(s.http_port, "GET", "/health", NULL, NULL);
     cr_assert_eq(r.status, 200, "the health check needs no key");
@@ -762,6 +767,51 @@ Test(http, a_drain_finishes_streams_and_refuses_new_work, .timeout = 300)
     free(rest);
     free(body);
     cr_assert_eq(server_wait(&s, 60), 0, "minionsd exits 0 after the drain");
+}
+
+/* A HEAD request gets its GET's status and headers and no body, so that the next reply on the kept-alive
+ * connection starts where the client expects it. */
+Test(http, head_has_no_body, .timeout = 120)
+{
+    server s;
+    server_start(&s, HTTP);
+    static const char *const paths[] = {"/health", "/v1/models", "/metrics", "/nowhere"};
+    static const int want[] = {200, 200, 200, 404};
+    for (int i = 0; i < 4; i++) {
+        int fd = http_connect(s.http_port, 0);
+        http_send(fd, "HEAD", paths[i], NULL, NULL, 1);
+        http_send(fd, "GET", "/health", NULL, NULL, 0);
+        hresp r = http_read_all(fd); /* the HEAD's head, then what follows it: the GET's reply */
+        cr_assert_eq(r.status, want[i], "HEAD %s: %s", paths[i], r.head);
+        cr_assert(!strncmp(r.body, "HTTP/1.1 200", 12), "HEAD %s: after its head came %.60s", paths[i], r.body);
+        hresp_free(&r);
+    }
+    server_stop(&s);
+}
+
+/* A forced drain (a second signal) closes an HTTP stream whose client stopped reading at once, not
+ * after --http-timeout, and the daemon exits with every block back. */
+Test(http, a_forced_drain_closes_a_stream_that_is_not_read, .timeout = 120)
+{
+    static const char *const args[] = {"--http", "127.0.0.1:0", "--output-buffer", "4", "--http-timeout", "600", NULL};
+    server s;
+    server_start(&s, args);
+    int fd = http_connect(s.http_port, 4096);
+    char *body = completion_body("And God said", 1000, 1, NULL);
+    http_send(fd, "POST", "/v1/completions", NULL, body, 0);
+    json_int_t paused = 0;
+    for (int i = 0; i < 400 && !paused; i++, usleep(50000)) {
+        json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
+        paused = stat_of(st, "requests", "paused");
+        json_decref(st);
+    }
+    cr_assert_eq(paused, 1, "a stream nobody reads pauses");
+    kill(s.pid, SIGTERM);
+    usleep(300000);
+    kill(s.pid, SIGTERM); /* the second signal forces the drain */
+    cr_assert_eq(server_wait(&s, 30), 0, "minionsd exits 0 once the forced drain closed the stream");
+    close(fd);
+    free(body);
 }
 
 /* A copy of the GGUF at src in dst whose end-of-text token is id (a u32 key, patched in place). */

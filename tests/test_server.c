@@ -3,12 +3,14 @@
  * minions-generate's byte for byte whatever else runs; bad input gets its error and the connection
  * lives on; a dropped client's KV returns to the pool; drain and SIGTERM exit 0 (in the ASan build
  * LeakSanitizer turns any leak into a non-zero exit). Needs $MINIONS_BIN_DIR and $MINIONS_SRCDIR. */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <nanomsg/nn.h>
 #include <nanomsg/reqrep.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -235,26 +237,86 @@ Test(server, bad_input_gets_errors_and_the_connection_lives, .timeout = 120)
     server_stop(&s);
 }
 
-Test(server, line_too_long_closes_after_the_error, .timeout = 120)
+/* A line over --max-line ends the connection's input: its error comes after the answers to the
+ * lines before it, nothing after it is read, then the connection closes. A CRLF line's '\r' is not
+ * counted. */
+Test(server, line_too_long_ends_the_input_after_the_answers, .timeout = 120)
 {
     server s;
     server_start(&s, (const char *[]){"--max-line", "256", NULL});
     tconn c;
     connect_to(s.unix_path, &c);
-    char junk[600];
+    char first[300], junk[600];
+    int n = snprintf(first, sizeof first, "{\"id\":\"first\",\"prompt\":\"In the beginning\",\"max_tokens\":24}\n");
     memset(junk, 'x', sizeof junk);
-    cr_assert_eq(mn_client_send(&c.c, junk, sizeof junk), 0);
-    json_t *o = read_reply(&c);
+    cr_assert_eq(mn_client_send(&c.c, first, (size_t)n), 0);
+    cr_assert_eq(mn_client_send(&c.c, junk, sizeof junk), 0); /* in one go with the request before it */
+    json_t *o;
+    while (!json_object_get(o = read_reply(&c), "error")) /* the error, whenever it comes; the rest waits */
+        json_array_append_new(c.stash, o);
     cr_assert_str_eq(json_string_value(json_object_get(json_object_get(o, "error"), "code")), "line_too_long");
     json_decref(o);
-    cr_assert_null(mn_client_read_line(&c.c, NULL), "the connection closes after line_too_long");
+    o = await(&c, "first");
+    cr_assert(json_object_get(o, "done"), "the request before the long line is answered");
+    char *want = generate("In the beginning", 24);
+    cr_assert_str_eq(json_string_value(json_object_get(o, "text")), want);
+    free(want);
+    json_decref(o);
+    cr_assert_null(mn_client_read_line(&c.c, NULL), "the connection closes once the answers are out");
     tconn_close(&c);
-    connect_to(s.tcp, &c); /* the server itself is fine */
-    send_request(&c, "after", "And", 4, 0, 0);
-    o = await(&c, "after");
-    cr_assert(json_object_get(o, "done"));
+
+    /* exactly max_line bytes, then CRLF: served */
+    connect_to(s.tcp, &c);
+    char line[300];
+    n = snprintf(line, sizeof line, "{\"id\":\"crlf\",\"prompt\":\"And %0*d\",\"max_tokens\":4}", 256 - 44, 0);
+    cr_assert_eq(n, 256, "the line is %d bytes", n);
+    memcpy(line + n, "\r\n", 2);
+    cr_assert_eq(mn_client_send(&c.c, line, (size_t)n + 2), 0);
+    o = await(&c, "crlf");
+    cr_assert(json_object_get(o, "done"), "a line of max_line bytes and CRLF is served");
     json_decref(o);
     tconn_close(&c);
+    wait_idle(&s);
+    server_stop(&s);
+}
+
+/* sh -c cmd in dir: its exit status, its stdout in out (cap bytes at most). */
+static int run_in(const char *dir, const char *cmd, char *out, size_t cap)
+{
+    char line[4096];
+    snprintf(line, sizeof line, "cd '%s' && %s 2>/dev/null", dir, cmd);
+    FILE *p = popen(line, "r");
+    cr_assert(p);
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* minions-cli: its text is the server's (here over a Unix socket named without a slash, relative to
+ * the working directory); bad option values are usage errors, not defaults or zeros. */
+Test(server, minions_cli_streams_the_text_and_checks_its_options, .timeout = 120)
+{
+    server s;
+    server_start(&s, NULL);
+    char cli[1100], cmd[2400], out[4096], dir[128];
+    snprintf(cli, sizeof cli, "%s/minions-cli", env_or("MINIONS_BIN_DIR", "."));
+    snprintf(dir, sizeof dir, "%s", s.unix_path);
+    char *base = strrchr(dir, '/');
+    *base++ = 0;
+    snprintf(cmd, sizeof cmd, "'%s' -u '%s' -n 16 'In the beginning'", cli, base);
+    cr_assert_eq(run_in(dir, cmd, out, sizeof out), 0, "%s", cmd);
+    char *want = generate("In the beginning", 16);
+    cr_assert_str_eq(out, want);
+    free(want);
+    static const char *const bad[] = {"--temperature nan", "--temperature inf", "--temperature ''", "--top-p nan",
+                                      "--seed ''", "-n 1.5", "-n 12x"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(cmd, sizeof cmd, "'%s' -a %s %s 'In'", cli, s.tcp, bad[i]);
+        cr_assert_eq(run_in("/", cmd, out, sizeof out), 2, "%s", cmd);
+    }
+    snprintf(cmd, sizeof cmd, "'%s' -a %sx 'In'", cli, s.tcp);
+    cr_assert_eq(run_in("/", cmd, out, sizeof out), 1, "a port with junk after it: %s", cmd);
     server_stop(&s);
 }
 
@@ -667,7 +729,7 @@ Test(server, running_out_of_descriptors_pauses_accepting, .timeout = 300)
     server s;
     /* the CPU backend: the CUDA driver alone holds more descriptors than this test leaves the
      * daemon (it failed to start on an H200 machine), and accepting is what is tested here */
-    server_start(&s, (const char *[]){"--backend", "cpu", NULL});
+    server_start(&s, (const char *[]){"--backend", "cpu", "--http", "127.0.0.1:0", NULL});
     g_nofile = 0;
     tconn first;
     connect_to(s.tcp, &first);
@@ -676,6 +738,11 @@ Test(server, running_out_of_descriptors_pauses_accepting, .timeout = 300)
     tconn extra[EXTRA];
     for (int i = 0; i < EXTRA; i++) /* the kernel completes them; the daemon cannot take them all */
         connect_to(s.tcp, &extra[i]);
+    /* the HTTP listener pauses too (it spun on accept before, a log line a call) */
+    int http = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s.http_port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    cr_assert_eq(connect(http, (struct sockaddr *)&a, sizeof a), 0);
     sleep(2);
     send_request(&first, "during", "In the beginning", 16, 0, 0);
     json_t *o = await(&first, "during");
@@ -688,6 +755,14 @@ Test(server, running_out_of_descriptors_pauses_accepting, .timeout = 300)
     cr_assert_lt(st.st_size, 4096, "the log grew to %lld bytes while accept failed", (long long)st.st_size);
     for (int i = 0; i < EXTRA; i++)
         tconn_close(&extra[i]);
+    static const char get[] = "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    cr_assert_eq(write(http, get, sizeof get - 1), (ssize_t)sizeof get - 1);
+    char reply[64] = {0};
+    struct pollfd pfd = {http, POLLIN, 0};
+    cr_assert_eq(poll(&pfd, 1, 20000), 1, "the HTTP connection waiting in the backlog is served");
+    cr_assert_gt(read(http, reply, sizeof reply - 1), 0);
+    cr_assert(!strncmp(reply, "HTTP/1.1 200", 12), "%s", reply);
+    close(http);
     tconn late; /* descriptors are free again: the retry timer resumes accepting */
     connect_to(s.tcp, &late);
     send_request(&late, "late", "And", 4, 0, 0);
@@ -697,14 +772,19 @@ Test(server, running_out_of_descriptors_pauses_accepting, .timeout = 300)
     FILE *f = fopen(log, "r");
     char line[512];
     int pauses = 0;
-    while (fgets(line, sizeof line, f))
-        pauses += strstr(line, "pausing new connections") != NULL;
+    int http_pauses = 0;
+    while (fgets(line, sizeof line, f)) {
+        pauses += strstr(line, "net: accept") && strstr(line, "pausing new connections");
+        http_pauses += strstr(line, "http: accept") && strstr(line, "pausing new connections");
+    }
     fclose(f);
     /* one line per episode: the closed connections still waiting in the backlog may start a second
      * one when the retry takes them */
     cr_assert(pauses >= 1 && pauses <= 3, "%d pause lines", pauses);
+    cr_assert(http_pauses >= 1 && http_pauses <= 3, "%d HTTP pause lines", http_pauses);
     o = admin(&s, "{\"cmd\":\"stats\"}");
     cr_assert_eq(stat_of(o, "accept_pauses", NULL), pauses);
+    cr_assert_eq(stat_of(o, "http", "accept_pauses"), http_pauses);
     json_decref(o);
     tconn_close(&late);
     tconn_close(&first);

@@ -218,9 +218,10 @@ static json_t *stats_json(mn_admin *a)
                           (json_int_t)c->connections, "throttled", (json_int_t)c->throttled, "accept_pauses",
                           (json_int_t)c->accept_pauses, "draining", c->draining);
     if (o && a->cfg.addr_book->http) /* requests.* count both front ends; this, HTTP's alone */
-        json_object_set_new(o, "http", json_pack("{s:I, s:I, s:I, s:I}", "in_flight", (json_int_t)h->in_flight, "done",
-                                                 (json_int_t)h->done, "failed", (json_int_t)h->failed, "rejected",
-                                                 (json_int_t)h->rejected));
+        json_object_set_new(o, "http", json_pack("{s:I, s:I, s:I, s:I, s:I}", "in_flight", (json_int_t)h->in_flight,
+                                                 "done", (json_int_t)h->done, "failed", (json_int_t)h->failed,
+                                                 "rejected", (json_int_t)h->rejected, "accept_pauses",
+                                                 (json_int_t)h->accept_pauses));
     return o;
 }
 

@@ -127,7 +127,7 @@ static void on_line(void *ctx, const char *line, size_t len)
 
 static void on_overflow(void *ctx)
 {
-    send_error(ctx, NULL, MN_E_LINE_TOO_LONG, "a line must be at most max_line bytes; closing");
+    send_error(ctx, NULL, MN_E_LINE_TOO_LONG, "a line must be at most max_line bytes; nothing more is read on this connection");
 }
 
 static void on_input_end(void *ctx)

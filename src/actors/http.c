@@ -19,6 +19,7 @@
 #include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -27,6 +28,7 @@
 #include "actors/request.h"
 #include "actors/stats.h"
 #include "model/sampler.h"
+#include "net/backoff.h"
 #include "net/metrics.h"
 #include "net/openai.h"
 #include "util/alloc.h"
@@ -65,6 +67,7 @@ struct mn_http_actor {
     mn_http_config cfg;
     struct evhttp *http;
     struct evhttp_bound_socket *sock;
+    mn_backoff *backoff;             /* pauses the listener while out of descriptors */
     int port;
     hreq *reqs;                      /* every live hreq */
     uint64_t live;
@@ -190,6 +193,10 @@ static void send_reply(hreq *h, int status, const char *type, const char *body, 
         evhttp_add_header(out, "Content-Type", type);
     if (h->ha->draining)
         evhttp_add_header(out, "Connection", "close");
+    /* A HEAD reply has the headers only: evhttp would send the body, which a kept-alive client
+     * takes for the start of the next reply. */
+    if (evhttp_request_get_command(req) == EVHTTP_REQ_HEAD)
+        body = NULL;
     struct evbuffer *buf = body ? evbuffer_new() : NULL;
     if (buf)
         evbuffer_add(buf, body, len);
@@ -609,7 +616,7 @@ static bool authorized(const mn_http_actor *ha, struct evhttp_request *req)
     if (!ha->cfg.api_key)
         return true;
     const char *got = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
-    if (!got || strncmp(got, "Bearer ", 7))
+    if (!got || strncasecmp(got, "Bearer ", 7)) /* the scheme is case-insensitive (RFC 9110 11.1) */
         return false;
     got += 7;
     size_t n = strlen(ha->cfg.api_key), m = strlen(got);
@@ -662,6 +669,15 @@ static void on_request(struct evhttp_request *req, void *arg)
     generate(ha, h, strcmp(path, "/v1/chat/completions") ? MN_OAI_COMPLETION : MN_OAI_CHAT);
 }
 
+/* evhttp accepted a connection and asks for its bufferevent: NULL lets it make its own. */
+static struct bufferevent *on_accept(struct event_base *base, void *arg)
+{
+    (void)base;
+    mn_http_actor *ha = arg;
+    mn_backoff_accepted(ha->backoff);
+    return NULL;
+}
+
 /* ---- the actor ------------------------------------------------------------------------------- */
 
 mn_status mn_http_actor_new(struct event_base *base, const mn_http_config *cfg, mn_http_actor **out, mn_err *err)
@@ -682,15 +698,23 @@ mn_status mn_http_actor_new(struct event_base *base, const mn_http_config *cfg, 
         return mn_fail(err, MN_NOMEM, "http: out of memory");
     }
     evhttp_set_gencb(ha->http, on_request, ha);
+    evhttp_set_bevcb(ha->http, on_accept, ha);
     evhttp_set_max_body_size(ha->http, cfg->max_body);
     evhttp_set_max_headers_size(ha->http, 64 << 10);
     evhttp_set_timeout(ha->http, (int)cfg->timeout_s);
     evhttp_set_allowed_methods(ha->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST | EVHTTP_REQ_OPTIONS);
+    if (!(ha->backoff = mn_backoff_new(base, "http"))) {
+        evhttp_free(ha->http);
+        mn_free(ha);
+        return mn_fail(err, MN_NOMEM, "http: out of memory");
+    }
     if (!(ha->sock = evhttp_bind_socket_with_handle(ha->http, cfg->host, (uint16_t)cfg->port))) {
         evhttp_free(ha->http);
+        mn_backoff_free(ha->backoff);
         mn_free(ha);
         return mn_fail(err, MN_IO, "http: cannot listen on %s:%d", cfg->host, cfg->port);
     }
+    mn_backoff_watch(ha->backoff, evhttp_bound_socket_get_listener(ha->sock));
     struct sockaddr_storage ss;
     ev_socklen_t sl = sizeof ss;
     evutil_socket_t fd = evhttp_bound_socket_get_fd(ha->sock);
@@ -714,19 +738,36 @@ void mn_http_actor_free(mn_http_actor *ha)
     evhttp_free(ha->http); /* closes the connections: their close callbacks free the hreqs */
     while (ha->reqs)
         hreq_free(ha->reqs);
+    mn_backoff_free(ha->backoff);
     mn_free(ha);
 }
 
+/* A forced drain fails every connection that still has a request, as a reset would: a client that
+ * stopped reading would otherwise hold its reply, and the drain, until --http-timeout. evhttp then
+ * detaches a reply not yet complete and calls the close callback, which ends the hreq (a reply
+ * being written) or cancels its choices (a generation, ended when they are DONE). Deferred, so that
+ * this walk frees nothing under it. */
 static void drain(mn_http_actor *ha, mn_drain *d)
 {
     if (!ha->draining && ha->sock) {
+        mn_backoff_stop(ha->backoff);
         evhttp_del_accept_socket(ha->http, ha->sock);
         ha->sock = NULL;
     }
     ha->draining = true;
-    if (d->force)
-        for (hreq *h = ha->reqs; h; h = h->next)
+    if (d->force) {
+        uint32_t closed = 0;
+        for (hreq *h = ha->reqs; h; h = h->next) {
+            if (h->evcon) {
+                bufferevent_trigger_event(evhttp_connection_get_bufferevent(h->evcon), BEV_EVENT_ERROR,
+                                          BEV_TRIG_DEFER_CALLBACKS);
+                closed++;
+            }
             to_running(h, CANCEL);
+        }
+        if (closed)
+            mn_log(MN_LOG_WARN, "drain: closing %u HTTP connections", closed);
+    }
     mn_free(d);
     check_drained(ha);
 }
@@ -738,6 +779,7 @@ static void stats(mn_http_actor *ha, mn_stats_part *q)
     s->done = ha->done;
     s->failed = ha->failed;
     s->rejected = ha->rejected;
+    s->accept_pauses = mn_backoff_pauses(ha->backoff);
     memcpy(s->outcomes, ha->outcomes, sizeof ha->outcomes);
     s->draining = ha->draining;
     mn_stats_reply(q);

@@ -33,9 +33,10 @@ int mn_client_connect(const char *addr, mn_client *c, mn_err *err)
         if (!colon || (size_t)(colon - addr) >= sizeof host)
             return mn_fail(err, MN_INVALID, "%s: expected HOST:PORT or a socket path", addr), -1;
         snprintf(host, sizeof host, "%.*s", (int)(colon - addr), addr);
-        int port = atoi(colon + 1);
+        char *end;
+        long port = strtol(colon + 1, &end, 10);
         struct sockaddr_in *in4 = (struct sockaddr_in *)&ss;
-        if (inet_pton(AF_INET, host, &in4->sin_addr) != 1 || port <= 0 || port > 65535)
+        if (inet_pton(AF_INET, host, &in4->sin_addr) != 1 || end == colon + 1 || *end || port <= 0 || port > 65535)
             return mn_fail(err, MN_INVALID, "%s: expected a numeric IPv4 HOST:PORT", addr), -1;
         in4->sin_family = AF_INET;
         in4->sin_port = htons((uint16_t)port);

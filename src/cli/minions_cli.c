@@ -4,8 +4,10 @@
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <math.h>
 #include <nanomsg/nn.h>
 #include <nanomsg/reqrep.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +31,19 @@ static void usage(FILE *f)
             "usage: minions-cli --admin ADDR COMMAND   (e.g. --admin default '{\"cmd\":\"stats\"}')\n"
             "      sends one JSON command to the admin socket and prints the reply; ADDR 'default' is\n"
             "      minionsd's default (ipc://$XDG_RUNTIME_DIR/minionsd.admin, else under /tmp/minionsd-UID/)\n");
+}
+
+/* The whole of s as a finite number (an integer where integer is set): a value for the request. */
+static json_t *number(const char *s, bool integer)
+{
+    char *end;
+    errno = 0;
+    if (integer) {
+        long long v = strtoll(s, &end, 10);
+        return end != s && !*end && !errno ? json_integer(v) : NULL;
+    }
+    double v = strtod(s, &end);
+    return end != s && !*end && !errno && isfinite(v) ? json_real(v) : NULL;
 }
 
 /* One request-reply round trip on the admin socket; the reply goes to stdout. */
@@ -68,21 +83,27 @@ int main(int argc, char **argv)
         {"admin", required_argument, 0, 'A'},      {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
+    char unix_path[MN_SOCKPATH_ADDR_MAX];
     for (int c; (c = getopt_long(argc, argv, "a:u:n:h", opts, NULL)) != -1;) {
-        char *end = NULL;
+        const char *key = NULL; /* a numeric field of the request */
         switch (c) {
-        case 'a': case 'u': addr = optarg; break;
-        case 'n': json_object_set_new(req, "max_tokens", json_integer(strtoll(optarg, &end, 10))); break;
-        case 'T': json_object_set_new(req, "temperature", json_real(strtod(optarg, &end))); break;
-        case 'P': json_object_set_new(req, "top_p", json_real(strtod(optarg, &end))); break;
-        case 'S': json_object_set_new(req, "seed", json_integer(strtoll(optarg, &end, 10))); break;
+        case 'a': addr = optarg; break;
+        case 'u': /* a path, even without a slash (mn_client_connect tells paths by theirs) */
+            snprintf(unix_path, sizeof unix_path, "%s%s", strchr(optarg, '/') ? "" : "./", optarg);
+            addr = unix_path;
+            break;
+        case 'n': key = "max_tokens"; break;
+        case 'T': key = "temperature"; break;
+        case 'P': key = "top_p"; break;
+        case 'S': key = "seed"; break;
         case 's': json_array_append_new(stops, json_string(optarg)); break;
         case 'A': admin = optarg; break;
         case 'N': json_object_set_new(req, "stream", json_false()), stream = 0; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
-        if (end && *end) {
+        json_t *v = key ? number(optarg, c == 'n' || c == 'S') : NULL;
+        if (key && (!v || json_object_set_new(req, key, v) != 0)) {
             fprintf(stderr, "minions-cli: bad option value '%s'\n", optarg);
             return 2;
         }

@@ -19,12 +19,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "net/backoff.h"
 #include "net/sockpath.h"
 #include "util/alloc.h"
 #include "util/log.h"
-
-#define BACKOFF_MIN_MS 100   /* first retry after running out of descriptors */
-#define BACKOFF_MAX_MS 1600
 
 struct mn_conn {
     mn_net *net;
@@ -47,17 +45,14 @@ struct mn_net {
     mn_conn *conns;
     uint32_t n_conns;
     uint32_t n_throttled;
-    struct event *backoff; /* re-enables accepting after running out of descriptors */
-    unsigned backoff_ms;   /* 0: accepting normally */
-    uint64_t accept_pauses;
-    bool stopped;          /* mn_net_stop_listening: never accept again */
-    char *line;            /* [max_line + 1] scratch for one line */
+    mn_backoff *backoff;   /* pauses the listeners while out of descriptors */
+    char *line;            /* [max_line + 2] scratch for one line (and a CRLF's '\r') */
 };
 
 int mn_net_port(const mn_net *n) { return n->port; }
 uint32_t mn_net_connections(const mn_net *n) { return n->n_conns; }
 uint32_t mn_net_throttled(const mn_net *n) { return n->n_throttled; }
-uint64_t mn_net_accept_pauses(const mn_net *n) { return n->accept_pauses; }
+uint64_t mn_net_accept_pauses(const mn_net *n) { return mn_backoff_pauses(n->backoff); }
 
 bool mn_net_flushed(const mn_net *n)
 {
@@ -117,8 +112,23 @@ mn_status mn_conn_write(mn_conn *c, const char *line, size_t len)
     return MN_OK;
 }
 
+/* Whether a line of len bytes (without its '\n'), or the start of one, is longer than max_line: a
+ * CRLF line's '\r' is not counted. */
+static bool too_long(struct evbuffer *in, size_t len, uint32_t max_line)
+{
+    if (len <= max_line)
+        return false;
+    if (len > (size_t)max_line + 1)
+        return true;
+    struct evbuffer_ptr last;
+    char ch = 0;
+    evbuffer_ptr_set(in, &last, len - 1, EVBUFFER_PTR_SET);
+    evbuffer_copyout_from(in, &last, &ch, 1);
+    return ch != '\r';
+}
+
 /* Frame and deliver the complete lines waiting in the input, unless throttled or closing. Returns
- * false when c was freed. */
+ * false when c may have been freed. */
 static bool read_lines(mn_conn *c)
 {
     mn_net *n = c->net;
@@ -127,10 +137,15 @@ static bool read_lines(mn_conn *c)
         size_t eol_len;
         struct evbuffer_ptr eol = evbuffer_search_eol(in, NULL, &eol_len, EVBUFFER_EOL_LF);
         size_t avail = evbuffer_get_length(in);
-        if ((eol.pos < 0 && avail > n->cfg.max_line) || (eol.pos >= 0 && (size_t)eol.pos > n->cfg.max_line)) {
+        if (too_long(in, eol.pos >= 0 ? (size_t)eol.pos : avail, n->cfg.max_line)) {
+            /* Nothing more is read; the connection ends as after a half-close, once the lines
+             * before this one are answered. */
+            evbuffer_drain(in, avail);
+            c->input_ended = c->end_told = true;
+            bufferevent_disable(c->bev, EV_READ);
             n->cb.on_overflow(c->ctx);
-            mn_conn_close_when_written(c);
-            return false; /* closing: nothing else is read */
+            n->cb.on_input_end(c->ctx); /* may close c */
+            return false;
         }
         if (eol.pos < 0 && !(c->input_ended && avail)) {
             if (c->input_ended && !c->end_told) {
@@ -212,10 +227,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
 {
     mn_net *n = arg;
     (void)l, (void)salen;
-    if (n->backoff_ms) {
-        mn_log(MN_LOG_WARN, "net: accepting connections again");
-        n->backoff_ms = 0;
-    }
+    mn_backoff_accepted(n->backoff);
     tune_socket(n, fd, sa->sa_family);
     mn_conn *c = mn_calloc(1, sizeof *c);
     if (!c || !(c->bev = bufferevent_socket_new(n->base, fd, BEV_OPT_CLOSE_ON_FREE))) {
@@ -243,56 +255,13 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     }
 }
 
-static void listeners_enable(mn_net *n, bool on)
-{
-    struct evconnlistener *ls[] = {n->tcp, n->unix_l};
-    for (int i = 0; i < 2; i++)
-        if (ls[i])
-            (void)(on ? evconnlistener_enable(ls[i]) : evconnlistener_disable(ls[i]));
-}
-
-static void on_backoff(evutil_socket_t fd, short what, void *arg)
-{
-    mn_net *n = arg;
-    (void)fd, (void)what;
-    if (!n->stopped)
-        listeners_enable(n, true); /* a failure comes straight back to on_listen_error */
-}
-
-/* accept() failed. Out of descriptors, the listening socket stays readable and libevent would call
- * us again at once, for ever: pause accepting and retry on a timer, saying so once per episode. */
-static void on_listen_error(struct evconnlistener *l, void *arg)
-{
-    mn_net *n = arg;
-    int err = EVUTIL_SOCKET_ERROR();
-    (void)l;
-    if (err != EMFILE && err != ENFILE && err != ENOBUFS && err != ENOMEM) {
-        mn_log(MN_LOG_DEBUG, "net: accept: %s", evutil_socket_error_to_string(err));
-        return; /* a connection aborted before we took it, and the like: nothing to wait for */
-    }
-    if (!n->backoff_ms) {
-        n->accept_pauses++;
-        mn_log(MN_LOG_WARN, "net: accept: %s; pausing new connections (%u open) until descriptors free up",
-               evutil_socket_error_to_string(err), n->n_conns);
-        n->backoff_ms = BACKOFF_MIN_MS;
-    } else if (n->backoff_ms < BACKOFF_MAX_MS) {
-        n->backoff_ms *= 2;
-    }
-    listeners_enable(n, false);
-    struct timeval tv = {n->backoff_ms / 1000, (n->backoff_ms % 1000) * 1000};
-    if (evtimer_add(n->backoff, &tv) != 0) {
-        mn_log(MN_LOG_ERROR, "net: cannot arm the accept retry timer; accepting again at once");
-        listeners_enable(n, true);
-    }
-}
-
 static struct evconnlistener *listen_on(mn_net *n, const struct sockaddr *sa, socklen_t len)
 {
     struct evconnlistener *l =
         evconnlistener_new_bind(n->base, on_accept, n, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC,
                                 128, sa, (int)len);
     if (l)
-        evconnlistener_set_error_cb(l, on_listen_error);
+        mn_backoff_watch(n->backoff, l);
     return l;
 }
 
@@ -348,8 +317,7 @@ mn_status mn_net_new(struct event_base *base, const mn_net_config *cfg, const mn
                      mn_err *err)
 {
     mn_net *n = mn_calloc(1, sizeof *n);
-    if (!n || !(n->line = mn_malloc((size_t)cfg->max_line + 1)) ||
-        !(n->backoff = evtimer_new(base, on_backoff, n))) {
+    if (!n || !(n->line = mn_malloc((size_t)cfg->max_line + 2)) || !(n->backoff = mn_backoff_new(base, "net"))) {
         if (n)
             mn_free(n->line);
         mn_free(n);
@@ -374,9 +342,11 @@ mn_status mn_net_new(struct event_base *base, const mn_net_config *cfg, const mn
 
 void mn_net_stop_listening(mn_net *n)
 {
-    n->stopped = true;
-    evtimer_del(n->backoff);
-    listeners_enable(n, false);
+    mn_backoff_stop(n->backoff);
+    if (n->tcp)
+        evconnlistener_disable(n->tcp);
+    if (n->unix_l)
+        evconnlistener_disable(n->unix_l);
 }
 
 void mn_net_close_all(mn_net *n)
@@ -396,7 +366,7 @@ void mn_net_free(mn_net *n)
         evconnlistener_free(n->unix_l);
     if (n->unix_path)
         unlink(n->unix_path);
-    event_free(n->backoff);
+    mn_backoff_free(n->backoff);
     mn_free(n->unix_path);
     mn_free(n->line);
     mn_free(n);

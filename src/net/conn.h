@@ -3,20 +3,20 @@
  * Transport only: this module frames bytes into lines and writes lines back; it knows nothing of
  * the protocol or the engine. Its owner (the client actor) registers callbacks at mn_net_new.
  *
- * Reading: lines end at '\n' (a trailing '\r' is dropped); each complete line goes to on_line. A line
- * longer than max_line goes to on_overflow (the owner writes its error) and the connection closes
- * once that is written. End of input is a half-close: the lines already received (the last may lack
- * its newline) are delivered, then on_input_end tells the owner, who calls mn_conn_close_when_written
- * once it has answered them.
+ * Reading: lines end at '\n' (a trailing '\r' is dropped and not counted); each complete line goes
+ * to on_line. End of input is a half-close: the lines already received (the last may lack its
+ * newline) are delivered, then on_input_end tells the owner, who calls mn_conn_close_when_written
+ * once it has answered them. A line longer than max_line ends the input the same way: nothing more
+ * is read, on_overflow lets the owner write its error, and on_input_end follows, so the lines before
+ * it are still answered.
+ * Accepting: when the process runs out of file descriptors the listeners pause (net/backoff.h);
+ * open connections are served meanwhile.
  * Writing: mn_conn_write queues a line. Backpressure: past out_high bytes of unsent output the
  * connection is throttled - it stops reading - and on_throttle(true) tells the owner (who stops
  * producing for it); below out_high / 4 it resumes and on_throttle(false) follows. Each socket's
  * send buffer is bounded to out_high, so the watermark, not a multi-megabyte kernel buffer, decides.
  * Failure: a reset, a failed read or write calls on_close once; the connection is freed right after
  * on_close returns, and the owner must not touch it again.
- * Accepting: when the process runs out of file descriptors (EMFILE, ENFILE, ENOBUFS, ENOMEM) the
- * listeners pause and retry on a timer (100 ms doubling to 1.6 s), logging once per episode; open
- * connections are served meanwhile.
  *
  * Thread: the loop thread that owns base; callbacks run there. Errors: start-up failures come back
  * as a status and a message.
@@ -40,7 +40,7 @@ typedef struct mn_net_callbacks {
     void *(*on_open)(void *owner, mn_conn *c);
     /* One line without its '\n' (NUL-terminated, but it may contain NUL bytes: use len). */
     void (*on_line)(void *ctx, const char *line, size_t len);
-    /* A line passed max_line: write the error; the connection closes once it is written. */
+    /* A line passed max_line: write the error; on_input_end follows. */
     void (*on_overflow)(void *ctx);
     /* The client half-closed and every line it sent has been delivered. */
     void (*on_input_end)(void *ctx);

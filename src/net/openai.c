@@ -197,6 +197,10 @@ static mn_status render(json_t *o, const mn_oai_config *cfg, mn_req_params *p, m
             st = bad(err, "messages", "messages[%zu] must be an object with a string role", i);
             break;
         }
+        if (has_nul(role)) {
+            st = bad(err, "messages", "messages[%zu].role must not contain \\u0000", i);
+            break;
+        }
         m[i].role = !strcmp(json_string_value(role), "developer") ? "system" : json_string_value(role);
         st = content(field(msg, "content"), i, &texts[i], &m[i].content_len, err);
         m[i].content = texts[i];
