@@ -598,6 +598,19 @@ Test(speculate, bad_drafts_are_refused_at_start_up, .timeout = 120)
     /* another vocabulary: a test fixture model with 512 tokens */
     snprintf(other, sizeof other, "%s/gqa_f32.gguf", env_or("MINIONS_TEST_DATA", "tests/data"));
     refused((const char *[]){"--draft", other, NULL}, "vocabulary");
+    /* the same but for one control token's text (a control token decodes to nothing, so only its
+     * text tells): draft-kjv with "<|endoftext|>" spelt "<|endoftexT|>", the same length */
+    snprintf(other, sizeof other, "%s/control.gguf", dir);
+    size_t len = 0;
+    char *bytes = slurp(model_file("draft-kjv.gguf"), &len);
+    char *at = memmem(bytes, len, "<|endoftext|>", 13);
+    cr_assert(at, "draft-kjv.gguf spells its end of text <|endoftext|>");
+    at[10] = 'T';
+    f = fopen(other, "wb");
+    cr_assert(f && fwrite(bytes, 1, len, f) == len && fclose(f) == 0);
+    free(bytes);
+    refused((const char *[]){"--draft", other, NULL}, "token 0 is '<|endoftexT|>' (type 3), not '<|endoftext|>'");
+    unlink(other);
     unlink(bad);
     rmdir(dir);
 }
@@ -1000,6 +1013,117 @@ Test(speculate, length_zero_turns_speculation_off_in_either_mode, .timeout = 300
     server_stop(&s);
     for (int i = 0; i < n; i++)
         free(prompts[i]);
+}
+
+/* One greedy request over c: its done line (the caller decrefs). `more` is JSON to add, or "". */
+static json_t *ask(tconn *c, const char *id, const char *prompt, int max_tokens, const char *more)
+{
+    json_t *req = json_pack("{s:s, s:s, s:i}", "id", id, "prompt", prompt, "max_tokens", max_tokens);
+    json_t *extra = *more ? json_loads(more, 0, NULL) : json_object();
+    cr_assert(req && extra, "bad JSON: %s", more);
+    json_object_update(req, extra);
+    char *line = json_dumps(req, JSON_COMPACT);
+    send_line(c, line);
+    free(line);
+    json_decref(req);
+    json_decref(extra);
+    json_t *done = await(c, id);
+    cr_assert(json_object_get(done, "done"), "%s: %s", id, json_dumps(done, 0));
+    return done;
+}
+
+static json_int_t usage_of(json_t *done, const char *key)
+{
+    return json_integer_value(json_object_get(json_object_get(done, "usage"), key));
+}
+
+/* Where a request ends inside the target's pass: at the context's end (the last token comes from
+ * the logits of the context's last position, as minions-generate takes it, whether the pass
+ * verified a draft or not), and at a stop string reached inside an accepted draft, whose KV then
+ * runs past the request's last token: the prefix cache must file no block of draft tokens the
+ * request never took, and the done line counts only accepted tokens that reached the output. */
+Test(speculate, the_context_end_and_a_stop_inside_a_draft, .timeout = 300)
+{
+    server s;
+    server_start(&s, (const char *[]){"--draft", "ngram", "--spec-length", "16", "--tuner", "fixed", NULL});
+    tconn c;
+    connect_to(s.tcp, &c);
+    const char *repetitive = "The earth is the earth. The earth is the earth. The earth is the earth. "
+                             "The earth is the earth. The earth is the earth. ";
+    char *plain = generate(repetitive, 64);
+    const char *stop = "venge the earth.\nThe earth is the earth.\nThe";
+    char *cut = strstr(plain, stop);
+    cr_assert(cut, "the bundled target's text no longer holds the stop string: %s", plain);
+    *cut = 0;
+    json_t *done = ask(&c, "stop", repetitive, 64, "{\"stop\":[\"venge the earth.\\nThe earth is the earth.\\nThe\"]}");
+    cr_assert_str_eq(json_string_value(json_object_get(done, "text")), plain);
+    cr_assert_str_eq(json_string_value(json_object_get(done, "finish_reason")), "stop");
+    json_int_t taken = usage_of(done, "prompt_tokens") + usage_of(done, "completion_tokens");
+    json_int_t accepted = json_integer_value(json_object_get(json_object_get(done, "spec"), "accepted"));
+    cr_assert_leq(accepted, usage_of(done, "completion_tokens"), "accepted %lld of %lld tokens out",
+                  (long long)accepted, (long long)usage_of(done, "completion_tokens"));
+    json_decref(done);
+    free(plain);
+    wait_idle(&s);
+    json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
+    json_int_t cached = kv_of(st, "target", "cached");
+    json_decref(st);
+    cr_assert_leq(cached * 16, taken, "%lld cached blocks for %lld tokens", (long long)cached, (long long)taken);
+    tconn_close(&c);
+    server_stop(&s);
+
+    /* the context's end, with a model drafter and the n-gram drafter voting and without them */
+    mn_model *m = NULL;
+    mn_err err = {{0}};
+    cr_assert_eq(mn_model_load(model_path(), &m, &err), MN_OK, "%s", err.msg);
+    const uint32_t n_ctx = m->hp.n_ctx;
+    mn_model_free(m);
+    size_t len = 0;
+    char *kjv = slurp(source_file("prompts/kjv.jsonl"), &len), *text = calloc(1, len + 1);
+    for (char *line = strtok(kjv, "\n"); line; line = strtok(NULL, "\n")) {
+        json_t *o = json_loads(line, 0, NULL);
+        strcat(text, json_string_value(json_object_get(o, "prompt")));
+        json_decref(o);
+    }
+    free(kjv);
+    start_with_drafts(&s, "4");
+    connect_to(s.tcp, &c);
+    size_t lo = 0, hi = strlen(text); /* the longest start of the text of at most n_ctx - 10 tokens */
+    for (int i = 0; lo < hi; i++) {
+        size_t mid = (lo + hi + 1) / 2;
+        char id[16], save = text[mid];
+        snprintf(id, sizeof id, "probe%d", i);
+        text[mid] = 0;
+        json_t *req = json_pack("{s:s, s:s, s:i, s:b}", "id", id, "prompt", text, "max_tokens", 1, "speculate", 0);
+        char *line = json_dumps(req, JSON_COMPACT);
+        send_line(&c, line);
+        free(line);
+        json_decref(req);
+        text[mid] = save;
+        json_t *o = await(&c, id);
+        if (json_object_get(o, "done") && usage_of(o, "prompt_tokens") <= n_ctx - 10)
+            lo = mid;
+        else
+            hi = mid - 1;
+        json_decref(o);
+    }
+    text[lo] = 0;
+    char *want = generate(text, 100);
+    for (int spec = 0; spec < 2; spec++) {
+        done = ask(&c, spec ? "spec" : "plain", text, 100, spec ? "{\"speculate\":true}" : "{\"speculate\":false}");
+        cr_assert_str_eq(json_string_value(json_object_get(done, "text")), want, "speculate %d", spec);
+        cr_assert_str_eq(json_string_value(json_object_get(done, "finish_reason")), "length");
+        cr_assert_eq(usage_of(done, "prompt_tokens") + usage_of(done, "completion_tokens"), n_ctx + 1,
+                     "speculate %d: the last token comes from the context's last position", spec);
+        if (spec)
+            cr_assert_gt(json_integer_value(json_object_get(json_object_get(done, "spec"), "drafted")), 0);
+        json_decref(done);
+    }
+    free(want);
+    free(text);
+    tconn_close(&c);
+    wait_idle(&s);
+    server_stop(&s);
 }
 
 /* A request that decoded plain and then speculates: the model drafter's first round catches up on

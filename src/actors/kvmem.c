@@ -78,11 +78,11 @@ static mn_status reserve(mn_kvmem *k, mn_req *r)
     mn_status st = mn_kv_reserve(k->cfg.pool, &r->kv, r->kv_need);
     for (uint32_t i = 0; st == MN_OK && i < k->cfg.n_drafters; i++) {
         mn_kv_pool *pool = k->cfg.draft_pools[i];
+        mn_req_draft *x = &r->spec.d[i];
+        x->prop_len = 0; /* a proposal from before a preemption is no round's now (not even the n-gram's) */
         if (!pool)
             continue;
-        mn_req_draft *x = &r->spec.d[i];
         x->prop_at = mn_kv_adopt(pool, &x->kv, r->toks.ids, last); /* [0, prop_at): r's tokens, no proposal */
-        x->prop_len = 0;
         draft_adopted += x->prop_at;
         st = mn_kv_reserve(pool, &x->kv, r->kv_need);
     }
@@ -95,11 +95,15 @@ static mn_status reserve(mn_kvmem *k, mn_req *r)
     return MN_OK;
 }
 
-/* Full blocks go to the prefix caches under r's tokens: the target's whole length (its KV is final:
- * the verifier hands r back between steps), a draft pool's only as far as the drafter's positions
- * hold r's tokens (past them it fed itself proposals the target did not keep). */
+/* Full blocks go to the prefix caches under r's tokens: the target's as far as its KV holds them
+ * (the verifier hands r back between steps; a request that finished inside an accepted draft, at a
+ * stop string or the end of text, has KV past its last token, of draft tokens it never took), a
+ * draft pool's only as far as the drafter's positions hold r's tokens (past them it fed itself
+ * proposals the target did not keep). */
 static void release_kv(mn_kvmem *k, mn_req *r)
 {
+    if (r->kv.len > r->toks.n)
+        r->kv.len = (uint32_t)r->toks.n;
     mn_kv_seq_release_prefix(k->cfg.pool, &r->kv, r->toks.ids);
     for (uint32_t i = 0; i < k->cfg.n_drafters; i++)
         if (k->cfg.draft_pools[i]) {

@@ -550,10 +550,14 @@ static bool kept_all(const mn_verifier *v, const mn_req *r)
     return r->spec.n_kept - 1 == r->spec.n_draft && r->spec.n_draft == r->spec.len[draft_kind(v, r)];
 }
 
-static void count_verification(mn_verifier *v, mn_req *r)
+/* A verification's figures. The tuner learns what the target kept of the draft; the counters a
+ * client and stats see count the draft tokens that reached the output: `taken` of the kept tokens
+ * went out before the request finished (a stop string or the end of text may end it inside the
+ * draft), the target's own token last. */
+static void count_verification(mn_verifier *v, mn_req *r, uint32_t taken)
 {
-    uint32_t acc = r->spec.n_kept - 1;
-    mn_tuner_seq_observe(&r->spec.acc[draft_kind(v, r)], acc);
+    uint32_t kept = r->spec.n_kept - 1, acc = taken < kept ? taken : kept;
+    mn_tuner_seq_observe(&r->spec.acc[draft_kind(v, r)], kept);
     r->spec.verifications++;
     r->spec.drafted += r->spec.n_draft;
     r->spec.accepted += acc;
@@ -622,11 +626,13 @@ static void step_done(mn_verifier *v)
         }
         if (!s->sample[k])
             continue; /* a prompt chunk; the rest comes next step */
-        if (r->spec.n_draft)
-            count_verification(v, r);
         bool running = true;
-        for (uint32_t j = 0; j < r->spec.n_kept && running; j++, produced++)
-            running = take_token(v, r, j);
+        uint32_t taken = 0;
+        for (; taken < r->spec.n_kept && running; taken++)
+            running = take_token(v, r, taken);
+        produced += taken;
+        if (r->spec.n_draft)
+            count_verification(v, r, taken);
         if (running && r->p.stream && r->ready > r->sent && !r->flush_queued) {
             r->flush_queued = true;
             r->flush.type = MN_MSG_FLUSH;

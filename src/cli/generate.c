@@ -5,6 +5,8 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,12 +37,14 @@ static void usage(FILE *f)
             "      --log-level L       error|warn|info|debug (default warn)\n");
 }
 
-static int parse_num(const char *s, double lo, double hi, double *out)
+/* s, all of it, as a number in [lo, hi] (a whole one where whole is set). Seeds stop at 2^53, as
+ * the server's (a JSON number is a double there): past it neighbouring seeds would be one. */
+static int parse_num(const char *s, double lo, double hi, bool whole, double *out)
 {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi))
+    if (errno || end == s || *end || !(v >= lo && v <= hi) || (whole && v != floor(v)))
         return 0;
     *out = v;
     return 1;
@@ -62,7 +66,13 @@ static char *read_file(const char *path, size_t *len)
             buf = grown;
         }
     }
+    int failed = ferror(f) ? (errno ? errno : EIO) : 0; /* a directory, an I/O error: not an empty prompt */
     fclose(f);
+    if (failed) {
+        mn_free(buf);
+        errno = failed;
+        return NULL;
+    }
     *len = n;
     return buf;
 }
@@ -87,11 +97,11 @@ int main(int argc, char **argv)
         case 'm': model_path = optarg; break;
         case 'p': prompt = optarg; break;
         case 'F': prompt_file = optarg; break;
-        case 'n': ok = parse_num(optarg, 1, 1 << 20, &max_tokens); break;
-        case 'T': ok = parse_num(optarg, 0, 100, &temperature); break;
-        case 'P': ok = parse_num(optarg, 1e-6, 1, &top_p); break;
-        case 'S': ok = parse_num(optarg, 0, 1.8e19, &seed); break;
-        case 't': ok = parse_num(optarg, 1, 256, &threads); break;
+        case 'n': ok = parse_num(optarg, 1, 1 << 20, true, &max_tokens); break;
+        case 'T': ok = parse_num(optarg, 0, 100, false, &temperature); break;
+        case 'P': ok = parse_num(optarg, 1e-6, 1, false, &top_p); break;
+        case 'S': ok = parse_num(optarg, 0, 9007199254740992.0, true, &seed); break;
+        case 't': ok = parse_num(optarg, 1, 256, true, &threads); break;
         case 'B': ok = (kind = mn_backend_parse_kind(optarg)) >= 0; break;
         case 'K': ok = (kv_type = mn_kv_type_parse(optarg)) >= 0; break;
         case 'L': {
@@ -109,13 +119,14 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (!model_path || (!prompt && !prompt_file)) {
+    if (!model_path || !prompt == !prompt_file || optind != argc) { /* one prompt, nothing else */
         usage(stderr);
         return 2;
     }
     size_t prompt_len = prompt ? strlen(prompt) : 0;
     char *prompt_buf = NULL;
     if (prompt_file) {
+        errno = 0;
         if (!(prompt_buf = read_file(prompt_file, &prompt_len))) {
             fprintf(stderr, "minions-generate: cannot read %s: %s\n", prompt_file, strerror(errno));
             return 1;
@@ -170,7 +181,7 @@ int main(int argc, char **argv)
     double t2 = mn_now();
     uint32_t produced = 0;
     const char *finish = "length";
-    for (; kv.len < want;) {
+    for (;;) { /* the last token comes from the logits of the context's last position */
         int32_t next = mn_sampler_next(smp, logits);
         produced++;
         if (next == mn_tok_eos(m->tok)) {
@@ -181,7 +192,7 @@ int main(int argc, char **argv)
         const char *piece = mn_tok_piece(m->tok, next, &n);
         fwrite(piece, 1, n, stdout);
         fflush(stdout);
-        if (produced == (uint32_t)max_tokens || kv.len + 1 > want)
+        if (produced == (uint32_t)max_tokens || kv.len >= want)
             break;
         mn_batch_seq seq = {.kv = &kv, .tokens = &next, .n_tokens = 1};
         mn_batch batch = {&seq, 1, NULL};
