@@ -69,6 +69,17 @@ gen --prompt x --top-p 1.5 >/dev/null 2>&1
 check "--top-p out of range is a usage error (exit 2)" test $? -eq 2
 gen --prompt x --kv-type f8 >/dev/null 2>&1
 check "--kv-type other than f32 or f16 is a usage error (exit 2)" test $? -eq 2
+gen --prompt x --max-tokens 1.5 >/dev/null 2>&1
+check "a fractional --max-tokens is a usage error (exit 2)" test $? -eq 2
+gen --prompt x --seed 18014398509481984 >/dev/null 2>&1
+check "a seed past 2^53, as the server's, is a usage error (exit 2)" test $? -eq 2
+gen --prompt x words left over >/dev/null 2>&1
+check "arguments left over are a usage error (exit 2)" test $? -eq 2
+gen --prompt x --prompt-file "$tmp/prompt" >/dev/null 2>&1
+check "--prompt and --prompt-file together are a usage error (exit 2)" test $? -eq 2
+gen --prompt-file "$tmp" >/dev/null 2>"$tmp/dir.err"
+check "a --prompt-file that cannot be read fails with exit 1" test $? -eq 1
+check "... and says why" grep -q "Is a directory" "$tmp/dir.err"
 gen --prompt "This License applies" --max-tokens 24 --kv-type f16 >"$tmp/h" 2>/dev/null
 check "--kv-type f16 generates" test -s "$tmp/h"
 "$bin/minions-bench-decode" --model "$model" --threads 2 --prompt-tokens 16 --ctx-tokens 4 --gen-tokens 4 \
@@ -79,6 +90,25 @@ check "... and reports prefill and both batch sizes" sh -c "grep -q prefill '$tm
   >"$tmp/curve" 2>/dev/null
 check "the verify curve runs" test $? -eq 0
 check "... with every k and the cores' round trip" sh -c "grep -q 'seqs  1 k 8' '$tmp/curve' && grep -q '^cores: ' '$tmp/curve'"
+
+# minionsd's start-up: refusals with a message and exit 2, and a model with a context of 4 tokens
+d() { "$bin/minionsd" --port 0 --admin none --threads 2 "$@"; }
+head -c 600 /dev/zero | tr '\0' k >"$tmp/longkey"
+d --model "$model" --http 127.0.0.1:0 --api-key-file "$tmp/longkey" >/dev/null 2>"$tmp/d1.err"
+check "minionsd: an API key longer than 511 bytes is refused (exit 2)" test $? -eq 2
+check "... saying so" grep -q "longer than 511 bytes" "$tmp/d1.err"
+d --model "$model" --kv-mib 1048576 >/dev/null 2>"$tmp/d2.err"
+check "minionsd: a --kv-mib of more than 2^24 blocks is refused" test $? -eq 1
+check "... saying so" grep -q "more than 16777216" "$tmp/d2.err"
+"$bin/minionsd" --port 0 --admin none --threads 2 --model "$data/ctx4.gguf" >"$tmp/d3.out" 2>"$tmp/d3.err" &
+dpid=$!
+for _ in $(seq 100); do grep -q listening "$tmp/d3.out" 2>/dev/null && break; sleep 0.1; done
+check "minionsd serves a model whose context is 4 tokens" grep -q listening "$tmp/d3.out"
+kill -TERM $dpid 2>/dev/null
+wait $dpid
+check "... and drains to exit 0" test $? -eq 0
+"$bin/minions-generate" --model "$data/ctx4.gguf" --prompt "ab" --max-tokens 8 >/dev/null 2>"$tmp/g4.err"
+check "minions-generate fills a context of 4 tokens and stops" grep -q "finish: length" "$tmp/g4.err"
 
 echo "cli: $passed passed, $failed failed"
 test "$failed" -eq 0

@@ -25,6 +25,7 @@ for t in f16 q8_0 q4_0 q4_1; do
 done
 $w --out "$out/broken_missing.gguf" --vocab 300 --drop blk.1.ffn_up.weight
 $w --out "$out/broken_shape.gguf" --vocab 300 --ff 96 --bad-shape blk.0.ffn_gate.weight
+$w --out "$out/ctx4.gguf" --vocab 300 --ctx 4 # a context shorter than minionsd's warm-up pass
 
 # one teacher-forced sequence of 40 tokens for the logits references
 $py -c "print(' '.join(str((i * 7919 + 11) % 384) for i in range(40)))" > "$out/tokens.txt"

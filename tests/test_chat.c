@@ -337,6 +337,12 @@ Test(chat_render, gemma_folds_the_system_message_into_the_next_user_turn)
     cr_assert_str_eq(out, "<start_of_turn>user\na<end_of_turn>\n<start_of_turn>user\nb<end_of_turn>\n"
                           "<start_of_turn>model\n");
     mn_free(out);
+    /* several system messages: llama.cpp adds their trimmed texts together (no separator) */
+    const mn_chat_msg c[] = {{"system", "You are terse. ", 15}, {"system", " Answer in French.", 18}, {"user", "Hi", 2}};
+    out = render(MN_CHAT_GEMMA, c, 3, &len);
+    cr_assert_str_eq(out, "<start_of_turn>user\nYou are terse.Answer in French.\n\nHi<end_of_turn>\n"
+                          "<start_of_turn>model\n");
+    mn_free(out);
 }
 
 Test(chat_render, content_is_its_length_nul_bytes_included)

@@ -234,6 +234,72 @@ Test(model, unknown_pre_tokenizer_is_named)
     free(buf);
 }
 
+/* gqa_f32.gguf with the F32 value of `key` written as the F64 v. The header grows by 4 bytes, so the
+ * data section moves to the next multiple of the alignment (32) after the new header's end. */
+static unsigned char *with_f64(const char *key, double v, size_t *out_len)
+{
+    size_t len;
+    unsigned char *orig = slurp(fixture("gqa_f32.gguf"), &len);
+    gguf_file *f;
+    cr_assert_eq(gguf_open_mem(orig, len, &f, NULL), MN_OK);
+    size_t data = len, n = gguf_n_tensors(f);
+    for (size_t i = 0; i < n; i++) {
+        size_t at = (size_t)((const unsigned char *)gguf_tensor_at(f, i)->data - orig);
+        data = at < data ? at : data;
+    }
+    const gguf_tensor *last = gguf_tensor_at(f, n - 1);
+    unsigned char *name = memmem(orig, data, last->name, strlen(last->name));
+    cr_assert(name);
+    size_t header_end = (size_t)(name - orig) + strlen(last->name) + 4 + 8 * last->n_dims + 4 + 8;
+    gguf_close(f);
+    unsigned char *type = value_of(orig, len, key, 0);
+    uint32_t t;
+    memcpy(&t, type, 4);
+    cr_assert_eq(t, GGUF_F32, "%s is an F32 in the fixture", key);
+    size_t at = (size_t)(type - orig), new_data = (header_end + 4 + 31) / 32 * 32;
+    unsigned char *buf = calloc(1, new_data + len - data);
+    memcpy(buf, orig, at);
+    t = GGUF_F64;
+    memcpy(buf + at, &t, 4);
+    memcpy(buf + at + 4, &v, 8);
+    memcpy(buf + at + 12, orig + at + 8, header_end - (at + 8));
+    memcpy(buf + new_data, orig + data, len - data);
+    free(orig);
+    *out_len = new_data + len - data;
+    return buf;
+}
+
+/* Hyperparameters are checked as the model uses them: a float key stored as F64 is refused when its
+ * float is 0 (an epsilon of 1e-300 made every logit NaN), and an end-of-text id past the vocabulary
+ * is refused rather than dropped (generation would never stop at it). */
+Test(model, hparams_are_checked_as_the_model_uses_them)
+{
+    size_t len;
+    unsigned char *buf = with_f64("llama.attention.layer_norm_rms_epsilon", 1e-5, &len);
+    gguf_file *f;
+    mn_err err = {{0}};
+    mn_model *m = NULL;
+    cr_assert_eq(gguf_open_mem(buf, len, &f, &err), MN_OK, "%s", err.msg);
+    cr_assert_eq(mn_model_from_gguf(f, "f64 eps", &m, &err), MN_OK, "an F64 epsilon loads: %s", err.msg);
+    cr_assert_float_eq(m->hp.rms_eps, 1e-5f, 1e-12f);
+    mn_model_free(m);
+    free(buf);
+    buf = with_f64("llama.attention.layer_norm_rms_epsilon", 1e-300, &len);
+    cr_assert_eq(gguf_open_mem(buf, len, &f, &err), MN_OK, "%s", err.msg);
+    cr_assert_eq(mn_model_from_gguf(f, "tiny eps", &m, &err), MN_INVALID);
+    cr_assert(strstr(err.msg, "layer_norm_rms_epsilon") && strstr(err.msg, "out of range"), "%s", err.msg);
+    free(buf);
+
+    unsigned char *orig = slurp(fixture("gqa_f32.gguf"), &len);
+    unsigned char *p = value_of(orig, len, "tokenizer.ggml.eos_token_id", 4);
+    uint32_t eos = 999999;
+    memcpy(p, &eos, 4);
+    cr_assert_eq(gguf_open_mem(orig, len, &f, &err), MN_OK, "%s", err.msg);
+    cr_assert_eq(mn_model_from_gguf(f, "eos", &m, &err), MN_INVALID);
+    cr_assert(strstr(err.msg, "eos_token_id = 999999"), "%s", err.msg);
+    free(orig);
+}
+
 /* The resident kB of the mapping that holds p (-1: not found). */
 static long rss_kb_of(const void *p)
 {

@@ -45,10 +45,14 @@ mn_status mn_drafter_check_vocab(const mn_model *target, const mn_model *draft, 
                        draft->name, draft->hp.n_vocab, target->name, target->hp.n_vocab);
     for (uint32_t id = 0; id < target->hp.n_vocab; id++) {
         size_t na, nb;
-        const char *pa = mn_tok_piece(a, (int32_t)id, &na), *pb = mn_tok_piece(b, (int32_t)id, &nb);
-        if (na != nb || memcmp(pa, pb, na) || mn_tok_is_control(a, (int32_t)id) != mn_tok_is_control(b, (int32_t)id))
-            return mn_fail(err, MN_INVALID, "the draft %s does not share the target %s's vocabulary: token %u is '%.*s', not '%.*s'",
-                           draft->name, target->name, id, (int)(nb > 40 ? 40 : nb), pb, (int)(na > 40 ? 40 : na), pa);
+        const char *pa = mn_tok_text(a, (int32_t)id, &na), *pb = mn_tok_text(b, (int32_t)id, &nb);
+        int ta = mn_tok_type(a, (int32_t)id), tb = mn_tok_type(b, (int32_t)id);
+        if (na != nb || memcmp(pa, pb, na) || ta != tb)
+            return mn_fail(err, MN_INVALID,
+                           "the draft %s does not share the target %s's vocabulary: token %u is '%.*s' (type %d), "
+                           "not '%.*s' (type %d)",
+                           draft->name, target->name, id, (int)(nb > 40 ? 40 : nb), pb, tb, (int)(na > 40 ? 40 : na), pa,
+                           ta);
     }
     if (mn_tok_eos(a) != mn_tok_eos(b) || mn_tok_bos(a) != mn_tok_bos(b))
         return mn_fail(err, MN_INVALID, "the draft %s has bos/eos %d/%d, the target %s %d/%d", draft->name,

@@ -168,9 +168,15 @@ static uint32_t kv_blocks(const mn_engine_config *cfg, const mn_model *m, uint32
     size_t block_bytes = 2 * mn_kv_elem_bytes(cfg->kv_type) * block_size * m->hp.n_layers * m->hp.n_kv_heads *
                          m->hp.head_dim;
     uint32_t n = cfg->kv_blocks;
-    if (!n && cfg->kv_mib)
-        n = (uint32_t)(((size_t)cfg->kv_mib << 20) / block_bytes);
-    else if (!n) {
+    if (!n && cfg->kv_mib) {
+        uint64_t fit = ((uint64_t)cfg->kv_mib << 20) / block_bytes;
+        if (fit > MN_ENGINE_MAX_KV_BLOCKS) {
+            mn_fail(err, MN_INVALID, "a KV budget of %u MiB holds %llu blocks of %zu bytes, more than %u", cfg->kv_mib,
+                    (unsigned long long)fit, block_bytes, MN_ENGINE_MAX_KV_BLOCKS);
+            return 0;
+        }
+        n = (uint32_t)fit;
+    } else if (!n) {
         /* max-batch full contexts, but at most a quarter of the machine's memory: SmolLM2's 8,192
          * positions x 16 sequences would be 6 GB */
         size_t want = (size_t)cfg->max_batch * ((m->hp.n_ctx + block_size - 1) / block_size);
@@ -180,7 +186,7 @@ static uint32_t kv_blocks(const mn_engine_config *cfg, const mn_model *m, uint32
     }
     if (!n)
         mn_fail(err, MN_INVALID, "a KV budget of %u MiB holds no block (%zu bytes each)", cfg->kv_mib, block_bytes);
-    return n;
+    return n > MN_ENGINE_MAX_KV_BLOCKS ? MN_ENGINE_MAX_KV_BLOCKS : n;
 }
 
 /* The actors need each other's addresses, so the mailboxes come first; each learns its actor once
@@ -410,11 +416,12 @@ static mn_status warm_up(mn_backend *be, mn_err *err)
 {
     enum { TOKENS = 8 };
     const int32_t tokens[TOKENS] = {0};
+    const uint32_t n = be->model->hp.n_ctx < TOKENS ? be->model->hp.n_ctx : TOKENS; /* a context may be shorter */
     float *logits = mn_calloc(be->model->hp.n_vocab, sizeof *logits);
     if (!logits)
         return mn_fail(err, MN_NOMEM, "engine: out of memory");
     mn_kv_seq kv = {0};
-    mn_status st = mn_backend_prefill(be, &kv, tokens, TOKENS, logits, err);
+    mn_status st = mn_backend_prefill(be, &kv, tokens, n, logits, err);
     mn_kv_seq_release(be->kv, &kv);
     mn_free(logits);
     return st;

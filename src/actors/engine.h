@@ -34,6 +34,9 @@
 
 #define MN_ENGINE_MAX_DRAFTS MN_WEIGHTS_MAX_DRAFTERS
 
+/* The most KV blocks a pool takes (--kv-blocks; --kv-mib past it is refused, the default clamped). */
+#define MN_ENGINE_MAX_KV_BLOCKS (1u << 24)
+
 typedef struct mn_engine_config {
     const char *model_path;
     mn_backend_kind backend;   /* cpu, cuda or auto */

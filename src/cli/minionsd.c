@@ -120,7 +120,8 @@ static int parse_http(const char *arg, char *host, size_t cap, mn_engine_config 
     return 1;
 }
 
-/* The API key: the first line of path, without its newline. */
+/* The API key: the first line of path, without its newline; a longer one than key holds is refused
+ * (cut, it would be another key). */
 static int read_key(const char *path, char *key, size_t cap)
 {
     FILE *f = fopen(path, "r");
@@ -130,8 +131,14 @@ static int read_key(const char *path, char *key, size_t cap)
             fclose(f);
         return 0;
     }
+    size_t n = strcspn(key, "\r\n");
+    int next = key[n] ? '\n' : fgetc(f);
     fclose(f);
-    key[strcspn(key, "\r\n")] = 0;
+    if (next != EOF && next != '\n' && next != '\r') {
+        fprintf(stderr, "minionsd: --api-key-file %s: the key is longer than %zu bytes\n", path, cap - 1);
+        return 0;
+    }
+    key[n] = 0;
     if (!*key) {
         fprintf(stderr, "minionsd: --api-key-file %s: the first line is empty\n", path);
         return 0;
@@ -181,7 +188,7 @@ int main(int argc, char **argv)
         case 'M': ok = mn_sockpath_parse_mode(optarg, &cfg.socket_mode, &err) == MN_OK; break;
         case 't': ok = parse_int(optarg, 1, 256, &v), cfg.n_threads = (int)v; break;
         case 'b': ok = parse_int(optarg, 1, 1024, &v), cfg.max_batch = (uint32_t)v; break;
-        case 'k': ok = parse_int(optarg, 1, 1 << 24, &v), cfg.kv_blocks = (uint32_t)v; break;
+        case 'k': ok = parse_int(optarg, 1, MN_ENGINE_MAX_KV_BLOCKS, &v), cfg.kv_blocks = (uint32_t)v; break;
         case 'K': ok = parse_int(optarg, 1, 1 << 20, &kv_mib); break;
         case 'Y': ok = (v = mn_kv_type_parse(optarg)) >= 0, cfg.kv_type = (mn_kv_type)v; break;
         case 'q': ok = parse_int(optarg, 1, 1 << 20, &v), cfg.max_queue = (uint32_t)v; break;

@@ -226,23 +226,24 @@ static void render_plain(buf *b, const mn_chat_msg *msgs, size_t n)
     puts_(b, "Assistant:");
 }
 
-/* Gemma has no system turn: the (last) system message's trimmed text opens the next user turn. */
+/* Gemma has no system turn: the trimmed texts of the system messages since the last turn that took
+ * them, one after another, open the next turn that is not the model's. */
 static void render_gemma(buf *b, const mn_chat_msg *msgs, size_t n)
 {
-    mn_chat_msg sys = {0};
+    size_t sys_from = 0; /* system messages from here on are not out yet */
     for (size_t i = 0; i < n; i++) {
-        if (role_is(&msgs[i], "system")) {
-            sys = msgs[i];
+        if (role_is(&msgs[i], "system"))
             continue;
-        }
         bool model = role_is(&msgs[i], "assistant");
         puts_(b, "<start_of_turn>"), puts_(b, model ? "model" : msgs[i].role), puts_(b, "\n");
-        if (!model && sys.content_len) {
+        if (!model) {
             size_t before = b->len;
-            put_content(b, &sys, true);
-            if (b->len != before) /* llama.cpp skips a system text that trims to nothing */
+            for (size_t j = sys_from; j < i; j++)
+                if (role_is(&msgs[j], "system"))
+                    put_content(b, &msgs[j], true);
+            if (b->len != before) /* llama.cpp skips system texts that trim to nothing */
                 puts_(b, "\n\n");
-            sys.content_len = 0;
+            sys_from = i + 1;
         }
         put_content(b, &msgs[i], true), puts_(b, "<end_of_turn>\n");
     }

@@ -21,7 +21,8 @@
  *   llama3    "<|start_header_id|>R<|end_header_id|>\n\n" trim(C) "<|eot_id|>";
  *             then "<|start_header_id|>assistant<|end_header_id|>\n\n"
  *   gemma     "<start_of_turn>R\n" trim(C) "<end_of_turn>\n" with R "model" for assistant;
- *             a system message is no turn: trim(C) + "\n\n" opens the next user turn's content;
+ *             a system message is no turn: the trim(C) of those since the last turn that took
+ *             them, one after another, + "\n\n" open the next user turn's content;
  *             then "<start_of_turn>model\n"
  *   zephyr    "<|R|>\nC<|endoftext|>\n"; then "<|assistant|>\n"
  *   phi3      "<|R|>\nC<|end|>\n"; then "<|assistant|>\n"

@@ -35,9 +35,10 @@ static mn_status get_f32(gguf_file *f, const char *key, float *out, float dflt, 
     }
     if (s != MN_OK)
         return s;
-    if (!(v > 0) || v > 1e9)
+    float f32 = (float)v; /* checked as the float the model uses: a double of 1e-300 is 0 there */
+    if (!(f32 > 0) || f32 > 1e9f)
         return mn_fail(err, MN_INVALID, "model: '%s' = %g is out of range", key, v);
-    *out = (float)v;
+    *out = f32;
     return MN_OK;
 }
 
@@ -86,7 +87,10 @@ static mn_status get_weight(gguf_file *f, const char *name, uint32_t rows, uint3
     const gguf_tensor *t = gguf_find_tensor(f, name);
     if (!t)
         return mn_fail(err, MN_INVALID, "model: tensor '%s' is missing", name);
-    if (t->n_dims != 2 || t->ne[0] != cols || t->ne[1] != rows)
+    if (t->n_dims != 2)
+        return mn_fail(err, MN_INVALID, "model: tensor '%s' has %u dimensions, expected 2 ([%u, %u])", name,
+                       (unsigned)t->n_dims, cols, rows);
+    if (t->ne[0] != cols || t->ne[1] != rows)
         return mn_fail(err, MN_INVALID, "model: tensor '%s' has shape [%llu, %llu], expected [%u, %u]", name,
                        (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], cols, rows);
     const mn_dtype_info *info = mn_dtype_get(t->type);

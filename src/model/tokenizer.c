@@ -41,6 +41,7 @@ struct mn_tokenizer {
     bool add_bos;
     bool lossless;         /* every byte has a token: decode(encode(x)) == x for all x */
     uint32_t max_piece;    /* bytes of the longest piece */
+    uint32_t max_ctrl;     /* bytes of the longest control token's text */
     int32_t *ctrl;         /* the control tokens with a text, by first byte, longest first within one */
     uint32_t n_ctrl;
     uint32_t ctrl_at[257]; /* ctrl[ctrl_at[b] .. ctrl_at[b + 1]) are those whose text starts with byte b */
@@ -184,7 +185,10 @@ static int ctrl_cmp(const void *a, const void *b)
 static mn_status index_control(mn_tokenizer *t, mn_err *err)
 {
     for (uint32_t i = 0; i < t->n_vocab; i++)
-        t->n_ctrl += t->type[i] == TOKEN_CONTROL && t->piece_len[i] > 0;
+        if (t->type[i] == TOKEN_CONTROL && t->piece_len[i] > 0) {
+            t->n_ctrl++;
+            t->max_ctrl = t->piece_len[i] > t->max_ctrl ? t->piece_len[i] : t->max_ctrl;
+        }
     if (!t->n_ctrl)
         return MN_OK;
     ctrl_key *keys = mn_malloc(t->n_ctrl * sizeof *keys);
@@ -324,12 +328,19 @@ static mn_status load_merges(mn_tokenizer *t, const gguf_file *f, mn_err *err)
     return s;
 }
 
-static int32_t optional_id(const gguf_file *f, const char *key, uint32_t n_vocab)
+/* An optional token id: -1 when the key is absent or not a token (a negative number); one past the
+ * vocabulary is refused (an end of text no token can be would never end a generation). */
+static mn_status optional_id(const gguf_file *f, const char *key, uint32_t n_vocab, int32_t *out, mn_err *err)
 {
     uint64_t v;
-    if (gguf_get_uint(f, key, &v, NULL) != MN_OK || v >= n_vocab)
-        return -1;
-    return (int32_t)v;
+    *out = -1;
+    if (gguf_get_uint(f, key, &v, NULL) != MN_OK)
+        return MN_OK;
+    if (v >= n_vocab)
+        return mn_fail(err, MN_INVALID, "tokenizer: %s = %llu is not a token (the vocabulary has %u)", key,
+                       (unsigned long long)v, n_vocab);
+    *out = (int32_t)v;
+    return MN_OK;
 }
 
 mn_status mn_tok_load(const gguf_file *f, uint32_t n_vocab, mn_tokenizer **out, mn_err *err)
@@ -358,10 +369,10 @@ mn_status mn_tok_load(const gguf_file *f, uint32_t n_vocab, mn_tokenizer **out, 
             goto fail;
         }
     }
-    if ((s = load_vocab(t, f, err)) || (s = load_merges(t, f, err)))
+    if ((s = load_vocab(t, f, err)) || (s = load_merges(t, f, err)) ||
+        (s = optional_id(f, "tokenizer.ggml.bos_token_id", n_vocab, &t->bos, err)) ||
+        (s = optional_id(f, "tokenizer.ggml.eos_token_id", n_vocab, &t->eos, err)))
         goto fail;
-    t->bos = optional_id(f, "tokenizer.ggml.bos_token_id", n_vocab);
-    t->eos = optional_id(f, "tokenizer.ggml.eos_token_id", n_vocab);
     if (gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &t->add_bos, NULL) != MN_OK)
         t->add_bos = false;
     *out = t;
@@ -666,14 +677,28 @@ mn_status mn_tok_encode_special(const mn_tokenizer *t, const char *text, size_t 
     return s == MN_OK ? mn_tok_encode(t, text + plain, len - plain, false, out) : s;
 }
 
-const char *mn_tok_piece(const mn_tokenizer *t, int32_t id, size_t *len)
+const char *mn_tok_text(const mn_tokenizer *t, int32_t id, size_t *len)
 {
-    if (id < 0 || (uint32_t)id >= t->n_vocab || t->type[id] == TOKEN_CONTROL) {
+    if (id < 0 || (uint32_t)id >= t->n_vocab) {
         *len = 0;
         return "";
     }
     *len = t->piece_len[id];
     return t->piece[id];
+}
+
+const char *mn_tok_piece(const mn_tokenizer *t, int32_t id, size_t *len)
+{
+    if (mn_tok_is_control(t, id)) {
+        *len = 0;
+        return "";
+    }
+    return mn_tok_text(t, id, len);
+}
+
+int mn_tok_type(const mn_tokenizer *t, int32_t id)
+{
+    return id >= 0 && (uint32_t)id < t->n_vocab ? t->type[id] : 0;
 }
 
 int32_t mn_tok_bos(const mn_tokenizer *t) { return t->bos; }
@@ -685,9 +710,10 @@ bool mn_tok_is_control(const mn_tokenizer *t, int32_t id)
 }
 bool mn_tok_is_lossless(const mn_tokenizer *t) { return t->lossless; }
 
-size_t mn_tok_min_tokens(const mn_tokenizer *t, size_t len, bool add_bos)
+size_t mn_tok_min_tokens(const mn_tokenizer *t, size_t len, bool add_bos, bool special)
 {
-    if (!t->lossless || !t->max_piece)
+    uint32_t most = special && t->max_ctrl > t->max_piece ? t->max_ctrl : t->max_piece; /* bytes a token */
+    if (!t->lossless || !most)
         return 0;
-    return (add_bos && t->add_bos && t->bos >= 0) + (len + t->max_piece - 1) / t->max_piece;
+    return (add_bos && t->add_bos && t->bos >= 0) + (len + most - 1) / most;
 }
