@@ -679,21 +679,30 @@ Test(http, a_dropped_stream_is_cancelled_and_frees_its_kv, .timeout = 120)
     server_stop(&s);
 }
 
+/* A streamed completion of max_tokens from a client that does not read (a 4 KB receive buffer), once
+ * the server has paused it; the connection's descriptor. */
+static int unread_stream(server *s, const char *prompt, int max_tokens)
+{
+    int fd = http_connect(s->http_port, 4096);
+    char *body = completion_body(prompt, max_tokens, 1, NULL);
+    http_send(fd, "POST", "/v1/completions", NULL, body, 0);
+    free(body);
+    json_int_t paused = 0;
+    for (int i = 0; i < 400 && !paused; i++, usleep(50000)) {
+        json_t *st = admin(s, "{\"cmd\":\"stats\"}");
+        paused = stat_of(st, "requests", "paused");
+        json_decref(st);
+    }
+    cr_assert_eq(paused, 1, "a stream nobody reads pauses");
+    return fd;
+}
+
 Test(http, a_stream_that_is_not_read_pauses_then_completes, .timeout = 300)
 {
     static const char *const args[] = {"--http", "127.0.0.1:0", "--output-buffer", "4", NULL};
     server s;
     server_start(&s, args);
-    int fd = http_connect(s.http_port, 4096);
-    char *body = completion_body("And God said", 300, 1, NULL);
-    http_send(fd, "POST", "/v1/completions", NULL, body, 0);
-    json_int_t paused = 0;
-    for (int i = 0; i < 400 && !paused; i++, usleep(50000)) {
-        json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
-        paused = stat_of(st, "requests", "paused");
-        json_decref(st);
-    }
-    cr_assert_eq(paused, 1, "a stream nobody reads pauses");
+    int fd = unread_stream(&s, "And God said", 300);
     hresp r = http_read_all(fd);
     char *text = stream_text(&r, 0, NULL);
     char *want = generate("And God said", 300);
@@ -701,7 +710,6 @@ Test(http, a_stream_that_is_not_read_pauses_then_completes, .timeout = 300)
     free(want);
     free(text);
     hresp_free(&r);
-    free(body);
     server_stop(&s);
 }
 
@@ -796,22 +804,12 @@ Test(http, a_forced_drain_closes_a_stream_that_is_not_read, .timeout = 120)
     static const char *const args[] = {"--http", "127.0.0.1:0", "--output-buffer", "4", "--http-timeout", "600", NULL};
     server s;
     server_start(&s, args);
-    int fd = http_connect(s.http_port, 4096);
-    char *body = completion_body("And God said", 1000, 1, NULL);
-    http_send(fd, "POST", "/v1/completions", NULL, body, 0);
-    json_int_t paused = 0;
-    for (int i = 0; i < 400 && !paused; i++, usleep(50000)) {
-        json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
-        paused = stat_of(st, "requests", "paused");
-        json_decref(st);
-    }
-    cr_assert_eq(paused, 1, "a stream nobody reads pauses");
+    int fd = unread_stream(&s, "And God said", 1000);
     kill(s.pid, SIGTERM);
     usleep(300000);
     kill(s.pid, SIGTERM); /* the second signal forces the drain */
     cr_assert_eq(server_wait(&s, 30), 0, "minionsd exits 0 once the forced drain closed the stream");
     close(fd);
-    free(body);
 }
 
 /* A copy of the GGUF at src in dst whose end-of-text token is id (a u32 key, patched in place). */
