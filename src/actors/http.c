@@ -289,6 +289,8 @@ static void write_event(hreq *h, char *event, size_t len)
         evhttp_add_header(out, "Content-Type", "text/event-stream");
         evhttp_add_header(out, "Cache-Control", "no-cache");
         evhttp_add_header(out, "X-Accel-Buffering", "no"); /* nginx: pass each event on at once */
+        if (h->ha->draining) /* as send_reply says it: the connection ends with this reply */
+            evhttp_add_header(out, "Connection", "close");
         evhttp_send_reply_start(h->req, 200, "OK");
         h->started = true;
     }
