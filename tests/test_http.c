@@ -806,7 +806,13 @@ Test(http, a_forced_drain_closes_a_stream_that_is_not_read, .timeout = 120)
     server_start(&s, args);
     int fd = unread_stream(&s, "And God said", 1000);
     kill(s.pid, SIGTERM);
-    usleep(300000);
+    bool draining = false; /* before the second signal, or the two could arrive as one */
+    for (int i = 0; i < 200 && !draining; i++, usleep(50000)) {
+        json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
+        draining = json_is_true(json_object_get(json_object_get(st, "stats"), "draining"));
+        json_decref(st);
+    }
+    cr_assert(draining, "the first SIGTERM starts a drain");
     kill(s.pid, SIGTERM); /* the second signal forces the drain */
     cr_assert_eq(server_wait(&s, 30), 0, "minionsd exits 0 once the forced drain closed the stream");
     close(fd);

@@ -46,13 +46,12 @@ mn_status mn_drafter_check_vocab(const mn_model *target, const mn_model *draft, 
     for (uint32_t id = 0; id < target->hp.n_vocab; id++) {
         size_t na, nb;
         const char *pa = mn_tok_text(a, (int32_t)id, &na), *pb = mn_tok_text(b, (int32_t)id, &nb);
-        int ta = mn_tok_type(a, (int32_t)id), tb = mn_tok_type(b, (int32_t)id);
-        if (na != nb || memcmp(pa, pb, na) || ta != tb)
+        bool ca = mn_tok_is_control(a, (int32_t)id), cb = mn_tok_is_control(b, (int32_t)id);
+        if (na != nb || memcmp(pa, pb, na) || ca != cb) /* a control token's text too: it decodes to nothing */
             return mn_fail(err, MN_INVALID,
-                           "the draft %s does not share the target %s's vocabulary: token %u is '%.*s' (type %d), "
-                           "not '%.*s' (type %d)",
-                           draft->name, target->name, id, (int)(nb > 40 ? 40 : nb), pb, tb, (int)(na > 40 ? 40 : na), pa,
-                           ta);
+                           "the draft %s does not share the target %s's vocabulary: token %u is %s'%.*s', not %s'%.*s'",
+                           draft->name, target->name, id, cb ? "the control token " : "", (int)(nb > 40 ? 40 : nb), pb,
+                           ca ? "the control token " : "", (int)(na > 40 ? 40 : na), pa);
     }
     if (mn_tok_eos(a) != mn_tok_eos(b) || mn_tok_bos(a) != mn_tok_bos(b))
         return mn_fail(err, MN_INVALID, "the draft %s has bos/eos %d/%d, the target %s %d/%d", draft->name,

@@ -716,7 +716,13 @@ mn_status mn_http_actor_new(struct event_base *base, const mn_http_config *cfg, 
         mn_free(ha);
         return mn_fail(err, MN_IO, "http: cannot listen on %s:%d", cfg->host, cfg->port);
     }
-    mn_backoff_watch(ha->backoff, evhttp_bound_socket_get_listener(ha->sock));
+    if (!mn_backoff_watch(ha->backoff, evhttp_bound_socket_get_listener(ha->sock))) {
+        evhttp_free(ha->http);
+        mn_backoff_free(ha->backoff);
+        mn_free(ha);
+        return mn_fail(err, MN_INVALID, "http: too many listeners in this process to watch for running out of "
+                                        "descriptors");
+    }
     struct sockaddr_storage ss;
     ev_socklen_t sl = sizeof ss;
     evutil_socket_t fd = evhttp_bound_socket_get_fd(ha->sock);
@@ -737,6 +743,7 @@ void mn_http_actor_free(mn_http_actor *ha)
     if (!ha)
         return;
     ha->drained = true;    /* what follows is no drain */
+    mn_backoff_stop(ha->backoff); /* it forgets the listener before it goes */
     evhttp_free(ha->http); /* closes the connections: their close callbacks free the hreqs */
     while (ha->reqs)
         hreq_free(ha->reqs);

@@ -508,8 +508,9 @@ static void voted(mn_verifier *v)
     schedule(v);
 }
 
-/* The j-th kept token: append, stream, and decide whether r is done. False when it finished. */
-static bool take_token(mn_verifier *v, mn_req *r, uint32_t j)
+/* The j-th kept token: append and stream it. Returns why r is done with it ("stop", "length",
+ * "error"), or NULL when r goes on; the caller finishes r. */
+static const char *take_token(mn_verifier *v, mn_req *r, uint32_t j)
 {
     int32_t tok = r->spec.kept[j];
     const mn_model *m = v->cfg.be->model;
@@ -520,7 +521,7 @@ static bool take_token(mn_verifier *v, mn_req *r, uint32_t j)
         mn_hist_observe(&v->ttft, r->t_first - r->t_arrive);
     }
     if (tok == mn_tok_eos(m->tok) || tok == r->end_of_turn)
-        return finish(v, r, "stop"), false;
+        return "stop";
     if (r->lp)
         r->lp[r->n_lp++] = r->kept_lp[j];
     size_t len;
@@ -528,13 +529,13 @@ static bool take_token(mn_verifier *v, mn_req *r, uint32_t j)
     bool stopped = false;
     if (mn_tokens_push(&r->toks, tok) != MN_OK || mn_req_append(r, piece, len, &stopped) != MN_OK) {
         mn_req_fail(r, MN_E_INTERNAL, "out of memory for the output");
-        return finish(v, r, "error"), false;
+        return "error";
     }
     if (stopped)
-        return finish(v, r, "stop"), false;
+        return "stop";
     if (r->n_gen >= r->p.max_tokens || r->toks.n > m->hp.n_ctx)
-        return finish(v, r, "length"), false;
-    return true;
+        return "length";
+    return NULL;
 }
 
 /* The kind of r's voted draft: a costly drafter's, or a free one's (also when it had none). */
@@ -551,9 +552,9 @@ static bool kept_all(const mn_verifier *v, const mn_req *r)
 }
 
 /* A verification's figures. The tuner learns what the target kept of the draft; the counters a
- * client and stats see count the draft tokens that reached the output: `taken` of the kept tokens
- * went out before the request finished (a stop string or the end of text may end it inside the
- * draft), the target's own token last. */
+ * client and stats see count the draft tokens the request took: `taken` of the kept tokens, the
+ * target's own last, before it finished (a stop string or an end of text may end it inside the
+ * draft; a taken end of text counts, as completion_tokens counts it). */
 static void count_verification(mn_verifier *v, mn_req *r, uint32_t taken)
 {
     uint32_t kept = r->spec.n_kept - 1, acc = taken < kept ? taken : kept;
@@ -626,14 +627,16 @@ static void step_done(mn_verifier *v)
         }
         if (!s->sample[k])
             continue; /* a prompt chunk; the rest comes next step */
-        bool running = true;
+        const char *done = NULL;
         uint32_t taken = 0;
-        for (; taken < r->spec.n_kept && running; taken++)
-            running = take_token(v, r, taken);
+        while (taken < r->spec.n_kept && !done)
+            done = take_token(v, r, taken++);
         produced += taken;
         if (r->spec.n_draft)
             count_verification(v, r, taken);
-        if (running && r->p.stream && r->ready > r->sent && !r->flush_queued) {
+        if (done)
+            finish(v, r, done); /* r is the next actor's from here */
+        else if (r->p.stream && r->ready > r->sent && !r->flush_queued) {
             r->flush_queued = true;
             r->flush.type = MN_MSG_FLUSH;
             mn_mailbox_post(r->owner, &r->flush);

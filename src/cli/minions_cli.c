@@ -89,7 +89,11 @@ int main(int argc, char **argv)
         switch (c) {
         case 'a': addr = optarg; break;
         case 'u': /* a path, even without a slash (mn_client_connect tells paths by theirs) */
-            snprintf(unix_path, sizeof unix_path, "%s%s", strchr(optarg, '/') ? "" : "./", optarg);
+            if (snprintf(unix_path, sizeof unix_path, "%s%s", strchr(optarg, '/') ? "" : "./", optarg) >=
+                (int)sizeof unix_path) {
+                fprintf(stderr, "minions-cli: %s: path too long\n", optarg);
+                return 2;
+            }
             addr = unix_path;
             break;
         case 'n': key = "max_tokens"; break;

@@ -696,11 +696,6 @@ const char *mn_tok_piece(const mn_tokenizer *t, int32_t id, size_t *len)
     return mn_tok_text(t, id, len);
 }
 
-int mn_tok_type(const mn_tokenizer *t, int32_t id)
-{
-    return id >= 0 && (uint32_t)id < t->n_vocab ? t->type[id] : 0;
-}
-
 int32_t mn_tok_bos(const mn_tokenizer *t) { return t->bos; }
 int32_t mn_tok_eos(const mn_tokenizer *t) { return t->eos; }
 uint32_t mn_tok_n_vocab(const mn_tokenizer *t) { return t->n_vocab; }

@@ -63,11 +63,9 @@ int32_t mn_tok_control(const mn_tokenizer *t, const char *text, size_t len);
 
 /* The bytes token id decodes to (empty for control tokens and ids out of range). */
 const char *mn_tok_piece(const mn_tokenizer *t, int32_t id, size_t *len);
-/* What the vocabulary says of token id: its text (a control token's too, "<|im_end|>"; a byte-level
- * token's decoded bytes) and its GGUF token type (1 normal, 3 control, 4 user-defined, ...); empty
- * and 0 for ids out of range. Two models share a vocabulary when these agree for every id. */
+/* The vocabulary's text of token id: a control token's too ("<|im_end|>"), a byte-level token's
+ * decoded bytes; empty for ids out of range. */
 const char *mn_tok_text(const mn_tokenizer *t, int32_t id, size_t *len);
-int mn_tok_type(const mn_tokenizer *t, int32_t id);
 
 /* A lower bound on the tokens mn_tok_encode (special: mn_tok_encode_special) gives for len bytes,
  * without encoding them: every token covers at most the longest piece's bytes (or control token's

@@ -127,14 +127,13 @@ void mn_backoff_free(mn_backoff *b)
     mn_free(b);
 }
 
-void mn_backoff_watch(mn_backoff *b, struct evconnlistener *l)
+bool mn_backoff_watch(mn_backoff *b, struct evconnlistener *l)
 {
-    if (b->n == MAX_LISTENERS || !set_watcher(l, b, NULL)) {
-        mn_log(MN_LOG_ERROR, "%s: too many listeners to watch for running out of descriptors", b->who);
-        return;
-    }
+    if (b->n == MAX_LISTENERS || !set_watcher(l, b, NULL))
+        return false;
     b->ls[b->n++] = l;
     evconnlistener_set_error_cb(l, on_error);
+    return true;
 }
 
 void mn_backoff_accepted(mn_backoff *b)
@@ -147,6 +146,8 @@ void mn_backoff_accepted(mn_backoff *b)
 
 void mn_backoff_stop(mn_backoff *b)
 {
+    if (!b)
+        return;
     b->stopped = true;
     evtimer_del(b->timer);
     set_watcher(NULL, NULL, b);

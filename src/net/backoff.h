@@ -10,10 +10,11 @@
  *
  * Thread: the loop thread of the event base (which listener belongs to which backoff is kept under
  * a lock, so servers on several loops may share a process). Ownership: the backoff does not own the
- * listeners; stop it before they are freed, or free it after them. */
+ * listeners; stop or free it before they are freed (it forgets them then). */
 #ifndef MN_BACKOFF_H
 #define MN_BACKOFF_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct event_base;
@@ -23,8 +24,9 @@ typedef struct mn_backoff mn_backoff;
 /* `who` names the listeners in the log ("net", "http"); a static string. NULL: out of memory. */
 mn_backoff *mn_backoff_new(struct event_base *base, const char *who);
 void mn_backoff_free(mn_backoff *b);
-/* Watch l (at most 4 listeners): its accept errors go to the backoff (evconnlistener_set_error_cb). */
-void mn_backoff_watch(mn_backoff *b, struct evconnlistener *l);
+/* Watch l: its accept errors go to the backoff (evconnlistener_set_error_cb). False when no more
+ * listeners can be watched (4 a backoff, 16 in the process): a start-up error for the owner. */
+bool mn_backoff_watch(mn_backoff *b, struct evconnlistener *l);
 /* A connection was accepted: an episode, if one was running, is over. */
 void mn_backoff_accepted(mn_backoff *b);
 /* Never enable the listeners again, and forget them (a drain); the owner disables or frees them. */

@@ -2,7 +2,7 @@
  *
  * Invariants: a connection is in the net's list from accept until conn_free; on_close is called
  * exactly once, from conn_free; reading is enabled only while the connection is neither throttled,
- * closing nor half-closed. */
+ * closing nor half-closed, or after an overflow (it reads and discards to the client's end). */
 #include "net/conn.h"
 
 #include <arpa/inet.h>
@@ -24,6 +24,8 @@
 #include "util/alloc.h"
 #include "util/log.h"
 
+#define LINGER_S 2 /* how long an overflowed connection reads on after its last answer */
+
 struct mn_conn {
     mn_net *net;
     struct bufferevent *bev;
@@ -31,8 +33,11 @@ struct mn_conn {
     mn_conn *prev, *next;  /* the net's list */
     bool throttled;        /* output above the high watermark: not reading */
     bool closing;          /* close once the output is written */
-    bool input_ended;      /* the client shut down its sending side */
+    bool input_ended;      /* the client shut down its sending side, or overflowed */
     bool end_told;         /* on_input_end was called */
+    bool overflowed;       /* a line passed max_line: whatever comes in now is read and thrown away */
+    bool eof;              /* the client's end of input was read */
+    bool lingering;        /* written and shut down after an overflow: reading to the client's end */
 };
 
 struct mn_net {
@@ -79,13 +84,32 @@ static void conn_free(mn_conn *c)
     n->cb.on_close(ctx); /* last: the owner may look at the net's counters */
 }
 
+/* The output is written and c may go. After an overflow the client may still be sending (the rest
+ * of its long line): closing a socket with unread input sends a reset, which can destroy the
+ * answers still on their way. So such a connection lingers: its sending side is shut down (the
+ * client reads the end of the answers) and it reads on, discarding, until the client's end of
+ * input or LINGER_S seconds, then goes. */
+static void conn_written(mn_conn *c)
+{
+    if (!c->overflowed || c->eof) {
+        conn_free(c);
+        return;
+    }
+    c->lingering = true;
+    shutdown(bufferevent_getfd(c->bev), SHUT_WR);
+    struct timeval tv = {LINGER_S, 0};
+    bufferevent_set_timeouts(c->bev, &tv, NULL);
+    bufferevent_enable(c->bev, EV_READ);
+}
+
 void mn_conn_close_when_written(mn_conn *c)
 {
     c->closing = true;
-    bufferevent_disable(c->bev, EV_READ);
+    if (!c->overflowed) /* an overflowed one reads on: what it reads is discarded */
+        bufferevent_disable(c->bev, EV_READ);
     bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
     if (!evbuffer_get_length(bufferevent_get_output(c->bev)))
-        conn_free(c);
+        conn_written(c);
 }
 
 /* Fail c from the loop rather than inside the caller's stack: the owner is in the middle of using
@@ -106,7 +130,8 @@ mn_status mn_conn_write(mn_conn *c, const char *line, size_t len)
     if (!c->throttled && evbuffer_get_length(bufferevent_get_output(c->bev)) > c->net->cfg.out_high) {
         c->throttled = true;
         c->net->n_throttled++;
-        bufferevent_disable(c->bev, EV_READ);
+        if (!c->overflowed) /* discarding goes on: a client blocked sending could not read the output */
+            bufferevent_disable(c->bev, EV_READ);
         c->net->cb.on_throttle(c->ctx, true);
     }
     return MN_OK;
@@ -133,16 +158,20 @@ static bool read_lines(mn_conn *c)
 {
     mn_net *n = c->net;
     struct evbuffer *in = bufferevent_get_input(c->bev);
+    if (c->overflowed) {
+        evbuffer_drain(in, evbuffer_get_length(in));
+        return true;
+    }
     while (!c->throttled && !c->closing) {
         size_t eol_len;
         struct evbuffer_ptr eol = evbuffer_search_eol(in, NULL, &eol_len, EVBUFFER_EOL_LF);
         size_t avail = evbuffer_get_length(in);
         if (too_long(in, eol.pos >= 0 ? (size_t)eol.pos : avail, n->cfg.max_line)) {
-            /* Nothing more is read; the connection ends as after a half-close, once the lines
-             * before this one are answered. */
+            /* No line is taken any more (the rest is read and discarded: a client blocked sending
+             * its long line must get to read its answers); the connection ends as after a
+             * half-close, once the lines before this one are answered. */
             evbuffer_drain(in, avail);
-            c->input_ended = c->end_told = true;
-            bufferevent_disable(c->bev, EV_READ);
+            c->overflowed = c->input_ended = c->end_told = true;
             n->cb.on_overflow(c->ctx);
             n->cb.on_input_end(c->ctx); /* may close c */
             return false;
@@ -179,8 +208,8 @@ static void on_write(struct bufferevent *bev, void *arg)
 {
     mn_conn *c = arg;
     if (c->closing) {
-        if (!evbuffer_get_length(bufferevent_get_output(bev)))
-            conn_free(c);
+        if (!c->lingering && !evbuffer_get_length(bufferevent_get_output(bev)))
+            conn_written(c);
         return;
     }
     if (c->throttled) {
@@ -202,11 +231,11 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
 {
     mn_conn *c = arg;
     (void)bev;
-    if (what & BEV_EVENT_ERROR || !(what & BEV_EVENT_EOF)) {
-        conn_free(c);
+    if (c->lingering || what & BEV_EVENT_ERROR || !(what & BEV_EVENT_EOF)) {
+        conn_free(c); /* a lingering one: the client's end, or the linger's timeout */
         return;
     }
-    c->input_ended = true;
+    c->input_ended = c->eof = true;
     read_lines(c);
 }
 
@@ -260,8 +289,11 @@ static struct evconnlistener *listen_on(mn_net *n, const struct sockaddr *sa, so
     struct evconnlistener *l =
         evconnlistener_new_bind(n->base, on_accept, n, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC,
                                 128, sa, (int)len);
-    if (l)
-        mn_backoff_watch(n->backoff, l);
+    if (l && !mn_backoff_watch(n->backoff, l)) {
+        evconnlistener_free(l);
+        errno = EMFILE; /* no more listeners can be watched for running out of descriptors */
+        return NULL;
+    }
     return l;
 }
 
@@ -360,6 +392,7 @@ void mn_net_free(mn_net *n)
     if (!n)
         return;
     mn_net_close_all(n);
+    mn_backoff_stop(n->backoff); /* it forgets the listeners before they go */
     if (n->tcp)
         evconnlistener_free(n->tcp);
     if (n->unix_l)

@@ -6,9 +6,12 @@
  * Reading: lines end at '\n' (a trailing '\r' is dropped and not counted); each complete line goes
  * to on_line. End of input is a half-close: the lines already received (the last may lack its
  * newline) are delivered, then on_input_end tells the owner, who calls mn_conn_close_when_written
- * once it has answered them. A line longer than max_line ends the input the same way: nothing more
- * is read, on_overflow lets the owner write its error, and on_input_end follows, so the lines before
- * it are still answered.
+ * once it has answered them. A line longer than max_line ends the input the same way: no line is
+ * taken after it (what follows is read and discarded, so that a client blocked sending it can read
+ * its answers), on_overflow lets the owner write its error, and on_input_end follows, so the lines
+ * before it are still answered. Such a connection then shuts down its sending side and reads on to
+ * the client's end of input (2 s at most) before it closes: closing with input unread would send a
+ * reset, which can destroy the answers on their way.
  * Accepting: when the process runs out of file descriptors the listeners pause (net/backoff.h);
  * open connections are served meanwhile.
  * Writing: mn_conn_write queues a line. Backpressure: past out_high bytes of unsent output the
