@@ -23,6 +23,10 @@ for t in f16 q8_0 q4_0 q4_1; do
   $w --out "$out/$t.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --vocab 384 --untied \
      --type "$t" --seed 3
 done
+# one matrix of Q, K, V and one of gate, up quantized, the others float (the CPU pass quantized a
+# group's input only when its first matrix was: a SIGSEGV)
+$w --out "$out/mixed.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --vocab 384 --untied --seed 4 \
+   --tensor-type blk.0.attn_k.weight=q8_0 --tensor-type blk.1.attn_v.weight=q4_1 --tensor-type blk.0.ffn_up.weight=q4_0
 $w --out "$out/broken_missing.gguf" --vocab 300 --drop blk.1.ffn_up.weight
 $w --out "$out/broken_shape.gguf" --vocab 300 --ff 96 --bad-shape blk.0.ffn_gate.weight
 $w --out "$out/ctx4.gguf" --vocab 300 --ctx 4 # a context shorter than minionsd's warm-up pass
@@ -34,7 +38,7 @@ for m in gqa_f32 untied_f32 f16; do
 done
 # quantized weights multiply 16-bit activations in the engine: the reference rounds them alike, and
 # also gives the exact-activation logits the engine must stay near
-for m in q8_0 q4_0 q4_1; do
+for m in q8_0 q4_0 q4_1 mixed; do
   $py "$src/tools/ref_forward.py" "$out/$m.gguf" "$out/tokens.txt" "$out/$m.logits" --q16-activations
   $py "$src/tools/ref_forward.py" "$out/$m.gguf" "$out/tokens.txt" "$out/$m.f32act.logits"
 done

@@ -112,6 +112,7 @@ Test(forward, matches_reference_f16) { check_reference("f16"); }
 Test(forward, matches_reference_q8_0) { check_reference_q8("q8_0"); }
 Test(forward, matches_reference_q4_0) { check_reference_q8("q4_0"); }
 Test(forward, matches_reference_q4_1) { check_reference_q8("q4_1"); }
+Test(forward, matches_reference_mixed_types) { check_reference_q8("mixed"); } /* float and quantized in one group */
 
 /* A half-float KV cache rounds K and V to 11 significant bits: the logits stay within 2e-3 of the
  * float64 reference's largest (float caches: 1e-4), and the largest logit is the reference's at

@@ -275,7 +275,20 @@ def make_model(args):
     hd = args.dim // args.heads
     w = llama_writer(args.name or f"test-d{args.dim}-l{args.layers}-{args.type}", args.dim, args.layers, args.heads,
                      args.kv_heads, args.ff, args.ctx, args.vocab, tokens, types, merges, args.pre, args.rope_base)
+    types_of = dict(kv.split("=", 1) for kv in args.tensor_type or [])
+    unknown = [t for t in types_of.values() if t not in TYPE_NAMES]
+    if unknown:
+        raise SystemExit(f"ggufw: --tensor-type: unknown type {unknown[0]}")
+
+    class Writer:  # add_tensor with the type --tensor-type gives a name, else --type's
+        def __init__(self, inner):
+            self.inner = inner
+
+        def add_tensor(self, name, data, ttype):
+            self.inner.add_tensor(name, data, TYPE_NAMES[types_of[name]] if name in types_of else ttype)
+
     ttype = TYPE_NAMES[args.type]
+    writer, w = w, Writer(w)
 
     def mat(rows, cols, scale=1.0):
         return rng.standard_normal((rows, cols)).astype(np.float32) * (scale / np.sqrt(cols))
@@ -298,6 +311,7 @@ def make_model(args):
     w.add_tensor("output_norm.weight", norm(args.dim), T_F32)
     if args.untied:
         w.add_tensor("output.weight", mat(args.vocab, args.dim, 4.0), ttype)
+    w = writer
     if args.drop:
         w.tensors = [t for t in w.tensors if t[0] != args.drop]
     if args.bad_shape:
@@ -322,6 +336,8 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--name")
     ap.add_argument("--text", nargs="*", help="training text for the BPE vocabulary")
+    ap.add_argument("--tensor-type", metavar="TENSOR=TYPE", action="append",
+                    help="this tensor in another type than --type's (repeatable: a file that mixes types)")
     ap.add_argument("--drop", metavar="TENSOR", help="leave a tensor out (a broken file, for tests)")
     ap.add_argument("--bad-shape", metavar="TENSOR", help="swap a matrix's dimensions (a broken file, for tests)")
     args = ap.parse_args(argv)

@@ -92,7 +92,7 @@ int main(int argc, char **argv)
             if (snprintf(unix_path, sizeof unix_path, "%s%s", strchr(optarg, '/') ? "" : "./", optarg) >=
                 (int)sizeof unix_path) {
                 fprintf(stderr, "minions-cli: %s: path too long\n", optarg);
-                return 2;
+                goto usage_error;
             }
             addr = unix_path;
             break;
@@ -103,18 +103,22 @@ int main(int argc, char **argv)
         case 's': json_array_append_new(stops, json_string(optarg)); break;
         case 'A': admin = optarg; break;
         case 'N': json_object_set_new(req, "stream", json_false()), stream = 0; break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case 'h':
+            usage(stdout);
+            json_decref(req);
+            json_decref(stops);
+            return 0;
+        default: usage(stderr); goto usage_error;
         }
         json_t *v = key ? number(optarg, c == 'n' || c == 'S') : NULL;
         if (key && (!v || json_object_set_new(req, key, v) != 0)) {
             fprintf(stderr, "minions-cli: bad option value '%s'\n", optarg);
-            return 2;
+            goto usage_error;
         }
     }
     if (optind != argc - 1) {
         usage(stderr);
-        return 2;
+        goto usage_error;
     }
     if (admin) {
         json_decref(req);
@@ -192,4 +196,8 @@ out:
     free(line);
     mn_client_close(&c);
     return rc;
+usage_error: /* freed, so that LeakSanitizer's exit status does not hide ours */
+    json_decref(req);
+    json_decref(stops);
+    return 2;
 }

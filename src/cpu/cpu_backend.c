@@ -98,11 +98,12 @@ static float *own_rows(const pass *p, int ith)
     return p->st->own + (size_t)ith * p->st->max_tokens * p->m->hp.dim;
 }
 
-/* The T rows of `width` floats at x as call ith reads them for weight w: RMSNorm'd with norm_w into
- * its own rows first when norm_w is not NULL, and copied to 16 bits into its own where w takes
- * integer activations. */
-static input prepare_input(const pass *p, int ith, const float *x, const float *norm_w, const mn_weight *w,
-                           uint32_t T, uint32_t width)
+/* The T rows of `width` floats at x as call ith reads them for the n weights ws (a group that shares
+ * its input: Q, K and V; gate and up): RMSNorm'd with norm_w into its own rows first when norm_w is
+ * not NULL, and copied to 16 bits into its own where one of ws takes integer activations (a file
+ * may quantize the group's matrices differently). */
+static input prepare_input(const pass *p, int ith, const float *x, const float *norm_w, const mn_weight *const *ws,
+                           int n, uint32_t T, uint32_t width)
 {
     const cpu_state *st = p->st;
     input in = {x, NULL};
@@ -112,7 +113,10 @@ static input prepare_input(const pass *p, int ith, const float *x, const float *
             rmsnorm(own + (size_t)t * width, x + (size_t)t * width, norm_w, width, p->m->hp.rms_eps);
         in.x = own;
     }
-    if (mn_weight_uses_q8(w)) {
+    bool q8_wanted = false;
+    for (int i = 0; i < n; i++)
+        q8_wanted |= mn_weight_uses_q8(ws[i]);
+    if (q8_wanted) {
         mn_q8 *q8 = st->own_q8 + (size_t)ith * st->max_tokens * st->q8_ld;
         for (uint32_t t = 0; t < T; t++)
             mn_quantize_q8(in.x + (size_t)t * width, width, q8 + (size_t)t * st->q8_ld);
@@ -145,7 +149,7 @@ static void region_qkv(void *arg, int ith, int nth)
     mn_pool_split(ith, nth, total, 4, &b, &e);
     if (b >= e)
         return;
-    input in = prepare_input(p, ith, p->st->x, p->m->layers[p->layer].attn_norm, &L->wq, p->T, p->m->hp.dim);
+    input in = prepare_input(p, ith, p->st->x, p->m->layers[p->layer].attn_norm, w, 3, p->T, p->m->hp.dim);
     uint32_t base = 0;
     for (int i = 0; i < 3; i++) {
         uint32_t lo = b > base ? b - base : 0, hi = e - base < w[i]->rows ? e - base : w[i]->rows;
@@ -303,7 +307,7 @@ static void project_residual(const pass *p, int ith, const mn_weight *w, const f
     if (b >= e)
         return;
     float *tmp = own_rows(p, ith);
-    project(p->st, w, prepare_input(p, ith, a, NULL, w, p->T, w->cols), tmp, p->T, b, e);
+    project(p->st, w, prepare_input(p, ith, a, NULL, &w, 1, p->T, w->cols), tmp, p->T, b, e);
     for (uint32_t t = 0; t < p->T; t++)
         mn_axpy(x + (size_t)t * w->rows + b, 1.0f, tmp + (size_t)t * w->rows + b, (int)(e - b));
 }
@@ -326,7 +330,8 @@ static void region_gate_up(void *arg, int ith, int nth)
     mn_pool_split(ith, nth, ff, 4, &b, &e);
     if (b >= e)
         return;
-    input in = prepare_input(p, ith, p->st->x, p->m->layers[p->layer].ffn_norm, &L->w_gate, p->T, p->m->hp.dim);
+    const mn_weight *w[2] = {&L->w_gate, &L->w_up};
+    input in = prepare_input(p, ith, p->st->x, p->m->layers[p->layer].ffn_norm, w, 2, p->T, p->m->hp.dim);
     project(p->st, &L->w_gate, in, p->st->gate, p->T, b, e);
     project(p->st, &L->w_up, in, p->st->up, p->T, b, e);
     for (uint32_t t = 0; t < p->T; t++)
@@ -352,7 +357,7 @@ static void region_logits(void *arg, int ith, int nth)
     mn_pool_split(ith, nth, w->rows, 8, &b, &e);
     if (b >= e)
         return;
-    input in = prepare_input(p, ith, p->st->x, p->m->output_norm, w, p->n_out, p->m->hp.dim);
+    input in = prepare_input(p, ith, p->st->x, p->m->output_norm, &w, 1, p->n_out, p->m->hp.dim);
     project(p->st, w, in, p->logits, p->n_out, b, e);
 }
 
