@@ -732,7 +732,15 @@ Test(http, metrics_count_what_happened, .timeout = 120)
     cr_assert_eq(metric(&s, "minions_time_to_first_token_seconds_count"), 2);
     cr_assert_eq(metric(&s, "minions_e2e_request_latency_seconds_bucket{le=\"+Inf\"}"), 2);
     cr_assert_gt(metric(&s, "minions_spec_decode_num_drafts_total"), 0);
-    cr_assert_geq(metric(&s, "minions_drafter_votes_won_total{drafter=\"ngram\"}"), 0);
+    /* the only drafter won every verified vote, and only those */
+    cr_assert_eq(metric(&s, "minions_drafter_votes_won_total{drafter=\"ngram\"}"),
+                 metric(&s, "minions_spec_decode_num_drafts_total"));
+    tconn c; /* a line the line protocol refuses counts there */
+    connect_to(s.tcp, &c);
+    send_line(&c, "{not json");
+    json_decref(read_reply(&c));
+    tconn_close(&c);
+    cr_assert_eq(metric(&s, "minions_requests_total{frontend=\"lines\",outcome=\"rejected\"}"), 1);
     cr_assert_eq(metric(&s, "minions_kv_blocks_used"), 0);
     double accepted = metric(&s, "minions_spec_decode_num_accepted_tokens_total");
     cr_assert_eq(metric(&s, "minions_spec_decode_num_accepted_tokens_per_pos_total{position=\"0\"}") > 0, accepted > 0);

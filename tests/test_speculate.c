@@ -584,6 +584,11 @@ Test(speculate, bad_drafts_are_refused_at_start_up, .timeout = 120)
     refused((const char *[]){"--draft", bad, NULL}, "corrupt.gguf");
     refused((const char *[]){"--draft", NULL}, "draft");
     refused((const char *[]){"--draft", "ngram", "--draft", "ngram", NULL}, "already loaded");
+    snprintf(other, sizeof other, "%s/ngram.gguf", dir); /* a model file named like the n-gram drafter */
+    cr_assert_eq(link(model_file("draft-kjv.gguf"), other) == 0 || symlink(model_file("draft-kjv.gguf"), other) == 0,
+                 1);
+    refused((const char *[]){"--draft", other, NULL}, "may not be named 'ngram'");
+    unlink(other);
     refused((const char *[]){"--spec-length", "17", NULL}, "bad option value");
     refused((const char *[]){"--spec-weights", "loud", NULL}, "bad option value");
     refused((const char *[]){"--draft", "ngram", "--tuner", "sometimes", NULL}, "fixed or adaptive");

@@ -26,6 +26,7 @@ struct mn_client_actor {
     uint64_t live;         /* requests accepted and not yet freed */
     uint64_t done, failed;
     uint64_t outcomes[MN_OUTCOMES];
+    uint64_t rejected;     /* lines refused before they became requests (bad input, draining) */
     bool draining;
     bool drained;          /* on_drained was called */
 };
@@ -93,6 +94,7 @@ static void on_line(void *ctx, const char *line, size_t len)
     mn_line l;
     mn_proto_error perr;
     if (mn_proto_parse(line, len, ca->cfg.max_tokens_limit, ca->cfg.chat, &l, &perr) != MN_OK) {
+        ca->rejected++;
         send_error(cc, perr.id, perr.code, perr.message);
         return;
     }
@@ -105,6 +107,7 @@ static void on_line(void *ctx, const char *line, size_t len)
                           : ca->draining     ? "the server is draining and takes no new requests"
                                              : NULL;
     if (refusal) {
+        ca->rejected++;
         send_error(cc, l.req.id, ca->draining ? MN_E_BUSY : MN_E_INVALID_REQUEST, refusal);
         mn_line_free(&l);
         return;
@@ -113,6 +116,7 @@ static void on_line(void *ctx, const char *line, size_t len)
     snprintf(id, sizeof id, "%s", l.req.id);
     mn_req *r = mn_req_new(&l.req, ca->cfg.addr->client, cc);
     if (!r) {
+        ca->rejected++;
         send_error(cc, id, MN_E_INTERNAL, "out of memory");
         return;
     }
@@ -127,6 +131,7 @@ static void on_line(void *ctx, const char *line, size_t len)
 
 static void on_overflow(void *ctx)
 {
+    ((cconn *)ctx)->ca->rejected++;
     send_error(ctx, NULL, MN_E_LINE_TOO_LONG, "a line must be at most max_line bytes; nothing more is read on this connection");
 }
 
@@ -285,6 +290,7 @@ static void stats(mn_client_actor *ca, mn_stats_part *q)
     q->stats->client.in_flight = ca->live;
     q->stats->client.done = ca->done;
     q->stats->client.failed = ca->failed;
+    q->stats->client.rejected = ca->rejected;
     q->stats->client.connections = mn_net_connections(ca->net);
     q->stats->client.throttled = mn_net_throttled(ca->net);
     q->stats->client.accept_pauses = mn_net_accept_pauses(ca->net);

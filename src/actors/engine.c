@@ -379,6 +379,9 @@ static mn_status load_drafts(mn_engine *e, const mn_backend_config *target_bc, m
             return mn_fail(err, MN_NOMEM, "out of memory");
         e->draft_names[i] = d->name;
         e->n_drafts = i + 1;
+        if (!ngram && !strcmp(d->name, "ngram")) /* the admin's drafter.ngram.* keys are the n-gram drafter's */
+            return mn_fail(err, MN_INVALID, "--draft %s: a model drafter may not be named 'ngram' (rename the file)",
+                           cfg->drafts[i]);
         for (uint32_t j = 0; j < i; j++)
             if (!strcmp(e->drafts[j].name, d->name))
                 return mn_fail(err, MN_INVALID, "--draft %s: a drafter named '%s' is already loaded (%s)",

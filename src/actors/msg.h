@@ -134,7 +134,7 @@ typedef struct mn_drafter_stats {
     float weight, acr;             /* global weight; mean of its recent rates (-1: none yet) */
     uint64_t rounds;               /* rounds it was asked to draft */
     uint64_t proposed, agreed;     /* judged tokens it proposed; of them, on the kept path */
-    uint64_t voted;                /* votes it won */
+    uint64_t voted;                /* votes it won that the target verified */
     double seconds;                /* time spent proposing */
     uint64_t cache_proposals;      /* n-gram drafter: proposals from its shared cache */
     uint32_t cache_cap;            /* that cache's size in tokens (0: none) */

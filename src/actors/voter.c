@@ -75,11 +75,14 @@ static void publish_weight(mn_voter *v, uint32_t i, mn_weights_verdict verdict)
            verdict == MN_WEIGHTS_REWARD ? "rewarded" : "punished", v->global.w[i]);
     if (!v->cfg.on_event)
         return;
-    char line[256];
-    snprintf(line, sizeof line, "{\"event\":\"weight\",\"drafter\":\"%s\",\"weight\":%.6g,\"acr\":%.4f,\"verdict\":\"%s\"}",
-             v->cfg.names[i], v->global.w[i], mn_weights_acr(&v->global, i),
-             verdict == MN_WEIGHTS_REWARD ? "reward" : "punish");
-    v->cfg.on_event(v->cfg.owner, line);
+    json_t *o = json_pack("{s:s, s:s, s:f, s:f, s:s}", "event", "weight", "drafter", v->cfg.names[i], "weight",
+                          (double)v->global.w[i], "acr", (double)mn_weights_acr(&v->global, i), "verdict",
+                          verdict == MN_WEIGHTS_REWARD ? "reward" : "punish");
+    char *line = o ? json_dumps(o, JSON_COMPACT) : NULL; /* escaped: a drafter is named by its file */
+    if (line)
+        v->cfg.on_event(v->cfg.owner, line);
+    free(line);
+    json_decref(o);
 }
 
 /* One line per finished request: what speculation did for it. */
@@ -113,6 +116,8 @@ static void judge(mn_voter *v, mn_req *r)
     uint32_t at = r->spec.voted_at;
     if (r->toks.n <= at)
         return; /* never verified (it ended first): nothing to learn */
+    if (r->spec.voted != MN_VOTE_NONE) /* counted here, not at the vote: a vote is dropped with a */
+        v->st[r->spec.voted].voted++;  /* cancelled or preempted request, and voted sums to verifications */
     const int32_t *drafts[MN_MAX_DRAFTERS];
     uint32_t lens[MN_MAX_DRAFTERS];
     proposals_at(v, r, at, drafts, lens);
@@ -162,8 +167,6 @@ static void vote(mn_voter *v, mn_req *r)
     r->spec.voted = n ? res.drafter : MN_VOTE_NONE;
     r->spec.unjudged = true;
     r->spec.voted_at = at;
-    if (n)
-        v->st[res.drafter].voted++;
 }
 
 /* Every part is back: vote for each request and return the round. */

@@ -3,13 +3,14 @@
  *
  * Transport only: each message received goes to the owner's callback as bytes; the owner answers
  * with mn_adminsock_reply, possibly later (after asking the actors). REP allows one request at a
- * time, so nothing more is received until the reply is sent.
+ * time, so nothing more is received until the reply is sent. A message over MN_ADMINSOCK_MAX_MSG
+ * bytes is answered here ({"ok":false,"error":...}) and never reaches the owner.
  *
  * Where it listens: ipc://PATH with a non-empty PATH that is claimed like the Unix socket
  * (net/sockpath.h: a live server there or a file that is not a socket is refused) and made
  * `socket_mode` (0600 by default) - nanomsg's ipc transport aborts the process on some malformed
- * frames from a peer, so only the owner may reach it; or tcp:// on a loopback address (127.x,
- * localhost, [::1]), where any local user can connect: use it only on a machine you trust.
+ * frames from a peer, so only the owner may reach it; or tcp:// on an IPv4 loopback address
+ * (127.x), where any local user can connect: use it only on a machine you trust.
  *
  * Thread: the loop thread that owns base. Errors: start-up failures as a status and a message.
  */
@@ -19,6 +20,8 @@
 #include <stddef.h>
 
 #include "util/status.h"
+
+#define MN_ADMINSOCK_MAX_MSG ((size_t)1 << 20)
 
 struct event_base;
 typedef struct mn_adminsock mn_adminsock;
