@@ -567,10 +567,9 @@ Test(http, bad_requests_get_openai_errors_and_nothing_leaks, .timeout = 120)
         long_prompt[i] = i % 2 ? ' ' : 'a';
     long_prompt[3799] = 0;
     char *body = completion_body(long_prompt, 4000, 0, NULL);
-    hresp rl = http_call(s.http_port, "POST", C, NULL, body);
-    cr_assert_eq(rl.status, 400, "%s", rl.body);
-    hresp_free(&rl);
+    expect_status(&s, "POST", C, NULL, body, 400, "prompt");
     free(body);
+    expect_status(&s, "POST", C, NULL, "{\"prompt\":[5000],\"max_tokens\":1}", 400, "prompt");
     free(long_prompt);
     wait_idle(&s);
     server_stop(&s);
@@ -630,6 +629,37 @@ Test(http, logprobs_are_the_models_own, .timeout = 120)
     json_decref(o);
     hresp_free(&r);
     free(body);
+    /* streamed, the same entries with the same offsets: also where a stop string holds text back
+     * ("thX": every " the" waits a chunk) and where it cuts a token's text away (" the" at the end) */
+    static const char *const stops[] = {"{\"logprobs\":0,\"stop\":[\"thX\"]}", "{\"logprobs\":2,\"stop\":[\" the\"]}"};
+    for (int k = 0; k < 2; k++) {
+        json_t *want = json_array(), *got = json_array(); /* [token, offset] pairs */
+        for (int stream = 0; stream < 2; stream++) {
+            body = completion_body("In the beginning", 20, stream, stops[k]);
+            r = http_call(s.http_port, "POST", "/v1/completions", NULL, body);
+            cr_assert_eq(r.status, 200, "%s", r.body);
+            json_t *ev = stream ? events_of(r.body) : json_pack("[s]", r.body);
+            for (size_t e = 0; e < json_array_size(ev) - (size_t)stream; e++) {
+                json_t *c = json_loads(json_string_value(json_array_get(ev, e)), 0, NULL);
+                lp = json_object_get(json_array_get(json_object_get(c, "choices"), 0), "logprobs");
+                for (size_t i = 0; i < json_array_size(json_object_get(lp, "tokens")); i++)
+                    json_array_append_new(stream ? got : want,
+                                          json_pack("[O, O]", json_array_get(json_object_get(lp, "tokens"), i),
+                                                    json_array_get(json_object_get(lp, "text_offset"), i)));
+                json_decref(c);
+            }
+            json_decref(ev);
+            hresp_free(&r);
+            free(body);
+        }
+        cr_assert_gt(json_array_size(want), 0);
+        char *w = json_dumps(want, JSON_COMPACT), *g = json_dumps(got, JSON_COMPACT);
+        cr_assert_str_eq(g, w, "stop %s: the stream's logprobs differ from the whole response's", stops[k]);
+        free(w);
+        free(g);
+        json_decref(want);
+        json_decref(got);
+    }
     const char *chat = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":5,\"temperature\":0,"
                        "\"logprobs\":true,\"top_logprobs\":2}";
     r = http_call(s.http_port, "POST", "/v1/chat/completions", NULL, chat);

@@ -312,13 +312,16 @@ static void watch_output(hreq *h)
     to_running(h, THROTTLE);
 }
 
-/* Stream r->text[sent, ready) and the log-probabilities that came with it. A chat's first chunk
- * for each choice opens its message (the role). */
+/* Stream r->text[sent, ready) and the log-probabilities of the tokens generated since the last chunk
+ * (a token whose text a stop string cut away, or holds back, has its entry all the same: with no
+ * new text, in a chunk of its own). A chat's first chunk for each choice opens its message (the
+ * role). A choice's text_offset advances by the pieces of the tokens whose entries went out, as
+ * the whole response counts it, not by the text sent (part of a token's may still be held back). */
 static void stream_text(hreq *h, mn_req *r)
 {
     uint32_t i = choice_of(h, r);
     bool first = h->api == MN_OAI_CHAT && !(h->opened >> i & 1);
-    if (r->ready <= r->sent && !first)
+    if (r->ready <= r->sent && !first && !(r->lp && r->lp_sent < r->n_lp))
         return;
     mn_oai_result res = result_of(h);
     res.index = i;
@@ -336,8 +339,9 @@ static void stream_text(hreq *h, mn_req *r)
     }
     size_t len = 0;
     char *event = mn_oai_chunk(&res, &len);
+    for (size_t k = 0; k < res.n_logprobs; k++)
+        h->text_offset[i] += lp[k].len;
     mn_free(lp);
-    h->text_offset[i] += res.text_len;
     r->sent = r->ready;
     write_event(h, event, len);
     if (h->running)
@@ -363,6 +367,8 @@ static void answer_failed(hreq *h, const mn_req *r)
                               : r->err_code == MN_E_INTERNAL ? "server_error"
                                                              : "invalid_request_error"};
     snprintf(e.message, sizeof e.message, "%s", r->err_msg);
+    if (r->err_code == MN_E_INVALID_REQUEST) /* what the engine refuses after parsing is the prompt */
+        snprintf(e.param, sizeof e.param, "%s", h->api == MN_OAI_CHAT ? "messages" : "prompt");
     size_t len = 0;
     char *body = mn_oai_error_body(&e, &len);
     if (!h->started)

@@ -422,9 +422,10 @@ static json_t *completion_logprobs(const mn_oai_result *res)
         json_array_append_new(offsets, json_integer((json_int_t)offset));
         offset += l->len;
         json_t *top = json_object();
-        for (uint32_t k = 0; top && k < l->n_top; k++) {
+        for (uint32_t k = 0; top && k < l->n_top; k++) { /* most likely first */
             json_t *key = mn_json_utf8(l->top[k].text, l->top[k].len);
-            if (key)
+            /* tokens that are parts of one UTF-8 character all show as U+FFFD: the first keeps it */
+            if (key && !json_object_get(top, json_string_value(key)))
                 json_object_set_new(top, json_string_value(key), json_real(l->top[k].logprob));
             json_decref(key);
         }
