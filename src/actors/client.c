@@ -27,6 +27,7 @@ struct mn_client_actor {
     uint64_t done, failed;
     uint64_t outcomes[MN_OUTCOMES];
     uint64_t rejected;     /* lines refused before they became requests (bad input, draining) */
+    mn_hist e2e, tpot;     /* the answered requests' latencies (mn_req_observe_latency) */
     bool draining;
     bool drained;          /* on_drained was called */
 };
@@ -241,6 +242,7 @@ static void answer(mn_client_actor *ca, mn_req *r)
     else
         ca->done++;
     ca->outcomes[mn_req_outcome(r)]++;
+    mn_req_observe_latency(r, &ca->e2e, &ca->tpot);
     if (cc) {
         size_t len = 0;
         char *line;
@@ -291,6 +293,8 @@ static void stats(mn_client_actor *ca, mn_stats_part *q)
     q->stats->client.done = ca->done;
     q->stats->client.failed = ca->failed;
     q->stats->client.rejected = ca->rejected;
+    q->stats->client.e2e = ca->e2e;
+    q->stats->client.tpot = ca->tpot;
     q->stats->client.connections = mn_net_connections(ca->net);
     q->stats->client.throttled = mn_net_throttled(ca->net);
     q->stats->client.accept_pauses = mn_net_accept_pauses(ca->net);

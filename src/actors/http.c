@@ -74,6 +74,7 @@ struct mn_http_actor {
     uint64_t serial;
     uint64_t generations;            /* hreqs holding their mn_req */
     uint64_t done, failed, rejected;
+    mn_hist e2e, tpot;               /* the answered choices' latencies (mn_req_observe_latency) */
     uint64_t outcomes[MN_OUTCOMES];
     int64_t created;                 /* when it started: /v1/models says so */
     mn_rng seeds;                    /* the seeds of requests that give none */
@@ -503,6 +504,7 @@ static void answer(mn_http_actor *ha, mn_req *r)
     h->running--;
     ha->generations--;
     ha->outcomes[mn_req_outcome(r)]++;
+    mn_req_observe_latency(r, &ha->e2e, &ha->tpot);
     if (r->failed)
         ha->failed++;
     else
@@ -795,6 +797,8 @@ static void stats(mn_http_actor *ha, mn_stats_part *q)
     s->failed = ha->failed;
     s->rejected = ha->rejected;
     s->accept_pauses = mn_backoff_pauses(ha->backoff);
+    s->e2e = ha->e2e;
+    s->tpot = ha->tpot;
     memcpy(s->outcomes, ha->outcomes, sizeof ha->outcomes);
     s->draining = ha->draining;
     mn_stats_reply(q);

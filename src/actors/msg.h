@@ -168,6 +168,8 @@ typedef struct mn_frontend_stats {
     uint64_t rejected;             /* refused before they became requests (bad input, draining) */
     uint32_t connections, throttled;
     uint64_t accept_pauses;
+    mn_hist tpot;                  /* per request answered, seconds per token after the first (>= 2 tokens) */
+    mn_hist e2e;                   /* seconds from arrival to the last token (requests that produced one) */
     bool draining;
 } mn_frontend_stats;
 
@@ -196,8 +198,6 @@ typedef struct mn_stats {
         uint64_t verifications, drafted, accepted;
         uint64_t accepted_hist[MN_SPEC_HIST]; /* verifications that kept exactly i draft tokens */
         mn_hist ttft;              /* seconds from arrival to the first token */
-        mn_hist tpot;              /* per request, seconds per token after the first (>= 2 tokens) */
-        mn_hist e2e;               /* seconds from arrival to the last token (requests that produced one) */
         mn_pipeline_stats pipeline;
     } verifier;
     struct {                       /* voter */

@@ -78,6 +78,15 @@ mn_req *mn_req_new(mn_req_params *p, mn_mailbox *owner, void *conn)
     return r;
 }
 
+void mn_req_observe_latency(const mn_req *r, mn_hist *e2e, mn_hist *tpot)
+{
+    if (!r->n_gen || r->failed)
+        return;
+    mn_hist_observe(e2e, r->t_last - r->t_arrive);
+    if (r->n_gen > 1)
+        mn_hist_observe(tpot, (r->t_last - r->t_first) / (r->n_gen - 1));
+}
+
 mn_outcome mn_req_outcome(const mn_req *r)
 {
     if (r->failed)

@@ -149,7 +149,7 @@ typedef struct mn_req {
     bool failed;              /* the request ends with an error line (err_code, err_msg) */
     mn_errcode err_code;
     char err_msg[200];        /* kept in the request: failing never needs memory */
-    double t_arrive, t_first; /* seconds, monotonic */
+    double t_arrive, t_first, t_last; /* seconds, monotonic: arrival, first and last token */
 } mn_req;
 
 /* A request for params p (moved in: p is zeroed), in state NEW, answered to owner (the front end
@@ -171,6 +171,11 @@ static inline bool mn_req_holds_kv(const mn_req *r)
 
 /* How a finished request ended (for the front ends' counts). */
 mn_outcome mn_req_outcome(const mn_req *r);
+/* A finished request's latencies, when it produced a token and did not fail: arrival to last token
+ * into e2e, and (two tokens or more) seconds per token after the first into tpot. The front ends
+ * call it for every request they answer, wherever it ended (a preempted request cancelled in the
+ * queue ends in kvmem, not in the verifier). */
+void mn_req_observe_latency(const mn_req *r, mn_hist *e2e, mn_hist *tpot);
 
 /* End the request with an error line instead of a done line. */
 void mn_req_fail(mn_req *r, mn_errcode code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -61,7 +61,7 @@ struct mn_verifier {
     uint64_t steps, tokens;
     double step_seconds;    /* time in target passes (and acceptance) */
     uint64_t verifications, drafted, accepted, accepted_hist[MN_SPEC_HIST];
-    mn_hist ttft, tpot, e2e;     /* latencies, as mn_stats.verifier says */
+    mn_hist ttft;           /* latency to the first token (the front ends keep e2e and tpot) */
     uint64_t per_second[MN_STATS_SECONDS]; /* tokens generated in each of the last seconds */
     int64_t second;         /* the second per_second[second % N] counts */
 };
@@ -233,12 +233,6 @@ static void finish(mn_verifier *v, mn_req *r, const char *reason)
 {
     if (!r->finish)
         r->finish = reason;
-    if (r->n_gen && !r->failed) {
-        double now = mn_now();
-        mn_hist_observe(&v->e2e, now - r->t_arrive);
-        if (r->n_gen > 1)
-            mn_hist_observe(&v->tpot, (now - r->t_first) / (r->n_gen - 1));
-    }
     mn_req_seal(r);
     mn_req_event(r, MN_REQ_EV_FINISHED);
     give_back(v, r);
@@ -631,6 +625,7 @@ static void step_done(mn_verifier *v)
         uint32_t taken = 0;
         while (taken < r->spec.n_kept && !done)
             done = take_token(v, r, taken++);
+        r->t_last = back; /* the step's tokens came back together */
         produced += taken;
         if (r->spec.n_draft)
             count_verification(v, r, taken);
@@ -677,8 +672,6 @@ static void stats(mn_verifier *v, mn_stats_part *q)
     q->stats->verifier.accepted = v->accepted;
     memcpy(q->stats->verifier.accepted_hist, v->accepted_hist, sizeof v->accepted_hist);
     q->stats->verifier.ttft = v->ttft;
-    q->stats->verifier.tpot = v->tpot;
-    q->stats->verifier.e2e = v->e2e;
     q->stats->verifier.pipeline.enabled = v->cfg.pipeline;
     q->stats->verifier.pipeline.depth = pool_depth(v);
     q->stats->verifier.pipeline.batch = v->pool_batch;

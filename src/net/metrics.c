@@ -116,9 +116,9 @@ static void engine(text *t, const mn_stats *s)
     single(t, "minions_draft_kv_blocks_used", "gauge", "KV blocks in use in every draft model's pool",
            s->kvmem.draft_kv_used);
     hist(t, "minions_time_to_first_token_seconds", "From a request's arrival to its first token", &s->verifier.ttft);
-    hist(t, "minions_time_per_output_token_seconds", "Per request, the time per token after its first",
-         &s->verifier.tpot);
-    hist(t, "minions_e2e_request_latency_seconds", "From a request's arrival to its last token", &s->verifier.e2e);
+    mn_hist tpot = mn_hist_sum(&s->client.tpot, &s->http.tpot), e2e = mn_hist_sum(&s->client.e2e, &s->http.e2e);
+    hist(t, "minions_time_per_output_token_seconds", "Per request, the time per token after its first", &tpot);
+    hist(t, "minions_e2e_request_latency_seconds", "From a request's arrival to its last token", &e2e);
 }
 
 static void spec(text *t, const mn_stats *s, const mn_metrics_info *info)

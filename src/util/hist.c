@@ -14,6 +14,14 @@ void mn_hist_observe(mn_hist *h, double x)
     h->sum += x;
 }
 
+mn_hist mn_hist_sum(const mn_hist *a, const mn_hist *b)
+{
+    mn_hist s = {.count = a->count + b->count, .sum = a->sum + b->sum};
+    for (int i = 0; i <= MN_HIST_BOUNDS; i++)
+        s.n[i] = a->n[i] + b->n[i];
+    return s;
+}
+
 uint64_t mn_hist_cumulative(const mn_hist *h, int i)
 {
     uint64_t c = 0;

@@ -23,5 +23,7 @@ extern const double mn_hist_bounds[MN_HIST_BOUNDS];
 void mn_hist_observe(mn_hist *h, double x);
 /* Observations <= mn_hist_bounds[i] (i == MN_HIST_BOUNDS: all of them), as Prometheus's `le`. */
 uint64_t mn_hist_cumulative(const mn_hist *h, int i);
+/* The observations of a and b together. */
+mn_hist mn_hist_sum(const mn_hist *a, const mn_hist *b);
 
 #endif
