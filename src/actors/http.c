@@ -713,23 +713,19 @@ mn_status mn_http_actor_new(struct event_base *base, const mn_http_config *cfg, 
     evhttp_set_max_headers_size(ha->http, 64 << 10);
     evhttp_set_timeout(ha->http, (int)cfg->timeout_s);
     evhttp_set_allowed_methods(ha->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST | EVHTTP_REQ_OPTIONS);
-    if (!(ha->backoff = mn_backoff_new(base, "http"))) {
-        evhttp_free(ha->http);
-        mn_free(ha);
-        return mn_fail(err, MN_NOMEM, "http: out of memory");
-    }
-    if (!(ha->sock = evhttp_bind_socket_with_handle(ha->http, cfg->host, (uint16_t)cfg->port))) {
-        evhttp_free(ha->http);
+    mn_status st = MN_OK;
+    if (!(ha->backoff = mn_backoff_new(base, "http")))
+        st = mn_fail(err, MN_NOMEM, "http: out of memory");
+    else if (!(ha->sock = evhttp_bind_socket_with_handle(ha->http, cfg->host, (uint16_t)cfg->port)))
+        st = mn_fail(err, MN_IO, "http: cannot listen on %s:%d", cfg->host, cfg->port);
+    else if (!mn_backoff_watch(ha->backoff, evhttp_bound_socket_get_listener(ha->sock)))
+        st = mn_fail(err, MN_INVALID, "http: too many listeners in this process to watch for running out of "
+                                      "descriptors");
+    if (st != MN_OK) {
+        evhttp_free(ha->http); /* the bound socket with it */
         mn_backoff_free(ha->backoff);
         mn_free(ha);
-        return mn_fail(err, MN_IO, "http: cannot listen on %s:%d", cfg->host, cfg->port);
-    }
-    if (!mn_backoff_watch(ha->backoff, evhttp_bound_socket_get_listener(ha->sock))) {
-        evhttp_free(ha->http);
-        mn_backoff_free(ha->backoff);
-        mn_free(ha);
-        return mn_fail(err, MN_INVALID, "http: too many listeners in this process to watch for running out of "
-                                        "descriptors");
+        return st;
     }
     struct sockaddr_storage ss;
     ev_socklen_t sl = sizeof ss;

@@ -48,22 +48,28 @@ static mn_backoff *watcher_of(struct evconnlistener *l)
     return b;
 }
 
-/* Set l's watcher to b (l NULL: the first free slot), or, with b NULL, forget every listener of `of`. */
-static bool set_watcher(struct evconnlistener *l, mn_backoff *b, mn_backoff *of)
+/* Record that b watches l; false when every slot is taken. */
+static bool watch_add(struct evconnlistener *l, mn_backoff *b)
 {
-    bool done = false;
+    bool added = false;
     pthread_mutex_lock(&g_watch.lock);
-    for (size_t i = 0; i < sizeof g_watch.at / sizeof g_watch.at[0]; i++) {
-        if (b && !g_watch.at[i].l && !done) {
+    for (size_t i = 0; i < sizeof g_watch.at / sizeof g_watch.at[0] && !added; i++)
+        if (!g_watch.at[i].l) {
             g_watch.at[i].l = l, g_watch.at[i].b = b;
-            done = true;
-        } else if (!b && g_watch.at[i].b == of) {
-            g_watch.at[i].l = NULL, g_watch.at[i].b = NULL;
-            done = true;
+            added = true;
         }
-    }
     pthread_mutex_unlock(&g_watch.lock);
-    return done;
+    return added;
+}
+
+/* Forget every listener b watches. */
+static void watch_forget(mn_backoff *b)
+{
+    pthread_mutex_lock(&g_watch.lock);
+    for (size_t i = 0; i < sizeof g_watch.at / sizeof g_watch.at[0]; i++)
+        if (g_watch.at[i].b == b)
+            g_watch.at[i].l = NULL, g_watch.at[i].b = NULL;
+    pthread_mutex_unlock(&g_watch.lock);
 }
 
 static void enable_all(mn_backoff *b, bool on)
@@ -122,14 +128,14 @@ void mn_backoff_free(mn_backoff *b)
 {
     if (!b)
         return;
-    set_watcher(NULL, NULL, b);
+    watch_forget(b);
     event_free(b->timer);
     mn_free(b);
 }
 
 bool mn_backoff_watch(mn_backoff *b, struct evconnlistener *l)
 {
-    if (b->n == MAX_LISTENERS || !set_watcher(l, b, NULL))
+    if (b->n == MAX_LISTENERS || !watch_add(l, b))
         return false;
     b->ls[b->n++] = l;
     evconnlistener_set_error_cb(l, on_error);
@@ -150,7 +156,7 @@ void mn_backoff_stop(mn_backoff *b)
         return;
     b->stopped = true;
     evtimer_del(b->timer);
-    set_watcher(NULL, NULL, b);
+    watch_forget(b);
     b->n = 0;
 }
 
