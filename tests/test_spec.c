@@ -353,6 +353,25 @@ Test(weights, exact_update_sequence)
     }
 }
 
+Test(weights, a_mean_on_a_threshold_is_kept_whatever_the_float_rounding)
+{
+    /* The defaults' thresholds 0.6 and 0.3 as window means of rates a / len: 3 / 10 six times
+     * summed in floats gave 0.29999998, under the punish threshold, and 0.6-means came out above
+     * the reward one. A mean on a threshold is neither above nor below it. */
+    mn_weights w;
+    mn_weights_params p = mn_weights_defaults();
+    p.window = 16;
+    cr_assert_eq(mn_weights_init(&w, 2, &p, NULL), MN_OK);
+    for (uint32_t i = 0; i < 14; i++) {
+        cr_assert_eq(mn_weights_observe(&w, 0, 3.0f / 10.0f), MN_WEIGHTS_KEEP, "step %u", i);
+        float r1 = i < 8 ? 6.0f / 10.0f : (i % 2 ? 8.0f / 10.0f : 4.0f / 10.0f); /* means 0.6 and below */
+        cr_assert_eq(mn_weights_observe(&w, 1, r1), MN_WEIGHTS_KEEP, "step %u", i);
+    }
+    cr_assert_float_eq(w.w[0], 1.0f, 0.0);
+    cr_assert_float_eq(w.w[1], 1.0f, 0.0);
+    cr_assert_eq(mn_weights_observe(&w, 0, 2.0f / 10.0f), MN_WEIGHTS_PUNISH, "a mean below still punishes");
+}
+
 Test(weights, defaults_trajectory)
 {
     mn_weights w;
@@ -687,6 +706,14 @@ Test(accept, classic_scripted_cases)
     script d = {(const double[]){0.999999, 0.1}, 2, 0};
     cr_assert_eq(mn_accept_classic(x1, 1, p, q0, 2, scripted, &d, &r, NULL), MN_OK);
     cr_assert_eq(r.n_accepted, 1);
+    /* p(x) = q(x) = 0 with p == q elsewhere: the residual is empty, yet x is impossible: rejected,
+     * and the next token drawn from p (0.6 of the mass 1 falls on token 1) */
+    const float pz[] = {0.5f, 0.5f, 0.0f, 0.2f, 0.3f, 0.5f}, qz[] = {0.25f, 0.25f, 0.0f};
+    const int32_t x2[] = {2};
+    script e = {(const double[]){0.5, 0.6}, 2, 0};
+    cr_assert_eq(mn_accept_classic(x2, 1, pz, qz, 3, scripted, &e, &r, NULL), MN_OK);
+    cr_assert_eq(r.n_accepted, 0);
+    cr_assert_eq(r.next, 1);
 }
 
 Test(accept, refuses_bad_input)

@@ -153,8 +153,10 @@ mn_status mn_accept_classic(const int32_t *draft, uint32_t n_draft, const float 
                     break;
             }
         }
-        if (tok < 0)
+        if (tok < 0 && pr[x] > 0.0f)
             continue; /* p == q after rounding: the rejection was rounding, keep x */
+        if (tok < 0) /* p == q, both 0 at x: x is impossible, so the target's own draw without it */
+            tok = draw(pr, n_vocab, x, sp, uniform(ctx));
         out->n_accepted = i;
         out->next = tok;
         return MN_OK;

@@ -120,10 +120,10 @@ float mn_weights_acr(const mn_weights *w, uint32_t drafter)
         return -1.0f;
     float tmp[MN_WEIGHTS_WINDOW_MAX];
     uint32_t n = window_rates(w, drafter, tmp);
-    float sum = 0.0f;
+    double sum = 0.0;
     for (uint32_t k = 0; k < n; k++)
         sum += tmp[k];
-    return sum / (float)n;
+    return (float)(sum / n);
 }
 
 mn_weights_verdict mn_weights_observe(mn_weights *w, uint32_t drafter, float rate)
@@ -138,12 +138,16 @@ mn_weights_verdict mn_weights_observe(mn_weights *w, uint32_t drafter, float rat
     if (w->count[drafter] < win)
         w->count[drafter]++;
 
+    /* The rates are floats like a / len, and so is their mean: within TIE of a threshold it is
+     * the threshold (a window of 3/10s averages 0.29999998 in floats), which is neither above nor
+     * below it. */
+    const float TIE = 1e-6f;
     float acr = mn_weights_acr(w, drafter), x = w->w[drafter];
     mn_weights_verdict v = MN_WEIGHTS_KEEP;
-    if (acr > w->par.reward_threshold) {
+    if (acr > w->par.reward_threshold + TIE) {
         x *= w->par.reward_factor;
         v = MN_WEIGHTS_REWARD;
-    } else if (acr < w->par.punish_threshold) {
+    } else if (acr < w->par.punish_threshold - TIE) {
         x *= w->par.punish_factor;
         v = MN_WEIGHTS_PUNISH;
     }

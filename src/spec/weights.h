@@ -10,7 +10,8 @@
  *     ACR <  punish_threshold  ->  weight *= punish_factor
  *     otherwise                ->  weight unchanged
  * and the weight is clamped to [min_weight, max_weight]. The comparisons are strict, as in the paper
- * ("exceeds", "falls below"). A drafter that proposed nothing is not judged and keeps its weight.
+ * ("exceeds", "falls below"), and a mean within 1e-6 of a threshold counts as on it (the rates are
+ * floats: a window of 3/10s averages 0.29999998). A drafter that proposed nothing is not judged and keeps its weight.
  * Judging every drafter matters, and is where we depart from the paper (which averages a drafter's
  * rate only over the outputs it won): a drafter that keeps losing the vote would otherwise never
  * earn the weight to win it, however good its proposals.
