@@ -1306,6 +1306,61 @@ Test(speculate, pipeline_is_lossless_under_load_cancels_and_disconnects, .timeou
         free(prompts[i]), free(want[i]);
 }
 
+/* A drafted request whose draft a later prompt's chunk took the pass's token budget from steps
+ * plainly: its vote was never verified and is not counted (the drafters' `voted` sum to the
+ * verifications; before, 277-303 votes for 230-246 verifications). */
+Test(speculate, a_draft_cut_by_a_prompt_is_not_counted_as_voted, .timeout = 300)
+{
+    server s;
+    server_start(&s, (const char *[]){"--draft", model_file("draft-kjv.gguf"), "--draft", "ngram", "--spec-length", "8",
+                                      "--tuner", "fixed", "--pipeline", "--spec-cascade", "off", "--spec-skip-below", "0",
+                                      "--prefix-cache", "off", "-t", "2", NULL});
+    char long_prompt[4096] = "";
+    for (int i = 0; i < 220; i++) {
+        char w[24];
+        snprintf(w, sizeof w, "word%d ", i);
+        strcat(long_prompt, w);
+    }
+    tconn gen[4], pre[3];
+    for (int i = 0; i < 4; i++) {
+        connect_to(s.tcp, &gen[i]);
+        char id[16];
+        snprintf(id, sizeof id, "gen%d", i);
+        send_request(&gen[i], id, "And the LORD said unto Moses, and the LORD said unto Moses,", 400, 0, 0);
+    }
+    for (int k = 0; k < 10; k++)
+        for (int j = 0; j < 3; j++) {
+            if (!k)
+                connect_to(s.tcp, &pre[j]);
+            char id[16], prompt[4200];
+            snprintf(id, sizeof id, "pre%d.%d", j, k);
+            snprintf(prompt, sizeof prompt, "%s%d", long_prompt, k);
+            send_request(&pre[j], id, prompt, 1, 0, 0);
+            json_decref(await(&pre[j], id));
+        }
+    for (int i = 0; i < 4; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "gen%d", i);
+        json_decref(await(&gen[i], id));
+        tconn_close(&gen[i]);
+    }
+    for (int j = 0; j < 3; j++)
+        tconn_close(&pre[j]);
+    wait_idle(&s);
+    json_t *r = admin(&s, "{\"cmd\":\"stats\"}");
+    json_t *st = json_object_get(json_object_get(r, "stats"), "spec");
+    json_int_t voted = 0;
+    const char *name;
+    json_t *d;
+    json_object_foreach(json_object_get(st, "drafters"), name, d)
+        voted += json_integer_value(json_object_get(d, "voted"));
+    json_int_t ver = json_integer_value(json_object_get(st, "verifications"));
+    cr_assert_gt(ver, 0);
+    cr_assert_eq(voted, ver, "%lld votes counted for %lld verifications", (long long)voted, (long long)ver);
+    json_decref(r);
+    server_stop(&s);
+}
+
 /* Preemption with the pipeline: paused requests give back their KV, drafted or not, and are
  * recomputed. */
 Test(speculate, pipeline_preempts_and_recomputes, .timeout = 600)
