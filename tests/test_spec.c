@@ -470,6 +470,24 @@ Test(weights, sequence_level_starts_from_global_and_learns_alone)
     cr_assert_eq(mn_weights_observe(&global, 0, 0.0f), MN_WEIGHTS_REWARD); /* {1,1,0}: 2/3 */
 }
 
+Test(weights, a_sequence_follows_parameters_set_live)
+{
+    mn_weights g, seq;
+    mn_weights_params p = exact_params(2);
+    cr_assert_eq(mn_weights_init(&g, 1, &p, NULL), MN_OK);
+    mn_weights_init_from(&seq, &g);
+    cr_assert_eq(mn_weights_observe(&seq, 0, 1.0f), MN_WEIGHTS_REWARD);
+    cr_assert_float_eq(seq.w[0], 2.0f, 0.0);
+    p.reward_factor = 1.5f;
+    p.window = 1;
+    cr_assert_eq(mn_weights_set_params(&g, &p, NULL), MN_OK);
+    mn_weights_follow(&seq, &g);
+    cr_assert_float_eq(seq.w[0], 2.0f, 0.0, "its weight stays");
+    cr_assert_eq(mn_weights_observe(&seq, 0, 1.0f), MN_WEIGHTS_REWARD);
+    cr_assert_float_eq(seq.w[0], 3.0f, 0.0, "the new reward_factor: %g", (double)seq.w[0]);
+    cr_assert_eq(mn_weights_observe(&seq, 0, 0.0f), MN_WEIGHTS_PUNISH, "the new window of 1");
+}
+
 Test(weights, live_window_change_keeps_the_newest_rates)
 {
     mn_weights w;

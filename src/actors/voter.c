@@ -251,6 +251,8 @@ static void round_in(mn_voter *v, mn_round *round)
         judge(v, r);
         if (!r->spec.w.n_drafters) /* its first round: start from what the pool has learned */
             mn_weights_init_from(&r->spec.w, &v->global);
+        else
+            mn_weights_follow(&r->spec.w, &v->global);
         v->models_drafted |= r->spec.len[MN_TUNER_COSTLY] > 0;
         bool this_one = !r->spec.len[MN_TUNER_COSTLY] && idle++ == explored;
         asked |= r->spec.ask = ask_mask(v, r, this_one);

@@ -83,6 +83,12 @@ static uint32_t window_rates(const mn_weights *w, uint32_t d, float *out)
     return n;
 }
 
+void mn_weights_follow(mn_weights *seq, const mn_weights *global)
+{
+    if (memcmp(&seq->par, &global->par, sizeof seq->par))
+        mn_weights_set_params(seq, &global->par, NULL); /* checked when the global set took them */
+}
+
 mn_status mn_weights_set_params(mn_weights *w, const mn_weights_params *p, mn_err *err)
 {
     mn_status st = mn_weights_check(p, err);

@@ -101,6 +101,9 @@ mn_status mn_weights_init(mn_weights *w, uint32_t n_drafters, const mn_weights_p
 /* Start a sequence's set from the global one: its weights and parameters, empty windows, so the
  * sequence learns from its own verdicts alone. global is only read. Cannot fail. */
 void mn_weights_init_from(mn_weights *seq, const mn_weights *global);
+/* A sequence's set takes the global parameters where they were set live since it started (as
+ * mn_weights_set_params: its weights stay, its windows keep their newest rates). */
+void mn_weights_follow(mn_weights *seq, const mn_weights *global);
 
 /* Change the parameters live. Weights stay; a shorter window keeps the most recent rates. New
  * bounds apply at the next update. MN_INVALID (w untouched) when p fails mn_weights_check. */
