@@ -1934,6 +1934,63 @@ Test(tuner, sequence_rule_goes_plain_and_back)
     cr_assert_eq(t.c[0].home, p.s_max, "speculating, the sequences choosing up to s_max");
 }
 
+/* Review findings. Above s_min 0 there is no plain side, so the class's bound is s_max wherever it
+ * started (started at s_min 2 it rested there for good); at decision_threshold 1 a paired probe still
+ * runs the other side (its window ended inside home's first block); and a class's first paired probe
+ * after a switch from the model rule chooses as a first probe does. */
+Test(tuner, sequence_rule_edges)
+{
+    spec_model none = {.a = 0, .verify_slope = 0.2, .draft_cost = 0.1, .drawn = true};
+    spec_model all = {.a = 0.95, .verify_slope = 0.05, .draft_cost = 0, .drawn = true};
+    uint32_t rng = 3;
+    int at_best;
+    mn_tuner t;
+    mn_tuner_params p = with_rule(MN_TUNER_RULE_SEQUENCE);
+    p.s_min = 2;
+    mn_tuner_init(&t, &p, 2);
+    run_decisions(&t, &all, 1, 0, 4, &rng, &at_best);
+    cr_assert_eq(t.c[0].home, p.s_max, "from s_min: home %u", t.c[0].home);
+    p.s_min = 0;
+    mn_tuner_init(&t, &p, 4);
+    run_decisions(&t, &none, 1, 0, 8, &rng, &at_best);
+    mn_tuner_reparam(&t, &(mn_tuner_params){.s_min = 1, .s_max = p.s_max, .decision_threshold = p.decision_threshold,
+                                            .s_reward = 1, .s_punish = 1, .probe_every = p.probe_every,
+                                            .margin = p.margin, .warm_up = p.warm_up, .cost = p.cost, .rule = p.rule});
+    cr_assert_eq(t.c[0].home, 1, "clamped to the new s_min");
+    run_decisions(&t, &all, 1, 0, 2, &rng, &at_best);
+    cr_assert_eq(t.c[0].home, p.s_max, "and from there to s_max: home %u", t.c[0].home);
+
+    p.decision_threshold = 1;
+    mn_tuner_init(&t, &p, 8);
+    run_decisions(&t, &none, 1, 0, 40, &rng, &at_best);
+    cr_assert_gt(t.c[0].at[0].steps, 0, "the probes never ran plain decoding");
+    cr_assert_eq(t.c[0].home, 0, "plain decoding, far cheaper, is home at decision_threshold 1");
+
+    p = with_rule(MN_TUNER_RULE_MODEL);
+    mn_tuner_init(&t, &p, 4);
+    run_decisions(&t, &none, 1, 0, 40, &rng, &at_best);
+    cr_assert_gt(t.c[0].probes, 1, "the model rule probed");
+    p.rule = MN_TUNER_RULE_SEQUENCE;
+    mn_tuner_reparam(&t, &p);
+    cr_assert_eq(t.c[0].probes, 0, "the sequence rule's probes start from its first");
+}
+
+/* Steps that cannot be costed (no token produced, no finite time) count nowhere. */
+Test(tuner, steps_without_tokens_or_time_are_ignored)
+{
+    mn_tuner_params p = with_rule(MN_TUNER_RULE_SEQUENCE);
+    p.decision_threshold = 1;
+    mn_tuner t;
+    mn_tuner_init(&t, &p, 4);
+    mn_tuner_decision d;
+    mn_tuner_step zero = {.batch = 1, .s = 4, .seconds = 1e-3, .tokens = 0};
+    mn_tuner_step inf = {.batch = 1, .s = 4, .seconds = INFINITY, .tokens = 1};
+    cr_assert(!mn_tuner_observe(&t, &zero, true, &d));
+    cr_assert(!mn_tuner_observe(&t, &inf, true, &d));
+    cr_assert_eq(t.c[0].win_steps, 0);
+    cr_assert_eq(t.c[0].at[4].steps, 0);
+}
+
 /* Drafting that costs a fixed share of every speculating step (model drafters' rounds) and drafts
  * that do not repay it: the class must measure plain decoding as soon as it has left its starting
  * length, and then stay plain. A line through the speculating lengths' times carries the fixed cost
@@ -2211,6 +2268,11 @@ Test(tuner, parameters_and_option)
     cr_assert_eq(p.cost, MN_TUNER_COST_VERIFY);
     cr_assert_eq(mn_tuner_parse("fixed", &mode, &p, &err), MN_OK);
     cr_assert_eq(mode, MN_TUNER_FIXED);
+    /* the keys are checked together: s_min above the default s_max before s_max raises it */
+    cr_assert_eq(mn_tuner_parse("fixed,s_min=10,s_max=12", &mode, &p, &err), MN_OK, "%s", err.msg);
+    cr_assert_eq(p.s_min, 10);
+    cr_assert_eq(p.s_max, 12);
+    p = mn_tuner_defaults();
     const char *bad[] = {"", "sometimes", "adaptive,s_max", "adaptive,s_min=9", "adaptive,cost=free",
                          "adaptive,s_max=six"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {

@@ -64,7 +64,12 @@ static void send_length(mn_tuner_actor *t, uint32_t cls, uint32_t s)
 static void restart(mn_tuner_actor *t)
 {
     mn_tuner_restart(&t->state, t->cfg.spec_length, adapting(t));
-    send_length(t, MN_TUNER_CLASSES, t->state.c[0].s);
+    if (!adapting(t)) {
+        send_length(t, MN_TUNER_CLASSES, t->state.c[0].s);
+        return;
+    }
+    for (uint32_t i = 0; i < MN_TUNER_CLASSES; i++) /* each with the figures it has kept */
+        send_length(t, i, t->state.c[i].s);
 }
 
 static void publish(mn_tuner_actor *t, const mn_tuner_decision *d)

@@ -51,38 +51,46 @@ mn_status mn_tuner_check(const mn_tuner_params *p, mn_err *err)
     return MN_OK;
 }
 
-mn_status mn_tuner_set_param(mn_tuner_params *p, const char *key, double value, const char *text, mn_err *err)
+/* One key's value into *q, unchecked against the others. */
+static mn_status assign(mn_tuner_params *q, const char *key, double value, const char *text, mn_err *err)
 {
-    mn_tuner_params q = *p;
     if (!strcmp(key, "cost")) {
         int c = text ? mn_tuner_cost_parse(text) : -1;
         if (c < 0)
             return mn_fail(err, MN_INVALID, "tuner.cost must be round or verify");
-        q.cost = (mn_tuner_cost)c;
+        q->cost = (mn_tuner_cost)c;
     } else if (!strcmp(key, "rule")) {
         int r = text ? mn_tuner_rule_parse(text) : -1;
         if (r < 0)
             return mn_fail(err, MN_INVALID, "tuner.rule must be slope, model or sequence");
-        q.rule = (mn_tuner_rule)r;
+        q->rule = (mn_tuner_rule)r;
     } else if (!strcmp(key, "margin")) {
         if (text || !isfinite(value))
             return mn_fail(err, MN_INVALID, "tuner.margin must be a number");
-        q.margin = (float)value;
+        q->margin = (float)value;
     } else {
         static const char *const names[] = {"s_min", "s_max", "decision_threshold", "s_reward", "s_punish",
                                             "probe_every", "warm_up"};
-        uint32_t *fields[] = {&q.s_min, &q.s_max, &q.decision_threshold, &q.s_reward, &q.s_punish, &q.probe_every,
-                              &q.warm_up};
+        uint32_t *fields[] = {&q->s_min, &q->s_max, &q->decision_threshold, &q->s_reward, &q->s_punish,
+                              &q->probe_every, &q->warm_up};
         size_t i = 0;
         while (i < sizeof names / sizeof *names && strcmp(key, names[i]))
             i++;
         if (i == sizeof names / sizeof *names)
             return mn_fail(err, MN_INVALID, "unknown tuner key '%s'", key);
         if (text || !(value >= 0 && value <= 1000000) || value != floor(value))
-            return mn_fail(err, MN_INVALID, "tuner.%s must be a whole number", key);
+            return mn_fail(err, MN_INVALID, "tuner.%s must be a whole number in 0..1000000", key);
         *fields[i] = (uint32_t)value;
     }
-    mn_status st = mn_tuner_check(&q, err);
+    return MN_OK;
+}
+
+mn_status mn_tuner_set_param(mn_tuner_params *p, const char *key, double value, const char *text, mn_err *err)
+{
+    mn_tuner_params q = *p;
+    mn_status st = assign(&q, key, value, text, err);
+    if (st == MN_OK)
+        st = mn_tuner_check(&q, err);
     if (st == MN_OK)
         *p = q;
     return st;
@@ -107,10 +115,13 @@ mn_status mn_tuner_parse(const char *spec, mn_tuner_mode *mode, mn_tuner_params 
         char *end;
         double v = strtod(eq + 1, &end);
         bool number = end != eq + 1 && !*end;
-        mn_status st = mn_tuner_set_param(&q, tok, number ? v : NAN, number ? NULL : eq + 1, err);
+        mn_status st = assign(&q, tok, number ? v : NAN, number ? NULL : eq + 1, err);
         if (st != MN_OK)
             return st;
     }
+    mn_status st = mn_tuner_check(&q, err); /* once, the keys together: their order does not matter */
+    if (st != MN_OK)
+        return st;
     *mode = (mn_tuner_mode)m;
     *p = q;
     return MN_OK;
@@ -162,8 +173,14 @@ static void restart_window(mn_tuner_class *c)
 
 void mn_tuner_reparam(mn_tuner *t, const mn_tuner_params *p)
 {
+    bool rule_changed = p->rule != t->p.rule;
     t->p = *p;
     for (int i = 0; i < MN_TUNER_CLASSES; i++) {
+        if (rule_changed) { /* the model rule's neighbor probes are not the sequence rule's paired ones */
+            t->c[i].probes = 0;
+            t->c[i].probed_at = t->c[i].decisions;
+            t->c[i].probe_gap = 0;
+        }
         t->c[i].s = clamp_s(p, t->c[i].s);
         t->c[i].home = clamp_s(p, t->c[i].home);
         t->c[i].home_paired = 0;
@@ -732,8 +749,8 @@ static void decide_sequence(mn_tuner *t, mn_tuner_class *c, uint32_t cls, double
             c->home = hi, why = "pair";
         c->probe_gap = c->home == from ? 2 * c->probe_gap : p->probe_every;
         c->home_paired = pair_cost(&paired[c->home != lo]);
-    } else if (c->home != lo && c->home != hi) { /* the starting length */
-        c->home = hi, why = "model";
+    } else if (c->home != hi && (lo > 0 || c->home != 0)) { /* the starting length; above s_min 0 */
+        c->home = hi, why = "model";                            /* there is no plain side either */
     }
     uint32_t max_gap = 4 * p->probe_every;
     c->probe_gap = c->probe_gap < p->probe_every ? p->probe_every : c->probe_gap > max_gap ? max_gap : c->probe_gap;
@@ -766,8 +783,9 @@ static void decide_sequence(mn_tuner *t, mn_tuner_class *c, uint32_t cls, double
  * undo, decision_threshold); or after two
  * steps on each once the other side already costs PROBE_LOSES times home's figure a token over
  * the same steps (the vote of three model drafts at 16 sequences costs 2.5 times plain decoding a
- * token); at most 4 decision_threshold steps. It asks a coarse question (is the other side
- * cheaper at all?), and with many sequences a step, where speculating usually loses by far, every
+ * token); at most 4 decision_threshold steps, or 4 blocks of MN_TUNER_PAIR_BLOCK where that is more
+ * (at decision_threshold 1 the window ended inside home's first block, and the other side never
+ * ran). It asks a coarse question (is the other side cheaper at all?), and with many sequences a step, where speculating usually loses by far, every
  * step of it at the other side is paid for: with three model drafts and the n-gram one at 16
  * sequences, a probe's 32 steps at s_max cost a fifth of a 32-request run. */
 static bool window_done(const mn_tuner *t, const mn_tuner_class *c)
@@ -775,7 +793,8 @@ static bool window_done(const mn_tuner *t, const mn_tuner_class *c)
     uint32_t n = t->p.decision_threshold;
     if (!c->pairing)
         return c->win_steps >= n;
-    if (c->win_steps >= 4 * n)
+    uint32_t most = 4 * n > 4 * MN_TUNER_PAIR_BLOCK ? 4 * n : 4 * MN_TUNER_PAIR_BLOCK; /* blocks on each side */
+    if (c->win_steps >= most)
         return true;
     const mn_tuner_pair *a = &c->pair[c->home > 0], *b = &c->pair[c->home == 0];
     if (a->steps < 2 || b->steps < 2 || b->seqs < n)
@@ -797,7 +816,7 @@ bool mn_tuner_observe(mn_tuner *t, const mn_tuner_step *st, bool adapt, mn_tuner
 {
     uint32_t cls = mn_tuner_class_of(st->batch ? st->batch : 1);
     mn_tuner_class *c = &t->c[cls];
-    if (st->s > MN_TUNER_MAX_LEN || !(st->seconds >= 0) || !st->batch)
+    if (st->s > MN_TUNER_MAX_LEN || !(st->seconds >= 0) || !isfinite(st->seconds) || !st->batch || !st->tokens)
         return false;
     if (st->s && t->warmed < t->p.warm_up) { /* the drafters' weights are still learning */
         t->warmed += st->batch;

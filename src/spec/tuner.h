@@ -201,7 +201,8 @@ typedef struct mn_tuner_class {
 typedef struct mn_tuner {
     mn_tuner_params p;
     mn_tuner_class c[MN_TUNER_CLASSES];
-    uint64_t warmed;                  /* speculating sequences seen while warming up (<= p.warm_up) */
+    uint64_t warmed;                  /* speculating sequences seen while warming up (stops at p.warm_up or
+                                       * past it by the last step's batch) */
 } mn_tuner;
 
 /* One decision, as the actor publishes it. */
