@@ -138,6 +138,12 @@ static void held_remove(mn_kvmem *k, mn_req *r)
         }
 }
 
+static void answer_cancelled(mn_kvmem *k, mn_req *r)
+{
+    r->finish = "cancelled";
+    to_client(k, r);
+}
+
 /* Answer cancelled requests that are still waiting. */
 static void drop_cancelled(mn_kvmem *k)
 {
@@ -145,8 +151,7 @@ static void drop_cancelled(mn_kvmem *k)
         mn_req *r = *queue_slot(k, i);
         if (r->cancelled) {
             queue_remove(k, i);
-            r->finish = "cancelled";
-            to_client(k, r);
+            answer_cancelled(k, r);
         } else {
             i++;
         }
@@ -182,6 +187,11 @@ static void try_admit(mn_kvmem *k)
         n_active += k->held[i]->state != MN_REQ_PAUSED;
     for (uint32_t i = 0; i < k->q_len && k->n_held < k->max_held && n_active < k->cfg.max_batch;) {
         mn_req *r = *queue_slot(k, i);
+        if (r->cancelled) { /* not worth a START: the verifier would only end it */
+            queue_remove(k, i);
+            answer_cancelled(k, r);
+            continue;
+        }
         if (r->throttled) {
             i++;
             continue;
@@ -209,8 +219,7 @@ static void try_admit(mn_kvmem *k)
 static void enqueue(mn_kvmem *k, mn_req *r)
 {
     if (r->cancelled) {
-        r->finish = "cancelled";
-        to_client(k, r);
+        answer_cancelled(k, r);
     } else if (k->q_len >= k->cfg.max_queue) {
         mn_req_fail(r, MN_E_BUSY, "the queue is full (%u requests waiting); retry later", k->q_len);
         to_client(k, r);
@@ -219,7 +228,9 @@ static void enqueue(mn_kvmem *k, mn_req *r)
     }
 }
 
-/* The verifier handed r back: it finished, or it was paused and asked for (preempt_wanted). */
+/* The verifier handed r back: it finished, or it was paused and asked for (preempt_wanted). A
+ * preempted request whose client went while it was on its way back is answered here: the KICK of
+ * its cancellation may have come before it, and nothing else would answer a throttled one queued. */
 static void release(mn_kvmem *k, mn_req *r)
 {
     held_remove(k, r);
@@ -227,6 +238,10 @@ static void release(mn_kvmem *k, mn_req *r)
     if (r->preempt_wanted) {
         r->preempt_wanted = false;
         k->preempting--;
+        if (r->state != MN_REQ_FINISHED && r->cancelled) {
+            answer_cancelled(k, r);
+            return;
+        }
         if (r->state != MN_REQ_FINISHED) {
             mn_req_event(r, MN_REQ_EV_PREEMPTED);
             queue_push_front(k, r);
