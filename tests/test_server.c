@@ -471,6 +471,8 @@ Test(server, admin_get_set_stats, .timeout = 300)
         "{\"cmd\":\"set\",\"key\":\"log.level\",\"value\":\"loud\"}",
         "{\"cmd\":\"frobnicate\"}",
         "not json",
+        /* which value would it be? (jansson keeps the last one unless told) */
+        "{\"cmd\":\"set\",\"key\":\"batch.max_sequences\",\"value\":2,\"value\":4}",
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         o = admin(&s, bad[i]);

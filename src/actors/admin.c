@@ -445,7 +445,7 @@ static void on_command(void *owner, const char *msg, size_t len)
     if (memchr(msg, 0, len))
         return reply_json(a, fail("%s", "a command is a JSON object; this one contains a NUL byte"));
     json_error_t jerr;
-    json_t *in = json_loadb(msg, len, 0, &jerr), *out;
+    json_t *in = json_loadb(msg, len, JSON_REJECT_DUPLICATES, &jerr), *out;
     const char *cmd = json_string_value(json_object_get(in, "cmd"));
     if (!in || !json_is_object(in))
         out = fail("a command is a JSON object: %s", in ? "not an object" : jerr.text);
