@@ -377,6 +377,77 @@ Test(server, half_close_gets_its_answers_then_the_server_closes, .timeout = 120)
     server_stop(&s);
 }
 
+static double seconds_since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) * 1e-9;
+}
+
+/* --idle-timeout: a connection without a request in flight is closed once it has sent no whole line
+ * for that long, a line trickled a byte at a time included; one that keeps sending lines stays, and
+ * an answer written before the close can still be read after it. */
+Test(server, idle_connections_are_closed, .timeout = 120)
+{
+    server s;
+    server_start(&s, (const char *[]){"--idle-timeout", "1", NULL});
+    struct timespec t0;
+
+    tconn silent;
+    connect_to(s.tcp, &silent);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    cr_assert_null(mn_client_read_line(&silent.c, NULL), "the silent connection got a line");
+    double waited = seconds_since(&t0);
+    cr_assert(waited > 0.9 && waited < 10, "the silent connection was closed after %.2f s", waited);
+    tconn_close(&silent);
+
+    tconn trickle; /* a byte every 100 ms of a line that never ends */
+    connect_to(s.tcp, &trickle);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const char *start = "{\"id\":\"slow\",\"prompt\":\"And God said, Let there be light: and there was light.";
+    bool closed = false;
+    for (size_t i = 0; start[i] && !closed; i++) {
+        closed = mn_client_send(&trickle.c, start + i, 1) != 0;
+        struct pollfd p = {.fd = trickle.c.fd, .events = POLLIN};
+        closed = closed || poll(&p, 1, 100) > 0; /* readable: the server's end of output */
+    }
+    cr_assert(closed, "a line sent a byte at a time kept the connection open");
+    cr_assert_null(mn_client_read_line(&trickle.c, NULL));
+    waited = seconds_since(&t0);
+    cr_assert(waited > 0.9 && waited < 5, "the trickling connection was closed after %.2f s", waited);
+    tconn_close(&trickle);
+
+    tconn busy; /* a request at a time for 2.5 s: never idle for a second */
+    connect_to(s.tcp, &busy);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; seconds_since(&t0) < 2.5; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "b%d", i);
+        send_request(&busy, id, "And God said", 4, 0, 0);
+        json_t *o = await(&busy, id);
+        cr_assert(json_object_get(o, "done"), "request %d of a busy connection was not answered", i);
+        json_decref(o);
+        usleep(300000);
+    }
+    tconn_close(&busy);
+
+    tconn late; /* reads its answer after the connection went idle and was closed */
+    connect_to(s.tcp, &late);
+    send_request(&late, "late", "In the beginning", 8, 0, 0);
+    sleep(3);
+    json_t *o = await(&late, "late");
+    cr_assert(json_object_get(o, "done"), "the answer written before the idle close was lost");
+    json_decref(o);
+    cr_assert_null(mn_client_read_line(&late.c, NULL), "the idle connection was not closed");
+    tconn_close(&late);
+
+    o = admin(&s, "{\"cmd\":\"stats\"}");
+    cr_assert_eq(stat_of(o, "idle_closed", NULL), 3);
+    json_decref(o);
+    wait_idle(&s);
+    server_stop(&s);
+}
+
 /* Backpressure: a client that does not read is throttled (its requests pause) and the others go on.
  * The slow client uses the Unix socket: there, what the kernel holds is bounded by the server's send
  * buffer alone. Over TCP the receiver's kernel may later open its window a little (it compacts its

@@ -5,6 +5,7 @@
  * freed, whether or not its client is still there. */
 #include "actors/client.h"
 
+#include <event2/event.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -16,17 +17,20 @@ typedef struct cconn {
     mn_client_actor *ca;
     mn_conn *c;
     mn_req *reqs;          /* in flight, linked by conn_next */
+    struct event *idle;    /* armed while no request is in flight (cfg.idle_timeout_s > 0) */
     bool throttled;
     bool input_ended;      /* the client half-closed: close once everything is answered */
 } cconn;
 
 struct mn_client_actor {
     mn_client_actor_config cfg;
+    struct event_base *base;
     mn_net *net;
     uint64_t live;         /* requests accepted and not yet freed */
     uint64_t done, failed;
     uint64_t outcomes[MN_OUTCOMES];
     uint64_t rejected;     /* lines refused before they became requests (bad input, draining) */
+    uint64_t idle_closed;  /* connections closed by their idle timer */
     mn_hist e2e, tpot;     /* the answered requests' latencies (mn_req_observe_latency) */
     bool draining;
     bool drained;          /* on_drained was called */
@@ -70,6 +74,27 @@ static mn_req *find(cconn *cc, const char *id)
     return NULL;
 }
 
+/* Start cc's idle time over when it has no request in flight; stop it while it has one. */
+static void watch_idle(cconn *cc)
+{
+    if (!cc->idle)
+        return;
+    if (cc->reqs) {
+        evtimer_del(cc->idle);
+    } else if (evtimer_add(cc->idle, &(struct timeval){.tv_sec = cc->ca->cfg.idle_timeout_s}) != 0) {
+        mn_log(MN_LOG_ERROR, "client: cannot arm a connection's idle timer; it stays open");
+    }
+}
+
+static void on_idle(evutil_socket_t fd, short what, void *arg)
+{
+    cconn *cc = arg;
+    (void)fd, (void)what;
+    cc->ca->idle_closed++;
+    mn_log(MN_LOG_DEBUG, "client: closing a connection idle for %u s", cc->ca->cfg.idle_timeout_s);
+    mn_conn_close(cc->c); /* on_close follows */
+}
+
 static void close_if_answered(cconn *cc)
 {
     if (cc->input_ended && !cc->reqs)
@@ -88,9 +113,18 @@ static void cancel(cconn *cc, const char *id)
     }
 }
 
+static void handle_line(cconn *cc, const char *line, size_t len);
+
+/* A complete line: the connection is not idle, whatever the line was. */
 static void on_line(void *ctx, const char *line, size_t len)
 {
     cconn *cc = ctx;
+    handle_line(cc, line, len);
+    watch_idle(cc);
+}
+
+static void handle_line(cconn *cc, const char *line, size_t len)
+{
     mn_client_actor *ca = cc->ca;
     mn_line l;
     mn_proto_error perr;
@@ -172,6 +206,8 @@ static void on_close(void *ctx)
         mn_kick_kvmem(ca->cfg.addr);
         mn_kick_verifier(ca->cfg.addr);
     }
+    if (cc->idle)
+        event_free(cc->idle);
     mn_free(cc);
     check_drained(ca);
 }
@@ -183,8 +219,15 @@ static void *on_open(void *owner, mn_conn *c)
         mn_log(MN_LOG_ERROR, "client: out of memory for a connection");
         return NULL;
     }
-    cc->ca = owner;
+    mn_client_actor *ca = owner;
+    cc->ca = ca;
     cc->c = c;
+    if (ca->cfg.idle_timeout_s && !(cc->idle = evtimer_new(ca->base, on_idle, cc))) {
+        mn_log(MN_LOG_ERROR, "client: out of memory for a connection");
+        mn_free(cc);
+        return NULL;
+    }
+    watch_idle(cc);
     return cc;
 }
 
@@ -195,6 +238,7 @@ mn_status mn_client_actor_new(struct event_base *base, const mn_client_actor_con
     if (!ca)
         return mn_fail(err, MN_NOMEM, "client: out of memory");
     ca->cfg = *cfg;
+    ca->base = base;
     mn_net_callbacks cb = {
         .owner = ca,
         .on_open = on_open,
@@ -265,7 +309,8 @@ static void answer(mn_client_actor *ca, mn_req *r)
                 *p = r->conn_next;
                 break;
             }
-        close_if_answered(cc);
+        watch_idle(cc);
+        close_if_answered(cc); /* may free cc */
     }
     ca->live--;
     mn_req_free(r);
@@ -298,6 +343,7 @@ static void stats(mn_client_actor *ca, mn_stats_part *q)
     q->stats->client.connections = mn_net_connections(ca->net);
     q->stats->client.throttled = mn_net_throttled(ca->net);
     q->stats->client.accept_pauses = mn_net_accept_pauses(ca->net);
+    q->stats->client.idle_closed = ca->idle_closed;
     q->stats->client.draining = ca->draining;
     memcpy(q->stats->client.outcomes, ca->outcomes, sizeof ca->outcomes);
     mn_stats_reply(q);

@@ -48,6 +48,8 @@ typedef struct mn_engine_config {
     int http_port;             /* its port (0: ephemeral) */
     const char *api_key;       /* the HTTP API wants `Authorization: Bearer KEY` (NULL: no key) */
     uint32_t http_timeout_s;   /* an idle or stuck HTTP connection is closed after this long */
+    uint32_t idle_timeout_s;   /* a line connection with no request in flight and no whole line for
+                                * this long is closed (0: never) */
     const char *admin_addr;    /* nanomsg address (ipc://PATH or tcp://127.0.0.1:N), or NULL */
     unsigned socket_mode;      /* permissions of the Unix and ipc socket files (default 0600) */
     int n_threads;             /* compute threads; 0: all cores */

@@ -26,6 +26,8 @@ static void usage(FILE *f)
             "      --host ADDR        TCP listen address (default 127.0.0.1)\n"
             "      --port N           TCP port; 0 = ephemeral, -1 = no TCP (default 8090)\n"
             "      --unix PATH        also listen on a Unix socket\n"
+            "      --idle-timeout S   a line connection with no request in flight that sends no whole line\n"
+            "                         for S seconds is closed; 0 = never (default 300)\n"
             "      --http [HOST:]PORT serve the OpenAI-compatible HTTP API and /metrics there (HOST default\n"
             "                         127.0.0.1; PORT 0 = ephemeral; default: no HTTP)\n"
             "      --api-key KEY      HTTP requests need 'Authorization: Bearer KEY' (/health excepted)\n"
@@ -172,6 +174,7 @@ int main(int argc, char **argv)
         {"api-key-file", required_argument, 0, 'F'}, {"http-timeout", required_argument, 0, 'O'},
         {"ngram-cache", required_argument, 0, 'N'}, {"step-trace", required_argument, 0, 'R'},
         {"prefix-cache", required_argument, 0, 'C'}, {"spec-cascade", required_argument, 0, 'c'},
+        {"idle-timeout", required_argument, 0, 'I'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -222,6 +225,7 @@ int main(int argc, char **argv)
             cfg.api_key = api_key;
             break;
         case 'O': ok = parse_int(optarg, 1, 86400, &v), cfg.http_timeout_s = (uint32_t)v; break;
+        case 'I': ok = parse_int(optarg, 0, 86400, &v), cfg.idle_timeout_s = (uint32_t)v; break;
         case 'T': {
             mn_tuner_mode mode;
             if (mn_tuner_parse(optarg, &mode, &cfg.tuner, &err) != MN_OK) {

@@ -120,6 +120,8 @@ static void conn_fail_later(mn_conn *c)
     bufferevent_trigger_event(c->bev, BEV_EVENT_ERROR, BEV_TRIG_DEFER_CALLBACKS);
 }
 
+void mn_conn_close(mn_conn *c) { conn_fail_later(c); }
+
 mn_status mn_conn_write(mn_conn *c, const char *line, size_t len)
 {
     if (bufferevent_write(c->bev, line, len) != 0) {

@@ -89,5 +89,8 @@ uint64_t mn_net_accept_pauses(const mn_net *n);
 mn_status mn_conn_write(mn_conn *c, const char *line, size_t len);
 /* Close once the queued output is written (at once when none is). on_close follows. */
 void mn_conn_close_when_written(mn_conn *c);
+/* Close now, dropping what output is still queued: on_close follows from the loop, not from inside
+ * this call. */
+void mn_conn_close(mn_conn *c);
 
 #endif
