@@ -113,16 +113,6 @@ static void cancel(cconn *cc, const char *id)
     }
 }
 
-static void handle_line(cconn *cc, const char *line, size_t len);
-
-/* A complete line: the connection is not idle, whatever the line was. */
-static void on_line(void *ctx, const char *line, size_t len)
-{
-    cconn *cc = ctx;
-    handle_line(cc, line, len);
-    watch_idle(cc);
-}
-
 static void handle_line(cconn *cc, const char *line, size_t len)
 {
     mn_client_actor *ca = cc->ca;
@@ -162,6 +152,14 @@ static void handle_line(cconn *cc, const char *line, size_t len)
     ca->live++;
     r->msg.type = MN_MSG_ADMIT;
     mn_mailbox_post(ca->cfg.addr->intake, &r->msg);
+}
+
+/* A complete line: the connection is not idle, whatever the line was. */
+static void on_line(void *ctx, const char *line, size_t len)
+{
+    cconn *cc = ctx;
+    handle_line(cc, line, len);
+    watch_idle(cc);
 }
 
 static void on_overflow(void *ctx)
