@@ -2239,6 +2239,7 @@ Test(tuner, parameters_and_option)
     cr_assert_eq(mn_tuner_set_param(&p, "s_reward", 0, NULL, &err), MN_INVALID);
     cr_assert_eq(mn_tuner_set_param(&p, "decision_threshold", 2.5, NULL, &err), MN_INVALID);
     cr_assert_eq(mn_tuner_set_param(&p, "margin", 1, NULL, &err), MN_INVALID);
+    cr_assert_eq(mn_tuner_set_param(&p, "margin", -1e-60, NULL, &err), MN_INVALID, "a float rounds it to -0");
     cr_assert_eq(mn_tuner_set_param(&p, "probe_every", NAN, "x", &err), MN_INVALID);
     cr_assert_eq(mn_tuner_set_param(&p, "warm_up", 0, NULL, &err), MN_OK);
     cr_assert_eq(p.warm_up, 0);

@@ -65,8 +65,8 @@ static mn_status assign(mn_tuner_params *q, const char *key, double value, const
             return mn_fail(err, MN_INVALID, "tuner.rule must be slope, model or sequence");
         q->rule = (mn_tuner_rule)r;
     } else if (!strcmp(key, "margin")) {
-        if (text || !isfinite(value))
-            return mn_fail(err, MN_INVALID, "tuner.margin must be a number");
+        if (text || !(value >= 0 && value < 1)) /* as given: -1e-60 is -0 as a float */
+            return mn_fail(err, MN_INVALID, "tuner.margin must be a number in [0, 1)");
         q->margin = (float)value;
     } else {
         static const char *const names[] = {"s_min", "s_max", "decision_threshold", "s_reward", "s_punish",
