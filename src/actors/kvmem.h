@@ -9,8 +9,8 @@
  * the verifier returns it with MN_MSG_RELEASE, kvmem frees its blocks and queues it again, to be
  * recomputed once its client reads. Paused requests are skipped at admission, so clients that stop
  * reading can never hold the pool against those that read. A cancelled request is answered wherever
- * kvmem meets it: queued (on a KICK, or at admission instead of a START) or handed back preempted. With nothing running and nothing queued,
- * every block is free again.
+ * kvmem meets it: queued (on a KICK, or at admission instead of a START) or handed back preempted.
+ * With nothing running and nothing queued, every block is free again.
  *
  * Drafts: each model drafter has its own pool, as large as the target's in positions; admission
  * reserves the request's whole length in every one of them too (spec.d[i].kv), all or nothing,
