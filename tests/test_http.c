@@ -773,6 +773,8 @@ Test(http, metrics_count_what_happened, .timeout = 120)
     tconn_close(&c);
     cr_assert_eq(metric(&s, "minions_requests_total{frontend=\"lines\",outcome=\"rejected\"}"), 1);
     cr_assert_eq(metric(&s, "minions_kv_blocks_used"), 0);
+    cr_assert_eq(metric(&s, "minions_idle_connections_closed_total{frontend=\"lines\"}"), 0);
+    cr_assert_eq(metric(&s, "minions_accept_pauses_total{frontend=\"http\"}"), 0);
     double accepted = metric(&s, "minions_spec_decode_num_accepted_tokens_total");
     cr_assert_eq(metric(&s, "minions_spec_decode_num_accepted_tokens_per_pos_total{position=\"0\"}") > 0, accepted > 0);
     server_stop(&s);

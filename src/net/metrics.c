@@ -92,6 +92,12 @@ static void requests(text *t, const mn_stats *s)
         put(t, "minions_requests_in_flight{frontend=\"%s\"} %llu\n", fe[i].name, (unsigned long long)fe[i].f->in_flight);
     help(t, "minions_connections", "gauge", "Open line-protocol connections (evhttp does not count its own)");
     put(t, "minions_connections{frontend=\"lines\"} %u\n", s->client.connections);
+    help(t, "minions_idle_connections_closed_total", "counter",
+         "Line-protocol connections closed after --idle-timeout without a request in flight or a whole line");
+    put(t, "minions_idle_connections_closed_total{frontend=\"lines\"} %llu\n", (unsigned long long)s->client.idle_closed);
+    help(t, "minions_accept_pauses_total", "counter", "Times a front end stopped accepting for want of file descriptors");
+    for (int i = 0; i < 2; i++)
+        put(t, "minions_accept_pauses_total{frontend=\"%s\"} %llu\n", fe[i].name, (unsigned long long)fe[i].f->accept_pauses);
     single(t, "minions_requests_running", "gauge", "Requests holding KV and a batch slot", s->kvmem.running);
     single(t, "minions_requests_queued", "gauge", "Requests waiting for admission (the queue depth)", s->kvmem.queued);
     single(t, "minions_requests_paused", "gauge", "Requests whose client does not read", s->kvmem.paused);
