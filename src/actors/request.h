@@ -101,6 +101,7 @@ typedef struct mn_req_spec {
     uint32_t ask;                   /* voter: bit i: drafter i drafts for it this round */
     bool unjudged;                  /* voter: a vote waits for the target's verdict */
     uint32_t voted_at;              /* voter: toks.n when that vote was made */
+    uint32_t voted_verifications;   /* voter: `verifications` then (more now: the vote was verified) */
     uint32_t voted;                 /* voter: the voted drafter, MN_VOTE_NONE when nothing */
     int32_t vtoks[1 + MN_SPEC_MAX_LEN]; /* the pending token, then the voted draft */
     uint32_t n_draft;               /* voter: length of the voted draft (0: plain step) */

@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include "spec/accept.h"
-#include "spec/vote.h"
 #include "util/alloc.h"
 #include "util/log.h"
 
@@ -423,10 +422,8 @@ static bool start_step(mn_verifier *v)
     for (uint32_t k = 0; k < n; k++) {
         mn_req *r = st->reqs[k];
         r->spec.n_draft = r->spec.n_draft < budget ? r->spec.n_draft : budget;
-        if (!r->spec.n_draft) {
-            r->spec.voted = MN_VOTE_NONE; /* its draft is not verified: no vote to count */
+        if (!r->spec.n_draft)
             continue;
-        }
         budget -= r->spec.n_draft;
         r->spec.vtoks[0] = r->toks.ids[r->kv.len];
         st->seqs[k] = (mn_batch_seq){.kv = &r->kv, .tokens = r->spec.vtoks, .n_tokens = 1 + r->spec.n_draft,

@@ -113,11 +113,14 @@ static void judge(mn_voter *v, mn_req *r)
     if (!r->spec.unjudged)
         return;
     r->spec.unjudged = false;
+    /* counted here, not at the vote, and only if the verifier counted its verification: a vote is
+     * dropped with a cancelled or preempted request, or with a draft a prompt chunk took the pass's
+     * budget from, and voted sums to verifications */
+    if (r->spec.verifications > r->spec.voted_verifications && r->spec.voted != MN_VOTE_NONE)
+        v->st[r->spec.voted].voted++;
     uint32_t at = r->spec.voted_at;
     if (r->toks.n <= at)
-        return; /* never verified (it ended first): nothing to learn */
-    if (r->spec.voted != MN_VOTE_NONE) /* counted here, not at the vote: a vote is dropped with a */
-        v->st[r->spec.voted].voted++;  /* cancelled or preempted request, and voted sums to verifications */
+        return; /* never verified, or it ended at the first token it kept: nothing to learn */
     const int32_t *drafts[MN_MAX_DRAFTERS];
     uint32_t lens[MN_MAX_DRAFTERS];
     proposals_at(v, r, at, drafts, lens);
@@ -167,6 +170,7 @@ static void vote(mn_voter *v, mn_req *r)
     r->spec.voted = n ? res.drafter : MN_VOTE_NONE;
     r->spec.unjudged = true;
     r->spec.voted_at = at;
+    r->spec.voted_verifications = r->spec.verifications;
 }
 
 /* Every part is back: vote for each request and return the round. */
