@@ -187,7 +187,7 @@ static void try_admit(mn_kvmem *k)
         n_active += k->held[i]->state != MN_REQ_PAUSED;
     for (uint32_t i = 0; i < k->q_len && k->n_held < k->max_held && n_active < k->cfg.max_batch;) {
         mn_req *r = *queue_slot(k, i);
-        if (r->cancelled) { /* not worth a START: the verifier would only end it */
+        if (r->cancelled) { /* not worth a START (the verifier would only end it), throttled or not */
             queue_remove(k, i);
             answer_cancelled(k, r);
             continue;
@@ -229,8 +229,9 @@ static void enqueue(mn_kvmem *k, mn_req *r)
 }
 
 /* The verifier handed r back: it finished, or it was paused and asked for (preempt_wanted). A
- * preempted request whose client went while it was on its way back is answered here: the KICK of
- * its cancellation may have come before it, and nothing else would answer a throttled one queued. */
+ * preempted request whose client went while it was on its way back (the KICK of its cancellation
+ * may have come first) is queued like any other and answered by try_admit, throttled or not: by the
+ * one that follows, or, with the batch full, the next one that has a slot. */
 static void release(mn_kvmem *k, mn_req *r)
 {
     held_remove(k, r);
@@ -238,10 +239,6 @@ static void release(mn_kvmem *k, mn_req *r)
     if (r->preempt_wanted) {
         r->preempt_wanted = false;
         k->preempting--;
-        if (r->state != MN_REQ_FINISHED && r->cancelled) {
-            answer_cancelled(k, r);
-            return;
-        }
         if (r->state != MN_REQ_FINISHED) {
             mn_req_event(r, MN_REQ_EV_PREEMPTED);
             queue_push_front(k, r);
