@@ -372,17 +372,23 @@ static void *slow_read(void *arg)
  * reads must still be served - kvmem preempts a paused request for it - and once the slow clients
  * read again (all at once, so that they run as one batch) their requests are recomputed and their
  * text is exactly minions-generate's. */
-void check_paused_preemption(const char *const *extra)
+void check_paused_preemption(const char *const *extra, bool slots)
 {
     enum { SLOW = 16, TOKENS = 400 };
     char *want = generate("And God said", TOKENS);
     server s;
     /* "And God said" is 3 tokens: each request reserves 3 + 400 positions, 26 blocks of 16.
      * Some 150 delta lines fill a 4 KiB output buffer and the Unix socket's: all are throttled
-     * long before they finish. */
-    const char *args[24] = {"--output-buffer", "4", "--kv-blocks", "416"};
+     * long before they finish. With slots: 4 run at a time and 12 wait, each pausing in turn. */
+    const char *args[32] = {"--output-buffer", "4", "--kv-blocks", slots ? "512" : "416"};
+    int n = 4;
+    if (slots) {
+        const char *more[] = {"--max-batch", "4", "--max-queue", "12"};
+        for (int i = 0; i < 4; i++)
+            args[n++] = more[i];
+    }
     for (int i = 0; extra && extra[i]; i++)
-        args[4 + i] = extra[i];
+        args[n++] = extra[i];
     server_start(&s, args);
     tconn slow[SLOW], fast;
     for (int i = 0; i < SLOW; i++) {
@@ -397,7 +403,11 @@ void check_paused_preemption(const char *const *extra)
     }
     cr_assert_eq(throttled, SLOW, "only %d of %d clients that do not read were throttled", throttled, SLOW);
     json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
-    cr_assert_eq(kv_of(st, "target", "free"), 0, "the paused requests hold the whole pool: %s", json_dumps(st, 0));
+    if (slots)
+        cr_assert_eq(stat_of(st, "requests", "paused"), SLOW, "every request of the clients that do not read "
+                     "pauses, with KV to spare: %s", json_dumps(st, 0));
+    else
+        cr_assert_eq(kv_of(st, "target", "free"), 0, "the paused requests hold the whole pool: %s", json_dumps(st, 0));
     json_decref(st);
     connect_to(s.tcp, &fast);
     send_request(&fast, "quick", "In the beginning", 32, 0, 0);

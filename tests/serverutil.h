@@ -85,8 +85,10 @@ void wait_idle(server *s);
 
 /* Clients that stop reading cannot hold the KV pool: 16 streaming clients that never read fill a
  * pool sized for exactly them; a reading client is still served (a paused request is preempted);
- * then all 16 read at once and their texts equal minions-generate's. extra: more daemon options. */
-void check_paused_preemption(const char *const *extra);
+ * then all 16 read at once and their texts equal minions-generate's. extra: more daemon options.
+ * With slots, the pool has room to spare and the 16 fill every place the server holds requests in
+ * instead (--max-batch 4 --max-queue 12). */
+void check_paused_preemption(const char *const *extra, bool slots);
 
 /* 32 client threads, alternately over TCP and the Unix socket, each sending 4 greedy requests of
  * max_tokens in turn (prompt (id + k) % 6 of load_references' six, every other one streamed; with

@@ -54,7 +54,7 @@ static void unused_handler(void *actor, mn_msg *m)
 }
 
 /* A pool of 4 blocks of 16 positions. */
-static void start(uint32_t max_batch)
+static void start_queue(uint32_t max_batch, uint32_t max_queue)
 {
     memset(&t, 0, sizeof t);
     mn_err err;
@@ -66,9 +66,11 @@ static void start(uint32_t max_batch)
     t.addr = (mn_addr){.client = t.client, .kvmem = t.kvmem_mb, .verifier = t.verifier,
                        .kvmem_kick = &t.kvmem_kick, .verifier_kick = &t.verifier_kick};
     cr_assert_eq(mn_kv_pool_new_tables(1, 8, 16, 4, MN_KV_F32, &t.pool, &err), MN_OK, "%s", err.msg);
-    mn_kvmem_config cfg = {.pool = t.pool, .max_batch = max_batch, .max_queue = 8, .addr = &t.addr};
+    mn_kvmem_config cfg = {.pool = t.pool, .max_batch = max_batch, .max_queue = max_queue, .addr = &t.addr};
     cr_assert_eq(mn_kvmem_new(&cfg, &t.kvmem, &err), MN_OK, "%s", err.msg);
 }
+
+static void start(uint32_t max_batch) { start_queue(max_batch, 8); }
 
 static void stop(void)
 {
@@ -227,6 +229,47 @@ Test(kvmem, cancelled_queued_request_is_answered_not_started)
     cr_assert_eq(t.done[0], running);
     cr_assert_eq(t.done[1], waiting);
     cr_assert_str_eq(waiting->finish, "cancelled");
+    cr_assert_eq(mn_kv_used(t.pool), 0, "blocks leaked");
+    stop();
+}
+
+/* Paused requests that fill every place kvmem holds (max_batch + max_queue of them) while the pool
+ * still has blocks: a reader must not wait behind them for ever (it did: admission stopped at the
+ * bound without asking for any back); the newest paused one is preempted for it. */
+Test(kvmem, paused_requests_filling_every_place_are_preempted_for_a_reader)
+{
+    start_queue(1, 1);
+    mn_req *paused[2];
+    for (int i = 0; i < 2; i++) {
+        paused[i] = request(i ? "paused1" : "paused0", 16);
+        to_kvmem(paused[i], MN_MSG_ENQUEUE);
+        cr_assert_eq(t.n_started, i + 1);
+        cr_assert(mn_req_event(paused[i], MN_REQ_EV_THROTTLED));
+        deliver_kvmem_kick(); /* its client stopped reading: the batch slot is free */
+    }
+    cr_assert_eq(mn_kv_used(t.pool), 2, "the pool still has room");
+
+    mn_req *reader = request("reader", 16);
+    to_kvmem(reader, MN_MSG_ENQUEUE);
+    cr_assert_eq(t.n_started, 2, "a third request held KV beside two paused ones in two places");
+    cr_assert(paused[1]->preempt_wanted, "kvmem did not ask for the newest paused request back");
+    cr_assert_not(paused[0]->preempt_wanted);
+
+    to_kvmem(paused[1], MN_MSG_RELEASE);
+    cr_assert_eq(paused[1]->state, MN_REQ_PREEMPTED);
+    cr_assert_eq(t.n_started, 3);
+    cr_assert_eq(t.started[2], reader, "the reader did not take the freed place");
+
+    finish(reader);
+    cr_assert(mn_req_event(paused[1], MN_REQ_EV_RESUMED));
+    deliver_kvmem_kick();
+    cr_assert_eq(t.n_started, 4);
+    cr_assert_eq(t.started[3], paused[1], "the preempted request was not recomputed once its client read");
+    finish(paused[1]);
+    cr_assert(mn_req_event(paused[0], MN_REQ_EV_RESUMED));
+    deliver_kvmem_kick();
+    finish(paused[0]);
+    cr_assert_eq(t.n_done, 3);
     cr_assert_eq(mn_kv_used(t.pool), 0, "blocks leaked");
     stop();
 }

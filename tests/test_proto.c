@@ -120,6 +120,9 @@ Test(proto, errors_name_the_field)
         {"{\"id\":\"a\",\"prompt\":\"x\",\"top_p\":0}", MN_E_INVALID_REQUEST, "top_p"},
         {"{\"id\":\"a\",\"prompt\":\"x\",\"top_p\":1.5}", MN_E_INVALID_REQUEST, "top_p"},
         {"{\"id\":\"a\",\"prompt\":\"x\",\"seed\":-3}", MN_E_INVALID_REQUEST, "seed"},
+        {"{\"id\":\"a\",\"prompt\":\"x\",\"seed\":9007199254740993}", MN_E_INVALID_REQUEST, "9007199254740992]"},
+        {"{\"id\":\"a\",\"prompt\":\"x\",\"seed\":18446744073709551615}", MN_E_INVALID_REQUEST, "seed"},
+        {"{\"id\":\"a\",\"prompt\":\"x\",\"seed\":1e400}", MN_E_INVALID_JSON, "overflow"},
         {"{\"id\":\"a\",\"prompt\":\"x\",\"stream\":1}", MN_E_INVALID_REQUEST, "stream"},
         {"{\"id\":\"a\",\"prompt\":\"x\",\"stop\":\"\\n\"}", MN_E_INVALID_REQUEST, "stop"},
         {"{\"id\":\"a\",\"prompt\":\"x\",\"stop\":[\"\"]}", MN_E_INVALID_REQUEST, "stop[0]"},
@@ -157,6 +160,12 @@ Test(proto, error_line_carries_the_id)
     mn_proto_error err;
     cr_assert_eq(parse("{\"id\":\"q7\",\"prompt\":\"x\",\"top_p\":2}", &l, &err), MN_INVALID);
     cr_assert_str_eq(err.id, "q7");
+    /* a seed past 64 bits is still a JSON object's field: refused with the id (jansson refuses the
+     * integer itself; the line is read again with it as a real) */
+    cr_assert_eq(parse("{\"id\":\"q8\",\"prompt\":\"x\",\"seed\":99999999999999999999}", &l, &err), MN_INVALID);
+    cr_assert_str_eq(err.id, "q8");
+    cr_assert_eq(err.code, MN_E_INVALID_REQUEST, "%s", err.message);
+    cr_assert_eq(parse("{\"id\":\"q7\",\"prompt\":\"x\",\"top_p\":2}", &l, &err), MN_INVALID);
     size_t len;
     char *line = mn_proto_error_line(err.id, err.code, err.message, &len);
     cr_assert_eq(line[len - 1], '\n');

@@ -515,9 +515,55 @@ Test(server, a_client_that_does_not_read_stalls_only_itself, .timeout = 300)
     server_stop(&s);
 }
 
+/* --idle-timeout also bounds a stall: a client that leaves its output unread that long is closed and
+ * its requests cancelled (paused, they held their KV and their places in the queue for as long as
+ * it stayed connected); the time runs from the throttle, and a client that reads is unaffected. */
+Test(server, a_client_that_stops_reading_is_closed_after_the_idle_timeout, .timeout = 300)
+{
+    server s;
+    server_start(&s, (const char *[]){"--output-buffer", "16", "--idle-timeout", "2", NULL});
+    tconn slow, fast;
+    stall_a_client(&s, &slow);
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    json_int_t closed = 0;
+    for (int i = 0; i < 400 && !closed; i++, usleep(50000)) {
+        json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
+        closed = stat_of(st, "stalled_closed", NULL);
+        json_decref(st);
+    }
+    double waited = seconds_since(&t0);
+    cr_assert_eq(closed, 1, "the connection that does not read was not closed");
+    cr_assert(waited > 1.0, "a stalled connection was closed after %.2f s, before its 2 s", waited);
+    wait_idle(&s); /* its requests cancelled, their KV back */
+    json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
+    cr_assert_eq(stat_of(st, "idle_closed", NULL), 0);
+    cr_assert_eq(stat_of(st, "connections", NULL), 0);
+    cr_assert_eq(stat_of(st, "throttled", NULL), 0);
+    json_decref(st);
+    size_t n = 0; /* what the socket had taken is still there, then the end */
+    while (mn_client_read_line(&slow.c, NULL))
+        n++;
+    cr_assert_gt(n, 0, "the lines written before the close were lost");
+    tconn_close(&slow);
+
+    connect_to(s.tcp, &fast);
+    send_request(&fast, "quick", "In the beginning", 32, 0, 1);
+    json_t *o = await(&fast, "quick");
+    cr_assert(json_object_get(o, "done"), "a reading client was not served");
+    json_decref(o);
+    tconn_close(&fast);
+    server_stop(&s);
+}
+
 Test(server, paused_requests_are_preempted_and_recomputed, .timeout = 600)
 {
-    check_paused_preemption(NULL);
+    check_paused_preemption(NULL, false);
+}
+
+Test(server, paused_requests_in_every_place_are_preempted_and_recomputed, .timeout = 600)
+{
+    check_paused_preemption(NULL, true);
 }
 
 Test(server, admin_get_set_stats, .timeout = 300)

@@ -329,7 +329,8 @@ Test(speculate, smollm2_drafts_are_lossless_on_q4_1_and_f16, .timeout = 900)
 Test(speculate, paused_requests_are_preempted_and_recomputed_with_drafts, .timeout = 600)
 {
     check_paused_preemption((const char *[]){"--draft", model_file("draft-kjv.gguf"), "--draft", "ngram",
-                                             "--spec-length", "1", "--tuner", "fixed", NULL});
+                                             "--spec-length", "1", "--tuner", "fixed", NULL},
+                            false);
 }
 
 /* ---- sampling -------------------------------------------------------------------------------- */
@@ -1398,7 +1399,8 @@ Test(speculate, pipeline_preempts_and_recomputes, .timeout = 600)
 {
     check_paused_preemption((const char *[]){"--draft", model_file("draft-kjv.gguf"), "--draft", "ngram",
                                              "--spec-length", "1", "--tuner", "fixed", "--pipeline", "-t", "2",
-                                             "--draft-threads", "1", NULL});
+                                             "--draft-threads", "1", NULL},
+                            false);
 }
 
 /* --draft-threads must leave the target a thread and needs a draft model to run. */

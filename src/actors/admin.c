@@ -203,7 +203,7 @@ static json_t *stats_json(mn_admin *a)
     const mn_frontend_stats *c = &s->client, *h = &s->http;
     json_t *o = json_pack("{s:{s:I, s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I}, s:f, s:I, s:f, s:I,"
                           " s:{s:{s:I, s:I, s:I, s:I, s:I}},"
-                          " s:{s:I, s:I, s:I, s:I}, s:I, s:I, s:I, s:I, s:b}",
+                          " s:{s:I, s:I, s:I, s:I}, s:I, s:I, s:I, s:I, s:I, s:b}",
                           "requests", "running", (json_int_t)s->kvmem.running, "queued", (json_int_t)s->kvmem.queued,
                           "paused", (json_int_t)s->kvmem.paused, "in_flight", (json_int_t)(c->in_flight + h->in_flight),
                           "done", (json_int_t)(c->done + h->done), "failed", (json_int_t)(c->failed + h->failed),
@@ -216,7 +216,8 @@ static json_t *stats_json(mn_admin *a)
                           "client", (json_int_t)s->depth[0], "intake", (json_int_t)s->depth[1], "kvmem",
                           (json_int_t)s->depth[2], "verifier", (json_int_t)s->depth[3], "connections",
                           (json_int_t)c->connections, "throttled", (json_int_t)c->throttled, "accept_pauses",
-                          (json_int_t)c->accept_pauses, "idle_closed", (json_int_t)c->idle_closed, "draining", c->draining);
+                          (json_int_t)c->accept_pauses, "idle_closed", (json_int_t)c->idle_closed, "stalled_closed",
+                          (json_int_t)c->stalled_closed, "draining", c->draining);
     if (o && a->cfg.addr_book->http) /* requests.* count both front ends; this, HTTP's alone */
         json_object_set_new(o, "http", json_pack("{s:I, s:I, s:I, s:I, s:I}", "in_flight", (json_int_t)h->in_flight,
                                                  "done", (json_int_t)h->done, "failed", (json_int_t)h->failed,

@@ -17,7 +17,7 @@ typedef struct cconn {
     mn_client_actor *ca;
     mn_conn *c;
     mn_req *reqs;          /* in flight, linked by conn_next */
-    struct event *idle;    /* armed while no request is in flight (cfg.idle_timeout_s > 0) */
+    struct event *idle;    /* armed while no request is in flight or while throttled (idle_timeout_s > 0) */
     bool throttled;
     bool input_ended;      /* the client half-closed: close once everything is answered */
 } cconn;
@@ -30,7 +30,8 @@ struct mn_client_actor {
     uint64_t done, failed;
     uint64_t outcomes[MN_OUTCOMES];
     uint64_t rejected;     /* lines refused before they became requests (bad input, draining) */
-    uint64_t idle_closed;  /* connections closed by their idle timer */
+    uint64_t idle_closed;  /* connections closed by their idle timer: nothing in flight, no line */
+    uint64_t stalled_closed; /* the same timer, throttled: output left unread */
     mn_hist e2e, tpot;     /* the answered requests' latencies (mn_req_observe_latency) */
     bool draining;
     bool drained;          /* on_drained was called */
@@ -74,25 +75,35 @@ static mn_req *find(cconn *cc, const char *id)
     return NULL;
 }
 
-/* Start cc's idle time over when it has no request in flight; stop it while it has one. */
+/* Run cc's timer while it is idle (no request in flight: it starts over at each call) or stalled
+ * (throttled: it runs from the throttle on, whatever is answered meanwhile, until the client reads
+ * below the low watermark); stop it while requests run for a client that reads. */
 static void watch_idle(cconn *cc)
 {
-    if (!cc->idle)
+    if (!cc->idle || (cc->throttled && evtimer_pending(cc->idle, NULL)))
         return;
-    if (cc->reqs) {
+    if (cc->reqs && !cc->throttled) {
         evtimer_del(cc->idle);
     } else if (evtimer_add(cc->idle, &(struct timeval){.tv_sec = cc->ca->cfg.idle_timeout_s}) != 0) {
         mn_log(MN_LOG_ERROR, "client: cannot arm a connection's idle timer; it stays open");
     }
 }
 
+/* The timer ran out: an idle client, or one that left its output unread (its requests, paused,
+ * would hold their KV and their places in the queue for as long as it stays connected). */
 static void on_idle(evutil_socket_t fd, short what, void *arg)
 {
     cconn *cc = arg;
     (void)fd, (void)what;
-    cc->ca->idle_closed++;
-    mn_log(MN_LOG_DEBUG, "client: closing a connection idle for %u s", cc->ca->cfg.idle_timeout_s);
-    mn_conn_close(cc->c); /* on_close follows */
+    if (cc->throttled) {
+        cc->ca->stalled_closed++;
+        mn_log(MN_LOG_INFO, "client: closing a connection that read none of its output for %u s",
+               cc->ca->cfg.idle_timeout_s);
+    } else {
+        cc->ca->idle_closed++;
+        mn_log(MN_LOG_DEBUG, "client: closing a connection idle for %u s", cc->ca->cfg.idle_timeout_s);
+    }
+    mn_conn_close(cc->c); /* on_close follows and cancels what is in flight */
 }
 
 static void close_if_answered(cconn *cc)
@@ -179,6 +190,9 @@ static void on_throttle(void *ctx, bool throttled)
 {
     cconn *cc = ctx;
     cc->throttled = throttled;
+    if (cc->idle)
+        evtimer_del(cc->idle); /* the stall's time starts now; after it, idle time if nothing runs */
+    watch_idle(cc);
     for (mn_req *r = cc->reqs; r; r = r->conn_next)
         mn_req_event(r, throttled ? MN_REQ_EV_THROTTLED : MN_REQ_EV_RESUMED);
     if (cc->reqs) {
@@ -342,6 +356,7 @@ static void stats(mn_client_actor *ca, mn_stats_part *q)
     q->stats->client.throttled = mn_net_throttled(ca->net);
     q->stats->client.accept_pauses = mn_net_accept_pauses(ca->net);
     q->stats->client.idle_closed = ca->idle_closed;
+    q->stats->client.stalled_closed = ca->stalled_closed;
     q->stats->client.draining = ca->draining;
     memcpy(q->stats->client.outcomes, ca->outcomes, sizeof ca->outcomes);
     mn_stats_reply(q);

@@ -13,7 +13,10 @@
  * Idle connections: one without a request in flight is closed once idle_timeout_s pass without a
  * complete line from it (bytes of a line that never ends do not count: a client cannot hold a
  * descriptor by sending a line a byte at a time). Its answers written by then stay readable: the
- * close drops only output the socket has not taken (a client that does not read them).
+ * close drops only output the socket has not taken (a client that does not read them). Stalled
+ * connections: one whose output stays throttled for idle_timeout_s is closed too, and its requests
+ * cancelled: paused, they would hold their KV and their places in the queue for as long as a client
+ * that stopped reading stays connected.
  *
  * Drain (MN_MSG_DRAIN): stop accepting, refuse new requests with `busy`, and once no request is in
  * flight and every reply is written, call on_drained. A forced drain closes every connection first.
@@ -32,7 +35,7 @@ typedef struct mn_client_actor_config {
     mn_net_config net;           /* listeners and per-connection limits */
     uint32_t max_tokens_limit;   /* largest max_tokens a request may ask for */
     uint32_t idle_timeout_s;     /* a connection without a request in flight that completes no line
-                                  * for this long is closed (0: never) */
+                                  * for this long is closed, and one throttled for this long (0: never) */
     mn_chat_format chat;         /* the served model's chat format, for requests with "messages" */
     uint32_t n_drafters;         /* > 0: done lines carry "spec" */
     const char *const *drafter_names; /* borrowed: [n_drafters] */

@@ -179,13 +179,14 @@ static bool preempt_a_paused_one(mn_kvmem *k)
 }
 
 /* Start queued requests whose clients read, oldest first, while the batch has room and the pool has
- * blocks (preempting paused requests for them). A throttled one waits in place for its client. */
+ * blocks (preempting paused requests for them, as when paused requests fill every place held[] has:
+ * max_queue of them beside a full batch). A throttled one waits in place for its client. */
 static void try_admit(mn_kvmem *k)
 {
     uint32_t n_active = 0;
     for (uint32_t i = 0; i < k->n_held; i++)
         n_active += k->held[i]->state != MN_REQ_PAUSED;
-    for (uint32_t i = 0; i < k->q_len && k->n_held < k->max_held && n_active < k->cfg.max_batch;) {
+    for (uint32_t i = 0; i < k->q_len && n_active < k->cfg.max_batch;) {
         mn_req *r = *queue_slot(k, i);
         if (r->cancelled) { /* not worth a START (the verifier would only end it), throttled or not */
             queue_remove(k, i);
@@ -196,7 +197,7 @@ static void try_admit(mn_kvmem *k)
             i++;
             continue;
         }
-        mn_status st = reserve(k, r);
+        mn_status st = k->n_held < k->max_held ? reserve(k, r) : MN_BUSY;
         if (st == MN_BUSY) {
             preempt_a_paused_one(k);
             return; /* head-of-line waits for blocks: admission stays FIFO among readers */

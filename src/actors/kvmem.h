@@ -5,7 +5,8 @@
  * sized it: prompt + max_tokens, within the context; drafts are capped inside it), so the verifier never
  * waits for blocks mid-step; at most batch.max_sequences unpaused requests hold KV. A throttled
  * (paused) request keeps its blocks until they are needed: when the head of the queue cannot get
- * blocks, kvmem asks the verifier to give back the newest paused request (preempt_wanted + a kick);
+ * blocks, or paused requests fill every place kvmem holds requests in (queue.max of them beside a
+ * full batch), kvmem asks the verifier to give back the newest paused request (preempt_wanted + a kick);
  * the verifier returns it with MN_MSG_RELEASE, kvmem frees its blocks and queues it again, to be
  * recomputed once its client reads. Paused requests are skipped at admission, so clients that stop
  * reading can never hold the pool against those that read. A cancelled request in the queue is

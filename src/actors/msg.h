@@ -169,6 +169,7 @@ typedef struct mn_frontend_stats {
     uint32_t connections, throttled;
     uint64_t accept_pauses;
     uint64_t idle_closed;          /* connections closed for idling past the timeout */
+    uint64_t stalled_closed;       /* connections closed for leaving their output unread that long */
     mn_hist tpot;                  /* per request answered, seconds per token after the first (>= 2 tokens) */
     mn_hist e2e;                   /* seconds from arrival to the last token (requests that produced one) */
     bool draining;

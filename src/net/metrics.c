@@ -95,6 +95,10 @@ static void requests(text *t, const mn_stats *s)
     help(t, "minions_idle_connections_closed_total", "counter",
          "Line-protocol connections closed after --idle-timeout without a request in flight or a whole line");
     put(t, "minions_idle_connections_closed_total{frontend=\"lines\"} %llu\n", (unsigned long long)s->client.idle_closed);
+    help(t, "minions_stalled_connections_closed_total", "counter",
+         "Line-protocol connections closed after --idle-timeout with their output unread past --output-buffer");
+    put(t, "minions_stalled_connections_closed_total{frontend=\"lines\"} %llu\n",
+        (unsigned long long)s->client.stalled_closed);
     help(t, "minions_accept_pauses_total", "counter", "Times a front end stopped accepting for want of file descriptors");
     for (int i = 0; i < 2; i++)
         put(t, "minions_accept_pauses_total{frontend=\"%s\"} %llu\n", fe[i].name, (unsigned long long)fe[i].f->accept_pauses);

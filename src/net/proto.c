@@ -105,7 +105,8 @@ static bool has_nul(json_t *str)
     return strlen(json_string_value(str)) != json_string_length(str);
 }
 
-/* A number field within [lo, hi]; integral when `integer`. Absent: keep *out. */
+/* A number field within [lo, hi]; integral when `integer` (then lo and hi are whole numbers, at
+ * most 2^53). Absent: keep *out. An integer is compared as one: 2^53 + 1 would round to 2^53. */
 static mn_status num_field(json_t *obj, const char *key, double lo, double hi, bool integer, double *out,
                            mn_proto_error *err)
 {
@@ -117,8 +118,11 @@ static mn_status num_field(json_t *obj, const char *key, double lo, double hi, b
     double x = json_number_value(v);
     if (integer && (!json_is_integer(v) && x != floor(x)))
         return bad(err, MN_E_INVALID_REQUEST, "%s must be an integer", key);
-    if (!(x >= lo && x <= hi))
-        return bad(err, MN_E_INVALID_REQUEST, "%s must be in [%g, %g]", key, lo, hi);
+    bool in = json_is_integer(v) ? json_integer_value(v) >= (json_int_t)ceil(lo) &&
+                                       json_integer_value(v) <= (json_int_t)floor(hi)
+                                 : x >= lo && x <= hi;
+    if (!in)
+        return bad(err, MN_E_INVALID_REQUEST, "%s must be in [%.16g, %.16g]", key, lo, hi);
     *out = x;
     return MN_OK;
 }
@@ -271,7 +275,9 @@ mn_status mn_proto_parse(const char *line, size_t len, uint32_t limit, mn_chat_f
         return bad(err, MN_E_INVALID_JSON, "the line contains a NUL byte at offset %zu", (size_t)(nul - line));
     json_error_t jerr;
     json_t *o = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
-    if (!o)
+    if (!o && json_error_code(&jerr) == json_error_numeric_overflow) /* an integer past 64 bits (a */
+        o = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &jerr);
+    if (!o)                                                          /* seed): refused with the id */
         return bad(err, MN_E_INVALID_JSON, "column %d: %s", jerr.column, jerr.text);
     mn_status st = MN_INVALID;
     if (!json_is_object(o)) {
