@@ -241,10 +241,17 @@ Test(server, bad_input_gets_errors_and_the_connection_lives, .timeout = 120)
  * after it is taken, then the connection closes. The long line is read and thrown away as it comes
  * (2 MiB here, sent in one blocking write with the request before it: a server that stopped reading
  * would leave that write, and the client, waiting for ever). A CRLF line's '\r' is not counted. */
+static double seconds_since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) * 1e-9;
+}
+
 Test(server, line_too_long_ends_the_input_after_the_answers, .timeout = 120)
 {
     server s;
-    server_start(&s, (const char *[]){"--max-line", "256", NULL});
+    server_start(&s, (const char *[]){"--max-line", "256", "--idle-timeout", "0", NULL});
     tconn c;
     connect_to(s.unix_path, &c);
     enum { JUNK = 2 << 20 };
@@ -277,6 +284,26 @@ Test(server, line_too_long_ends_the_input_after_the_answers, .timeout = 120)
     o = await(&c, "crlf");
     cr_assert(json_object_get(o, "done"), "a line of max_line bytes and CRLF is served");
     json_decref(o);
+    tconn_close(&c);
+
+    /* after its long line, a client trickling a byte every 100 ms is closed all the same once the
+     * linger (2 s) is over (it was kept for as long as it trickled: each byte restarted the time) */
+    connect_to(s.tcp, &c);
+    memset(line, 'x', sizeof line);
+    cr_assert_eq(mn_client_send(&c.c, line, sizeof line), 0);
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    json_int_t open = 1;
+    for (int i = 0; i < 100 && open; i++) {
+        if (mn_client_send(&c.c, "x", 1) != 0) /* the server is gone */
+            break;
+        usleep(100000);
+        json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
+        open = stat_of(st, "connections", NULL);
+        json_decref(st);
+    }
+    double waited = seconds_since(&t0);
+    cr_assert(waited < 8, "a trickling client was held %.1f s after its long line", waited);
     tconn_close(&c);
     wait_idle(&s);
     server_stop(&s);
@@ -377,13 +404,6 @@ Test(server, half_close_gets_its_answers_then_the_server_closes, .timeout = 120)
     server_stop(&s);
 }
 
-static double seconds_since(const struct timespec *t0)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) * 1e-9;
-}
-
 /* --idle-timeout: a connection without a request in flight is closed once it has sent no whole line
  * for that long, a line trickled a byte at a time included; one that keeps sending lines stays, and
  * an answer written before the close can still be read after it. */
@@ -431,11 +451,24 @@ Test(server, idle_connections_are_closed, .timeout = 120)
     }
     tconn_close(&busy);
 
+    tconn blank; /* blank lines for 2.5 s, no request: alive */
+    connect_to(s.tcp, &blank);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (seconds_since(&t0) < 2.5) {
+        send_line(&blank, "");
+        usleep(300000);
+    }
+    send_request(&blank, "after", "And God said", 4, 0, 0);
+    json_t *o = await(&blank, "after");
+    cr_assert(json_object_get(o, "done"), "a connection kept alive by blank lines was closed");
+    json_decref(o);
+    tconn_close(&blank);
+
     tconn late; /* reads its answer after the connection went idle and was closed */
     connect_to(s.tcp, &late);
     send_request(&late, "late", "In the beginning", 8, 0, 0);
     sleep(3);
-    json_t *o = await(&late, "late");
+    o = await(&late, "late");
     cr_assert(json_object_get(o, "done"), "the answer written before the idle close was lost");
     json_decref(o);
     cr_assert_null(mn_client_read_line(&late.c, NULL), "the idle connection was not closed");

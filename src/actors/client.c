@@ -165,11 +165,13 @@ static void handle_line(cconn *cc, const char *line, size_t len)
     mn_mailbox_post(ca->cfg.addr->intake, &r->msg);
 }
 
-/* A complete line: the connection is not idle, whatever the line was. */
+/* A complete line: the connection is not idle, whatever the line was (a blank one, which asks for
+ * nothing and gets no answer, keeps it alive too). */
 static void on_line(void *ctx, const char *line, size_t len)
 {
     cconn *cc = ctx;
-    handle_line(cc, line, len);
+    if (len)
+        handle_line(cc, line, len);
     watch_idle(cc);
 }
 

@@ -38,6 +38,8 @@ struct mn_conn {
     bool overflowed;       /* a line passed max_line: whatever comes in now is read and thrown away */
     bool eof;              /* the client's end of input was read */
     bool lingering;        /* written and shut down after an overflow: reading to the client's end */
+    struct event *linger;  /* while lingering: ends it after LINGER_S whatever the client sends */
+    size_t scanned;        /* bytes at the input's start already searched for a '\n' in vain */
 };
 
 struct mn_net {
@@ -78,17 +80,26 @@ static void conn_free(mn_conn *c)
     if (c->next)
         c->next->prev = c->prev;
     n->n_conns--;
+    if (c->linger)
+        event_free(c->linger);
     bufferevent_free(c->bev);
     void *ctx = c->ctx;
     mn_free(c);
     n->cb.on_close(ctx); /* last: the owner may look at the net's counters */
 }
 
+static void on_linger_end(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    conn_free(arg);
+}
+
 /* The output is written and c may go. After an overflow the client may still be sending (the rest
  * of its long line): closing a socket with unread input sends a reset, which can destroy the
  * answers still on their way. So such a connection lingers: its sending side is shut down (the
  * client reads the end of the answers) and it reads on, discarding, until the client's end of
- * input or LINGER_S seconds, then goes. */
+ * input or LINGER_S seconds, then goes (a timer of its own: a read timeout would start over at
+ * every byte a client trickles). */
 static void conn_written(mn_conn *c)
 {
     if (!c->overflowed || c->eof) {
@@ -97,8 +108,11 @@ static void conn_written(mn_conn *c)
     }
     c->lingering = true;
     shutdown(bufferevent_getfd(c->bev), SHUT_WR);
-    struct timeval tv = {LINGER_S, 0};
-    bufferevent_set_timeouts(c->bev, &tv, NULL);
+    c->linger = evtimer_new(c->net->base, on_linger_end, c);
+    if (!c->linger || evtimer_add(c->linger, &(struct timeval){.tv_sec = LINGER_S}) != 0) {
+        conn_free(c); /* out of memory: a reset may cut the answers short, but nothing is held */
+        return;
+    }
     bufferevent_enable(c->bev, EV_READ);
 }
 
@@ -165,9 +179,12 @@ static bool read_lines(mn_conn *c)
         return true;
     }
     while (!c->throttled && !c->closing) {
-        size_t eol_len;
-        struct evbuffer_ptr eol = evbuffer_search_eol(in, NULL, &eol_len, EVBUFFER_EOL_LF);
-        size_t avail = evbuffer_get_length(in);
+        size_t eol_len, avail = evbuffer_get_length(in);
+        struct evbuffer_ptr from; /* past what earlier reads searched: a long line is searched once */
+        bool resume = c->scanned && c->scanned <= avail &&
+                      evbuffer_ptr_set(in, &from, c->scanned, EVBUFFER_PTR_SET) == 0;
+        struct evbuffer_ptr eol = evbuffer_search_eol(in, resume ? &from : NULL, &eol_len, EVBUFFER_EOL_LF);
+        c->scanned = eol.pos < 0 ? avail : 0;
         if (too_long(in, eol.pos >= 0 ? (size_t)eol.pos : avail, n->cfg.max_line)) {
             /* No line is taken any more (the rest is read and discarded: a client blocked sending
              * its long line must get to read its answers); the connection ends as after a
@@ -188,13 +205,13 @@ static bool read_lines(mn_conn *c)
         }
         size_t len = eol.pos >= 0 ? (size_t)eol.pos : avail; /* after a half-close: the unterminated last line */
         evbuffer_remove(in, n->line, len);
+        c->scanned = 0;
         if (eol.pos >= 0)
             evbuffer_drain(in, eol_len);
         if (len && n->line[len - 1] == '\r')
             len--;
         n->line[len] = 0;
-        if (len)
-            n->cb.on_line(c->ctx, n->line, len);
+        n->cb.on_line(c->ctx, n->line, len);
     }
     return true;
 }

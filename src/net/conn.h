@@ -4,7 +4,7 @@
  * the protocol or the engine. Its owner (the client actor) registers callbacks at mn_net_new.
  *
  * Reading: lines end at '\n' (a trailing '\r' is dropped and not counted); each complete line goes
- * to on_line. End of input is a half-close: the lines already received (the last may lack its
+ * to on_line, a blank one too. End of input is a half-close: the lines already received (the last may lack its
  * newline) are delivered, then on_input_end tells the owner, who calls mn_conn_close_when_written
  * once it has answered them. A line longer than max_line ends the input the same way: no line is
  * taken after it (what follows is read and discarded, so that a client blocked sending it can read
@@ -41,7 +41,8 @@ typedef struct mn_net_callbacks {
     void *owner;
     /* A new connection; returns the owner's state for it (NULL refuses the connection). */
     void *(*on_open)(void *owner, mn_conn *c);
-    /* One line without its '\n' (NUL-terminated, but it may contain NUL bytes: use len). */
+    /* One line without its '\n' (NUL-terminated, but it may contain NUL bytes: use len; 0 for a
+     * blank one). */
     void (*on_line)(void *ctx, const char *line, size_t len);
     /* A line passed max_line: write the error; on_input_end follows. */
     void (*on_overflow)(void *ctx);
