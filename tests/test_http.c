@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "model/model.h"
@@ -549,12 +551,21 @@ Test(http, bad_requests_get_openai_errors_and_nothing_leaks, .timeout = 120)
     expect_status(&s, "POST", CH, NULL, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}",
                   400, "top_logprobs");
     expect_status(&s, "GET", C, NULL, NULL, 405, NULL);
+    expect_status(&s, "DELETE", C, NULL, NULL, 405, NULL);
+    expect_status(&s, "PUT", "/metrics", NULL, "{}", 405, NULL);
     expect_status(&s, "POST", "/v1/models", NULL, "{}", 405, NULL);
     expect_status(&s, "GET", "/v2/nothing", NULL, NULL, 404, NULL);
     char big[6000];
     memset(big, 'a', sizeof big - 1);
     big[sizeof big - 1] = 0;
     expect_status(&s, "POST", C, NULL, big, 413, NULL);
+    /* far over the limit, sent whole (no Expect: 100-continue, as most clients do): the 413 still
+     * arrives, not a reset while the client sends */
+    char *huge = malloc(16 << 20);
+    memset(huge, 'a', (16 << 20) - 1);
+    huge[(16 << 20) - 1] = 0;
+    expect_status(&s, "POST", C, NULL, huge, 413, NULL);
+    free(huge);
     /* neutral values of the fields clients send are accepted, unknown fields ignored */
     hresp r = http_call(s.http_port, "POST", C, NULL,
                         "{\"prompt\":\"In\",\"max_tokens\":2,\"n\":1,\"presence_penalty\":0,\"frequency_penalty\":0,"
@@ -707,6 +718,87 @@ Test(http, a_dropped_stream_is_cancelled_and_frees_its_kv, .timeout = 120)
     cr_assert_eq(metric(&s, "minions_requests_total{frontend=\"http\",outcome=\"cancelled\"}"), 1);
     cr_assert_eq(metric(&s, "minions_requests_in_flight{frontend=\"http\"}"), 0);
     free(body);
+    server_stop(&s);
+}
+
+/* A client that closes its connection while its whole (not streamed) answer is being generated
+ * cancels it, as a dropped stream does: nothing is written to it until the end, so only a watch on
+ * its socket sees it go (it ran to its end before). */
+Test(http, a_client_that_leaves_before_its_answer_cancels_it, .timeout = 120)
+{
+    server s;
+    server_start(&s, HTTP);
+    int fd = http_connect(s.http_port, 0);
+    char *body = completion_body("In the beginning", 900, 0, "{\"n\":4}");
+    http_send(fd, "POST", "/v1/completions", NULL, body, 1);
+    free(body);
+    json_int_t running = 0;
+    for (int i = 0; i < 400 && !running; i++, usleep(10000)) {
+        json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
+        running = stat_of(st, "requests", "running");
+        json_decref(st);
+    }
+    cr_assert_gt(running, 0, "the generation never started");
+    close(fd);
+    wait_idle(&s);
+    cr_assert_eq(metric(&s, "minions_requests_total{frontend=\"http\",outcome=\"cancelled\"}"), 4,
+                 "the four choices of a client that left were not cancelled");
+    json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
+    cr_assert_lt(stat_of(st, "tokens", "generated"), 4 * 900, "the choices ran to their end");
+    json_decref(st);
+    server_stop(&s);
+}
+
+/* Resident memory of a process, in KiB (VmRSS). */
+static long rss_kib(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "%s", path);
+    long kib = -1;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmRSS:", 6))
+            kib = atol(line + 6);
+    fclose(f);
+    return kib;
+}
+
+/* While its reply streams, evhttp reads on from a client only to see it close: what the client sends
+ * then is held, so that a client pushing 64 MB at a stream made the server hold 64 MB. It reads 64 KiB
+ * at most now; the rest waits in the sockets, and the stream ends as any other. */
+Test(http, what_a_client_sends_while_its_reply_streams_is_not_held, .timeout = 120)
+{
+    server s;
+    server_start(&s, HTTP);
+    int fd = http_connect(s.http_port, 0);
+    char *body = completion_body("In the beginning", 900, 1, NULL);
+    http_send(fd, "POST", "/v1/completions", NULL, body, 0);
+    free(body);
+    char buf[4096];
+    cr_assert_gt(read(fd, buf, sizeof buf), 0, "the stream did not begin");
+    long before = rss_kib(s.pid);
+    enum { JUNK = 64 << 20 };
+    char *junk = calloc(1, 1 << 20);
+    size_t sent = 0;
+    int flags = fcntl(fd, F_GETFL);
+    fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do { /* as much as the sockets take in 2 s */
+        ssize_t n = send(fd, junk, 1 << 20, MSG_NOSIGNAL);
+        if (n > 0)
+            sent += (size_t)n;
+        else
+            usleep(10000);
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    } while (sent < JUNK && (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < 2000);
+    long grown = rss_kib(s.pid) - before;
+    free(junk);
+    close(fd);
+    cr_assert_lt(grown, 16 << 10, "the server grew by %ld KiB while a client sent %zu bytes at its stream", grown,
+                 sent);
+    wait_idle(&s);
     server_stop(&s);
 }
 

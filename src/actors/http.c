@@ -11,6 +11,7 @@
  */
 #include "actors/http.h"
 
+#include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
@@ -34,6 +35,8 @@
 #include "util/alloc.h"
 #include "util/log.h"
 
+#define READ_HELD (64u << 10) /* most bytes read from a client while its reply is written */
+
 _Static_assert(MN_LOGPROB_TOP >= MN_PROTO_MAX_TOP_LOGPROBS, "the sampler keeps every alternative a client may ask for");
 
 /* One HTTP request: answered at once (health, models, errors), when its stats query is back
@@ -42,6 +45,7 @@ typedef struct hreq {
     mn_http_actor *ha;
     struct evhttp_request *req;
     struct evhttp_connection *evcon; /* NULL once the connection is gone */
+    struct event *peer;              /* a generation before its reply starts: the client's end, peeked */
     bool gone;                       /* the connection closed before the reply was complete */
     bool writing;                    /* the reply is queued: on_complete or the close ends the hreq */
     struct hreq *prev, *next;
@@ -135,8 +139,12 @@ static void free_choices(hreq *h)
 static void hreq_free(hreq *h)
 {
     mn_http_actor *ha = h->ha;
-    if (h->evcon)
+    if (h->peer)
+        event_free(h->peer);
+    if (h->evcon) {
         evhttp_connection_set_closecb(h->evcon, NULL, NULL);
+        bufferevent_setwatermark(evhttp_connection_get_bufferevent(h->evcon), EV_READ, 0, 0); /* the next request's */
+    }
     *(h->prev ? &h->prev->next : &ha->reqs) = h->next;
     if (h->next)
         h->next->prev = h->prev;
@@ -155,11 +163,50 @@ static void on_complete(struct evhttp_request *req, void *arg)
     hreq_free(arg);
 }
 
+/* The client's side of the socket became readable while its generation runs and evhttp reads
+ * nothing (it reads again once the reply starts): its end of input, or a reset, is the client
+ * gone, and the connection fails as a reset would, deferred (on_close cancels the choices); bytes
+ * (the next request, pipelined) stop the watch, as evhttp would not see an end behind them either. */
+static void on_peer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)what;
+    hreq *h = arg;
+    char byte;
+    ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+        event_add(h->peer, NULL);
+    } else if (n <= 0 && h->evcon) {
+        mn_log(MN_LOG_DEBUG, "http: the client of %s left before its reply", h->id);
+        bufferevent_trigger_event(evhttp_connection_get_bufferevent(h->evcon), BEV_EVENT_EOF,
+                                  BEV_TRIG_DEFER_CALLBACKS);
+    }
+}
+
+/* Watch h's socket for its client's end until the reply starts (a client that leaves is noticed
+ * then too, but a whole answer is only written at the end). Without memory for it, the request
+ * runs to its end whatever the client does, as it did before this watch. */
+static void watch_peer(hreq *h)
+{
+    struct bufferevent *bev = evhttp_connection_get_bufferevent(h->evcon);
+    if (!(h->peer = event_new(evhttp_connection_get_base(h->evcon), bufferevent_getfd(bev), EV_READ, on_peer, h)) ||
+        event_add(h->peer, NULL) != 0)
+        mn_log(MN_LOG_WARN, "http: cannot watch a connection for its client's end");
+}
+
+static void unwatch_peer(hreq *h)
+{
+    if (h->peer) {
+        event_free(h->peer);
+        h->peer = NULL;
+    }
+}
+
 /* The connection is going: a reply being written is lost with it, a generation is cancelled. */
 static void on_close(struct evhttp_connection *evcon, void *arg)
 {
     (void)evcon;
     hreq *h = arg;
+    unwatch_peer(h);
     h->evcon = NULL;
     h->gone = true;
     if (h->writing)
@@ -181,6 +228,9 @@ static hreq *hreq_new(mn_http_actor *ha, struct evhttp_request *req)
     ha->reqs = h;
     ha->live++;
     evhttp_connection_set_closecb(h->evcon, on_close, h);
+    /* While the reply is written evhttp reads on, with no reader, only to see the connection close:
+     * a client sending meanwhile would have all it sends held. At most READ_HELD bytes are read. */
+    bufferevent_setwatermark(evhttp_connection_get_bufferevent(h->evcon), EV_READ, 0, READ_HELD);
     return h;
 }
 
@@ -194,6 +244,7 @@ static void send_reply(hreq *h, int status, const char *type, const char *body, 
         evhttp_add_header(out, "Content-Type", type);
     if (h->ha->draining)
         evhttp_add_header(out, "Connection", "close");
+    unwatch_peer(h);
     /* A HEAD reply has the headers only: evhttp would send the body, which a kept-alive client
      * takes for the start of the next reply. */
     if (evhttp_request_get_command(req) == EVHTTP_REQ_HEAD)
@@ -286,6 +337,7 @@ static void write_event(hreq *h, char *event, size_t len)
         return;
     }
     if (!h->started) {
+        unwatch_peer(h);
         struct evkeyvalq *out = evhttp_request_get_output_headers(h->req);
         evhttp_add_header(out, "Content-Type", "text/event-stream");
         evhttp_add_header(out, "Cache-Control", "no-cache");
@@ -592,6 +644,7 @@ static void generate(mn_http_actor *ha, hreq *h, mn_oai_kind api)
         free_choices(h);
         return send_error(h, 500, "server_error", "out of memory");
     }
+    watch_peer(h);
 }
 
 /* ---- the other routes ------------------------------------------------------------------------ */
@@ -712,7 +765,12 @@ mn_status mn_http_actor_new(struct event_base *base, const mn_http_config *cfg, 
     evhttp_set_max_body_size(ha->http, cfg->max_body);
     evhttp_set_max_headers_size(ha->http, 64 << 10);
     evhttp_set_timeout(ha->http, (int)cfg->timeout_s);
-    evhttp_set_allowed_methods(ha->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST | EVHTTP_REQ_OPTIONS);
+    /* every method a client may try reaches on_request, which answers 405 in the API's shape */
+    evhttp_set_allowed_methods(ha->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST | EVHTTP_REQ_OPTIONS |
+                                             EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_PATCH);
+    /* a body over the limit is read to its end before the 413: closed while the client still sends,
+     * the socket would reset, and the client see a broken pipe instead of the answer */
+    evhttp_set_flags(ha->http, EVHTTP_SERVER_LINGERING_CLOSE);
     mn_status st = MN_OK;
     if (!(ha->backoff = mn_backoff_new(base, "http")))
         st = mn_fail(err, MN_NOMEM, "http: out of memory");
@@ -808,7 +866,7 @@ void mn_http_actor_handle(void *http, mn_msg *m)
         mn_req *r = (mn_req *)((char *)m - offsetof(mn_req, flush));
         r->flush_queued = false;
         hreq *h = r->conn;
-        if (!h->gone && r->state != MN_REQ_FINISHED)
+        if (!h->gone && r->state != MN_REQ_FINISHED && h->failed < 0) /* a failed one's answer is its error */
             stream_text(h, r);
         break;
     }

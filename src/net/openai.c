@@ -455,7 +455,7 @@ static json_t *chat_logprobs(const mn_oai_result *res)
 
 static json_t *usage_json(const mn_oai_result *res)
 {
-    return json_pack("{s:i, s:i, s:i}", "prompt_tokens", (json_int_t)res->prompt_tokens, "completion_tokens",
+    return json_pack("{s:I, s:I, s:I}", "prompt_tokens", (json_int_t)res->prompt_tokens, "completion_tokens",
                      (json_int_t)res->completion_tokens, "total_tokens",
                      (json_int_t)res->prompt_tokens + res->completion_tokens);
 }
@@ -471,7 +471,7 @@ static json_t *head(const mn_oai_result *res, const char *object)
 static json_t *choice(const mn_oai_result *res, bool chunk)
 {
     json_t *text = mn_json_utf8(res->text, res->text_len);
-    json_t *c = json_pack("{s:i, s:o, s:o}", "index", (json_int_t)res->index, "logprobs",
+    json_t *c = json_pack("{s:I, s:o, s:o}", "index", (json_int_t)res->index, "logprobs",
                           !res->logprobs ? json_null()
                           : res->kind == MN_OAI_CHAT ? chat_logprobs(res)
                                                      : completion_logprobs(res),
