@@ -721,6 +721,28 @@ Test(http, a_dropped_stream_is_cancelled_and_frees_its_kv, .timeout = 120)
     server_stop(&s);
 }
 
+/* A chat without max_tokens asks for as many tokens as fit: in a KV pool smaller than the context
+ * (16 blocks of 16 positions beside a context of 1,024) that is what the pool holds, not a 400. */
+Test(http, a_chat_without_max_tokens_fits_a_small_pool, .timeout = 120)
+{
+    static const char *const args[] = {"--http", "127.0.0.1:0", "--kv-blocks", "16", NULL};
+    server s;
+    server_start(&s, args);
+    hresp r = http_call(s.http_port, "POST", "/v1/chat/completions", NULL,
+                        "{\"messages\":[{\"role\":\"user\",\"content\":\"In the beginning\"}],\"temperature\":0}");
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    json_t *o = json_of(&r);
+    cr_assert_str_eq(str_at(o, "choices.0.finish_reason"), "length", "%s", r.body);
+    cr_assert_eq(int_at(o, "usage.total_tokens"), 16 * 16, "%s", r.body);
+    json_decref(o);
+    hresp_free(&r);
+    expect_status(&s, "POST", "/v1/chat/completions", NULL, /* asked for, it must fit */
+                  "{\"messages\":[{\"role\":\"user\",\"content\":\"In the beginning\"}],\"max_tokens\":300}", 400,
+                  NULL);
+    wait_idle(&s);
+    server_stop(&s);
+}
+
 /* A client that closes its connection while its whole (not streamed) answer is being generated
  * cancels it, as a dropped stream does: nothing is written to it until the end, so only a watch on
  * its socket sees it go (it ran to its end before). */

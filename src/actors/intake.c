@@ -92,8 +92,12 @@ static void admit(mn_intake *in, mn_req *r)
     /* Its whole length is reserved at admission, so no step ever waits for blocks: every position
      * it may write, within the context. A draft never reaches past it: the verifier caps a draft at
      * what the request may still generate. */
-    uint64_t need = r->toks.n + (uint64_t)r->p.max_tokens;
+    uint64_t need = r->toks.n + (uint64_t)r->p.max_tokens, room = (uint64_t)in->cfg.kv_blocks * in->cfg.kv_block_size;
     r->kv_need = need > n_ctx ? n_ctx : (uint32_t)need;
+    if (r->p.max_tokens_fit && r->kv_need > room && room > r->toks.n) { /* a pool smaller than the context */
+        r->kv_need = (uint32_t)room;
+        r->p.max_tokens = (uint32_t)(room - r->toks.n);
+    }
     if (blocks_for(in, r->kv_need) > in->cfg.kv_blocks) {
         mn_req_fail(r, MN_E_INVALID_REQUEST, "prompt + max_tokens need %u KV blocks; the server has %u",
                     blocks_for(in, r->kv_need), in->cfg.kv_blocks);

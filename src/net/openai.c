@@ -343,6 +343,7 @@ static mn_status parse_object(json_t *o, mn_oai_kind kind, const mn_oai_config *
     if (opts && (!json_is_object(opts) || boolean(opts, "include_usage", &q->include_usage, err) != MN_OK))
         return err->status ? MN_INVALID : bad(err, "stream_options", "stream_options must be an object");
     p->max_tokens = (uint32_t)max_tokens;
+    p->max_tokens_fit = kind == MN_OAI_CHAT && !field(o, max_key);
     p->temperature = (float)temperature;
     p->top_p = (float)top_p;
     p->seed = (uint64_t)(int64_t)seed;

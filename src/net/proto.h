@@ -43,6 +43,8 @@ typedef struct mn_req_params {
                                   * OpenAI API's token prompts); prompt is then NULL */
     uint32_t n_prompt_ids;
     uint32_t max_tokens;         /* 1..limit (default 64) */
+    bool max_tokens_fit;         /* not given, meaning as many as fit (an HTTP chat's): intake caps
+                                  * it at what the KV pool holds beside the prompt */
     float temperature;           /* >= 0 (default 0: greedy) */
     float top_p;                 /* (0, 1] (default 1) */
     uint64_t seed;               /* default 0 */
