@@ -100,6 +100,12 @@ check "... saying so" grep -q "longer than 511 bytes" "$tmp/d1.err"
 d --model "$model" --kv-mib 1048576 >/dev/null 2>"$tmp/d2.err"
 check "minionsd: a --kv-mib of more than 2^24 blocks is refused" test $? -eq 1
 check "... saying so" grep -q "more than 16777216" "$tmp/d2.err"
+d --model "$model" --kv-mib 4 --kv-blocks 64 >/dev/null 2>"$tmp/d5.err"
+check "minionsd: --kv-mib beside --kv-blocks is refused (exit 2)" test $? -eq 2
+check "... saying so" grep -q "give one" "$tmp/d5.err"
+d --model "$model" --events ipc://"$tmp/ev" >/dev/null 2>"$tmp/d6.err"
+check "minionsd: --events without a drafter is refused (exit 2)" test $? -eq 2
+check "... saying so" grep -q "no --draft" "$tmp/d6.err"
 "$bin/minionsd" --port 0 --admin none --threads 2 --model "$data/ctx4.gguf" >"$tmp/d3.out" 2>"$tmp/d3.err" &
 dpid=$!
 for _ in $(seq 100); do grep -q listening "$tmp/d3.out" 2>/dev/null && break; sleep 0.1; done

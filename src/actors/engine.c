@@ -213,10 +213,12 @@ static mn_status new_mailboxes(mn_engine *e, mn_err *err)
         if (s != MN_OK)
             return s;
     }
+    static const char *const drafter_names[] = {"drafter0", "drafter1", "drafter2", "drafter3",
+                                                "drafter4", "drafter5", "drafter6", "drafter7"};
+    _Static_assert(sizeof drafter_names / sizeof *drafter_names == MN_ENGINE_MAX_DRAFTS, "a mailbox name each");
     for (uint32_t i = 0; i < e->n_drafts; i++) {
-        char name[32];
-        snprintf(name, sizeof name, "drafter%u", i);
-        mn_status s = mn_mailbox_new(e->base, name, mn_drafter_handle, NULL, MAILBOX_BATCH, &e->addr.drafters[i], err);
+        mn_status s = mn_mailbox_new(e->base, drafter_names[i], mn_drafter_handle, NULL, MAILBOX_BATCH,
+                                     &e->addr.drafters[i], err); /* names are kept, not copied */
         if (s != MN_OK)
             return s;
     }

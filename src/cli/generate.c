@@ -31,7 +31,7 @@ static void usage(FILE *f)
             "      --temperature T     0 = greedy (default 0)\n"
             "      --top-p P           nucleus mass in (0, 1] (default 1)\n"
             "      --seed N            sampling seed (default 0)\n"
-            "  -t, --threads N         compute threads (default: all cores)\n"
+            "  -t, --threads N         compute threads (default: every core it may run on)\n"
             "      --backend B         auto|cpu|cuda (default auto: CUDA where a device runs it)\n"
             "      --kv-type T         f32|f16: the KV cache's elements (f16: half floats; default f32)\n"
             "      --log-level L       error|warn|info|debug (default warn)\n");

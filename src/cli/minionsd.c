@@ -37,7 +37,7 @@ static void usage(FILE *f)
             "      --admin ADDR       admin socket: ipc://PATH or tcp://127.0.0.1:N ('none': no admin socket;\n"
             "                         default ipc://$XDG_RUNTIME_DIR/minionsd.admin, or under /tmp/minionsd-UID/)\n"
             "      --socket-mode M    permissions of the Unix and ipc socket files (default 0600)\n"
-            "  -t, --threads N        compute threads (default: all cores)\n"
+            "  -t, --threads N        compute threads (default: every core it may run on)\n"
             "      --max-batch N      most sequences decoded together (default 16)\n"
             "      --kv-blocks N      KV blocks of 16 tokens (default: max-batch full contexts, at most\n"
             "                         a quarter of the machine's memory)\n"
@@ -55,7 +55,7 @@ static void usage(FILE *f)
             "speculative decoding:\n"
             "      --draft PATH|ngram a drafter: a GGUF draft model sharing the target's vocabulary, or the\n"
             "                         n-gram (prompt lookup) drafter; repeat for a vote (up to 8, the first\n"
-            "                         wins ties); none: plain decoding\n"
+            "                         wins ties); without one, plain decoding\n"
             "      --spec-length N    tokens drafted per verification, 0..16: the tuner's start; 0 = plain\n"
             "                         decoding (default 4)\n"
             "      --spec-weights W   sequence|global|fixed: whose weights the vote reads (default sequence)\n"
@@ -252,6 +252,14 @@ int main(int argc, char **argv)
     }
     if (optind != argc) {
         usage(stderr);
+        return 2;
+    }
+    const char *clash = cfg.kv_blocks && kv_mib ? "--kv-blocks and --kv-mib each size the KV pool: give one"
+                        : cfg.events_addr && !cfg.n_drafts
+                            ? "--events publishes what speculation does, and there is no --draft"
+                            : NULL;
+    if (clash) {
+        fprintf(stderr, "minionsd: %s\n", clash);
         return 2;
     }
     cfg.kv_mib = (uint32_t)kv_mib;

@@ -36,6 +36,7 @@ static void receive(mn_adminsock *a)
             return;
         }
         a->owed = true;
+        event_del(a->ev); /* the fd stays readable while another peer's message waits: it would spin */
         if ((size_t)n > MN_ADMINSOCK_MAX_MSG) { /* answered, not parsed (nanomsg would drop it unanswered) */
             static const char big[] = "{\"ok\":false,\"error\":\"an admin message is at most 1 MiB\"}";
             mn_adminsock_reply(a, big, sizeof big - 1);
@@ -57,6 +58,8 @@ void mn_adminsock_reply(mn_adminsock *a, const char *reply, size_t len)
     if (nn_send(a->sock, reply, len, NN_DONTWAIT) < 0)
         mn_log(MN_LOG_WARN, "admin: reply failed: %s", nn_strerror(nn_errno()));
     a->owed = false;
+    if (event_add(a->ev, NULL) < 0)
+        mn_log(MN_LOG_ERROR, "admin: cannot watch the socket again; later commands go unanswered");
     /* nanomsg's fd is edge-like: what arrived while a reply was owed must be read now. Deferred to
      * the loop, because the owner may be replying from inside fn. */
     event_active(a->ev, EV_READ, 0);

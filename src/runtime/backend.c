@@ -1,14 +1,24 @@
 /* backend.c - the checks every backend relies on, and the calls shared by all of them. */
 #include "runtime/backend.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include "model/sampler.h"
 #include "util/alloc.h"
 
+/* The CPUs this process may run on (taskset, a container's cpuset), or those online. */
+static long usable_cpus(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    return sysconf(_SC_NPROCESSORS_ONLN);
+}
+
 mn_backend_config mn_backend_defaults(const mn_model *m, uint32_t n_ctx_total)
 {
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    long cpus = usable_cpus();
     mn_backend_config c = {
         .n_threads = cpus > 0 ? (int)(cpus > 64 ? 64 : cpus) : 1,
         .max_tokens = 512,
