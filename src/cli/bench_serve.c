@@ -26,6 +26,7 @@
 #include "cli/prompts.h"
 #include "util/alloc.h"
 #include "util/clock.h"
+#include "util/num.h"
 
 typedef struct record {
     int client;
@@ -236,14 +237,17 @@ int main(int argc, char **argv)
         {0, 0, 0, 0},
     };
     for (int c; (c = getopt_long(argc, argv, "a:c:p:r:n:o:f:h", opts, NULL)) != -1;) {
+        long n = 0;
+        double x = 0;
+        bool ok = true;
         switch (c) {
         case 'a': b.addr = optarg; break;
-        case 'c': clients = atoi(optarg); break;
+        case 'c': ok = mn_parse_long(optarg, 1, 1024, &n), clients = (int)n; break;
         case 'p': prompts = optarg; break;
-        case 'r': b.n_requests = atoi(optarg); break;
-        case 'n': b.max_tokens = atoi(optarg); break;
-        case 'T': b.temperature = atof(optarg); break;
-        case 'P': b.top_p = atof(optarg); break;
+        case 'r': ok = mn_parse_long(optarg, 0, 1L << 30, &n), b.n_requests = (int)n; break;
+        case 'n': ok = mn_parse_long(optarg, 1, 1 << 20, &n), b.max_tokens = (int)n; break;
+        case 'T': ok = mn_parse_real(optarg, 0, 100, &x), b.temperature = x; break;
+        case 'P': ok = mn_parse_real(optarg, 1e-6, 1, &x), b.top_p = x; break;
         case 'H': b.http = 1; break;
         case 'x':
             json_decref(b.extra);
@@ -255,7 +259,7 @@ int main(int argc, char **argv)
             }
             break;
         case 'o': out = optarg; break;
-        case 'f': b.first = atoi(optarg); break;
+        case 'f': ok = mn_parse_long(optarg, 0, 1L << 30, &n), b.first = (int)n; break;
         case 'h':
         default:
             fprintf(c == 'h' ? stdout : stderr,
@@ -264,10 +268,10 @@ int main(int argc, char **argv)
                     "                     [--top-p P] [--out FILE.jsonl] [--http [--extra JSON]]\n");
             return c == 'h' ? 0 : 2;
         }
-    }
-    if (clients < 1 || clients > 1024 || b.max_tokens < 1 || b.first < 0 || !(b.top_p > 0.0 && b.top_p <= 1.0)) {
-        fprintf(stderr, "minions-bench: bad --clients, --max-tokens, --first or --top-p\n");
-        return 2;
+        if (!ok) {
+            fprintf(stderr, "minions-bench: bad option value '%s'\n", optarg);
+            return 2;
+        }
     }
     if (mn_prompts_load(prompts, 0, SIZE_MAX, &b.prompts, &b.n_prompts) < 0) {
         fprintf(stderr, "minions-bench: cannot read prompts from %s\n", prompts);

@@ -19,6 +19,7 @@
 #include "util/alloc.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/num.h"
 
 static void usage(FILE *f)
 {
@@ -35,19 +36,6 @@ static void usage(FILE *f)
             "      --backend B         auto|cpu|cuda (default auto: CUDA where a device runs it)\n"
             "      --kv-type T         f32|f16: the KV cache's elements (f16: half floats; default f32)\n"
             "      --log-level L       error|warn|info|debug (default warn)\n");
-}
-
-/* s, all of it, as a number in [lo, hi] (a whole one where whole is set). Seeds stop at 2^53, as
- * the server's (a JSON number is a double there): past it neighbouring seeds would be one. */
-static int parse_num(const char *s, double lo, double hi, bool whole, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi) || (whole && v != floor(v)))
-        return 0;
-    *out = v;
-    return 1;
 }
 
 static char *read_file(const char *path, size_t *len)
@@ -80,7 +68,9 @@ static char *read_file(const char *path, size_t *len)
 int main(int argc, char **argv)
 {
     const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL;
-    double max_tokens = 64, temperature = 0, top_p = 1, seed = 0, threads = 0;
+    long max_tokens = 64, threads = 0;
+    long seed = 0; /* at most 2^53, as the server's: a JSON number is a double there */
+    double temperature = 0, top_p = 1;
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},       {"prompt", required_argument, 0, 'p'},
         {"prompt-file", required_argument, 0, 'F'}, {"max-tokens", required_argument, 0, 'n'},
@@ -97,11 +87,11 @@ int main(int argc, char **argv)
         case 'm': model_path = optarg; break;
         case 'p': prompt = optarg; break;
         case 'F': prompt_file = optarg; break;
-        case 'n': ok = parse_num(optarg, 1, 1 << 20, true, &max_tokens); break;
-        case 'T': ok = parse_num(optarg, 0, 100, false, &temperature); break;
-        case 'P': ok = parse_num(optarg, 1e-6, 1, false, &top_p); break;
-        case 'S': ok = parse_num(optarg, 0, 9007199254740992.0, true, &seed); break;
-        case 't': ok = parse_num(optarg, 1, 256, true, &threads); break;
+        case 'n': ok = mn_parse_long(optarg, 1, 1 << 20, &max_tokens); break;
+        case 'T': ok = mn_parse_real(optarg, 0, 100, &temperature); break;
+        case 'P': ok = mn_parse_real(optarg, 1e-6, 1, &top_p); break;
+        case 'S': ok = mn_parse_long(optarg, 0, 1L << 53, &seed); break;
+        case 't': ok = mn_parse_long(optarg, 1, 256, &threads); break;
         case 'B': ok = (kind = mn_backend_parse_kind(optarg)) >= 0; break;
         case 'K': ok = (kv_type = mn_kv_type_parse(optarg)) >= 0; break;
         case 'L': {

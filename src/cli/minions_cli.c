@@ -1,10 +1,10 @@
 /* minions_cli.c - minions-cli: send one prompt to a running minionsd and stream the continuation to
  * stdout (raw text, as it arrives); the finish reason and token counts go to stderr. Exit 1 when the
  * server answers with an error (its code and message go to stderr). */
-#include <errno.h>
+#include <float.h>
 #include <getopt.h>
 #include <jansson.h>
-#include <math.h>
+#include <limits.h>
 #include <nanomsg/nn.h>
 #include <nanomsg/reqrep.h>
 #include <stdbool.h>
@@ -15,6 +15,7 @@
 #include "cli/client.h"
 #include "net/sockpath.h"
 #include "net/proto.h"
+#include "util/num.h"
 
 static void usage(FILE *f)
 {
@@ -33,17 +34,15 @@ static void usage(FILE *f)
             "      minionsd's default (ipc://$XDG_RUNTIME_DIR/minionsd.admin, else under /tmp/minionsd-UID/)\n");
 }
 
-/* The whole of s as a finite number (an integer where integer is set): a value for the request. */
+/* The whole of s as a finite number (an integer where integer is set): a value for the request,
+ * whose range the server checks. */
 static json_t *number(const char *s, bool integer)
 {
-    char *end;
-    errno = 0;
-    if (integer) {
-        long long v = strtoll(s, &end, 10);
-        return end != s && !*end && !errno ? json_integer(v) : NULL;
-    }
-    double v = strtod(s, &end);
-    return end != s && !*end && !errno && isfinite(v) ? json_real(v) : NULL;
+    long n;
+    double x;
+    if (integer)
+        return mn_parse_long(s, LONG_MIN, LONG_MAX, &n) ? json_integer(n) : NULL;
+    return mn_parse_real(s, -DBL_MAX, DBL_MAX, &x) ? json_real(x) : NULL;
 }
 
 /* One request-reply round trip on the admin socket; the reply goes to stdout. */

@@ -15,6 +15,7 @@
 #include "net/sockpath.h"
 #include "runtime/registry.h"
 #include "util/log.h"
+#include "util/num.h"
 
 static void usage(FILE *f)
 {
@@ -85,17 +86,6 @@ static void usage(FILE *f)
             "fastest this CPU runs; all give the same bits, docs/runtime.md)\n");
 }
 
-static int parse_int(const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return 0;
-    *out = v;
-    return 1;
-}
-
 /* on|off into *out; 0 (and *out unchanged) for anything else. */
 static int parse_on_off(const char *s, bool *out)
 {
@@ -110,7 +100,7 @@ static int parse_http(const char *arg, char *host, size_t cap, mn_engine_config 
 {
     const char *colon = strrchr(arg, ':');
     long port;
-    if (!parse_int(colon ? colon + 1 : arg, 0, 65535, &port))
+    if (!mn_parse_long(colon ? colon + 1 : arg, 0, 65535, &port))
         return 0;
     size_t n = colon ? (size_t)(colon - arg) : 0;
     if (n >= 2 && arg[0] == '[' && arg[n - 1] == ']')
@@ -184,21 +174,21 @@ int main(int argc, char **argv)
         switch (c) {
         case 'm': cfg.model_path = optarg, model_given = 1; break;
         case 'H': cfg.host = optarg; break;
-        case 'p': ok = parse_int(optarg, -1, 65535, &v), cfg.port = (int)v; break;
+        case 'p': ok = mn_parse_long(optarg, -1, 65535, &v), cfg.port = (int)v; break;
         case 'u': cfg.unix_path = optarg; break;
         case 'a': cfg.admin_addr = strcmp(optarg, "none") ? optarg : NULL, admin_given = 1; break;
         case 'B': ok = (v = mn_backend_parse_kind(optarg)) >= 0, cfg.backend = (mn_backend_kind)v; break;
         case 'X': ok = (cfg.draft_backend = mn_backend_parse_kind(optarg)) >= 0; break;
         case 'M': ok = mn_sockpath_parse_mode(optarg, &cfg.socket_mode, &err) == MN_OK; break;
-        case 't': ok = parse_int(optarg, 1, 256, &v), cfg.n_threads = (int)v; break;
-        case 'b': ok = parse_int(optarg, 1, 1024, &v), cfg.max_batch = (uint32_t)v; break;
-        case 'k': ok = parse_int(optarg, 1, MN_ENGINE_MAX_KV_BLOCKS, &v), cfg.kv_blocks = (uint32_t)v; break;
-        case 'K': ok = parse_int(optarg, 1, 1 << 20, &kv_mib); break;
+        case 't': ok = mn_parse_long(optarg, 1, 256, &v), cfg.n_threads = (int)v; break;
+        case 'b': ok = mn_parse_long(optarg, 1, 1024, &v), cfg.max_batch = (uint32_t)v; break;
+        case 'k': ok = mn_parse_long(optarg, 1, MN_ENGINE_MAX_KV_BLOCKS, &v), cfg.kv_blocks = (uint32_t)v; break;
+        case 'K': ok = mn_parse_long(optarg, 1, 1 << 20, &kv_mib); break;
         case 'Y': ok = (v = mn_kv_type_parse(optarg)) >= 0, cfg.kv_type = (mn_kv_type)v; break;
-        case 'q': ok = parse_int(optarg, 1, 1 << 20, &v), cfg.max_queue = (uint32_t)v; break;
-        case 'l': ok = parse_int(optarg, 64, 1 << 30, &v), cfg.max_line = (uint32_t)v; break;
-        case 'o': ok = parse_int(optarg, 4, 1 << 20, &v), cfg.out_high = (uint32_t)v << 10; break;
-        case 'D': ok = parse_int(optarg, 0, 86400, &v), cfg.drain_timeout_s = (uint32_t)v; break;
+        case 'q': ok = mn_parse_long(optarg, 1, 1 << 20, &v), cfg.max_queue = (uint32_t)v; break;
+        case 'l': ok = mn_parse_long(optarg, 64, 1 << 30, &v), cfg.max_line = (uint32_t)v; break;
+        case 'o': ok = mn_parse_long(optarg, 4, 1 << 20, &v), cfg.out_high = (uint32_t)v << 10; break;
+        case 'D': ok = mn_parse_long(optarg, 0, 86400, &v), cfg.drain_timeout_s = (uint32_t)v; break;
         case 'L': ok = (v = mn_log_parse_level(optarg)) >= 0; if (ok) mn_log_set_level((mn_log_level)v); break;
         case 'r':
             if (cfg.n_drafts == MN_ENGINE_MAX_DRAFTS) {
@@ -207,14 +197,14 @@ int main(int argc, char **argv)
             }
             ok = *optarg != 0, cfg.drafts[cfg.n_drafts++] = optarg;
             break;
-        case 's': ok = parse_int(optarg, 0, MN_SPEC_MAX_LEN, &v), cfg.spec_length = (uint32_t)v; break;
+        case 's': ok = mn_parse_long(optarg, 0, MN_SPEC_MAX_LEN, &v), cfg.spec_length = (uint32_t)v; break;
         case 'W': ok = (cfg.weights_mode = mn_weights_mode_parse(optarg)) >= 0; break;
         case 'e': cfg.events_addr = optarg; break;
         case 'R': cfg.step_trace = optarg; break;
         case 'P': cfg.pipeline = true; break;
-        case 'd': ok = parse_int(optarg, 0, 255, &v), cfg.draft_threads = (int)v; break;
+        case 'd': ok = mn_parse_long(optarg, 0, 255, &v), cfg.draft_threads = (int)v; break;
         case 'N':
-            ok = parse_int(optarg, 0, 1L << 28, &v) && (v == 0 || v >= 64), cfg.ngram_cache = (uint32_t)v;
+            ok = mn_parse_long(optarg, 0, 1L << 28, &v) && (v == 0 || v >= 64), cfg.ngram_cache = (uint32_t)v;
             break;
         case 'C': ok = parse_on_off(optarg, &cfg.prefix_cache); break;
         case 'c': ok = parse_on_off(optarg, &cfg.cascade); break;
@@ -225,8 +215,8 @@ int main(int argc, char **argv)
                 return 2;
             cfg.api_key = api_key;
             break;
-        case 'O': ok = parse_int(optarg, 1, 86400, &v), cfg.http_timeout_s = (uint32_t)v; break;
-        case 'I': ok = parse_int(optarg, 0, 86400, &v), cfg.idle_timeout_s = (uint32_t)v; break;
+        case 'O': ok = mn_parse_long(optarg, 1, 86400, &v), cfg.http_timeout_s = (uint32_t)v; break;
+        case 'I': ok = mn_parse_long(optarg, 0, 86400, &v), cfg.idle_timeout_s = (uint32_t)v; break;
         case 'T': {
             mn_tuner_mode mode;
             if (mn_tuner_parse(optarg, &mode, &cfg.tuner, &err) != MN_OK) {
@@ -237,9 +227,8 @@ int main(int argc, char **argv)
             break;
         }
         case 'S': {
-            char *end;
-            double f = strtod(optarg, &end);
-            ok = end != optarg && !*end && f >= 0 && f <= 1, cfg.skip_below = (float)f;
+            double f;
+            ok = mn_parse_real(optarg, 0, 1, &f), cfg.skip_below = (float)f;
             break;
         }
         case 'h': usage(stdout); return 0;
