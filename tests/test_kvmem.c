@@ -273,3 +273,35 @@ Test(kvmem, paused_requests_filling_every_place_are_preempted_for_a_reader)
     cr_assert_eq(mn_kv_used(t.pool), 0, "blocks leaked");
     stop();
 }
+
+/* A preempted request whose client went while it came back, the batch full by then (a paused
+ * request's client read again): answered at once, not once a slot frees. */
+Test(kvmem, cancelled_request_back_from_preemption_does_not_wait_for_a_slot)
+{
+    start_queue(1, 8);
+    mn_req *other = request("other", 16), *victim = request("victim", 32);
+    to_kvmem(other, MN_MSG_ENQUEUE);
+    cr_assert(mn_req_event(other, MN_REQ_EV_THROTTLED));
+    deliver_kvmem_kick();
+    to_kvmem(victim, MN_MSG_ENQUEUE);
+    cr_assert(mn_req_event(victim, MN_REQ_EV_THROTTLED));
+    deliver_kvmem_kick();
+    cr_assert_eq(t.n_started, 2);
+
+    mn_req *reader = request("reader", 32);
+    to_kvmem(reader, MN_MSG_ENQUEUE);
+    cr_assert(victim->preempt_wanted, "kvmem did not ask for the newest paused request's blocks");
+    cancel(victim);
+    cr_assert(mn_req_event(other, MN_REQ_EV_RESUMED)); /* the batch of one is full again */
+    to_kvmem(victim, MN_MSG_RELEASE);
+    cr_assert_eq(t.n_done, 1, "the cancelled request waited for a batch slot");
+    cr_assert_eq(t.done[0], victim);
+    cr_assert_str_eq(victim->finish, "cancelled");
+
+    finish(other);
+    cr_assert_eq(t.n_started, 3);
+    cr_assert_eq(t.started[2], reader);
+    finish(reader);
+    cr_assert_eq(mn_kv_used(t.pool), 0, "blocks leaked");
+    stop();
+}

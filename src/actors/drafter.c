@@ -167,8 +167,11 @@ static void draft_run(mn_job *job)
         if (j->st == MN_OK) {
             x->prop_len = j->cap[i];
             x->prop_at = (uint32_t)j->live[i]->toks.n;
-        } else {
-            x->kv.len = 0; /* unknown after a failed pass: recompute from the start next time */
+        } else { /* no proposal; kv.len counts the passes that succeeded, whose positions hold the
+                  * request's tokens and then what it fed itself: mn_req_draft_valid keeps those the
+                  * target kept (going back to 0 would write the blocks the pool's prefix cache gave
+                  * it again, which other requests may share and read) */
+            x->prop_at = (uint32_t)j->live[i]->toks.n;
         }
     }
     j->part->seconds = mn_now() - t0;

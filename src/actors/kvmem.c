@@ -183,16 +183,12 @@ static bool preempt_a_paused_one(mn_kvmem *k)
  * max_queue of them beside a full batch). A throttled one waits in place for its client. */
 static void try_admit(mn_kvmem *k)
 {
+    drop_cancelled(k); /* not worth a START (the verifier would only end it), nor a wait for a slot */
     uint32_t n_active = 0;
     for (uint32_t i = 0; i < k->n_held; i++)
         n_active += k->held[i]->state != MN_REQ_PAUSED;
     for (uint32_t i = 0; i < k->q_len && n_active < k->cfg.max_batch;) {
         mn_req *r = *queue_slot(k, i);
-        if (r->cancelled) { /* not worth a START (the verifier would only end it), throttled or not */
-            queue_remove(k, i);
-            answer_cancelled(k, r);
-            continue;
-        }
         if (r->throttled) {
             i++;
             continue;
@@ -231,8 +227,7 @@ static void enqueue(mn_kvmem *k, mn_req *r)
 
 /* The verifier handed r back: it finished, or it was paused and asked for (preempt_wanted). A
  * preempted request whose client went while it was on its way back (the KICK of its cancellation
- * may have come first) is queued like any other and answered by try_admit, throttled or not: by the
- * one that follows, or, with the batch full, the next one that has a slot. */
+ * may have come first) is queued like any other and answered by the try_admit that follows. */
 static void release(mn_kvmem *k, mn_req *r)
 {
     held_remove(k, r);
@@ -283,8 +278,7 @@ void mn_kvmem_handle(void *kvmem, mn_msg *m)
         release(k, (mn_req *)m);
         break;
     case MN_MSG_KICK:
-        mn_kick_taken(k->cfg.addr->kvmem_kick);
-        drop_cancelled(k);
+        mn_kick_taken(k->cfg.addr->kvmem_kick); /* try_admit answers the cancelled ones */
         break;
     case MN_MSG_SET: {
         mn_setting *s = (mn_setting *)m;

@@ -10,8 +10,8 @@
  * the verifier returns it with MN_MSG_RELEASE, kvmem frees its blocks and queues it again, to be
  * recomputed once its client reads. Paused requests are skipped at admission, so clients that stop
  * reading can never hold the pool against those that read. A cancelled request in the queue is
- * answered on a KICK, or at admission instead of a START, throttled or not (so too one handed back
- * preempted after its client went).
+ * answered at the next message kvmem handles (a KICK, an ENQUEUE, a RELEASE), throttled or not,
+ * and whether the batch has room or not (so too one handed back preempted after its client went).
  * With nothing running and nothing queued, every block is free again.
  *
  * Drafts: each model drafter has its own pool, as large as the target's in positions; admission

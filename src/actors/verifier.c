@@ -54,7 +54,7 @@ struct mn_verifier {
     double round_backlog, step_backlog; /* of those, the drafters' backlog (mn_measure), */
     double round_costly, step_costly;   /* the costly drafters' passes of later positions */
     uint32_t round_positions, step_positions; /* and those positions (mn_tuner_step) */
-    uint32_t pool_batch;    /* B: the pool's bound when the last round was planned */
+    uint32_t pool_batch;    /* B: the pool's bound as the last schedule found it */
     bool paused;            /* drafting is paused: the pool holds B */
     uint64_t rounds, overlapped, pauses, resumes;
     mn_measure measure;     /* to the tuner */
@@ -313,15 +313,15 @@ static bool wants_draft(const mn_verifier *v, const mn_req *r, uint32_t s)
     return r->phase == MN_PHASE_IDLE && may_draft(v, r) && draft_cap(v, r, s, v->cfg.be->cfg.max_tokens) > 0;
 }
 
-/* Start a round over the idle requests that may draft, in admission order, as far as the batch and
- * the pass's budget go (prompt chunks and waiting drafts come first in the budget); with the
- * pipeline, at most as many as bring the pool to its bound B (half of the speculating sequences):
- * while the pool holds B, drafting pauses. False when no round started. */
-static bool start_round(mn_verifier *v)
+/* Start a round at length s of class cls (schedule's) over the idle requests that may draft, in
+ * admission order, as far as the batch and the pass's budget go (prompt chunks and waiting drafts
+ * come first in the budget); with the pipeline, at most as many as bring the pool to its bound B
+ * (half of the speculating sequences): while the pool holds B, drafting pauses. False when no
+ * round started. */
+static bool start_round(mn_verifier *v, uint32_t cls, uint32_t s)
 {
     if (!v->cfg.addr->voter || !v->cfg.spec_enabled)
         return false;
-    uint32_t cls = step_class(v, &v->pool_batch), s = class_length(v, cls);
     const mn_tuner_advice *advice = &v->advice[cls];
     if (!s)
         return false;
@@ -380,15 +380,14 @@ static bool start_round(mn_verifier *v)
     return true;
 }
 
-/* Start a step over the requests that need no drafts (prompt chunks, plain steps) and the drafted
- * ones, in admission order, as far as the batch and the pass's token budget go: first every
- * request's own tokens, then the drafts within what is left (a draft cut short is still a draft).
- * False when there was nothing to step. */
-static bool start_step(mn_verifier *v)
+/* Start a step over the requests that need no drafts at length s (prompt chunks, plain steps) and
+ * the drafted ones, in admission order, as far as the batch and the pass's token budget go: first
+ * every request's own tokens, then the drafts within what is left (a draft cut short is still a
+ * draft). cls is the class s is of. False when there was nothing to step. */
+static bool start_step(mn_verifier *v, uint32_t cls, uint32_t s)
 {
     step_job *st = &v->step;
-    uint32_t bound, budget = v->cfg.be->cfg.max_tokens, n = 0, drafted = 0, cls = step_class(v, &bound);
-    uint32_t s = class_length(v, cls);
+    uint32_t budget = v->cfg.be->cfg.max_tokens, n = 0, drafted = 0;
     bool decoding_only = true; /* every sequence brings its one next token: no prompt chunk */
     for (uint32_t i = 0; i < v->n_running && budget > 0 && n < v->cfg.max_batch; i++) {
         mn_req *r = v->running[i];
@@ -475,17 +474,21 @@ static bool start_step(mn_verifier *v)
 /* Start what may start. Without the pipeline the verifier alternates: a round over every request
  * that may draft, then one step over everything (so prompt chunks and plain steps join the drafted
  * ones). With it, the step and the round each start as soon as their last one is back: the step
- * takes the pool, the round refills it. */
+ * takes the pool, the round refills it. Both go by the class and length of the state before
+ * either: the requests a step leaves out for wanting drafts at that length are the round's (taken
+ * after the step, a prompt it took counted as decoding and could move the class to a length of
+ * 0, and those requests got neither until the step came back). */
 static void schedule(mn_verifier *v)
 {
     prune(v);
+    uint32_t cls = step_class(v, &v->pool_batch), s = class_length(v, cls);
     if (v->cfg.pipeline) {
         if (!v->stepping)
-            start_step(v);
+            start_step(v, cls, s);
         if (!v->drafting)
-            start_round(v);
-    } else if (!v->stepping && !v->drafting && (pool_depth(v) || !start_round(v))) {
-        start_step(v);
+            start_round(v, cls, s);
+    } else if (!v->stepping && !v->drafting && (pool_depth(v) || !start_round(v, cls, s))) {
+        start_step(v, cls, s);
     }
 }
 
