@@ -5,6 +5,7 @@
 #include "actors/admin.h"
 
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -16,6 +17,9 @@
 #include "spec/ngram.h"
 #include "util/alloc.h"
 #include "util/log.h"
+
+/* "drafter.<name>.enabled": a name is a file's, at most NAME_MAX bytes */
+#define DRAFTER_KEY_MAX (sizeof "drafter." + NAME_MAX + sizeof ".enabled")
 
 struct mn_admin {
     mn_admin_config cfg;
@@ -89,7 +93,7 @@ static json_t *config_json(mn_admin *a)
     json_object_set_new(o, "tuner.cost", json_string(mn_tuner_cost_name(t->cost)));
     json_object_set_new(o, "tuner.rule", json_string(mn_tuner_rule_name(t->rule)));
     for (uint32_t i = 0; i < a->cfg.n_drafters; i++) {
-        char key[96];
+        char key[DRAFTER_KEY_MAX];
         snprintf(key, sizeof key, "drafter.%s.enabled", a->cfg.drafter_names[i]);
         json_object_set_new(o, key, json_boolean(a->drafter_enabled[i]));
     }
@@ -365,16 +369,16 @@ static json_t *set_spec_key(mn_admin *a, const char *key, json_t *value)
         return NULL;
     }
     for (uint32_t i = 0; i < a->cfg.n_drafters; i++) {
-        char name[96];
+        char name[DRAFTER_KEY_MAX];
         snprintf(name, sizeof name, "drafter.%s.enabled", a->cfg.drafter_names[i]);
         if (strcmp(key, name))
             continue;
         if (!json_is_boolean(value))
             return fail("%s must be true or false", key);
-        a->drafter_enabled[i] = json_is_true(value);
         mn_setting *s = mn_malloc(sizeof *s);
         if (!s)
             return fail("%s", "out of memory");
+        a->drafter_enabled[i] = json_is_true(value);
         *s = (mn_setting){.msg.type = MN_MSG_SET, .key = MN_SET_DRAFTER, .index = i, .value = a->drafter_enabled[i]};
         mn_mailbox_post(ab->voter, &s->msg);
         return NULL;
