@@ -276,6 +276,30 @@ static void check_softmax(void)
 }
 Test(kernels, softmax_matches_libm_and_depends_only_on_the_scores) { on_every_set(check_softmax); }
 
+/* A NaN score (a pass that went wrong: an f16 cache's inf times 0) is passed over by the largest
+ * score on every set, as in C; the SIMD maximum once kept it in a lane and lost the lane's true
+ * largest, so the sets' weights differed. */
+Test(kernels, softmax_passes_a_nan_over_on_every_set)
+{
+    enum { N = 40 };
+    float x[N] = {0}, ref[N], got[N], ref_sum = 0;
+    x[3] = 10.0f, x[11] = NAN, x[19] = x[27] = x[35] = -50.0f; /* 11 shares 3's lane, after it */
+    for (size_t ks = 0; ks < n_sets(); ks++) {
+        if (!use_set(ks))
+            continue;
+        float *o = ks == 0 ? ref : got;
+        memcpy(o, x, sizeof x);
+        float sum = mn_softmax(o, N, 1.0f);
+        if (ks == 0) {
+            ref_sum = sum;
+            cr_assert_lt(fabsf(sum - 1.0f), 0.01f, "the largest score, 10, was lost: sum %a", sum);
+            continue;
+        }
+        cr_assert(memcmp(&sum, &ref_sum, sizeof sum) == 0, "%s: sum %a vs %a", kernel_sets[ks], sum, ref_sum);
+        cr_assert(memcmp(got, ref, sizeof got) == 0, "%s: the weights differ", kernel_sets[ks]);
+    }
+}
+
 /* The plain loop mn_vec_argmax replaces: the first largest element, NaNs passed over. */
 static int32_t argmax_ref(const float *x, int n)
 {
@@ -487,7 +511,8 @@ Test(kernels, every_set_gives_the_generic_bits)
 }
 
 /* The 16-bit quantization of each set against the generic set's bytes: whole and partial groups,
- * a block of zeros, one of values too small to scale (quantized to 0), rounding ties, the clamp. */
+ * a block of zeros, one of values too small to scale (quantized to 0), rounding ties, the clamp,
+ * a NaN and an inf (a pass that went wrong still gives the same bits on every set). */
 Test(kernels, every_set_quantizes_as_generic)
 {
     enum { MAXB = 18 };
@@ -500,6 +525,8 @@ Test(kernels, every_set_quantizes_as_generic)
         x[i] = (float)(i - 80) * 1e-39f; /* subnormal: the block's scale underflows */
     for (int i = 96; i < 128; i++)
         x[i] = (float)(i - 112) * 0.5f * 32767.0f / 15.5f; /* x * id near half-integers */
+    x[133] = NAN;      /* a NaN is passed over by the block's scale and clamped, on every set */
+    x[170] = INFINITY; /* an inf: the scale is inf, every value's product NaN */
     for (int nb = 1; nb <= MAXB; nb++) {
         mn_q8 ref[3], got[3];
         size_t bytes = mn_q8_groups((size_t)nb * 32) * sizeof(mn_q8);

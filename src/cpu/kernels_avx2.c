@@ -592,7 +592,7 @@ static void avx2_quantize_q8(const float *x, size_t n, mn_q8 *out)
 #pragma GCC unroll 4 /* else v[] and q[] live on the stack (see the attention kernels' note) */
         for (int i = 0; i < 4; i++) {
             v[i] = _mm256_loadu_ps(x + b * 32 + 8 * i);
-            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[i]));
+            m = _mm256_max_ps(_mm256_andnot_ps(sign, v[i]), m); /* a NaN passed over, as in C */
         }
         __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
         h = _mm_max_ps(h, _mm_movehl_ps(h, h));

@@ -115,8 +115,8 @@ static void generic_quantize_q8(const float *x, size_t n, mn_q8 *out)
         int sum = 0;
         mn_q8 *g = &out[b / 8];
         for (int j = 0; j < 32; j++) {
-            int q = (int)lrintf(v[j] * id);
-            q = q > 32767 ? 32767 : q < -32767 ? -32767 : q;
+            long l = lrintf(v[j] * id); /* LONG_MIN for a NaN or an inf, as cvtps2dq's INT_MIN */
+            int q = l > 32767 ? 32767 : l < -32767 ? -32767 : (int)l;
             g->qs[b % 8][j] = (int16_t)q;
             sum += q;
         }

@@ -92,7 +92,7 @@ ALWAYS_INLINE float softmax_scale_max(float *x, int n, float scale)
     for (; i + 8 <= n; i += 8) {
         __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), vs);
         _mm256_storeu_ps(x + i, v);
-        vmax = _mm256_max_ps(vmax, v);
+        vmax = _mm256_max_ps(v, vmax); /* v > vmax ? v : vmax: a NaN is passed over, as in C */
     }
     float mx = -INFINITY, lanes[8];
     _mm256_storeu_ps(lanes, vmax);
