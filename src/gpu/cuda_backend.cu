@@ -48,12 +48,16 @@ extern "C" {
 #include "util/log.h"
 }
 
+/* A failed call's error is also the thread's last error, which the next pass's cudaGetLastError
+ * would report as its own: it is cleared here (a sticky one, a fault on the device, stays). */
 #define CUDA_TRY(expr)                                                                              \
     do {                                                                                            \
         cudaError_t e_ = (expr);                                                                    \
-        if (e_ != cudaSuccess)                                                                      \
+        if (e_ != cudaSuccess) {                                                                    \
+            (void)cudaGetLastError();                                                               \
             return mn_fail(err, MN_UNSUPPORTED, "%s failed: %s (%s:%d)", #expr, cudaGetErrorString(e_), \
                            __FILE__, __LINE__);                                                     \
+        }                                                                                           \
     } while (0)
 
 /* out[i] = i * 2 + 1: a result the host can check. */
@@ -75,7 +79,9 @@ static mn_status probe(mn_err *err)
     int *d = NULL, h[N];
     CUDA_TRY(cudaMalloc((void **)&d, N * sizeof(int)));
     probe_kernel<<<1, N>>>(d, N);
-    cudaError_t e = cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+    cudaError_t e = cudaGetLastError(); /* no kernel image for this device (no PTX for a newer one) */
+    if (e == cudaSuccess)
+        e = cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
     cudaFree(d);
     if (e != cudaSuccess)
         return mn_fail(err, MN_UNSUPPORTED, "probe kernel failed: %s", cudaGetErrorString(e));
@@ -89,7 +95,6 @@ static mn_status probe(mn_err *err)
  * default); else mn_k_proj's alone (the default). */
 enum { STAGE_NONE, STAGE_PROJ, STAGE_ALL };
 
-enum { MAX_ALLOCS = 1024 }; /* device allocations of one backend: 9 per layer and a few more */
 /* CUDA graphs: a pass's launches depend on its shape only (T tokens, n_out logits rows): every
  * pointer they take is fixed for the backend's life and the layout they read is copied into
  * those buffers before each launch. So a pass is captured once per shape into a bounded cache and
@@ -104,8 +109,8 @@ static const char *const step_name[N_STEPS] = {"embed",        "rmsnorm", "qkv+r
 
 typedef struct cuda_state {
     cudaStream_t stream;
-    void *allocs[MAX_ALLOCS]; /* everything cudaMalloc'd, freed together */
-    int n_allocs;
+    void **allocs;            /* everything cudaMalloc'd, freed together: 11 a layer and a few more */
+    int n_allocs, cap_allocs;
     mn_gpu_model model;       /* device pointers */
     mn_gpu_layer *layers;     /* host array of device pointers */
     mn_gpu_bufs bufs;
@@ -143,8 +148,14 @@ typedef struct cuda_state {
 
 static mn_status dalloc(cuda_state *st, size_t bytes, void **out, mn_err *err)
 {
-    if (st->n_allocs == MAX_ALLOCS)
-        return mn_fail(err, MN_NOMEM, "cuda: more than %d device allocations", MAX_ALLOCS);
+    if (st->n_allocs == st->cap_allocs) {
+        int cap = st->cap_allocs ? 2 * st->cap_allocs : 256;
+        void **grown = (void **)mn_realloc(st->allocs, (size_t)cap * sizeof *grown);
+        if (!grown)
+            return mn_fail(err, MN_NOMEM, "cuda: out of host memory");
+        st->allocs = grown;
+        st->cap_allocs = cap;
+    }
     CUDA_TRY(cudaMalloc(out, bytes ? bytes : 1));
     st->allocs[st->n_allocs++] = *out;
     return MN_OK;
@@ -337,6 +348,7 @@ static void cuda_free(mn_backend *be)
         drop_graphs(st);
         for (int i = 0; i < st->n_allocs; i++)
             cudaFree(st->allocs[i]);
+        mn_free(st->allocs);
         cudaFreeHost(st->h_pack);
         cudaFreeHost(st->h_draws);
         if (st->stream)
@@ -498,16 +510,13 @@ static mn_status pick(cuda_state *st, const mn_batch *batch, uint32_t n_out, uin
     return MN_OK;
 }
 
-static mn_status cuda_forward(mn_backend *be, const mn_batch *batch, float *logits, mn_err *err)
+/* What cuda_forward queues on the stream, in order; it stops at the first failure. */
+static mn_status queue_pass(mn_backend *be, cuda_state *st, const mn_batch *batch, float *logits, mn_err *err)
 {
-    cuda_state *st = (cuda_state *)be->impl;
     const mn_hparams *hp = &be->model->hp;
-    mn_status s = reserve_tables(st, batch, err);
-    if (s != MN_OK)
-        return s;
-    mn_gpu_layout(batch, &st->h);
     uint32_t T = st->h.T, n_out = st->h.n_out;
     cudaStream_t q = st->stream;
+    mn_status s;
     if ((s = upload_layout(st, batch->n_seqs, q, err)) != MN_OK)
         return s;
     /* on the device a layer's K (and V) is an array of its own, its blocks one after another */
@@ -526,9 +535,25 @@ static mn_status cuda_forward(mn_backend *be, const mn_batch *batch, float *logi
     if (batch->pick && (s = pick(st, batch, n_out, hp->n_vocab, q, err)) != MN_OK)
         return s;
     CUDA_TRY(cudaGetLastError());
-    if ((s = copy_logits(st, batch, logits, hp->n_vocab, q, err)) != MN_OK)
+    return copy_logits(st, batch, logits, hp->n_vocab, q, err);
+}
+
+/* A pass: the layout's upload, the kernels (a graph's replay or launches), the picks and logits
+ * down, then the stream's end. A failure after anything was queued waits for the stream before it
+ * returns: the next pass rewrites the pinned buffers the queued copies may still be reading. */
+static mn_status cuda_forward(mn_backend *be, const mn_batch *batch, float *logits, mn_err *err)
+{
+    cuda_state *st = (cuda_state *)be->impl;
+    mn_status s = reserve_tables(st, batch, err);
+    if (s != MN_OK)
         return s;
-    CUDA_TRY(cudaStreamSynchronize(q));
+    mn_gpu_layout(batch, &st->h);
+    if ((s = queue_pass(be, st, batch, logits, err)) != MN_OK) {
+        (void)cudaStreamSynchronize(st->stream);
+        (void)cudaGetLastError();
+        return s;
+    }
+    CUDA_TRY(cudaStreamSynchronize(st->stream));
     return MN_OK;
 }
 
