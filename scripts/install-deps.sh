@@ -34,15 +34,19 @@ done
 if [ -n "$missing" ]; then
   echo "install-deps: installing$missing"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
 
+# PyPI's packages are for the tests' fixtures and clients: without PyPI (offline) the engine still
+# builds and runs, and the tests that need them fail saying what is missing.
 if ! .venv/bin/python -c "import gguf, numpy, regex" 2>/dev/null; then
   echo "install-deps: creating .venv (Debian's python3 + PyPI gguf)"
-  /usr/bin/python3 -m venv --system-site-packages .venv
-  .venv/bin/pip install -q --disable-pip-version-check "gguf==0.19.0"
+  /usr/bin/python3 -m venv --clear --system-site-packages .venv
+  .venv/bin/pip install -q --disable-pip-version-check "gguf==0.19.0" ||
+    echo "install-deps: cannot install gguf from PyPI; the test fixtures cannot be made" >&2
 fi
 if ! .venv/bin/python -c "import openai, prometheus_client" 2>/dev/null; then
   echo "install-deps: the HTTP test clients (PyPI openai, prometheus_client)"
-  .venv/bin/pip install -q --disable-pip-version-check "openai==2.8.1" "prometheus_client==0.23.1"
+  .venv/bin/pip install -q --disable-pip-version-check "openai==2.8.1" "prometheus_client==0.23.1" ||
+    echo "install-deps: cannot install openai and prometheus_client from PyPI; tests/http-clients.sh will fail" >&2
 fi

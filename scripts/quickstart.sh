@@ -30,6 +30,9 @@ for _ in $(seq 100); do grep -q listening "$sock.out" 2>/dev/null && break; slee
 cat "$sock.out"
 build/minions-cli --unix "$sock" -n "$tokens" "$prompt"
 kill -TERM $pid
-wait $pid && echo "minionsd drained and exited 0"
+rc=0
+wait $pid || rc=$?
+[ $rc = 0 ] || { echo "quickstart: minionsd exited $rc after SIGTERM" >&2; exit 1; }
+echo "minionsd drained and exited 0"
 trap - EXIT
 rm -f "$sock.out"

