@@ -11,7 +11,9 @@
 # The sanitizer builds' daemons run their model work in kernels built without the sanitizer
 # (Makefile.am's PROGRAM_KERNELS); the suites' own forward passes use the checked ones.
 # Ends with one line "tests: N passed, N failed", summed over every suite's own summary; a suite
-# that printed no summary (it crashed or never started) counts as one failure.
+# that printed no summary (it crashed or never started), or that failed after it (its .trs says
+# so: a sanitizer's report at exit), counts as one failure, and so does a build or a make check
+# that failed before its suites ran.
 set -eu
 cd "$(dirname "$0")/.."
 top=$(pwd)
