@@ -50,7 +50,7 @@ rm -f build/tests/*.log build/tests/*.trs build-asan/tests/*.log build-asan/test
   build-tsan/tests/*.log build-tsan/tests/*.trs # count this run only
 status=0
 kernels=
-if build build --enable-werror; then
+if build build --enable-werror --with-criterion; then
   make -s -C build -j"$jobs" check || status=1
 else
   fail "the -Werror build failed"
@@ -58,7 +58,7 @@ fi
 # The sanitizer builds' programs (minionsd, minions-generate) link the normal build's kernels: the
 # code they would compile for themselves without the sanitizer (Makefile.am's PROGRAM_KERNELS).
 kernels="$top/build/libminions_kernels.a"
-if build build-asan --enable-werror --enable-asan; then
+if build build-asan --enable-werror --enable-asan --with-criterion; then
   make -s -C build-asan -j"$jobs" check FIXTURE_DIR="$top/build/tests/data" PROGRAM_KERNELS="$kernels" || status=1
 else
   fail "the ASan + UBSan build failed"
