@@ -74,8 +74,8 @@ fi
 # (it cannot start under TSan), the daemon it starts is TSan's, and a race report makes the daemon
 # exit non-zero, which the suites check at every shutdown. Every test runs there but the SmolLM2
 # drafts' (a minute under TSan, for the code paths of the bundled drafts' tests on a larger target).
-# A hung run is killed after 25 minutes (here each takes under 2).
-hang="timeout --kill-after=30 1500"
+# A hung run is killed after 10 minutes (here each takes under 2).
+hang="timeout --kill-after=30 600"
 tsan_run() { # log name, command...: its exit status beside its log, as automake's .trs would be
   log="$top/build-tsan/tests/$1.log"
   shift
