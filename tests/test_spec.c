@@ -295,6 +295,7 @@ Test(weights, refuses_bad_parameters)
     BAD(min_weight, 2.0f);
     BAD(max_weight, 0.5f);
     BAD(max_weight, INFINITY);
+    BAD(max_weight, 3e38f); /* five drafters at it sum to inf: a tie a minority would win */
 #undef BAD
     mn_weights w;
     cr_assert_eq(mn_weights_init(&w, 0, &base, &err), MN_INVALID);
@@ -1741,6 +1742,35 @@ Test(tuner, costly_drafts_have_their_own_figures)
     mn_tuner_seq q = {0};
     cr_assert_eq(mn_tuner_seq_length(&q, fr, 8), 2, "free: 1, 1, then 1/7 < theta %g", fr->theta);
     cr_assert_eq(mn_tuner_seq_length(&q, co, 8), 0, "costly: none, its first token does not pay");
+}
+
+/* Figures whose steps stopped coming decay away to unknown, and the free drafts' stand in again:
+ * decayed on, the costly drafts' sums reached doubles' denormals after some 5,300 windows and
+ * stuck there, giving their first-token rate and theta 1 (they never drafted again). */
+Test(tuner, costly_figures_unfed_for_ever_become_unknown)
+{
+    mn_tuner_params p = with_rule(MN_TUNER_RULE_SEQUENCE);
+    p.decision_threshold = 1;
+    mn_tuner t;
+    mn_tuner_init(&t, &p, 8);
+    spread_drafts(&t, 6, true);
+    for (int k = 0; k < 4; k++) { /* a model's 3-token drafts, rejected at once */
+        mn_tuner_step st = {.batch = 1, .s = 8, .drafted = 3, .seconds = 1.6, .drafting = 0.3, .tokens = 1,
+                            .costly_drafting = 0.3, .costly_positions = 3};
+        st.ended[0] = st.costly_ended[0] = 1;
+        mn_tuner_decision d;
+        mn_tuner_observe(&t, &st, false, &d);
+    }
+    mn_tuner_advice a = mn_tuner_advise(&t, 0);
+    cr_assert_float_eq(a.kind[MN_TUNER_COSTLY].first, 0.0, 1e-6, "the model's drafts kept nothing");
+    for (int w = 0; w < 1000; w++) /* free drafts only, a window each */
+        spread_drafts(&t, 6, false);
+    a = mn_tuner_advise(&t, 0);
+    const mn_tuner_rate *fr = &a.kind[MN_TUNER_FREE], *co = &a.kind[MN_TUNER_COSTLY];
+    cr_assert(!isnan(fr->theta), "the free drafts' figures stay");
+    cr_assert(co->theta == fr->theta && co->first == fr->first && !memcmp(co->carry, fr->carry, sizeof co->carry),
+              "the costly figures after 6,000 windows unfed: theta %g, first %g (the free ones %g, %g)", co->theta,
+              co->first, fr->theta, fr->first);
 }
 
 /* Plain decoding renews nothing the sequence rule knows about drafts: a class that rests at plain

@@ -45,7 +45,9 @@ struct mn_verifier {
     uint32_t paired[MN_TUNER_CLASSES];        /* a paired probe's steps so far, by class */
     mn_tuner_advice advice[MN_TUNER_CLASSES]; /* the tuner's, by batch class: the speculation length, and
                                                * (sequence rule) what each sequence's own length takes */
-    uint32_t round_s;       /* the length the last round was planned with */
+    uint32_t round_s;       /* the length the round out (or the last one) was planned with */
+    uint32_t voted_s;       /* the last voted round's: its drafts wait in the pool (with the pipeline
+                             * the next round may be out, planned at another length) */
     uint32_t step_s;        /* the length this step's drafts were made at */
     bool step_measured;     /* every sequence was drafted: the length shaped the step */
     double t_plan;          /* when the last round was planned */
@@ -449,7 +451,7 @@ static bool start_step(mn_verifier *v, uint32_t cls, uint32_t s)
      * would never see another step at 0, and stay there */
     bool plain = !drafted && s == 0 && decoding_only;
     v->step_measured = v->cfg.addr->tuner && (drafted == n || plain);
-    v->step_s = plain ? 0 : v->round_s;
+    v->step_s = plain ? 0 : v->voted_s;
     v->step_draft_seconds = plain ? 0 : v->round_seconds;
     v->step_backlog = drafted ? v->round_backlog : 0;
     v->step_costly = drafted ? v->round_costly : 0;
@@ -496,6 +498,7 @@ static void schedule(mn_verifier *v)
 static void voted(mn_verifier *v)
 {
     v->drafting = false;
+    v->voted_s = v->round_s;
     v->round_seconds = mn_now() - v->t_plan;
     v->round_backlog = v->round.backlog_seconds;
     v->round_costly = v->round.costly_seconds;

@@ -355,6 +355,8 @@ static void model_decay(mn_tuner_model *m, bool speculated)
     for (uint32_t x = 0; x <= MN_TUNER_MAX_LEN; x++) {
         m->seconds[x] *= MN_TUNER_MODEL_DECAY;
         m->steps[x] *= MN_TUNER_MODEL_DECAY;
+        if (m->steps[x] < MN_TUNER_MODEL_FLOOR)
+            m->seconds[x] = m->steps[x] = 0;
     }
     if (!speculated)
         return;
@@ -369,10 +371,23 @@ static void model_decay(mn_tuner_model *m, bool speculated)
         for (uint32_t k = 0; k < MN_TUNER_KINDS; k++) {
             m->reach[k][x] *= MN_TUNER_MODEL_DECAY;
             m->keep[k][x] *= MN_TUNER_MODEL_DECAY;
+            if (m->reach[k][x] < MN_TUNER_MODEL_FLOOR)
+                m->reach[k][x] = m->keep[k][x] = 0;
         }
         m->pass_seconds[x] *= MN_TUNER_MODEL_DECAY;
         m->pass_steps[x] *= MN_TUNER_MODEL_DECAY;
+        if (m->pass_steps[x] < MN_TUNER_MODEL_FLOOR)
+            m->pass_seconds[x] = m->pass_steps[x] = 0;
     }
+    if (m->seqs < MN_TUNER_MODEL_FLOOR) { /* what a sequence's drafts kept: seqs weighs it */
+        m->seqs = m->kept = m->stopped = m->spec_seconds = m->produced = 0;
+        memset(m->yield, 0, sizeof m->yield);
+        memset(m->full, 0, sizeof m->full);
+    }
+    if (l->w < MN_TUNER_MODEL_FLOOR)
+        *l = (mn_tuner_line){0};
+    if (m->costly_positions < MN_TUNER_MODEL_FLOOR)
+        m->costly_seconds = m->costly_positions = 0;
 }
 
 /* Tokens a sequence produces per step at length x: the exact part, plus, for the sequences censored

@@ -136,6 +136,11 @@ typedef struct mn_tuner_point {
 } mn_tuner_point;
 
 #define MN_TUNER_MODEL_DECAY 0.875 /* the model's sums are multiplied by this after every window */
+/* A group of sums whose weight (its steps, sequences, positions) decayed below this holds no
+ * evidence and is set to 0 (unknown): decayed on, doubles reach their denormals (after some 5,300
+ * windows unfed), where 0.875 x the least of them rounds back to itself, and the ratios the rules
+ * read of those stuck values go anywhere in [0.25, 4] (a costly draft's theta and acceptance 1). */
+#define MN_TUNER_MODEL_FLOOR 1e-100
 #define MN_TUNER_SEQ_DECAY 0.75    /* a sequence's acceptance sums, by this per verification */
 
 /* The two kinds of draft (the sequence rule, above): a free drafter's, a costly one's. */

@@ -42,8 +42,9 @@ mn_status mn_weights_check(const mn_weights_params *p, mn_err *err)
     if (!(p->min_weight > 0.0f && p->min_weight <= 1.0f))
         return mn_fail(err, MN_INVALID, "weights: min_weight %g is not in (0, 1]",
                        (double)p->min_weight);
-    if (!isfinite(p->max_weight) || !(p->max_weight >= 1.0f))
-        return mn_fail(err, MN_INVALID, "weights: max_weight %g is not >= 1", (double)p->max_weight);
+    if (!(p->max_weight >= 1.0f && p->max_weight <= MN_WEIGHTS_MAX_WEIGHT)) /* summed, never infinite */
+        return mn_fail(err, MN_INVALID, "weights: max_weight %g is not in [1, %g]", (double)p->max_weight,
+                       (double)MN_WEIGHTS_MAX_WEIGHT);
     return MN_OK;
 }
 

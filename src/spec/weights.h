@@ -58,6 +58,7 @@
 #include "util/status.h"
 
 #define MN_WEIGHTS_MAX_DRAFTERS 8  /* drafters in one pool; more would mean more draft passes than pay */
+#define MN_WEIGHTS_MAX_WEIGHT 1e30f /* the largest max_weight: the vote sums up to 8 weights in floats */
 #define MN_WEIGHTS_WINDOW_MAX 64   /* longest ACR window a set can hold */
 
 typedef struct mn_weights_params {
