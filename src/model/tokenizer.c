@@ -705,10 +705,13 @@ bool mn_tok_is_control(const mn_tokenizer *t, int32_t id)
 }
 bool mn_tok_is_lossless(const mn_tokenizer *t) { return t->lossless; }
 
-size_t mn_tok_min_tokens(const mn_tokenizer *t, size_t len, bool add_bos, bool special)
+size_t mn_tok_min_tokens(const mn_tokenizer *t, const char *text, size_t len, bool add_bos, bool special)
 {
     uint32_t most = special && t->max_ctrl > t->max_piece ? t->max_ctrl : t->max_piece; /* bytes a token */
-    if (!t->lossless || !most)
+    if (!most)
         return 0;
-    return (add_bos && t->add_bos && t->bos >= 0) + (len + most - 1) / most;
+    size_t counted = len; /* bytes that end up in some token */
+    for (size_t i = 0; !t->lossless && i < len; i++)
+        counted -= t->byte_id[(uint8_t)text[i]] < 0;
+    return (add_bos && t->add_bos && t->bos >= 0) + (counted + most - 1) / most;
 }

@@ -67,11 +67,12 @@ const char *mn_tok_piece(const mn_tokenizer *t, int32_t id, size_t *len);
  * decoded bytes; empty for ids out of range. */
 const char *mn_tok_text(const mn_tokenizer *t, int32_t id, size_t *len);
 
-/* A lower bound on the tokens mn_tok_encode (special: mn_tok_encode_special) gives for len bytes,
- * without encoding them: every token covers at most the longest piece's bytes (or control token's
- * text) (0 for vocabularies that are not lossless, which may drop bytes). Lets a caller refuse a
- * prompt that cannot fit a context before paying for it. */
-size_t mn_tok_min_tokens(const mn_tokenizer *t, size_t len, bool add_bos, bool special);
+/* A lower bound on the tokens mn_tok_encode (special: mn_tok_encode_special) gives for text[0, len),
+ * without encoding it: every token covers at most the longest piece's bytes (or control token's
+ * text), and, in a vocabulary that is not lossless, the bytes without a token of their own are
+ * left out of the count (encoding may drop them; a scan of the text, no more). Lets a caller
+ * refuse a prompt that cannot fit a context before paying for it. */
+size_t mn_tok_min_tokens(const mn_tokenizer *t, const char *text, size_t len, bool add_bos, bool special);
 int32_t mn_tok_bos(const mn_tokenizer *t);   /* -1 when the model has none */
 int32_t mn_tok_eos(const mn_tokenizer *t);   /* -1 when the model has none */
 uint32_t mn_tok_n_vocab(const mn_tokenizer *t);
