@@ -516,7 +516,9 @@ mn_status mn_engine_new(const mn_engine_config *cfg, mn_engine **out, mn_err *er
     bc.pool = e->pool;
     if (cfg->events_addr && (st = mn_pubsock_new(cfg->events_addr, cfg->socket_mode, &e->events, err)) != MN_OK)
         goto fail;
-    if (cfg->step_trace && !(e->step_trace = fopen(cfg->step_trace, "w"))) {
+    /* appended to, and emptied only once the sockets are ours: a second server started by mistake
+     * must not empty the first one's trace before it fails on the port */
+    if (cfg->step_trace && !(e->step_trace = fopen(cfg->step_trace, "a"))) {
         st = mn_fail(err, MN_IO, "engine: cannot write the step trace %s: %s", cfg->step_trace, strerror(errno));
         goto fail;
     }
@@ -527,6 +529,10 @@ mn_status mn_engine_new(const mn_engine_config *cfg, mn_engine **out, mn_err *er
         (st = new_mailboxes(e, err)) != MN_OK || (st = new_actors(e, bc.kv_blocks, err)) != MN_OK ||
         (st = watch_signals(e, err)) != MN_OK)
         goto fail;
+    if (e->step_trace && ftruncate(fileno(e->step_trace), 0) != 0) {
+        st = mn_fail(err, MN_IO, "engine: cannot empty the step trace %s: %s", cfg->step_trace, strerror(errno));
+        goto fail;
+    }
     mn_log(MN_LOG_INFO, "engine: model %s, backend %s (CPU kernels %s), %d threads (+%d for drafts), batch %u, %u KV "
            "blocks of %u (%s), %u drafters, pipeline %s", e->model->name, e->be->ops->name, mn_cpu_kernels_name(),
            bc.n_threads, e->draft_threads, e->cfg.max_batch, bc.kv_blocks, bc.kv_block_size,
