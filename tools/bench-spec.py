@@ -13,7 +13,8 @@ With the n-gram drafter, its shared cache (finished requests' text) must not hol
 is measured on, and must be the same for every configuration. So each round of a set first serves
 --warm requests (not measured) with drafter.ngram.learn on, then freezes the cache (learn off), and
 every configuration of that round is served the same fresh prompts; every round takes prompts no
-earlier round used (a warning when the set runs out and prompts repeat). The cache thus grows by
+earlier round used (a warning when the set runs out and prompts repeat), and never one the cache
+has learned in any set (mixed.jsonl is the other three interleaved). The cache thus grows by
 --warm requests per round, as a server's would from its earlier traffic. The servers run with
 --prefix-cache off for the same reason: a configuration served a round's prompts after another one
 would find their KV cached and skip the prefill that the first one paid.
@@ -58,6 +59,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 
 import minionsd
 from minionsd import BIN, ROOT
@@ -141,39 +143,69 @@ def client_runs(args):
     return [(c, args.requests1 if c == 1 else args.requests16) for c in map(int, args.clients.split(","))]
 
 
+class PromptSlices:
+    """Each round's prompts of a set, as a file of their own: the next ones of the set in order,
+    passing over every prompt the n-gram drafter's shared cache has learned (in any set: mixed.jsonl
+    is the other three interleaved, so a slice of it taken by position held prompts that kjv's, web's
+    and devil's warm-up requests had taught the cache, with their very continuations)."""
+
+    def __init__(self, directory):
+        self.dir = directory
+        self.cursor = {}  # set -> the index of the next prompt to consider
+        self.learned = set()  # prompt lines the cache has seen
+        self.repeated = set()  # sets that ran out of unused prompts and started over
+
+    def take(self, s, n, learn):
+        lines = open(os.path.join(ROOT, "prompts", s + ".jsonl")).read().splitlines()
+        taken, i, tries = [], self.cursor.get(s, 0), 0
+        while len(taken) < n and tries < 2 * len(lines):
+            line = lines[i % len(lines)]
+            if i >= len(lines):
+                self.repeated.add(s)
+            if line.strip() and (learn or line not in self.learned):
+                taken.append(line)
+            i, tries = i + 1, tries + 1
+        if len(taken) < n:
+            raise SystemExit(f"bench-spec: {s} has too few prompts the n-gram cache has not learned")
+        self.cursor[s] = i
+        if learn:
+            self.learned.update(taken)
+        path = os.path.join(self.dir, f"{s}-{len(self.learned)}-{i}.jsonl")
+        with open(path, "w") as f:
+            f.write("\n".join(taken) + "\n")
+        return path
+
+
 def evaluate(args):
     global CONFIGS
     CONFIGS = args.configs.split(",") if args.configs else CONFIGS
     server = Server(args.spec_length, args.threads, 16)
     results = {}  # (set, clients, config) -> list of summaries
-    cursor = {}  # set -> the next prompt no run has used
     ngram = "ngram" in DRAFTS
+    tmp = tempfile.mkdtemp(prefix="bench-spec-")
+    slices = PromptSlices(tmp)
     try:
         for r in range(args.rounds):
             for s in args.sets.split(","):
-                prompts = os.path.join(ROOT, "prompts", s + ".jsonl")
                 if ngram:  # the shared cache learns from warm-up requests only, then is frozen
                     server.configure("ngram")
                     server.set("drafter.ngram.learn", True)
-                    run_bench(server, prompts, 1, args.warm, args.tokens, cursor.get(s, 0))
-                    cursor[s] = cursor.get(s, 0) + args.warm
+                    run_bench(server, slices.take(s, args.warm, True), 1, args.warm, args.tokens)
                     server.set("drafter.ngram.learn", False)
-                first = cursor.get(s, 0)
-                cursor[s] = first + max(requests for _, requests in client_runs(args))
+                prompts = slices.take(s, max(requests for _, requests in client_runs(args)), False)
                 order = CONFIGS[r % len(CONFIGS):] + CONFIGS[:r % len(CONFIGS)]
                 for config in order:
                     server.configure(config)
                     for clients, requests in client_runs(args):
-                        summ = run_bench(server, prompts, clients, requests, args.tokens, first)
+                        summ = run_bench(server, prompts, clients, requests, args.tokens)
                         results.setdefault((s, clients, config), []).append(summ)
                 print(f"round {r + 1}/{args.rounds}: {s} done", file=sys.stderr, flush=True)
     finally:
         server.stop()
-    for s, used in cursor.items():
-        n = sum(1 for _ in open(os.path.join(ROOT, "prompts", s + ".jsonl")))
-        if used > n:
-            print(f"warning: {used} prompts of {s} wanted, it has {n}: prompts repeated, and the "
-                  "n-gram drafter's shared cache may have held their earlier text", file=sys.stderr)
+        shutil.rmtree(tmp, ignore_errors=True)
+    for s in sorted(slices.repeated):
+        print(f"warning: {s} ran out of prompts and started over: a configuration may have met a prompt "
+              "twice", file=sys.stderr)
     return results
 
 
