@@ -52,7 +52,7 @@ def llama_plain(args, prompt):
         exe = os.path.join(args.llama, "llama-cli")
     m = run_llama([exe, "-m", os.path.join(ROOT, "models/target.gguf"),
                    "-no-cnv", "-p", prompt, "-n", str(args.tokens), "--temp", "0", "-t", str(args.threads),
-                   "-c", "1024", "--ignore-eos"] + gpu_layers(args, "-ngl"),
+                   "-c", "1024"] + gpu_layers(args, "-ngl"),
                   r"eval time =\s*([\d.]+) ms /\s*(\d+) runs")
     return int(m.group(2)) / (float(m.group(1)) / 1e3)
 
