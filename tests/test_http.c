@@ -701,23 +701,29 @@ static double metric(server *s, const char *series)
     return v;
 }
 
+/* A streamed completion of max_tokens, once its first bytes are in: the connection's descriptor. */
+static int begun_stream(server *s, int max_tokens)
+{
+    int fd = http_connect(s->http_port, 0);
+    char *body = completion_body("In the beginning", max_tokens, 1, NULL);
+    http_send(fd, "POST", "/v1/completions", NULL, body, 0);
+    free(body);
+    char buf[4096];
+    cr_assert_gt(read(fd, buf, sizeof buf), 0, "the stream did not begin");
+    return fd;
+}
+
 Test(http, a_dropped_stream_is_cancelled_and_frees_its_kv, .timeout = 120)
 {
     server s;
     server_start(&s, HTTP);
-    int fd = http_connect(s.http_port, 0);
-    char *body = completion_body("In the beginning", 400, 1, NULL);
-    http_send(fd, "POST", "/v1/completions", NULL, body, 0);
-    char buf[4096];
-    ssize_t got = read(fd, buf, sizeof buf); /* the stream has begun */
-    cr_assert_gt(got, 0);
+    int fd = begun_stream(&s, 400);
     struct linger hard = {1, 0};
     setsockopt(fd, SOL_SOCKET, SO_LINGER, &hard, sizeof hard);
     close(fd); /* a reset */
     wait_idle(&s);
     cr_assert_eq(metric(&s, "minions_requests_total{frontend=\"http\",outcome=\"cancelled\"}"), 1);
     cr_assert_eq(metric(&s, "minions_requests_in_flight{frontend=\"http\"}"), 0);
-    free(body);
     server_stop(&s);
 }
 
@@ -793,12 +799,7 @@ Test(http, what_a_client_sends_while_its_reply_streams_is_not_held, .timeout = 1
 {
     server s;
     server_start(&s, HTTP);
-    int fd = http_connect(s.http_port, 0);
-    char *body = completion_body("In the beginning", 900, 1, NULL);
-    http_send(fd, "POST", "/v1/completions", NULL, body, 0);
-    free(body);
-    char buf[4096];
-    cr_assert_gt(read(fd, buf, sizeof buf), 0, "the stream did not begin");
+    int fd = begun_stream(&s, 900);
     long before = rss_kib(s.pid);
     enum { JUNK = 64 << 20 };
     char *junk = calloc(1, 1 << 20);
