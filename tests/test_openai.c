@@ -65,6 +65,20 @@ Test(openai, requests_take_openais_defaults_and_fields)
     cr_assert_str_eq(q.p.end_of_turn, "<|im_end|>", "a chat ends with the assistant's turn");
     cr_assert_eq(q.p.max_tokens, 7);
     cr_assert(q.p.logprobs && q.p.top_logprobs == 1);
+    cr_assert_eq(q.p.n_stop, 0, "chatml's turn ends at its token");
+    mn_oai_request_free(&q);
+    /* a model without a template (the plain format): its turn ends before the next "User:" */
+    mn_oai_config plain = {.max_tokens_limit = 4096, .chat = MN_CHAT_PLAIN};
+    mn_oai_error e;
+    const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"stop\":\"END\"}";
+    cr_assert_eq(mn_oai_parse(MN_OAI_CHAT, body, strlen(body), &plain, &q, &e), MN_OK, "%s", e.message);
+    cr_assert_eq(q.p.n_stop, 2);
+    cr_assert_str_eq(q.p.stop[0], "END");
+    cr_assert_str_eq(q.p.stop[1], "\nUser:");
+    mn_oai_request_free(&q);
+    body = "{\"prompt\":\"Hi\"}"; /* a completion is no chat */
+    cr_assert_eq(mn_oai_parse(MN_OAI_COMPLETION, body, strlen(body), &plain, &q, &e), MN_OK, "%s", e.message);
+    cr_assert_eq(q.p.n_stop, 0);
     mn_oai_request_free(&q);
 }
 

@@ -75,11 +75,25 @@ Test(proto, messages_render_in_the_chat_format)
     cr_assert(!l.req.parse_special);
     cr_assert_null(l.req.end_of_turn);
     mn_line_free(&l);
-    /* a model without a template: the plain format, and no end-of-turn text of its own */
+    cr_assert_eq(l.req.n_stop, 0, "chatml's turn ends at its token: no stop text");
+    /* a model without a template: the plain format, no end-of-turn token; its turn ends where it
+     * would write the next one (a stop text after the client's, of which there may be 8) */
     const char *line = "{\"id\":\"q\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}";
     cr_assert_eq(mn_proto_parse(line, strlen(line), 4096, MN_CHAT_PLAIN, &l, &err), MN_OK);
     cr_assert_str_eq(l.req.prompt, "User: Hi\nAssistant:");
     cr_assert_null(l.req.end_of_turn);
+    cr_assert_eq(l.req.n_stop, 1);
+    cr_assert_str_eq(l.req.stop[0], "\nUser:");
+    mn_line_free(&l);
+    line = "{\"id\":\"q\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],"
+           "\"stop\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\"]}";
+    cr_assert_eq(mn_proto_parse(line, strlen(line), 4096, MN_CHAT_PLAIN, &l, &err), MN_OK, "%s", err.message);
+    cr_assert_eq(l.req.n_stop, 9);
+    cr_assert_str_eq(l.req.stop[8], "\nUser:");
+    mn_line_free(&l);
+    line = "{\"id\":\"q\",\"prompt\":\"Hi\"}"; /* a prompt is no chat: no turn to end */
+    cr_assert_eq(mn_proto_parse(line, strlen(line), 4096, MN_CHAT_PLAIN, &l, &err), MN_OK);
+    cr_assert_eq(l.req.n_stop, 0);
     mn_line_free(&l);
 }
 

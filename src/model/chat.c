@@ -136,6 +136,8 @@ const char *mn_chat_end_of_turn(mn_chat_format f)
     return NULL;
 }
 
+const char *mn_chat_turn_stop(mn_chat_format f) { return f == MN_CHAT_PLAIN ? "\nUser:" : NULL; }
+
 /* ---- rendering --------------------------------------------------------------------------------- */
 
 typedef struct buf {

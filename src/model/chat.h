@@ -106,5 +106,9 @@ mn_status mn_chat_render(mn_chat_format f, const mn_chat_msg *msgs, size_t n, ch
  * none of its own (plain, falcon3): then only the model's end-of-text token ends it. A static
  * string; in the models' vocabularies it is a control token (or their EOS). */
 const char *mn_chat_end_of_turn(mn_chat_format f);
+/* Text that ends the assistant's turn where format f has no token for it: "\nUser:" for plain (the
+ * next turn's start, which a model without a template writes on when nothing stops it), else NULL.
+ * The text is cut there, as at a stop string. A static string. */
+const char *mn_chat_turn_stop(mn_chat_format f);
 
 #endif

@@ -357,6 +357,8 @@ static mn_status parse_object(json_t *o, mn_oai_kind kind, const mn_oai_config *
     q->n_prompts = 1;
     if ((kind == MN_OAI_CHAT ? render(o, cfg, p, err) : prompt(o, q, err)) != MN_OK)
         return MN_INVALID;
+    if (kind == MN_OAI_CHAT && mn_req_params_add_turn_stop(p, cfg->chat) != MN_OK)
+        return bad(err, NULL, "out of memory");
     if (mn_oai_choices(q) > MN_OAI_MAX_CHOICES)
         return bad(err, "n", "%u prompts x n = %u: at most %d choices", q->n_prompts, mn_oai_choices(q),
                    MN_OAI_MAX_CHOICES);

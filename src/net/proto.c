@@ -32,6 +32,17 @@ void mn_req_params_free(mn_req_params *p)
     memset(p, 0, sizeof *p);
 }
 
+mn_status mn_req_params_add_turn_stop(mn_req_params *p, mn_chat_format f)
+{
+    const char *t = mn_chat_turn_stop(f);
+    if (!t || p->n_stop > MN_PROTO_MAX_STOP)
+        return MN_OK;
+    if (!(p->stop[p->n_stop] = mn_strndup(t, strlen(t))))
+        return MN_NOMEM;
+    p->n_stop++;
+    return MN_OK;
+}
+
 mn_status mn_req_params_copy(const mn_req_params *src, mn_req_params *dst)
 {
     *dst = *src;
@@ -255,7 +266,8 @@ static mn_status parse_request(json_t *o, uint32_t limit, mn_chat_format chat, m
         if (!p->stop[i])
             break;
     }
-    if (!p->id || !p->prompt || p->n_stop != (stop ? json_array_size(stop) : 0)) {
+    if (!p->id || !p->prompt || p->n_stop != (stop ? json_array_size(stop) : 0) ||
+        (messages && mn_req_params_add_turn_stop(p, chat) != MN_OK)) {
         mn_req_params_free(p);
         return bad(err, MN_E_INTERNAL, "out of memory");
     }

@@ -59,11 +59,15 @@ typedef struct mn_req_params {
     bool logprobs;               /* keep each generated token's log-probability (HTTP only) */
     uint32_t top_logprobs;       /* with logprobs, also the n most likely tokens at each position
                                   * (0..MN_PROTO_MAX_TOP_LOGPROBS) */
-    char *stop[MN_PROTO_MAX_STOP];  /* owned */
+    char *stop[MN_PROTO_MAX_STOP + 1]; /* owned: the client's (MN_PROTO_MAX_STOP at most), then a
+                                     * chat's mn_chat_turn_stop where its format has one */
     uint32_t n_stop;
 } mn_req_params;
 
 void mn_req_params_free(mn_req_params *p);
+/* After the client's stop strings: a chat's turn stop in format f, if it has one (model/chat.h).
+ * MN_NOMEM when memory runs out. */
+mn_status mn_req_params_add_turn_stop(mn_req_params *p, mn_chat_format f);
 /* *dst = a deep copy of *src (its id, prompt and stop strings owned anew). MN_NOMEM, with *dst
  * empty, when memory runs out. */
 mn_status mn_req_params_copy(const mn_req_params *src, mn_req_params *dst);
