@@ -1491,3 +1491,43 @@ Test(speculate, step_trace_accounts_for_every_step, .timeout = 300)
     rmdir(dir);
     refused((const char *[]){"--step-trace", "/nonexistent/steps.jsonl", NULL}, "step trace");
 }
+
+/* A request that opts out ("speculate": false) decodes plainly in every step beside the drafted ones:
+ * those steps still tell the tuner what the length costs. A step was measured only when every
+ * sequence in it was drafted, so while such a request ran the tuner saw nothing and its classes
+ * never decided. */
+Test(speculate, the_tuner_measures_beside_a_request_that_opts_out, .timeout = 300)
+{
+    server s;
+    server_start(&s, (const char *[]){"--draft", "ngram", NULL});
+    tconn plain, spec;
+    connect_to(s.tcp, &plain);
+    send_line(&plain, "{\"id\":\"out\",\"prompt\":\"And God said\",\"max_tokens\":900,\"speculate\":false,"
+                      "\"stream\":true}");
+    json_int_t running = 0;
+    for (int i = 0; i < 400 && !running; i++, usleep(10000)) {
+        json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
+        running = stat_of(st, "requests", "running");
+        json_decref(st);
+    }
+    cr_assert_eq(running, 1, "the request that opts out never started");
+    connect_to(s.tcp, &spec);
+    for (int i = 0; i < 8; i++) { /* 64-token requests one after another, beside it */
+        char id[16];
+        snprintf(id, sizeof id, "in%d", i);
+        send_request(&spec, id, "In the beginning God created the heaven and the earth.", 64, 0, 0);
+        json_t *o = await(&spec, id);
+        cr_assert(json_object_get(o, "done"), "%s", id);
+        json_decref(o);
+    }
+    json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
+    cr_assert_eq(stat_of(st, "requests", "running"), 1, "the request that opts out ran throughout");
+    json_t *tuner = json_object_get(json_object_get(json_object_get(st, "stats"), "spec"), "tuner");
+    cr_assert_gt(json_integer_value(json_object_get(tuner, "measured")), 0,
+                 "no step was measured beside the request that opts out: %s", json_dumps(tuner, 0));
+    json_decref(st);
+    tconn_close(&plain); /* a dropped client: its request is cancelled */
+    tconn_close(&spec);
+    wait_idle(&s);
+    server_stop(&s);
+}

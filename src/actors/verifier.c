@@ -389,7 +389,7 @@ static bool start_round(mn_verifier *v, uint32_t cls, uint32_t s)
 static bool start_step(mn_verifier *v, uint32_t cls, uint32_t s)
 {
     step_job *st = &v->step;
-    uint32_t budget = v->cfg.be->cfg.max_tokens, n = 0, drafted = 0;
+    uint32_t budget = v->cfg.be->cfg.max_tokens, n = 0, drafted = 0, opted_out = 0;
     bool decoding_only = true; /* every sequence brings its one next token: no prompt chunk */
     for (uint32_t i = 0; i < v->n_running && budget > 0 && n < v->cfg.max_batch; i++) {
         mn_req *r = v->running[i];
@@ -408,6 +408,7 @@ static bool start_step(mn_verifier *v, uint32_t cls, uint32_t s)
         st->seqs[n] = (mn_batch_seq){.kv = &r->kv, .tokens = r->toks.ids + r->kv.len, .n_tokens = n_new};
         st->sample[n] = r->kv.len + n_new == r->toks.n;
         decoding_only &= n_new == 1 && st->sample[n];
+        opted_out += !r->spec.on && n_new == 1 && st->sample[n]; /* "speculate": false, decoding */
         if (!drafted_now && n_new == 1 && st->sample[n]) { /* a plain decoding step: its token at toks.n */
             if (r->spec.plain_end != r->toks.n) /* the step before was not one: a new run */
                 r->spec.plain_from = (uint32_t)r->toks.n;
@@ -450,7 +451,9 @@ static bool start_step(mn_verifier *v, uint32_t cls, uint32_t s)
      * decoding, no round), when every one was decoding: without the latter a tuner that tried 0
      * would never see another step at 0, and stay there */
     bool plain = !drafted && s == 0 && decoding_only;
-    v->step_measured = v->cfg.addr->tuner && (drafted == n || plain);
+    /* a request that opted out decodes plainly at every length: beside it the drafted ones still
+     * tell the length's cost (unmeasured, a class never saw a step while such a request ran) */
+    v->step_measured = v->cfg.addr->tuner && ((drafted && drafted + opted_out == n) || plain);
     v->step_s = plain ? 0 : v->voted_s;
     v->step_draft_seconds = plain ? 0 : v->round_seconds;
     v->step_backlog = drafted ? v->round_backlog : 0;
