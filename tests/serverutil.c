@@ -347,6 +347,17 @@ void wait_idle(server *s)
     cr_assert_fail("KV blocks or requests still held 10 s after the client left");
 }
 
+json_int_t wait_running(server *s)
+{
+    json_int_t running = 0;
+    for (int i = 0; i < 400 && !running; i++, usleep(10000)) {
+        json_t *st = admin(s, "{\"cmd\":\"stats\"}");
+        running = stat_of(st, "requests", "running");
+        json_decref(st);
+    }
+    return running;
+}
+
 /* A slow client reading again, on its own thread: the final line of its one request. */
 typedef struct slow_reader {
     pthread_t th;

@@ -82,6 +82,8 @@ int load_references(char **prompts, char **want, int max_tokens);
 
 /* Every KV block free (target and drafts) and no request in flight, within 10 s; else the test fails. */
 void wait_idle(server *s);
+/* Until a request holds KV (stats' requests.running), within 4 s: how many do; 0 when none came. */
+json_int_t wait_running(server *s);
 
 /* Clients that stop reading cannot hold the KV pool: 16 streaming clients that never read fill a
  * pool sized for exactly them; a reading client is still served (a paused request is preempted);

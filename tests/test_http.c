@@ -760,12 +760,7 @@ Test(http, a_client_that_leaves_before_its_answer_cancels_it, .timeout = 120)
     char *body = completion_body("In the beginning", 900, 0, "{\"n\":4}");
     http_send(fd, "POST", "/v1/completions", NULL, body, 1);
     free(body);
-    json_int_t running = 0;
-    for (int i = 0; i < 400 && !running; i++, usleep(10000)) {
-        json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
-        running = stat_of(st, "requests", "running");
-        json_decref(st);
-    }
+    json_int_t running = wait_running(&s);
     cr_assert_gt(running, 0, "the generation never started");
     close(fd);
     wait_idle(&s);

@@ -1504,12 +1504,7 @@ Test(speculate, the_tuner_measures_beside_a_request_that_opts_out, .timeout = 30
     connect_to(s.tcp, &plain);
     send_line(&plain, "{\"id\":\"out\",\"prompt\":\"And God said\",\"max_tokens\":900,\"speculate\":false,"
                       "\"stream\":true}");
-    json_int_t running = 0;
-    for (int i = 0; i < 400 && !running; i++, usleep(10000)) {
-        json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
-        running = stat_of(st, "requests", "running");
-        json_decref(st);
-    }
+    json_int_t running = wait_running(&s);
     cr_assert_eq(running, 1, "the request that opts out never started");
     connect_to(s.tcp, &spec);
     for (int i = 0; i < 8; i++) { /* 64-token requests one after another, beside it */
