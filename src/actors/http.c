@@ -136,33 +136,6 @@ static void free_choices(hreq *h)
     h->n_rs = 0;
 }
 
-static void hreq_free(hreq *h)
-{
-    mn_http_actor *ha = h->ha;
-    if (h->peer)
-        event_free(h->peer);
-    if (h->evcon) {
-        evhttp_connection_set_closecb(h->evcon, NULL, NULL);
-        bufferevent_setwatermark(evhttp_connection_get_bufferevent(h->evcon), EV_READ, 0, 0); /* the next request's */
-    }
-    *(h->prev ? &h->prev->next : &ha->reqs) = h->next;
-    if (h->next)
-        h->next->prev = h->prev;
-    free_choices(h);
-    mn_free(h->model);
-    mn_free(h->query);
-    mn_free(h);
-    ha->live--;
-    check_drained(ha);
-}
-
-/* evhttp wrote the whole reply. */
-static void on_complete(struct evhttp_request *req, void *arg)
-{
-    (void)req;
-    hreq_free(arg);
-}
-
 /* The client's side of the socket became readable while its generation runs and evhttp reads
  * nothing (it reads again once the reply starts): its end of input, or a reset, is the client
  * gone, and the connection fails as a reset would, deferred (on_close cancels the choices); bytes
@@ -199,6 +172,32 @@ static void unwatch_peer(hreq *h)
         event_free(h->peer);
         h->peer = NULL;
     }
+}
+
+static void hreq_free(hreq *h)
+{
+    mn_http_actor *ha = h->ha;
+    unwatch_peer(h);
+    if (h->evcon) {
+        evhttp_connection_set_closecb(h->evcon, NULL, NULL);
+        bufferevent_setwatermark(evhttp_connection_get_bufferevent(h->evcon), EV_READ, 0, 0); /* the next request's */
+    }
+    *(h->prev ? &h->prev->next : &ha->reqs) = h->next;
+    if (h->next)
+        h->next->prev = h->prev;
+    free_choices(h);
+    mn_free(h->model);
+    mn_free(h->query);
+    mn_free(h);
+    ha->live--;
+    check_drained(ha);
+}
+
+/* evhttp wrote the whole reply. */
+static void on_complete(struct evhttp_request *req, void *arg)
+{
+    (void)req;
+    hreq_free(arg);
 }
 
 /* The connection is going: a reply being written is lost with it, a generation is cancelled. */
