@@ -18,7 +18,7 @@ static struct {
     mn_mailbox *client, *verifier, *kvmem_mb;
     mn_kick kvmem_kick, verifier_kick;
     mn_addr addr;
-    mn_kv_pool *pool;
+    mn_kv_pool *pool, *draft_pool;
     mn_kvmem *kvmem;
     mn_req *done[MAX_SEEN], *started[MAX_SEEN];
     int n_done, n_started, n_kicks;
@@ -53,8 +53,8 @@ static void unused_handler(void *actor, mn_msg *m)
     cr_assert_fail("kvmem's own mailbox is not used here (message %u)", m->type);
 }
 
-/* A pool of 4 blocks of 16 positions. */
-static void start_queue(uint32_t max_batch, uint32_t max_queue)
+/* A target pool of 4 blocks of 16 positions, and a model drafter's pool of draft_blocks (none: 0). */
+static void start_pools(uint32_t max_batch, uint32_t max_queue, uint32_t draft_blocks)
 {
     memset(&t, 0, sizeof t);
     mn_err err;
@@ -67,9 +67,16 @@ static void start_queue(uint32_t max_batch, uint32_t max_queue)
                        .kvmem_kick = &t.kvmem_kick, .verifier_kick = &t.verifier_kick};
     cr_assert_eq(mn_kv_pool_new_tables(1, 8, 16, 4, MN_KV_F32, &t.pool, &err), MN_OK, "%s", err.msg);
     mn_kvmem_config cfg = {.pool = t.pool, .max_batch = max_batch, .max_queue = max_queue, .addr = &t.addr};
+    if (draft_blocks) {
+        cr_assert_eq(mn_kv_pool_new_tables(1, 8, 16, draft_blocks, MN_KV_F32, &t.draft_pool, &err), MN_OK, "%s",
+                     err.msg);
+        cfg.draft_pools[0] = t.draft_pool;
+        cfg.n_drafters = 1;
+    }
     cr_assert_eq(mn_kvmem_new(&cfg, &t.kvmem, &err), MN_OK, "%s", err.msg);
 }
 
+static void start_queue(uint32_t max_batch, uint32_t max_queue) { start_pools(max_batch, max_queue, 0); }
 static void start(uint32_t max_batch) { start_queue(max_batch, 8); }
 
 static void stop(void)
@@ -78,6 +85,7 @@ static void stop(void)
     for (int i = 0; i < t.n_reqs; i++)
         mn_req_free(t.reqs[i]);
     mn_kv_pool_free(t.pool);
+    mn_kv_pool_free(t.draft_pool);
     mn_mailbox_free(t.client);
     mn_mailbox_free(t.verifier);
     mn_mailbox_free(t.kvmem_mb);
@@ -114,22 +122,27 @@ static void deliver_kvmem_kick(void)
     settle();
 }
 
-/* A queued request of 3 prompt tokens that needs `need` positions of KV. */
-static mn_req *request(const char *id, uint32_t need)
+/* A queued request of n_prompt prompt tokens (first, first + 1, ...) that needs `need` positions of
+ * KV, with a table per drafter when kvmem has a draft pool. */
+static mn_req *request_of(const char *id, int32_t first, uint32_t n_prompt, uint32_t need)
 {
     mn_req_params p = {0};
     p.id = strdup(id);
-    p.max_tokens = need - 3;
+    p.max_tokens = need - n_prompt;
     mn_req *r = mn_req_new(&p, t.client, (void *)1);
     cr_assert(r);
-    for (int32_t i = 0; i < 3; i++)
-        cr_assert_eq(mn_tokens_push(&r->toks, 10 + i), MN_OK);
-    r->n_prompt = 3;
+    for (uint32_t i = 0; i < n_prompt; i++)
+        cr_assert_eq(mn_tokens_push(&r->toks, first + (int32_t)i), MN_OK);
+    r->n_prompt = n_prompt;
     r->kv_need = need;
+    if (t.draft_pool)
+        cr_assert(r->spec.d = calloc(1, sizeof *r->spec.d));
     cr_assert(mn_req_event(r, MN_REQ_EV_QUEUED));
     t.reqs[t.n_reqs++] = r;
     return r;
 }
+
+static mn_req *request(const char *id, uint32_t need) { return request_of(id, 10, 3, need); }
 
 /* The verifier hands r back finished. */
 static void finish(mn_req *r)
@@ -303,5 +316,36 @@ Test(kvmem, cancelled_request_back_from_preemption_does_not_wait_for_a_slot)
     cr_assert_eq(t.started[2], reader);
     finish(reader);
     cr_assert_eq(mn_kv_used(t.pool), 0, "blocks leaked");
+    stop();
+}
+
+/* A request that fits the target's pool only by evicting cached blocks, beside a draft pool without
+ * room: it waits, and the target's prefix cache keeps its blocks (the target's reservation evicted
+ * them before the draft pool refused, once). */
+Test(kvmem, a_draft_pool_without_room_evicts_no_cached_target_blocks)
+{
+    start_pools(4, 8, 2);
+    cr_assert_eq(mn_kv_prefix_enable(t.pool), MN_OK);
+    mn_req *cached = request_of("cached", 100, 17, 32);
+    to_kvmem(cached, MN_MSG_ENQUEUE);
+    cached->kv.len = 17; /* the verifier wrote the prompt: its first block goes to the cache */
+    finish(cached);
+    cr_assert_eq(t.pool->n_idle, 1);
+
+    mn_req *holder = request_of("holder", 200, 3, 32), *waiter = request_of("waiter", 300, 3, 32);
+    to_kvmem(holder, MN_MSG_ENQUEUE);
+    cr_assert_eq(t.n_started, 2);
+    cr_assert_eq(t.draft_pool->n_free, 0, "the draft pool should be full");
+    to_kvmem(waiter, MN_MSG_ENQUEUE);
+    cr_assert_eq(t.n_started, 2, "the waiter started without draft blocks");
+    cr_assert_eq(t.pool->n_idle, 1, "the target's cached block was evicted for a reservation that failed");
+    cr_assert_eq(mn_kv_used(t.pool), 2);
+
+    finish(holder);
+    cr_assert_eq(t.n_started, 3);
+    cr_assert_eq(t.started[2], waiter);
+    finish(waiter);
+    cr_assert_eq(mn_kv_used(t.pool), 0, "target blocks leaked");
+    cr_assert_eq(mn_kv_used(t.draft_pool), 0, "draft blocks leaked");
     stop();
 }

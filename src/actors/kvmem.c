@@ -68,15 +68,16 @@ static void drop_kv(mn_kvmem *k, mn_req *r)
             mn_kv_seq_release(k->cfg.draft_pools[i], &r->spec.d[i].kv);
 }
 
-/* Reserve r's whole length in the target's pool and every draft pool: all or nothing. Each table
- * starts with what its pool's prefix cache holds of r's tokens (all but the last: the target's first
- * pass must give its logits, and a drafter feeds it to draft). */
+/* Reserve r's whole length in the target's pool and every draft pool: all or nothing, and a pool
+ * evicts cached blocks only when every pool can give its share (asked first). Each table starts with
+ * what its pool's prefix cache holds of r's tokens (all but the last: the target's first pass must
+ * give its logits, and a drafter feeds it to draft). */
 static mn_status reserve(mn_kvmem *k, mn_req *r)
 {
     uint32_t last = (uint32_t)r->toks.n - 1, adopted = mn_kv_adopt(k->cfg.pool, &r->kv, r->toks.ids, last);
     uint64_t draft_adopted = 0;
-    mn_status st = mn_kv_reserve(k->cfg.pool, &r->kv, r->kv_need);
-    for (uint32_t i = 0; st == MN_OK && i < k->cfg.n_drafters; i++) {
+    bool fits = mn_kv_fits(k->cfg.pool, &r->kv, r->kv_need);
+    for (uint32_t i = 0; i < k->cfg.n_drafters; i++) {
         mn_kv_pool *pool = k->cfg.draft_pools[i];
         mn_req_draft *x = &r->spec.d[i];
         x->prop_len = 0; /* a proposal from before a preemption is no round's now (not even the n-gram's) */
@@ -84,10 +85,14 @@ static mn_status reserve(mn_kvmem *k, mn_req *r)
             continue;
         x->prop_at = mn_kv_adopt(pool, &x->kv, r->toks.ids, last); /* [0, prop_at): r's tokens, no proposal */
         draft_adopted += x->prop_at;
-        st = mn_kv_reserve(pool, &x->kv, r->kv_need);
+        fits = fits && mn_kv_fits(pool, &x->kv, r->kv_need);
     }
+    mn_status st = fits ? mn_kv_reserve(k->cfg.pool, &r->kv, r->kv_need) : MN_BUSY;
+    for (uint32_t i = 0; st == MN_OK && i < k->cfg.n_drafters; i++)
+        if (k->cfg.draft_pools[i])
+            st = mn_kv_reserve(k->cfg.draft_pools[i], &r->spec.d[i].kv, r->kv_need);
     if (st != MN_OK) {
-        drop_kv(k, r); /* the tables that were not reserved are empty: releasing them does nothing */
+        drop_kv(k, r); /* adopted blocks go back to their caches, idle */
         return st;
     }
     k->adopted += adopted;

@@ -303,12 +303,18 @@ void mn_kv_seq_release_prefix(mn_kv_pool *p, mn_kv_seq *s, const int32_t *tokens
     mn_kv_seq_release(p, s); /* the table */
 }
 
+bool mn_kv_fits(const mn_kv_pool *p, const mn_kv_seq *s, uint32_t n)
+{
+    uint32_t need = mn_kv_blocks_for(p, n);
+    return need <= s->n_blocks || need - s->n_blocks <= p->n_free + p->n_idle;
+}
+
 mn_status mn_kv_reserve(mn_kv_pool *p, mn_kv_seq *s, uint32_t n)
 {
     uint32_t need = mn_kv_blocks_for(p, n);
     if (need <= s->n_blocks)
         return MN_OK;
-    if (need - s->n_blocks > p->n_free + p->n_idle)
+    if (!mn_kv_fits(p, s, n))
         return MN_BUSY;
     if (grow_table(s, need) != MN_OK)
         return MN_NOMEM;

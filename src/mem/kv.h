@@ -35,6 +35,7 @@
 #ifndef MN_KV_H
 #define MN_KV_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -93,6 +94,10 @@ void mn_kv_pool_free(mn_kv_pool *p);
  * free blocks, then idle cached ones. MN_BUSY when the pool has too few (nothing is taken then),
  * MN_NOMEM when the table cannot grow. */
 mn_status mn_kv_reserve(mn_kv_pool *p, mn_kv_seq *s, uint32_t n);
+/* Whether mn_kv_reserve(p, s, n) finds blocks enough (it may still fail with MN_NOMEM). Takes nothing:
+ * an owner reserving in several pools asks each first, so that no pool evicts cached blocks for a
+ * reservation another pool then refuses. */
+bool mn_kv_fits(const mn_kv_pool *p, const mn_kv_seq *s, uint32_t n);
 /* Drop positions [n, len) (n <= len) and return blocks no longer needed to the pool. */
 void mn_kv_truncate(mn_kv_pool *p, mn_kv_seq *s, uint32_t n);
 /* Return every block and the table itself; s is empty (reusable) afterwards. */
