@@ -97,9 +97,14 @@ static mn_status copy_path(char *buf, size_t n, const char *s, const char *what,
 
 mn_status mn_sockpath_runtime_dir(char *buf, size_t n, mn_err *err)
 {
+    return mn_sockpath_runtime_dir_or("/tmp", buf, n, err);
+}
+
+mn_status mn_sockpath_runtime_dir_or(const char *fallback, char *buf, size_t n, mn_err *err)
+{
     const char *xdg = getenv("XDG_RUNTIME_DIR");
     if (!xdg || xdg[0] != '/') /* unset, empty or relative: the XDG spec says to ignore it */
-        return mn_sockpath_private_dir("/tmp", buf, n, err);
+        return mn_sockpath_private_dir(fallback, buf, n, err);
     struct stat st;
     if (stat(xdg, &st) < 0) {
         int en = errno;

@@ -55,6 +55,8 @@ mn_status mn_sockpath_claim(const char *path, mn_err *err);
  * MN_INVALID when buf is too small. buf is the caller's; it holds the path only on MN_OK.
  * Thread: start-up (getenv; not safe against a concurrent setenv). */
 mn_status mn_sockpath_runtime_dir(char *buf, size_t n, mn_err *err);
+/* The same with `fallback` in place of /tmp (tests give a directory of their own). */
+mn_status mn_sockpath_runtime_dir_or(const char *fallback, char *buf, size_t n, mn_err *err);
 
 /* BASE/minionsd-<uid> as a private directory, written into buf (n bytes). Race-aware: mkdir(0700)
  * first, then open it with O_PATH|O_NOFOLLOW|O_DIRECTORY and check the opened directory with fstat,
