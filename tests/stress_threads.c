@@ -8,6 +8,7 @@
  * Prints "stress_threads: N passed, N failed" and exits non-zero on any failure. */
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,7 +140,33 @@ typedef struct mb_test {
     uint32_t next_seq[PRODUCERS];   /* consumer: the seq expected next from each producer */
     long received, out_of_order, handled_jobs;
     uint8_t *seen;                  /* [PRODUCERS * PER_PRODUCER] */
+    bool timed_out;
 } mb_test;
+
+enum { WATCHDOG_S = 300 }; /* far beyond the TSan build's whole run: only a lost message gets here */
+
+static void watchdog_fired(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    mb_test *t = arg;
+    t->timed_out = true;
+    event_base_loopbreak(t->base);
+}
+
+/* The loop until a handler breaks it, or a failed check when the messages it waits for never come
+ * (without the watchdog a lost message left the program waiting until the harness killed it, which
+ * reported no summary at all). */
+static void run_loop(mb_test *t, const char *stage)
+{
+    struct event *dog = evtimer_new(t->base, watchdog_fired, t);
+    struct timeval limit = {WATCHDOG_S, 0};
+    CHECK(dog && evtimer_add(dog, &limit) == 0, "%s: watchdog", stage);
+    t->timed_out = false;
+    event_base_loop(t->base, EVLOOP_NO_EXIT_ON_EMPTY);
+    if (dog)
+        event_free(dog);
+    CHECK(!t->timed_out, "%s: the loop waited %d s for messages that never came", stage, (int)WATCHDOG_S);
+}
 
 static void mb_handler(void *actor, mn_msg *m)
 {
@@ -215,7 +242,7 @@ static void mailbox_stress(void)
         args[i] = (prod_arg){&t, i};
         pthread_create(&th[i], NULL, mb_producer, &args[i]);
     }
-    event_base_loop(t.base, EVLOOP_NO_EXIT_ON_EMPTY);
+    run_loop(&t, "mailbox");
     for (int i = 0; i < PRODUCERS; i++)
         pthread_join(th[i], NULL);
     long dup = 0, lost = 0;
@@ -238,7 +265,7 @@ static void mailbox_stress(void)
         refused += mn_worker_submit(w, &jobs[i].job) != MN_OK;
     }
     CHECK(refused == 0, "%d jobs refused within the bound", refused);
-    event_base_loop(t.base, EVLOOP_NO_EXIT_ON_EMPTY);
+    run_loop(&t, "worker");
     CHECK(t.handled_jobs == 1000 && counter == 1000, "jobs: %ld completions, %ld runs", t.handled_jobs, counter);
     mn_worker_free(w);
 
@@ -250,7 +277,7 @@ static void mailbox_stress(void)
     CHECK(mn_worker_submit(w, &held.job) == MN_OK, "the first job was refused");
     CHECK(mn_worker_submit(w, &extra.job) == MN_BUSY, "a job past the bound was accepted");
     atomic_store(&gate, 1);
-    event_base_loop(t.base, EVLOOP_NO_EXIT_ON_EMPTY);
+    run_loop(&t, "bounded worker");
     CHECK(t.handled_jobs == 1001 && counter == 1001, "bounded: %ld completions", t.handled_jobs);
     mn_worker_free(w);
     mn_mailbox_free(t.mb);
