@@ -10,7 +10,8 @@
 #                   (Snaipe/Criterion#274)
 # The sanitizer builds' daemons run their model work in kernels built without the sanitizer
 # (Makefile.am's PROGRAM_KERNELS); the suites' own forward passes use the checked ones.
-# Ends with one line "tests: N passed, N failed", summed over every suite's own summary; a suite
+# Ends with one line "tests: N passed, N failed, N skipped", summed over every suite's own summary
+# (skips from Criterion's [SKIP] lines, each suite's reasons beside its log's line); a suite
 # that printed no summary (it crashed or never started), or that failed after it (its .trs says
 # so: a sanitizer's report at exit), counts as one failure, and so does a build or a make check
 # that failed before its suites ran.
@@ -18,6 +19,7 @@ set -eu
 cd "$(dirname "$0")/.."
 top=$(pwd)
 jobs=$(nproc 2>/dev/null || echo 2)
+export CRITERION_VERBOSITY_LEVEL=1 # a [SKIP] line per skipped test (the summary does not count them)
 
 sh scripts/install-deps.sh
 tools/fetch-smollm2.sh || echo "test: SmolLM2 unavailable; its tests will be skipped"
@@ -94,6 +96,7 @@ tsan_run soak-http-short env $tsan_env SOAK_REQUESTS=300 $hang sh tests/soak-htt
 
 passed=0
 failed=0
+skipped=0
 for log in build/tests/*.log build-asan/tests/*.log build-tsan/tests/*.log; do
   [ -f "$log" ] || continue
   line=$(grep -a -E 'Synthesis:|^[a-z_-]+: [0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1) || true
@@ -118,8 +121,15 @@ for log in build/tests/*.log build-asan/tests/*.log build-tsan/tests/*.log; do
     f=1
     line="$line; then it failed: $(grep -E '^:test-result:' "$trs" | head -n 1 | cut -c15-)"
   fi
+  # skipped tests and why (a missing model, no CUDA device, not root): one line per reason
+  k=$(grep -a -c '^\[SKIP\]' "$log") || true
+  if [ "$k" != 0 ]; then
+    line="$line; $k skipped: $(grep -a '^\[SKIP\]' "$log" | sed 's/^[^:]*::[^:]*: //' | sort | uniq -c |
+      sed 's/^ *\([0-9]*\) \(.*\)/\2 (\1)/' | paste -s -d ';' -)"
+  fi
   passed=$((passed + p))
   failed=$((failed + f))
+  skipped=$((skipped + k))
   echo "$log: $line"
   if [ "$f" != 0 ]; then # say which test failed and why: CI shows only this output
     grep -a -E '\[(----|FAIL)\]|^FAIL|: FAIL |violation|kept /|without its summary|did not start|CRASH|Timed out|ERROR: |WARNING: ThreadSanitizer' "$log" |
@@ -130,6 +140,6 @@ done
 # a test program that did not build): that is a failure no log counts
 [ "$status" = 0 ] || [ "$failed" != 0 ] || [ "$broken" != 0 ] || fail "a step failed before its suites ran (see above)"
 failed=$((failed + broken))
-echo "tests: $passed passed, $failed failed"
+echo "tests: $passed passed, $failed failed, $skipped skipped"
 [ "$failed" = 0 ] || status=1
 exit $status
