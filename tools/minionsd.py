@@ -9,6 +9,7 @@ start and talk to over its admin socket, and minions-bench runs against it.
 """
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 
@@ -33,13 +34,16 @@ class Server:
 
     def __init__(self, args, admin=True, bindir=None, stderr=None):
         self.bindir = bindir or BIN
-        self.admin_addr = f"ipc://{tempfile.mkdtemp(prefix='minionsd-')}/admin" if admin else None
+        self.dir = tempfile.mkdtemp(prefix='minionsd-') if admin else None
+        self.admin_addr = f"ipc://{self.dir}/admin" if admin else None
         cmd = [os.path.join(self.bindir, "minionsd"), "--port", "0",
                "--admin", self.admin_addr or "none"] + list(args)
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, text=True)
         line = self.proc.stdout.readline()
         if "tcp " not in line:
             self.proc.wait()
+            if self.dir:
+                shutil.rmtree(self.dir, ignore_errors=True)
             raise RuntimeError(f"{' '.join(cmd)}: did not start (exit {self.proc.returncode})")
         self.addr = line.split("tcp ")[1].split()[0]
         self.http_port = int(line.split(" http 127.0.0.1:")[1].split()[0]) if " http 127.0.0.1:" in line else None
@@ -69,6 +73,9 @@ class Server:
             self.proc.kill()
             self.proc.wait()
             return None
+        finally:
+            if self.dir:
+                shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def bench(addr, prompts, clients, requests, tokens, *extra):

@@ -702,8 +702,11 @@ static void on_request(struct evhttp_request *req, void *arg)
     }
     if (!path)
         return send_error(h, 400, "invalid_request_error", "the request's URI has no path");
+    bool get = cmd == EVHTTP_REQ_GET || cmd == EVHTTP_REQ_HEAD;
     if (!strcmp(path, "/health")) {
         static const char ok[] = "{\"status\":\"ok\"}", draining[] = "{\"status\":\"draining\"}";
+        if (!get)
+            return send_error(h, 405, "invalid_request_error", "this path takes GET");
         return ha->draining ? send_reply(h, 503, "application/json", draining, strlen(draining))
                             : send_reply(h, 200, "application/json", ok, strlen(ok));
     }
@@ -711,7 +714,6 @@ static void on_request(struct evhttp_request *req, void *arg)
         evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", "Bearer");
         return send_error(h, 401, "invalid_request_error", "a valid API key is required: Authorization: Bearer KEY");
     }
-    bool get = cmd == EVHTTP_REQ_GET || cmd == EVHTTP_REQ_HEAD;
     if (!strcmp(path, "/metrics") || !strcmp(path, "/v1/models")) {
         if (!get)
             return send_error(h, 405, "invalid_request_error", "this path takes GET");
