@@ -5,12 +5,14 @@
  * the payload) and live inside the object they are about, so the hot path posts without allocating;
  * a message is in at most one mailbox at a time.
  *
- * The flow is one way: net -> client -> intake -> kvmem -> verifier -> kvmem -> client -> net, plus
- * the kicks that make an actor look again, the compute worker's completions, and the admin's
- * questions (answered by posting the same message back). With drafters, a request's verification is
- * preceded by a round verifier -> voter -> every enabled drafter -> voter -> verifier (mn_round;
- * with the pipeline, one group's round runs while another group's step does), and requests leave the verifier through the voter (verifier -> voter -> kvmem), which judges their
- * last vote on the way. After each verification step the verifier reports its cost to the tuner
+ * The flow is one way: net -> owner -> intake -> kvmem -> verifier -> kvmem -> owner -> net, where
+ * the owner (mn_req.owner) is the front end that took the request: the client actor (JSON lines) or
+ * the http actor (--http). Plus the kicks that make an actor look again, the compute worker's
+ * completions, and the admin's questions (answered by posting the same message back). With
+ * drafters, a request's verification is preceded by a round verifier -> voter -> every enabled
+ * drafter -> voter -> verifier (mn_round; with the pipeline, one group's round runs while another
+ * group's step does), and requests leave the verifier through the voter (verifier -> voter ->
+ * kvmem), which judges their last vote on the way. After each verification step the verifier reports its cost to the tuner
  * (mn_measure), which sets the verifier's speculation length per batch size (MN_SET_SPEC_LENGTH).
  */
 #ifndef MN_MSG_H
@@ -25,19 +27,22 @@
 #include "util/hist.h"
 
 typedef enum mn_msg_type {
-    MN_MSG_ADMIT = 1, /* client -> intake: a parsed request (mn_req) */
+    MN_MSG_ADMIT = 1, /* client or http -> intake: a parsed request (mn_req) */
     MN_MSG_ENQUEUE,   /* intake -> kvmem: tokenized, wants KV and a batch slot (mn_req) */
     MN_MSG_START,     /* kvmem -> verifier: admitted with KV for its whole length (mn_req) */
     MN_MSG_RELEASE,   /* verifier -> kvmem (with drafters through the voter, then the n-gram drafter if any):
                        * finished, or given back for preemption (mn_req) */
-    MN_MSG_DONE,      /* intake/kvmem -> client: ended; write its final line and free it (mn_req) */
-    MN_MSG_FLUSH,     /* verifier -> client: stream the new text (mn_req.flush) */
+    MN_MSG_DONE,      /* intake/kvmem -> the request's owner (client or http): ended; write its final
+                       * answer and free it (mn_req) */
+    MN_MSG_FLUSH,     /* verifier -> the request's owner (client or http): stream the new text
+                       * (mn_req.flush) */
     MN_MSG_STEP_DONE, /* worker -> verifier: a step job completed */
     MN_MSG_KICK,      /* anyone -> kvmem/verifier: look again (cancel, pause, resume, preempt) */
     MN_MSG_STATS,     /* admin or http -> any actor: fill in your part (mn_stats_part) */
     MN_MSG_STATS_BACK,/* any actor -> the asker: the part is filled in (mn_stats_part) */
     MN_MSG_SET,       /* admin -> kvmem/verifier/voter/tuner/n-gram drafter, tuner -> verifier: a live setting (mn_setting) */
-    MN_MSG_DRAIN,     /* engine -> client: stop taking requests (mn_drain) */
+    MN_MSG_DRAIN,     /* engine -> client, and http with --http (one each): stop taking requests
+                       * (mn_drain) */
     MN_MSG_DRAFT,     /* verifier -> voter (mn_round), voter -> drafter (mn_round_part): propose */
     MN_MSG_PROPOSED,  /* drafter -> voter: its proposals are in the requests (mn_round_part) */
     MN_MSG_VOTED,     /* voter -> verifier: each request's voted draft is in its spec (mn_round) */
@@ -280,9 +285,9 @@ typedef struct mn_setting {
     mn_tuner_advice advice;      /* MN_SET_SPEC_LENGTH, tuner -> verifier */
 } mn_setting;
 
-/* Start draining (the client actor owns the connections and the count of live requests). With
- * force, close every connection now (a drain that cannot finish). Allocated by the sender, freed by
- * the receiver. */
+/* Start draining (each front end, the client actor and the http actor, owns its connections and
+ * its count of live requests, and gets one of these). With force, close every connection now (a
+ * drain that cannot finish). Allocated by the sender, freed by the receiver. */
 typedef struct mn_drain {
     mn_msg msg;
     bool force;

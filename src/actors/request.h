@@ -16,7 +16,7 @@
  *                     |                     |
  *                     +--- PREEMPTED <--preempted-- (ADMITTED, RUNNING or PAUSED)
  *   PREEMPTED --admitted--> ADMITTED (its tokens are recomputed, bit for bit)
- *   any state --finished--> FINISHED (then exactly one final line, written by the client actor)
+ *   any state --finished--> FINISHED (then exactly one final answer, written by its owner: client or http)
  *
  * ADMITTED means it holds KV for its whole length and its known tokens are being computed; RUNNING,
  * that it has produced a token since. PAUSED requests keep their KV but neither run nor take a batch
