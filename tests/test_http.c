@@ -1,7 +1,8 @@
 /* test_http.c - minionsd's OpenAI-compatible HTTP API and /metrics, end to end over real sockets:
  * greedy text equal to minions-generate's (whole and streamed, plain and speculative), OpenAI's
  * error shapes, the API key, log-probabilities, a dropped stream freeing its KV, a stream that is
- * not read pausing, a drain, the metrics. (tests/http-clients.sh runs curl, the openai package and
+ * not read pausing, a drain, --http-timeout, a full queue's 503, an occupied port, the metrics.
+ * (tests/http-clients.sh runs curl, the openai package and
  * prometheus_client against it.) */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
@@ -14,7 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -270,6 +273,39 @@ Test(http, completions_equal_plain_decoding_whole_and_streamed, .timeout = 300)
     server_stop(&s);
 }
 
+/* stats' requests.key (running: holding KV, paused, queued, in_flight) */
+static json_int_t requests_stat(server *s, const char *key)
+{
+    json_t *st = admin(s, "{\"cmd\":\"stats\"}");
+    json_int_t v = stat_of(st, "requests", key);
+    json_decref(st);
+    return v;
+}
+
+/* A streamed completion of max_tokens (more: further fields, as JSON) from a client that does not
+ * read (a 4 KB receive buffer), once the server has paused it: stats then count `paused` paused
+ * requests in all (its choices and those paused before). The connection's descriptor. With a small
+ * --output-buffer such a stream is held, paused, for as long as its client does not read: what a
+ * test does meanwhile cannot outlast it, however fast the model runs. */
+static int unread_stream_with(server *s, const char *prompt, int max_tokens, const char *more, json_int_t paused)
+{
+    int fd = http_connect(s->http_port, 4096);
+    cr_assert(fd >= 0, "cannot connect to the HTTP port %d", s->http_port);
+    char *body = completion_body(prompt, max_tokens, 1, more);
+    http_send(fd, "POST", "/v1/completions", NULL, body, 0);
+    free(body);
+    json_int_t now = 0;
+    for (int i = 0; i < 400 && now < paused; i++, usleep(50000))
+        now = requests_stat(s, "paused");
+    cr_assert_eq(now, paused, "a stream nobody reads pauses");
+    return fd;
+}
+
+static int unread_stream(server *s, const char *prompt, int max_tokens)
+{
+    return unread_stream_with(s, prompt, max_tokens, NULL, 1);
+}
+
 static double metric(server *s, const char *series);
 
 /* The text of choice `index` of a completion's whole response. */
@@ -290,7 +326,8 @@ static char *choice_text(server *s, const char *body, int index)
  * at its index, whole and streamed, and a seeded request's samples are those of seed, seed + 1, ... */
 Test(http, several_choices_each_equal_their_own_request, .timeout = 300)
 {
-    static const char *const args[] = {"--http", "127.0.0.1:0", "--draft", "ngram", NULL};
+    /* a small output buffer holds the dropped stream below (its readers' streams only wait for them) */
+    static const char *const args[] = {"--http", "127.0.0.1:0", "--draft", "ngram", "--output-buffer", "4", NULL};
     server s;
     server_start(&s, args);
     const char *prompts[] = {"In the beginning", "DEVIL, n."};
@@ -419,19 +456,16 @@ Test(http, several_choices_each_equal_their_own_request, .timeout = 300)
     free(want[0]);
     free(want[1]);
 
-    /* a dropped stream of three choices cancels all three and frees their KV */
-    int fd = http_connect(s.http_port, 0);
-    char *three = completion_body("In the beginning", 400, 1, "{\"n\":3}");
-    http_send(fd, "POST", "/v1/completions", NULL, three, 0);
-    char buf[4096];
-    cr_assert_gt(read(fd, buf, sizeof buf), 0, "the stream has begun");
+    /* a dropped stream of three choices cancels all three and frees their KV: its client does not
+     * read, so all three are held (paused) when it drops, not ended before */
+    int fd = unread_stream_with(&s, "In the beginning", 400, "{\"n\":3}", 3);
+    cr_assert_eq(metric(&s, "minions_requests_in_flight{frontend=\"http\"}"), 3, "a choice each");
     struct linger hard = {1, 0};
     setsockopt(fd, SOL_SOCKET, SO_LINGER, &hard, sizeof hard);
     close(fd);
     wait_idle(&s);
     cr_assert_eq(metric(&s, "minions_requests_total{frontend=\"http\",outcome=\"cancelled\"}"), 3);
     cr_assert_eq(metric(&s, "minions_requests_in_flight{frontend=\"http\"}"), 0);
-    free(three);
     server_stop(&s);
 }
 
@@ -554,6 +588,8 @@ Test(http, bad_requests_get_openai_errors_and_nothing_leaks, .timeout = 120)
     expect_status(&s, "DELETE", C, NULL, NULL, 405, NULL);
     expect_status(&s, "PUT", "/metrics", NULL, "{}", 405, NULL);
     expect_status(&s, "POST", "/v1/models", NULL, "{}", 405, NULL);
+    expect_status(&s, "POST", "/health", NULL, "{}", 405, NULL);
+    expect_status(&s, "DELETE", "/health", NULL, NULL, 405, NULL);
     expect_status(&s, "GET", "/v2/nothing", NULL, NULL, 404, NULL);
     char big[6000];
     memset(big, 'a', sizeof big - 1);
@@ -701,23 +737,14 @@ static double metric(server *s, const char *series)
     return v;
 }
 
-/* A streamed completion of max_tokens, once its first bytes are in: the connection's descriptor. */
-static int begun_stream(server *s, int max_tokens)
-{
-    int fd = http_connect(s->http_port, 0);
-    char *body = completion_body("In the beginning", max_tokens, 1, NULL);
-    http_send(fd, "POST", "/v1/completions", NULL, body, 0);
-    free(body);
-    char buf[4096];
-    cr_assert_gt(read(fd, buf, sizeof buf), 0, "the stream did not begin");
-    return fd;
-}
-
+/* The stream is held (its client does not read, past a 4 KiB output buffer) until the reset, so
+ * that it cannot end first. */
 Test(http, a_dropped_stream_is_cancelled_and_frees_its_kv, .timeout = 120)
 {
+    static const char *const args[] = {"--http", "127.0.0.1:0", "--output-buffer", "4", NULL};
     server s;
-    server_start(&s, HTTP);
-    int fd = begun_stream(&s, 400);
+    server_start(&s, args);
+    int fd = unread_stream(&s, "In the beginning", 400);
     struct linger hard = {1, 0};
     setsockopt(fd, SOL_SOCKET, SO_LINGER, &hard, sizeof hard);
     close(fd); /* a reset */
@@ -789,12 +816,14 @@ static long rss_kib(pid_t pid)
 
 /* While its reply streams, evhttp reads on from a client only to see it close: what the client sends
  * then is held, so that a client pushing 64 MB at a stream made the server hold 64 MB. It reads 64 KiB
- * at most now; the rest waits in the sockets, and the stream ends as any other. */
+ * at most now; the rest waits in the sockets, and the stream ends as any other. The stream is held
+ * (its client does not read, past a 4 KiB output buffer) for the whole push, and still is after it. */
 Test(http, what_a_client_sends_while_its_reply_streams_is_not_held, .timeout = 120)
 {
+    static const char *const args[] = {"--http", "127.0.0.1:0", "--output-buffer", "4", NULL};
     server s;
-    server_start(&s, HTTP);
-    int fd = begun_stream(&s, 900);
+    server_start(&s, args);
+    int fd = unread_stream(&s, "In the beginning", 900);
     long before = rss_kib(s.pid);
     enum { JUNK = 64 << 20 };
     char *junk = calloc(1, 1 << 20);
@@ -813,29 +842,15 @@ Test(http, what_a_client_sends_while_its_reply_streams_is_not_held, .timeout = 1
     } while (sent < JUNK && (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < 2000);
     long grown = rss_kib(s.pid) - before;
     free(junk);
+    cr_assert_eq(requests_stat(&s, "paused"), 1, "the stream ended during the push");
+    cr_assert_eq(metric(&s, "minions_requests_in_flight{frontend=\"http\"}"), 1, "the stream ended during the push");
     close(fd);
     cr_assert_lt(grown, 16 << 10, "the server grew by %ld KiB while a client sent %zu bytes at its stream", grown,
                  sent);
     wait_idle(&s);
+    cr_assert_eq(metric(&s, "minions_requests_total{frontend=\"http\",outcome=\"cancelled\"}"), 1,
+                 "the stream was held to the end of the push, then dropped");
     server_stop(&s);
-}
-
-/* A streamed completion of max_tokens from a client that does not read (a 4 KB receive buffer), once
- * the server has paused it; the connection's descriptor. */
-static int unread_stream(server *s, const char *prompt, int max_tokens)
-{
-    int fd = http_connect(s->http_port, 4096);
-    char *body = completion_body(prompt, max_tokens, 1, NULL);
-    http_send(fd, "POST", "/v1/completions", NULL, body, 0);
-    free(body);
-    json_int_t paused = 0;
-    for (int i = 0; i < 400 && !paused; i++, usleep(50000)) {
-        json_t *st = admin(s, "{\"cmd\":\"stats\"}");
-        paused = stat_of(st, "requests", "paused");
-        json_decref(st);
-    }
-    cr_assert_eq(paused, 1, "a stream nobody reads pauses");
-    return fd;
 }
 
 Test(http, a_stream_that_is_not_read_pauses_then_completes, .timeout = 300)
@@ -933,21 +948,21 @@ Test(http, latencies_count_every_request_that_produced_a_token, .timeout = 300)
     server_stop(&s);
 }
 
+/* The stream in flight is held through the drain's checks (its client does not read, past a 4 KiB
+ * output buffer, so that it cannot end, and the daemon exit, before them), then read to its end. */
 Test(http, a_drain_finishes_streams_and_refuses_new_work, .timeout = 300)
 {
+    static const char *const args[] = {"--http", "127.0.0.1:0", "--output-buffer", "4", "--drain-timeout", "0", NULL};
     server s;
-    server_start(&s, HTTP);
-    int stream = http_connect(s.http_port, 0), idle = http_connect(s.http_port, 0);
-    char *body = completion_body("In the beginning", 200, 1, NULL);
-    http_send(stream, "POST", "/v1/completions", NULL, body, 0);
-    char first[64];
-    cr_assert_gt(read(stream, first, sizeof first), 0, "the stream has begun");
+    server_start(&s, args);
+    int idle = http_connect(s.http_port, 0);
     http_send(idle, "GET", "/health", NULL, NULL, 1); /* a keep-alive connection, idle after this */
     char buf[512];
     cr_assert_gt(read(idle, buf, sizeof buf), 0);
+    int stream = unread_stream(&s, "In the beginning", 200);
     kill(s.pid, SIGTERM);
     int refused = 0;
-    for (int i = 0; i < 100 && !refused; i++, usleep(20000)) {
+    for (int i = 0; i < 500 && !refused; i++, usleep(20000)) {
         int fd = http_connect(s.http_port, 0);
         refused = fd < 0;
         if (fd >= 0)
@@ -959,15 +974,18 @@ Test(http, a_drain_finishes_streams_and_refuses_new_work, .timeout = 300)
     cr_assert_eq(h.status, 503, "a request on an open connection during the drain: %s", h.head);
     cr_assert(strcasestr(h.head, "Connection: close"));
     hresp_free(&h);
-    size_t cap = 1 << 20, len = 0;
-    char *rest = malloc(cap);
-    for (ssize_t n; (n = read(stream, rest + len, cap - len - 1)) > 0;)
-        len += (size_t)n;
-    rest[len] = 0;
-    close(stream);
-    cr_assert(strstr(rest, "data: [DONE]\n\n"), "the stream in flight ran to its end");
-    free(rest);
-    free(body);
+    json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
+    cr_assert(json_is_true(json_object_get(json_object_get(st, "stats"), "draining")));
+    cr_assert_eq(stat_of(st, "requests", "paused"), 1, "the stream is still held, unfinished");
+    cr_assert_eq(stat_of(st, "http", "in_flight"), 1);
+    json_decref(st);
+    hresp r = http_read_all(stream); /* its client reads at last: it runs to its end */
+    json_t *last = NULL;
+    free(stream_text(&r, 0, &last));
+    cr_assert_str_eq(str_at(last, "choices.0.finish_reason"), "length", "the stream in flight ran to its end");
+    cr_assert_eq(int_at(last, "usage.completion_tokens"), 200);
+    json_decref(last);
+    hresp_free(&r);
     cr_assert_eq(server_wait(&s, 60), 0, "minionsd exits 0 after the drain");
 }
 
@@ -1010,6 +1028,160 @@ Test(http, a_forced_drain_closes_a_stream_that_is_not_read, .timeout = 120)
     kill(s.pid, SIGTERM); /* the second signal forces the drain */
     cr_assert_eq(server_wait(&s, 30), 0, "minionsd exits 0 once the forced drain closed the stream");
     close(fd);
+}
+
+/* Seconds since t0 (CLOCK_MONOTONIC). */
+static double since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+/* What a connection still gives until it ends, into buf (NUL-terminated, cut at cap); fails the
+ * test when it has not ended within 60 s (SO_RCVTIMEO). Returns the errno it ended with: 0 for an
+ * orderly close. */
+static int read_to_end(int fd, char *buf, size_t cap)
+{
+    struct timeval tv = {60, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    size_t len = 0;
+    char scratch[4096];
+    ssize_t n;
+    while ((n = read(fd, scratch, sizeof scratch)) > 0) {
+        size_t k = (size_t)n < cap - 1 - len ? (size_t)n : cap - 1 - len;
+        memcpy(buf + len, scratch, k);
+        len += k;
+    }
+    buf[len] = 0;
+    int e = n < 0 ? errno : 0;
+    cr_assert(e != EAGAIN && e != EWOULDBLOCK, "the server did not close the connection within 60 s");
+    return e;
+}
+
+/* --http-timeout closes a connection idle that long (a keep-alive one between requests) and one whose
+ * output is stuck that long (a stream its client does not read, paused past --output-buffer): that
+ * stream's request is cancelled and its KV freed, and the server serves on. */
+Test(http, the_http_timeout_closes_idle_and_stuck_connections, .timeout = 120)
+{
+    static const char *const args[] = {"--http", "127.0.0.1:0", "--output-buffer", "4", "--http-timeout", "1", NULL};
+    server s;
+    server_start(&s, args);
+    int stuck = http_connect(s.http_port, 4096);
+    char *body = completion_body("In the beginning", 900, 1, NULL);
+    http_send(stuck, "POST", "/v1/completions", NULL, body, 1);
+    free(body);
+    char buf[1 << 16];
+    int idle = http_connect(s.http_port, 0);
+    struct timespec t0;
+    for (int i = 0; i < 2; i++) { /* kept alive: a second request on it is answered */
+        clock_gettime(CLOCK_MONOTONIC, &t0); /* before the server's last read on it */
+        http_send(idle, "GET", "/health", NULL, NULL, 1);
+        ssize_t n = read(idle, buf, sizeof buf - 1);
+        cr_assert_gt(n, 0, "request %d on a keep-alive connection", i);
+        buf[n] = 0;
+        cr_assert(strstr(buf, "HTTP/1.1 200") && !strcasestr(buf, "Connection: close"), "%s", buf);
+    }
+    int e = read_to_end(idle, buf, sizeof buf);
+    double idle_for = since(&t0);
+    cr_assert(e == 0 && !*buf, "the idle connection ends with a close, nothing else: %s %s", strerror(e), buf);
+    cr_assert_geq(idle_for, 0.9, "closed %.2f s after its last request, before its timeout", idle_for);
+    close(idle);
+    /* only the timeout can end the stream: its client neither reads nor leaves (polled for 30 s) */
+    double cancelled = 0;
+    for (int i = 0; i < 600 && cancelled < 1; i++, usleep(50000))
+        cancelled = metric(&s, "minions_requests_total{frontend=\"http\",outcome=\"cancelled\"}");
+    cr_assert_eq(cancelled, 1, "the stuck stream was not cancelled");
+    wait_idle(&s);
+    json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
+    cr_assert_lt(stat_of(st, "tokens", "generated"), 900, "the stuck stream ran to its end");
+    json_decref(st);
+    e = read_to_end(stuck, buf, sizeof buf);
+    cr_assert(e == 0 || e == ECONNRESET, "%s", strerror(e));
+    cr_assert(!strstr(buf, "[DONE]"), "the stream was cut short: %.200s", buf);
+    close(stuck);
+    hresp r = http_call(s.http_port, "GET", "/health", NULL, NULL);
+    cr_assert_eq(r.status, 200);
+    hresp_free(&r);
+    server_stop(&s);
+}
+
+/* A full queue answers 503 server_busy in OpenAI's error shape (docs/server.md). With a batch of one
+ * and a queue of one, two paused streams (clients that do not read) hold KV, beside the batch (paused
+ * requests hold max_queue places beside it); a third is admitted by preempting the newer back into
+ * the queue, where it waits for its client to read, and fills it: a fourth request is refused. Once
+ * they leave, the server takes requests again. */
+Test(http, a_full_queue_answers_503_server_busy, .timeout = 120)
+{
+    static const char *const args[] = {"--http",      "127.0.0.1:0", "--max-batch",     "1", "--max-queue", "1",
+                                       "--kv-blocks", "256",         "--output-buffer", "4", NULL};
+    server s;
+    server_start(&s, args);
+    int held[3];
+    held[0] = unread_stream_with(&s, "In the beginning", 300, NULL, 1);
+    held[1] = unread_stream_with(&s, "And God said", 300, NULL, 2);
+    held[2] = http_connect(s.http_port, 4096);
+    cr_assert(held[2] >= 0);
+    char *body = completion_body("DEVIL, n.", 300, 1, NULL);
+    http_send(held[2], "POST", "/v1/completions", NULL, body, 0);
+    free(body);
+    json_int_t queued = 0, paused = 0, preempted = 0; /* settled: the second queued, the third paused */
+    for (int i = 0; i < 400 && !(queued == 1 && paused == 2 && preempted == 1); i++, usleep(50000)) {
+        json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
+        queued = stat_of(st, "requests", "queued");
+        paused = stat_of(st, "requests", "paused");
+        preempted = stat_of(st, "preemptions", NULL);
+        json_decref(st);
+    }
+    cr_assert(queued == 1 && paused == 2 && preempted == 1,
+              "a paused stream is preempted into the queue for the third: %lld queued, %lld paused, %lld preempted",
+              (long long)queued, (long long)paused, (long long)preempted);
+    body = completion_body("In the beginning", 4, 0, NULL);
+    hresp r = http_call(s.http_port, "POST", "/v1/completions", NULL, body);
+    cr_assert_eq(r.status, 503, "a request past a full queue: %d %s", r.status, r.body);
+    json_t *o = json_of(&r);
+    cr_assert_str_eq(str_at(o, "error.type"), "server_busy", "%s", r.body);
+    cr_assert(str_at(o, "error.message") && strstr(str_at(o, "error.message"), "queue is full"), "%s", r.body);
+    json_t *err = json_object_get(o, "error");
+    cr_assert(json_is_null(json_object_get(err, "param")) && json_is_null(json_object_get(err, "code")), "%s", r.body);
+    json_decref(o);
+    hresp_free(&r);
+    for (int i = 0; i < 3; i++)
+        close(held[i]);
+    wait_idle(&s);
+    r = http_call(s.http_port, "POST", "/v1/completions", NULL, body);
+    cr_assert_eq(r.status, 200, "once the queue empties: %s", r.body);
+    hresp_free(&r);
+    free(body);
+    server_stop(&s);
+}
+
+/* An HTTP address another socket listens on is a start-up error that names it: minionsd exits
+ * non-zero (under `timeout`, so that a daemon that started anyway fails the test, not hangs it). */
+Test(http, an_occupied_http_port_is_a_start_up_error, .timeout = 120)
+{
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert(l >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    socklen_t alen = sizeof a;
+    cr_assert_eq(bind(l, (struct sockaddr *)&a, sizeof a), 0);
+    cr_assert_eq(listen(l, 4), 0);
+    cr_assert_eq(getsockname(l, (struct sockaddr *)&a, &alen), 0);
+    char addr[32], cmd[4096];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", ntohs(a.sin_port));
+    snprintf(cmd, sizeof cmd, "timeout 60 '%s/minionsd' --model '%s' --port 0 --admin none --http %s 2>&1 </dev/null",
+             env_or("MINIONS_BIN_DIR", "."), model_path(), addr);
+    FILE *f = popen(cmd, "r");
+    cr_assert(f);
+    char out[4096] = {0};
+    size_t len = fread(out, 1, sizeof out - 1, f);
+    out[len] = 0;
+    int status = pclose(f);
+    close(l);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 124,
+              "minionsd started on an occupied port: %s: %s", cmd, out);
+    cr_assert(strstr(out, addr), "minionsd's message lacks the address %s: %s", addr, out);
 }
 
 /* A copy of the GGUF at src in dst whose end-of-text token is id (a u32 key, patched in place). */
