@@ -533,6 +533,8 @@ mn_status mn_engine_new(const mn_engine_config *cfg, mn_engine **out, mn_err *er
         st = mn_fail(err, MN_IO, "engine: cannot empty the step trace %s: %s", cfg->step_trace, strerror(errno));
         goto fail;
     }
+    if (e->tuner)
+        mn_tuner_actor_start(e->tuner); /* the verifier starts at spec.length: adaptive bounds may move it */
     mn_log(MN_LOG_INFO, "engine: model %s, backend %s (CPU kernels %s), %d threads (+%d for drafts), batch %u, %u KV "
            "blocks of %u (%s), %u drafters, pipeline %s", e->model->name, e->be->ops->name, mn_cpu_kernels_name(),
            bc.n_threads, e->draft_threads, e->cfg.max_batch, bc.kv_blocks, bc.kv_block_size,

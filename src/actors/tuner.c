@@ -30,9 +30,10 @@ mn_status mn_tuner_actor_new(const mn_tuner_actor_config *cfg, mn_tuner_actor **
     t->cfg = *cfg;
     mn_tuner_init(&t->state, &cfg->params, cfg->spec_length);
     *out = t;
-    restart(t); /* the verifier starts at spec.length: adaptive bounds may move it */
     return MN_OK;
 }
+
+void mn_tuner_actor_start(mn_tuner_actor *t) { restart(t); }
 
 void mn_tuner_actor_free(mn_tuner_actor *t) { mn_free(t); }
 

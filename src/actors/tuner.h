@@ -29,8 +29,11 @@ typedef struct mn_tuner_actor_config {
 
 typedef struct mn_tuner_actor mn_tuner_actor;
 
-/* Posts the verifier its starting lengths (spec.length, within the bounds when adaptive). */
 mn_status mn_tuner_actor_new(const mn_tuner_actor_config *cfg, mn_tuner_actor **out, mn_err *err);
+/* Posts the verifier its starting lengths (spec.length, within the bounds when adaptive): once, when
+ * every actor is built (the setting messages are the verifier's to free, and a failed start-up
+ * frees no mailbox's messages). */
+void mn_tuner_actor_start(mn_tuner_actor *t);
 void mn_tuner_actor_handle(void *tuner, mn_msg *m);
 void mn_tuner_actor_free(mn_tuner_actor *t);
 
