@@ -2,8 +2,9 @@
  *
  * Invariants: depth counts messages whose producer has begun its push and that the consumer has not
  * yet accounted for with mn_mpsc_done. A producer that moves depth from 0 wakes the consumer; the
- * consumer, after a batch, re-activates itself while depth stays above 0. Together: a queued message
- * is always followed by a wakeup that will take it, and an idle mailbox costs no wakeups.
+ * consumer, after a batch, re-activates itself while depth stays above 0 (after the loop's next poll
+ * when the batch was empty: a push in flight). Together: a queued message is always followed by a
+ * wakeup that will take it, and an idle mailbox costs no wakeups.
  */
 #include "runtime/mailbox.h"
 
@@ -83,8 +84,17 @@ static void mailbox_cb(evutil_socket_t fd, short what, void *arg)
         taken++;
         mb->handler(mb->actor, m);
     }
-    if (mn_mpsc_done(&mb->q, taken) > 0)
-        event_active(mb->ev, EV_READ, 0); /* more (or a push in flight): come back after the others */
+    if (mn_mpsc_done(&mb->q, taken) == 0)
+        return;
+    if (taken) {
+        event_active(mb->ev, EV_READ, 0); /* more: come back after the others */
+    } else {
+        /* a producer counted its message but has not linked it yet (it may have lost its core
+         * between the two): come back after the loop has polled, as a timer of 0, so that the loop
+         * neither spins on this event nor starves its sockets and timers meanwhile */
+        static const struct timeval now = {0, 0};
+        event_add(mb->ev, &now);
+    }
 }
 
 mn_status mn_mailbox_new(struct event_base *base, const char *name, mn_actor_fn handler, void *actor, unsigned batch,
