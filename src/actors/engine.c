@@ -104,7 +104,8 @@ mn_engine_config mn_engine_defaults(void)
 static void post_drain(mn_engine *e, bool force)
 {
     mn_drain *d = mn_malloc(sizeof *d);
-    if (!d) { /* cannot tell the client actor: end the loop; mn_engine_free cancels what is left */
+    if (!d) { /* cannot tell the front ends: end the loop now; requests in flight are not answered, and
+              * the process exits (mn_engine_free frees the actors, not the requests they held) */
         mn_log(MN_LOG_ERROR, "drain: out of memory; stopping at once");
         event_base_loopexit(e->base, NULL);
         return;

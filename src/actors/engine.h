@@ -81,7 +81,8 @@ typedef struct mn_engine_config {
     mn_tuner_params tuner;     /* the length tuner's rule (live: tuner.s_min, ...) */
     bool pipeline;             /* live: pipeline.enabled (verifier.h) */
     int draft_threads;         /* of n_threads, the model drafters' own (0: they share the target's;
-                                * < 0: the default, MN_ENGINE_DRAFT_THREADS) */
+                                * < 0: the default, a quarter of n_threads, at least 1, with the
+                                * pipeline and a draft model; else 0) */
 } mn_engine_config;
 
 mn_engine_config mn_engine_defaults(void);

@@ -1,9 +1,11 @@
 /* request.h - one generation request: its state machine and its text.
  *
- * The request is a message (req->msg) that travels: client -> intake -> kvmem -> verifier -> kvmem
- * -> client, and the client actor frees it after writing its final line. Every actor runs on the
+ * The request is a message (req->msg) that travels: owner -> intake -> kvmem -> verifier -> kvmem
+ * -> owner, and its owner (the client actor, or the http actor) frees it after writing its final
+ * answer. Every actor runs on the
  * engine's loop thread, so the fields need no lock; each says which actor writes it. The compute
- * workers touch only the KV lengths, the tokens, the sampler and the drafts, and only while the job
+ * workers touch only the KV lengths, the tokens, the sampler, the drafts, the step's verdict
+ * (spec.kept, spec.n_kept, kept_lp) and a drafter's own part of a round, and only while the job
  * that holds the request is in flight: its step (phase VERIFYING) or its round (DRAFTING).
  *
  * State machine (mn_req_event is the only code that changes state; illegal events are refused):

@@ -12,7 +12,8 @@
  * waits for needs.
  *
  * Thread: one thread at a time may call mn_pool_run (the backend's owner). fn must not call
- * mn_pool_run. Errors: mn_pool_new fails with MN_NOMEM / MN_ERROR (thread creation).
+ * mn_pool_run. Errors: mn_pool_new fails with MN_INVALID (a thread count outside 1..256), MN_NOMEM or
+ * MN_ERROR (thread creation).
  */
 #ifndef MN_POOL_H
 #define MN_POOL_H
