@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -39,10 +40,53 @@ void server_start(server *s, const char *const *extra)
     server_start_model(s, model_path(), extra);
 }
 
+/* The daemons this process started and their directories, until server_wait has seen them exit: a
+ * test that ends early (a failed assertion ends it; Criterion's worker then exits, running atexit's
+ * handlers) still kills its daemon and removes its directory. */
+static struct {
+    pid_t pid; /* 0: not started yet */
+    char dir[64];
+} g_live[64];
+static int g_n_live;
+
+static void remove_dir(const char *dir)
+{
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    (void)!system(cmd);
+}
+
+static void forget_server(const server *s)
+{
+    for (int i = 0; i < g_n_live; i++)
+        if (!strcmp(g_live[i].dir, s->dir)) {
+            g_live[i] = g_live[--g_n_live];
+            return;
+        }
+}
+
+static void clean_up_servers(void)
+{
+    for (int i = 0; i < g_n_live; i++) {
+        if (g_live[i].pid > 0) {
+            kill(g_live[i].pid, SIGKILL);
+            waitpid(g_live[i].pid, NULL, 0);
+        }
+        remove_dir(g_live[i].dir);
+    }
+    g_n_live = 0;
+}
+
 void server_start_model(server *s, const char *model, const char *const *extra)
 {
+    static bool registered;
+    if (!registered)
+        registered = atexit(clean_up_servers) == 0;
     snprintf(s->dir, sizeof s->dir, "/tmp/minions-test-XXXXXX");
     cr_assert(mkdtemp(s->dir));
+    int live = g_n_live < (int)(sizeof g_live / sizeof *g_live) ? g_n_live++ : -1;
+    if (live >= 0)
+        g_live[live].pid = 0, snprintf(g_live[live].dir, sizeof g_live[live].dir, "%s", s->dir);
     snprintf(s->unix_path, sizeof s->unix_path, "%s/sock", s->dir);
     snprintf(s->admin, sizeof s->admin, "ipc://%s/admin", s->dir);
     char bin[1024];
@@ -57,6 +101,8 @@ void server_start_model(server *s, const char *model, const char *const *extra)
     pid_t parent = getpid();
     s->pid = fork();
     cr_assert(s->pid >= 0);
+    if (s->pid > 0 && live >= 0)
+        g_live[live].pid = s->pid;
     if (s->pid == 0) { /* the daemon dies with the test, even when an assertion ends it early */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != parent)
@@ -86,22 +132,26 @@ void server_start_model(server *s, const char *model, const char *const *extra)
     s->http_port = http && strrchr(http, ':') ? atoi(strrchr(http, ':') + 1) : 0;
 }
 
-/* Wait for the daemon to exit; returns its exit status (-1: killed after timeout_s, or a signal). */
+/* Wait for the daemon to exit; returns its exit status (-1: killed after timeout_s, or a signal).
+ * Either way its directory is removed. */
 int server_wait(server *s, int timeout_s)
 {
-    int status;
-    for (int i = 0; i < timeout_s * 20; i++) {
-        if (waitpid(s->pid, &status, WNOHANG) == s->pid) {
-            char cmd[200];
-            snprintf(cmd, sizeof cmd, "rm -rf %s", s->dir);
-            (void)!system(cmd);
-            return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-        }
-        usleep(50000);
+    int status, ret = -1;
+    bool exited = false;
+    for (int i = 0; i < timeout_s * 20 && !exited; i++) {
+        exited = waitpid(s->pid, &status, WNOHANG) == s->pid;
+        if (!exited)
+            usleep(50000);
     }
-    kill(s->pid, SIGKILL);
-    waitpid(s->pid, &status, 0);
-    return -1;
+    if (exited) {
+        ret = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    } else {
+        kill(s->pid, SIGKILL);
+        waitpid(s->pid, &status, 0);
+    }
+    remove_dir(s->dir);
+    forget_server(s);
+    return ret;
 }
 
 void server_stop(server *s)
@@ -110,14 +160,18 @@ void server_stop(server *s)
     cr_assert_eq(server_wait(s, 60), 0, "minionsd did not exit 0 after SIGTERM");
 }
 
-/* One admin command; the parsed reply (caller decrefs). */
-json_t *admin(server *s, const char *cmd)
+static int admin_socket(server *s)
 {
     int sock = nn_socket(AF_SP, NN_REQ);
     cr_assert(sock >= 0);
     int tmo = 20000;
     nn_setsockopt(sock, NN_SOL_SOCKET, NN_RCVTIMEO, &tmo, sizeof tmo);
     cr_assert(nn_connect(sock, s->admin) >= 0);
+    return sock;
+}
+
+json_t *admin_on(int sock, const char *cmd)
+{
     cr_assert(nn_send(sock, cmd, strlen(cmd), 0) >= 0);
     char *buf = NULL;
     int n = nn_recv(sock, &buf, NN_MSG, 0);
@@ -125,8 +179,109 @@ json_t *admin(server *s, const char *cmd)
     json_t *o = json_loadb(buf, (size_t)n, 0, NULL);
     cr_assert(o, "admin reply is not JSON");
     nn_freemsg(buf);
+    return o;
+}
+
+/* One admin command; the parsed reply (caller decrefs). */
+json_t *admin(server *s, const char *cmd)
+{
+    int sock = admin_socket(s);
+    json_t *o = admin_on(sock, cmd);
     nn_close(sock);
     return o;
+}
+
+int admin_connect(server *s)
+{
+    int sock = admin_socket(s);
+    json_decref(admin_on(sock, "{\"cmd\":\"stats\"}")); /* answered: the daemon holds the connection */
+    return sock;
+}
+
+json_int_t stat_at(json_t *stats, const char *path)
+{
+    json_t *v = json_object_get(stats, "stats");
+    char key[128];
+    for (const char *p = path; v && *p;) {
+        size_t n = strcspn(p, ".");
+        snprintf(key, sizeof key, "%.*s", (int)n, p);
+        v = json_object_get(v, key);
+        p += n + (p[n] == '.');
+    }
+    return json_is_boolean(v) ? json_is_true(v) : json_integer_value(v);
+}
+
+static bool compares(json_int_t v, const char *op, json_int_t want)
+{
+    if (!strcmp(op, "=="))
+        return v == want;
+    if (!strcmp(op, "!="))
+        return v != want;
+    if (!strcmp(op, ">="))
+        return v >= want;
+    if (!strcmp(op, ">"))
+        return v > want;
+    if (!strcmp(op, "<="))
+        return v <= want;
+    if (!strcmp(op, "<"))
+        return v < want;
+    cr_assert_fail("wait_stat: no operator %s", op);
+    return false;
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+json_int_t wait_stat_on(int sock, const char *path, const char *op, json_int_t want)
+{
+    double until = now_s() + WAIT_STAT_S;
+    for (;;) {
+        json_t *st = admin_on(sock, "{\"cmd\":\"stats\"}");
+        json_int_t v = stat_at(st, path);
+        if (compares(v, op, want)) {
+            json_decref(st);
+            return v;
+        }
+        if (now_s() > until) {
+            char *dump = json_dumps(st, JSON_COMPACT);
+            cr_assert_fail("stats %s is %lld, not %s %lld, after %d s: %s", path, (long long)v, op, (long long)want,
+                           WAIT_STAT_S, dump);
+        }
+        json_decref(st);
+        usleep(20000);
+    }
+}
+
+json_int_t wait_stat(server *s, const char *path, const char *op, json_int_t want)
+{
+    int sock = admin_connect(s);
+    json_int_t v = wait_stat_on(sock, path, op, want);
+    nn_close(sock);
+    return v;
+}
+
+json_int_t wait_stat_still(server *s, const char *path, double still_s)
+{
+    int sock = admin_connect(s);
+    double until = now_s() + WAIT_STAT_S, since = now_s();
+    json_t *st = admin_on(sock, "{\"cmd\":\"stats\"}");
+    json_int_t v = stat_at(st, path);
+    json_decref(st);
+    while (now_s() - since < still_s) {
+        cr_assert(now_s() < until, "stats %s still moved after %d s (now %lld)", path, WAIT_STAT_S, (long long)v);
+        usleep(50000);
+        st = admin_on(sock, "{\"cmd\":\"stats\"}");
+        json_int_t again = stat_at(st, path);
+        json_decref(st);
+        if (again != v)
+            v = again, since = now_s();
+    }
+    nn_close(sock);
+    return v;
 }
 
 /* stats.group.key, or stats.group when key is NULL */
@@ -406,13 +561,7 @@ void check_paused_preemption(const char *const *extra, bool slots)
         connect_to(s.unix_path, &slow[i]);
         send_request(&slow[i], "big", "And God said", TOKENS, 0, 1);
     }
-    int throttled = 0;
-    for (int i = 0; i < 2400 && throttled < SLOW; i++, usleep(50000)) {
-        json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
-        throttled = (int)json_integer_value(json_object_get(json_object_get(st, "stats"), "throttled"));
-        json_decref(st);
-    }
-    cr_assert_eq(throttled, SLOW, "only %d of %d clients that do not read were throttled", throttled, SLOW);
+    wait_stat(&s, "throttled", "==", SLOW); /* every client that does not read */
     json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
     if (slots)
         cr_assert_eq(stat_of(st, "requests", "paused"), SLOW, "every request of the clients that do not read "

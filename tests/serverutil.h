@@ -34,12 +34,32 @@ void server_start(server *s, const char *const *extra);
 /* The same with another target model (a path). */
 void server_start_model(server *s, const char *model, const char *const *extra);
 
-/* Wait for the daemon to exit; returns its exit status (-1: killed after timeout_s, or a signal). */
+/* Wait for the daemon to exit; returns its exit status (-1: killed after timeout_s, or a signal).
+ * Either way its directory (s->dir: sockets, log) is removed. A daemon the test leaves running (an
+ * assertion ended it early) is killed, and its directory removed, when the test's process exits. */
 int server_wait(server *s, int timeout_s);
 void server_stop(server *s);
 
 /* One admin command; the parsed reply (caller decrefs). */
 json_t *admin(server *s, const char *cmd);
+/* An admin connection that stays open, already answered once (so the daemon holds it: one out of
+ * file descriptors could not accept a new one); commands over it with admin_on; nn_close it. */
+int admin_connect(server *s);
+json_t *admin_on(int sock, const char *cmd);
+
+/* A stats value by its dotted path under "stats": "idle_closed", "requests.running",
+ * "http.accept_pauses"; a boolean ("draining") reads 1 or 0, a missing one 0. */
+json_int_t stat_at(json_t *stats, const char *path);
+
+/* Poll stats until the value at path compares with want by op ("==", "!=", ">=", ">", "<=", "<");
+ * returns that value. Not within WAIT_STAT_S seconds: the test fails, showing the stats. */
+enum { WAIT_STAT_S = 120 };
+json_int_t wait_stat(server *s, const char *path, const char *op, json_int_t want);
+/* The same over an admin_connect connection. */
+json_int_t wait_stat_on(int sock, const char *path, const char *op, json_int_t want);
+/* Poll until the value at path has not moved for still_s seconds (within WAIT_STAT_S); returns it.
+ * For counts with no state that says they are final (a step in flight still lands). */
+json_int_t wait_stat_still(server *s, const char *path, double still_s);
 
 /* stats.group.key, or stats.group when key is NULL */
 json_int_t stat_of(json_t *stats, const char *group, const char *key);

@@ -287,23 +287,22 @@ Test(server, line_too_long_ends_the_input_after_the_answers, .timeout = 120)
     tconn_close(&c);
 
     /* after its long line, a client trickling a byte every 100 ms is closed all the same once the
-     * linger (2 s) is over (it was kept for as long as it trickled: each byte restarted the time) */
+     * linger (2 s) is over, while it still trickles (it was kept for as long as it trickled: each
+     * byte restarted the time). It trickles for up to a minute, thirty lingers. */
     connect_to(s.tcp, &c);
     memset(line, 'x', sizeof line);
     cr_assert_eq(mn_client_send(&c.c, line, sizeof line), 0);
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    json_int_t open = 1;
-    for (int i = 0; i < 100 && open; i++) {
-        if (mn_client_send(&c.c, "x", 1) != 0) /* the server is gone */
-            break;
+    bool closed = false;
+    while (!closed && seconds_since(&t0) < 60) {
+        closed = mn_client_send(&c.c, "x", 1) != 0; /* the server is gone */
         usleep(100000);
         json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
-        open = stat_of(st, "connections", NULL);
+        closed = closed || stat_of(st, "connections", NULL) == 0;
         json_decref(st);
     }
-    double waited = seconds_since(&t0);
-    cr_assert(waited < 8, "a trickling client was held %.1f s after its long line", waited);
+    cr_assert(closed, "a trickling client was held %.1f s after its long line", seconds_since(&t0));
     tconn_close(&c);
     wait_idle(&s);
     server_stop(&s);
@@ -349,10 +348,14 @@ Test(server, minions_cli_streams_the_text_and_checks_its_options, .timeout = 120
     server_stop(&s);
 }
 
+/* A client that drops mid-stream, and a cancel, give the KV back. The cancelled request is held: its
+ * client reads its first delta, then nothing until the cancel is sent, so that it is throttled (some
+ * 150 delta lines fill a 4 KiB output buffer and the Unix socket's) and paused, far from its 900th
+ * token; reading again lets the server read the cancel that waited behind the throttle. */
 Test(server, disconnect_and_cancel_free_the_kv, .timeout = 120)
 {
     server s;
-    server_start(&s, NULL);
+    server_start(&s, (const char *[]){"--output-buffer", "4", NULL});
     tconn c;
     connect_to(s.tcp, &c);
     send_request(&c, "keep", "And God said", 900, 0, 1);
@@ -370,9 +373,11 @@ Test(server, disconnect_and_cancel_free_the_kv, .timeout = 120)
     send_request(&c, "c1", "And God said", 900, 0, 1);
     o = read_reply(&c);
     json_decref(o);
+    wait_stat(&s, "throttled", "==", 1); /* c1 is paused: it cannot finish before the cancel */
     send_line(&c, "{\"cancel\":\"c1\"}");
     o = await(&c, "c1");
     cr_assert_str_eq(json_string_value(json_object_get(o, "finish_reason")), "cancelled");
+    cr_assert_lt(json_integer_value(json_object_get(json_object_get(o, "usage"), "completion_tokens")), 900);
     json_decref(o);
     wait_idle(&s);
     tconn_close(&c);
@@ -404,70 +409,76 @@ Test(server, half_close_gets_its_answers_then_the_server_closes, .timeout = 120)
     server_stop(&s);
 }
 
+/* Whether the server has ended fd's connection (readable with nothing in flight: its end of file). */
+static bool ended(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    return poll(&p, 1, 0) > 0;
+}
+
 /* --idle-timeout: a connection without a request in flight is closed once it has sent no whole line
  * for that long, a line trickled a byte at a time included; one that keeps sending lines stays, and
- * an answer written before the close can still be read after it. */
-Test(server, idle_connections_are_closed, .timeout = 120)
+ * an answer written before the close can still be read after it. The five connections run side by
+ * side: a silent one, a trickling one, one sending a request at a time and one blank lines (both for
+ * 4.5 s, past the 3 s timeout, never 3 s without a line), and one that reads its answer only after
+ * the server closed it for idling (idle_closed counts it). */
+Test(server, idle_connections_are_closed, .timeout = 180)
 {
+    enum { IDLE_S = 3 };
     server s;
-    server_start(&s, (const char *[]){"--idle-timeout", "1", NULL});
+    server_start(&s, (const char *[]){"--idle-timeout", "3", NULL});
+    tconn silent, trickle, busy, blank, late;
     struct timespec t0;
-
-    tconn silent;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     connect_to(s.tcp, &silent);
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    cr_assert_null(mn_client_read_line(&silent.c, NULL), "the silent connection got a line");
-    double waited = seconds_since(&t0);
-    cr_assert(waited > 0.9 && waited < 10, "the silent connection was closed after %.2f s", waited);
-    tconn_close(&silent);
-
-    tconn trickle; /* a byte every 100 ms of a line that never ends */
     connect_to(s.tcp, &trickle);
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    const char *start = "{\"id\":\"slow\",\"prompt\":\"And God said, Let there be light: and there was light.";
-    bool closed = false;
-    for (size_t i = 0; start[i] && !closed; i++) {
-        closed = mn_client_send(&trickle.c, start + i, 1) != 0;
-        struct pollfd p = {.fd = trickle.c.fd, .events = POLLIN};
-        closed = closed || poll(&p, 1, 100) > 0; /* readable: the server's end of output */
-    }
-    cr_assert(closed, "a line sent a byte at a time kept the connection open");
-    cr_assert_null(mn_client_read_line(&trickle.c, NULL));
-    waited = seconds_since(&t0);
-    cr_assert(waited > 0.9 && waited < 5, "the trickling connection was closed after %.2f s", waited);
-    tconn_close(&trickle);
-
-    tconn busy; /* a request at a time for 2.5 s: never idle for a second */
     connect_to(s.tcp, &busy);
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (int i = 0; seconds_since(&t0) < 2.5; i++) {
-        char id[16];
-        snprintf(id, sizeof id, "b%d", i);
-        send_request(&busy, id, "And God said", 4, 0, 0);
-        json_t *o = await(&busy, id);
-        cr_assert(json_object_get(o, "done"), "request %d of a busy connection was not answered", i);
-        json_decref(o);
-        usleep(300000);
-    }
-    tconn_close(&busy);
-
-    tconn blank; /* blank lines for 2.5 s, no request: alive */
     connect_to(s.tcp, &blank);
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    while (seconds_since(&t0) < 2.5) {
-        send_line(&blank, "");
-        usleep(300000);
+    connect_to(s.tcp, &late);
+    send_request(&late, "late", "In the beginning", 8, 0, 0); /* answered at once; read at the end */
+    const char *head = "{\"id\":\"slow\",\"prompt\":\"";
+    cr_assert_eq(mn_client_send(&trickle.c, head, strlen(head)), 0);
+    double silent_at = 0, trickle_at = 0;
+    /* a byte of a line that never ends every 100 ms, for as long as it takes the server to close it
+     * (up to a minute, twenty timeouts), and at least 1.5 s past the timeout */
+    for (int i = 0; !trickle_at || seconds_since(&t0) < IDLE_S + 1.5; i++) {
+        cr_assert(seconds_since(&t0) < 60, "a line sent a byte at a time kept the connection open");
+        if (!trickle_at && (mn_client_send(&trickle.c, "x", 1) != 0 || ended(trickle.c.fd)))
+            trickle_at = seconds_since(&t0);
+        if (!silent_at && ended(silent.c.fd))
+            silent_at = seconds_since(&t0);
+        if (i % 3 == 0) { /* a request, and a blank line, every 300 ms or so */
+            char id[16];
+            snprintf(id, sizeof id, "b%d", i);
+            send_request(&busy, id, "And God said", 4, 0, 0);
+            json_t *o = await(&busy, id);
+            cr_assert(json_object_get(o, "done"), "request %s of a busy connection was not answered", id);
+            json_decref(o);
+            send_line(&blank, "");
+        }
+        usleep(100000);
     }
+    cr_assert_null(mn_client_read_line(&trickle.c, NULL));
+    cr_assert(trickle_at > IDLE_S - 0.5, "the trickling connection was closed after %.2f s", trickle_at);
+    tconn_close(&trickle);
+    send_request(&busy, "still", "And God said", 4, 0, 0);
+    json_t *o = await(&busy, "still");
+    cr_assert(json_object_get(o, "done"), "a connection kept alive by requests was closed");
+    json_decref(o);
+    tconn_close(&busy);
     send_request(&blank, "after", "And God said", 4, 0, 0);
-    json_t *o = await(&blank, "after");
+    o = await(&blank, "after");
     cr_assert(json_object_get(o, "done"), "a connection kept alive by blank lines was closed");
     json_decref(o);
     tconn_close(&blank);
 
-    tconn late; /* reads its answer after the connection went idle and was closed */
-    connect_to(s.tcp, &late);
-    send_request(&late, "late", "In the beginning", 8, 0, 0);
-    sleep(3);
+    /* the silent, trickling and late connections, and no other: the late one is closed now */
+    wait_stat(&s, "idle_closed", ">=", 3);
+    cr_assert_null(mn_client_read_line(&silent.c, NULL), "the silent connection got a line");
+    if (!silent_at)
+        silent_at = seconds_since(&t0);
+    cr_assert(silent_at > IDLE_S - 0.5, "the silent connection was closed after %.2f s", silent_at);
+    tconn_close(&silent);
     o = await(&late, "late");
     cr_assert(json_object_get(o, "done"), "the answer written before the idle close was lost");
     json_decref(o);
@@ -497,13 +508,7 @@ static void stall_a_client(server *s, tconn *slow)
         snprintf(id, sizeof id, "big%d", i);
         send_request(slow, id, "And God said", 150, 0, 1);
     }
-    int throttled = 0;
-    for (int i = 0; i < 1200 && !throttled; i++, usleep(50000)) {
-        json_t *st = admin(s, "{\"cmd\":\"stats\"}");
-        throttled = json_integer_value(json_object_get(json_object_get(st, "stats"), "throttled")) == 1;
-        json_decref(st);
-    }
-    cr_assert(throttled, "the connection that does not read was never throttled");
+    wait_stat(s, "throttled", "==", 1); /* the connection that does not read */
 }
 
 Test(server, a_client_that_does_not_read_stalls_only_itself, .timeout = 300)
@@ -514,26 +519,18 @@ Test(server, a_client_that_does_not_read_stalls_only_itself, .timeout = 300)
     stall_a_client(&s, &slow);
     /* a step already in flight when the throttle began still lands: wait until the count has not
      * moved for a second (a step of a sanitized daemon on a busy machine can take a few 100 ms) */
-    json_t *a = admin(&s, "{\"cmd\":\"stats\"}");
-    for (int i = 0, still = 0; i < 200 && still < 4; i++) {
-        usleep(250000);
-        json_t *again = admin(&s, "{\"cmd\":\"stats\"}");
-        still = stat_of(again, "tokens", "generated") == stat_of(a, "tokens", "generated") ? still + 1 : 0;
-        json_decref(a);
-        a = again;
-    }
+    json_int_t before = wait_stat_still(&s, "tokens.generated", 1.0);
     connect_to(s.tcp, &fast);
     send_request(&fast, "quick", "In the beginning", 32, 0, 1);
     json_t *o = await(&fast, "quick");
     cr_assert(json_object_get(o, "done"), "a reading client is served while another is throttled");
     json_decref(o);
     json_t *b = admin(&s, "{\"cmd\":\"stats\"}");
-    json_int_t produced = stat_of(b, "tokens", "generated") - stat_of(a, "tokens", "generated");
+    json_int_t produced = stat_of(b, "tokens", "generated") - before;
     cr_assert_eq(produced, 32, "the throttled client's requests kept producing: %lld tokens, not 32",
                  (long long)produced);
     cr_assert_eq(json_integer_value(json_object_get(json_object_get(b, "stats"), "throttled")), 1);
     cr_assert_gt(stat_of(b, "requests", "in_flight"), 0);
-    json_decref(a);
     json_decref(b);
     for (int i = 0; i < 24; i++) { /* reading again releases it: everything completes */
         char id[16];
@@ -559,12 +556,7 @@ Test(server, a_client_that_stops_reading_is_closed_after_the_idle_timeout, .time
     stall_a_client(&s, &slow);
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    json_int_t closed = 0;
-    for (int i = 0; i < 400 && !closed; i++, usleep(50000)) {
-        json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
-        closed = stat_of(st, "stalled_closed", NULL);
-        json_decref(st);
-    }
+    json_int_t closed = wait_stat(&s, "stalled_closed", ">=", 1);
     double waited = seconds_since(&t0);
     cr_assert_eq(closed, 1, "the connection that does not read was not closed");
     cr_assert(waited > 1.0, "a stalled connection was closed after %.2f s, before its 2 s", waited);
@@ -602,7 +594,7 @@ Test(server, paused_requests_in_every_place_are_preempted_and_recomputed, .timeo
 Test(server, admin_get_set_stats, .timeout = 300)
 {
     server s;
-    server_start(&s, NULL);
+    server_start(&s, (const char *[]){"--output-buffer", "4", NULL});
     json_t *o = admin(&s, "{\"cmd\":\"get\"}");
     cr_assert(json_is_true(json_object_get(o, "ok")));
     cr_assert_eq(json_integer_value(json_object_get(json_object_get(o, "config"), "batch.max_sequences")), 16);
@@ -630,23 +622,24 @@ Test(server, admin_get_set_stats, .timeout = 300)
         cr_assert(json_string_length(json_object_get(o, "error")) > 0);
         json_decref(o);
     }
-    /* with batch.max_sequences 3, at most 3 run; the rest queue */
+    /* with batch.max_sequences 3, at most 3 run; the rest queue. Their client reads nothing until it
+     * is throttled (600 streamed tokens are far past a 4 KiB output buffer and the Unix socket's;
+     * some 150 fill them): then the three that run are paused, holding their places, and the three
+     * that wait, throttled too, stay in the queue, so the count is seen at rest */
     tconn c;
-    connect_to(s.tcp, &c);
+    connect_to(s.unix_path, &c);
     for (int i = 0; i < 6; i++) {
         char id[16];
         snprintf(id, sizeof id, "q%d", i);
-        send_request(&c, id, "And it came to pass", 200, 0, 0);
+        send_request(&c, id, "And it came to pass", 200, 0, 1);
     }
-    int saw_queue = 0;
-    for (int i = 0; i < 500 && !saw_queue; i++) { /* the first three run for a while: seen early */
-        o = admin(&s, "{\"cmd\":\"stats\"}");
-        cr_assert_leq(stat_of(o, "requests", "running"), 3);
-        saw_queue = stat_of(o, "requests", "queued") > 0 && stat_of(o, "requests", "running") == 3;
-        json_decref(o);
-        usleep(20000);
-    }
-    cr_assert(saw_queue, "never saw 3 running with others queued");
+    wait_stat(&s, "throttled", "==", 1);
+    o = admin(&s, "{\"cmd\":\"stats\"}");
+    char *dump = json_dumps(o, JSON_COMPACT);
+    cr_assert_eq(stat_at(o, "requests.running"), 3, "not 3 running: %s", dump);
+    cr_assert_eq(stat_at(o, "requests.queued"), 3, "not 3 queued: %s", dump);
+    free(dump);
+    json_decref(o);
     for (int i = 0; i < 6; i++) {
         char id[16];
         snprintf(id, sizeof id, "q%d", i);
@@ -661,35 +654,90 @@ Test(server, admin_get_set_stats, .timeout = 300)
     server_stop(&s);
 }
 
+/* A full queue answers `busy` (docs/server.md) with the request's id, and the connection lives on;
+ * queue.max set over the admin socket is the bound from then on, up to --max-queue. One sequence
+ * runs at a time (--max-batch 1). The places are held by a client that reads nothing: its first
+ * request runs until the client is throttled (400 streamed tokens are far past a 4 KiB output buffer
+ * and the Unix socket's; some 150 fill them), then it is paused, and its second waits in the queue,
+ * throttled too, for as long as the client does not read. */
+Test(server, a_full_queue_answers_busy, .timeout = 120)
+{
+    server s;
+    server_start(&s, (const char *[]){"--max-batch", "1", "--max-queue", "2", "--output-buffer", "4", NULL});
+    json_t *o = admin(&s, "{\"cmd\":\"set\",\"key\":\"queue.max\",\"value\":1}");
+    cr_assert(json_is_true(json_object_get(o, "ok")));
+    json_decref(o);
+    tconn held, c;
+    connect_to(s.unix_path, &held);
+    connect_to(s.tcp, &c);
+    send_request(&held, "h0", "And God said", 400, 0, 1);
+    send_request(&held, "h1", "And God said", 400, 0, 1);
+    wait_stat(&s, "throttled", "==", 1);
+    o = admin(&s, "{\"cmd\":\"stats\"}");
+    char *dump = json_dumps(o, JSON_COMPACT);
+    cr_assert_eq(stat_at(o, "requests.running"), 1, "h0 holds the batch: %s", dump);
+    cr_assert_eq(stat_at(o, "requests.queued"), 1, "h1 fills the queue: %s", dump);
+    free(dump);
+    json_decref(o);
+
+    send_request(&c, "over", "In the beginning", 8, 0, 0); /* queue.max 1, not --max-queue 2 */
+    o = read_reply(&c);
+    cr_assert_str_eq(json_string_value(json_object_get(o, "id")), "over");
+    json_t *e = json_object_get(o, "error");
+    cr_assert_str_eq(json_string_value(json_object_get(e, "code")), "busy", "the request beyond a full queue");
+    cr_assert(json_string_length(json_object_get(e, "message")) > 0);
+    json_decref(o);
+
+    o = admin(&s, "{\"cmd\":\"set\",\"key\":\"queue.max\",\"value\":2}");
+    cr_assert(json_is_true(json_object_get(o, "ok")));
+    json_decref(o);
+    o = admin(&s, "{\"cmd\":\"set\",\"key\":\"queue.max\",\"value\":3}"); /* past --max-queue */
+    cr_assert(json_is_false(json_object_get(o, "ok")));
+    json_decref(o);
+    send_request(&c, "fits", "In the beginning", 8, 0, 0); /* queued beside h1, then run: h0 is paused */
+    o = await(&c, "fits");
+    cr_assert_str_eq(json_string_value(json_object_get(o, "finish_reason")), "length", "a queue.max of 2 takes it");
+    json_decref(o);
+
+    const char *ids[] = {"h0", "h1"}; /* reading again releases the held requests: both finish */
+    for (int i = 0; i < 2; i++) {
+        o = await(&held, ids[i]);
+        cr_assert_str_eq(json_string_value(json_object_get(o, "finish_reason")), "length", "%s", ids[i]);
+        json_decref(o);
+    }
+    wait_idle(&s);
+    o = admin(&s, "{\"cmd\":\"stats\"}");
+    dump = json_dumps(o, JSON_COMPACT);
+    static const char *const zero[] = {"requests.running", "requests.queued", "requests.paused", "requests.in_flight",
+                                       "throttled", "kv.target.used"};
+    for (size_t i = 0; i < sizeof zero / sizeof *zero; i++)
+        cr_assert_eq(stat_at(o, zero[i]), 0, "%s: %s", zero[i], dump);
+    cr_assert_eq(stat_at(o, "requests.done"), 3, "%s", dump);
+    cr_assert_eq(stat_at(o, "requests.failed"), 1, "the busy one: %s", dump);
+    free(dump);
+    json_decref(o);
+    tconn_close(&held);
+    tconn_close(&c);
+    server_stop(&s);
+}
+
 /* After a SIGTERM: wait until stats say the drain has begun (the signal arrives when it arrives). */
 static void await_draining(server *s)
 {
-    int draining = 0;
-    for (int i = 0; i < 500 && !draining; i++, usleep(10000)) {
-        json_t *o = admin(s, "{\"cmd\":\"stats\"}");
-        draining = json_is_true(json_object_get(json_object_get(o, "stats"), "draining"));
-        json_decref(o);
-    }
-    cr_assert(draining, "SIGTERM did not start a drain");
+    wait_stat(s, "draining", "==", 1);
 }
 
-/* Tokens for a request that must still run while a drain is acknowledged and a later request refused
- * (well under a second): 900 take about 0.4-1 s in the normal build, and 0.5-1 s from the sanitizer
- * builds' daemons, whose model work runs unsanitized (Makefile.am's PROGRAM_KERNELS; one sequence
- * decodes at 1,798 tok/s under ASan and 870 under TSan, minions-bench-decode). */
-enum { LONG_REQUEST_TOKENS = 900 };
-
 /* drain: running requests finish, new ones are refused, the daemon exits 0. by_signal: the signal
- * that starts it, or 0 for the admin command. */
+ * that starts it, or 0 for the admin command. The requests that must still run through the drain's
+ * checks are held: stall_a_client's 24, whose client reads only once those are done. */
 static void drain_test(int by_signal)
 {
     server s;
-    server_start(&s, (const char *[]){"--drain-timeout", "0", NULL});
-    tconn c;
-    connect_to(s.tcp, &c);
-    send_request(&c, "last", "And God said", LONG_REQUEST_TOKENS, 0, 1);
-    json_t *o = read_reply(&c);
-    json_decref(o);
+    server_start(&s, (const char *[]){"--output-buffer", "16", "--drain-timeout", "0", NULL});
+    tconn slow, c;
+    connect_to(s.tcp, &c); /* before the drain: it stops accepting */
+    stall_a_client(&s, &slow);
+    json_t *o;
     if (by_signal) {
         kill(s.pid, by_signal);
         await_draining(&s);
@@ -702,9 +750,18 @@ static void drain_test(int by_signal)
     o = await(&c, "late");
     cr_assert_str_eq(json_string_value(json_object_get(json_object_get(o, "error"), "code")), "busy");
     json_decref(o);
-    o = await(&c, "last");
-    cr_assert_str_eq(json_string_value(json_object_get(o, "finish_reason")), "length");
+    o = admin(&s, "{\"cmd\":\"stats\"}");
+    cr_assert_eq(stat_of(o, "requests", "in_flight"), 24, "the held requests are still in flight");
     json_decref(o);
+    cr_assert_eq(waitpid(s.pid, NULL, WNOHANG), 0, "the drain ended while a client still held requests");
+    for (int i = 0; i < 24; i++) { /* reading again: every accepted request finishes */
+        char id[16];
+        snprintf(id, sizeof id, "big%d", i);
+        o = await(&slow, id);
+        cr_assert_str_eq(json_string_value(json_object_get(o, "finish_reason")), "length", "%s", id);
+        json_decref(o);
+    }
+    tconn_close(&slow);
     tconn_close(&c);
     cr_assert_eq(server_wait(&s, 60), 0, "minionsd did not exit 0 after the drain");
 }
@@ -901,6 +958,7 @@ Test(server, running_out_of_descriptors_pauses_accepting, .timeout = 300)
     connect_to(s.tcp, &first);
     send_request(&first, "warm", "And", 2, 0, 0);
     json_decref(await(&first, "warm"));
+    int adm = admin_connect(&s); /* opened now: the daemon will not accept another one for a while */
     tconn extra[EXTRA];
     for (int i = 0; i < EXTRA; i++) /* the kernel completes them; the daemon cannot take them all */
         connect_to(s.tcp, &extra[i]);
@@ -909,7 +967,9 @@ Test(server, running_out_of_descriptors_pauses_accepting, .timeout = 300)
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s.http_port)};
     inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
     cr_assert_eq(connect(http, (struct sockaddr *)&a, sizeof a), 0);
-    sleep(2);
+    wait_stat_on(adm, "accept_pauses", ">=", 1);
+    wait_stat_on(adm, "http.accept_pauses", ">=", 1);
+    nn_close(adm);
     send_request(&first, "during", "In the beginning", 16, 0, 0);
     json_t *o = await(&first, "during");
     cr_assert(json_object_get(o, "done"), "an open connection is served while accept fails");
