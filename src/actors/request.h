@@ -92,6 +92,8 @@ typedef struct mn_req_spec {
     uint32_t max_len;               /* the request's cap on a draft (spec.max_len) */
     uint32_t cap;                   /* verifier: tokens the round's vote may take (the longer len) */
     uint32_t len[MN_TUNER_KINDS];   /* verifier: what a drafter of each kind may propose this round */
+    bool no_room;                   /* verifier: the last round planned had no room for its drafts (the
+                                     * pass's budget went to others): its next step is plain */
     uint32_t plain_from, plain_end; /* verifier: the positions the request's latest run of plain
                                      * decoding steps produced (none when equal); a model drafter
                                      * catching up on them missed them because the request decoded

@@ -308,11 +308,14 @@ static uint32_t class_length(const mn_verifier *v, uint32_t cls)
     return mn_tuner_step_length(&v->advice[cls], v->paired[cls]);
 }
 
-/* Whether r waits for drafts before its next step: it decodes, may draft, and a round at the
- * length in effect would give it some. */
+/* Whether r waits for drafts before its next step: it decodes, may draft, a round at the length in
+ * effect would give it some, and the last round planned found room for them (else it steps plainly:
+ * prompt chunks or others' drafts can fill the pass's budget round after round, and a request left
+ * out of the round and the step alike got no token until they were done). */
 static bool wants_draft(const mn_verifier *v, const mn_req *r, uint32_t s)
 {
-    return r->phase == MN_PHASE_IDLE && may_draft(v, r) && draft_cap(v, r, s, v->cfg.be->cfg.max_tokens) > 0;
+    return r->phase == MN_PHASE_IDLE && !r->spec.no_room && may_draft(v, r) &&
+           draft_cap(v, r, s, v->cfg.be->cfg.max_tokens) > 0;
 }
 
 /* Start a round at length s of class cls (schedule's) over the idle requests that may draft, in
@@ -364,6 +367,8 @@ static bool start_round(mn_verifier *v, uint32_t cls, uint32_t s)
             budget -= r->spec.cap;
             r->phase = MN_PHASE_DRAFTING;
             cand[v->round.n++] = r; /* k >= round.n: the list compacts in place */
+        } else {
+            r->spec.no_room = true;
         }
     }
     if (!v->round.n)
@@ -402,6 +407,7 @@ static bool start_step(mn_verifier *v, uint32_t cls, uint32_t s)
         bool drafted_now = r->phase == MN_PHASE_DRAFTED;
         if (!drafted_now)
             r->spec.n_draft = 0;
+        r->spec.no_room = false; /* the next round plans its drafts afresh */
         drafted += drafted_now;
         r->phase = MN_PHASE_VERIFYING;
         st->reqs[n] = r;
