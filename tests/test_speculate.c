@@ -9,6 +9,7 @@
  * The adaptive length tuner keeps all of that lossless and shows its work (stats, events).
  * Bad drafts are refused at start-up with a clear message. */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <math.h>
 #include <nanomsg/nn.h>
 #include <nanomsg/pubsub.h>
@@ -64,6 +65,22 @@ static void admin_refuses(server *s, const char *const *cmds, size_t n)
         cr_assert(json_is_false(json_object_get(r, "ok")), "accepted: %s", cmds[i]);
         json_decref(r);
     }
+}
+
+/* stats.spec.tuner of an admin stats reply (the reply keeps it). */
+static json_t *tuner_of(json_t *stats_reply)
+{
+    return json_object_get(json_object_get(json_object_get(stats_reply, "stats"), "spec"), "tuner");
+}
+
+/* A fresh directory for a test's files in dir (TEMP_DIR bytes), and in path the file `name` there
+ * behind `scheme` ("ipc://" for an --events address, "" for a file). */
+enum { TEMP_DIR = 32 };
+static void temp_file(char *dir, char *path, size_t size, const char *scheme, const char *name)
+{
+    snprintf(dir, TEMP_DIR, "/tmp/minions-spec-XXXXXX");
+    cr_assert(mkdtemp(dir), "mkdtemp: %s", strerror(errno));
+    snprintf(path, size, "%s%s/%s", scheme, dir, name);
 }
 
 /* Send the n prompts at once (ids prefix0, prefix1, ..., `tokens` each, every other one streamed);
@@ -539,12 +556,13 @@ Test(speculate, sampling_draws_from_the_target_distribution, .timeout = 900)
 
 /* ---- start-up errors ------------------------------------------------------------------------- */
 
-/* minionsd with these arguments exits non-zero at start-up, its stderr naming `needle`. */
+/* minionsd with these arguments exits non-zero at start-up, its stderr naming `needle`. One that
+ * starts instead is stopped after 30 s (timeout's 124): the test fails then, leaving no daemon. */
 static void refused(const char *const *args, const char *needle)
 {
     char cmd[4096], bin[1024];
     snprintf(bin, sizeof bin, "%s/minionsd", env_or("MINIONS_BIN_DIR", "."));
-    int n = snprintf(cmd, sizeof cmd, "%s --model %s --port 0 --admin none", bin, model_path());
+    int n = snprintf(cmd, sizeof cmd, "timeout 30 %s --model %s --port 0 --admin none", bin, model_path());
     for (int i = 0; args[i]; i++)
         n += snprintf(cmd + n, sizeof cmd - (size_t)n, " '%s'", args[i]);
     snprintf(cmd + n, sizeof cmd - (size_t)n, " 2>&1 </dev/null");
@@ -554,7 +572,8 @@ static void refused(const char *const *args, const char *needle)
     size_t len = fread(out, 1, sizeof out - 1, f);
     out[len] = 0;
     int status = pclose(f);
-    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) != 0, "minionsd started with: %s", cmd);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 124, "minionsd started with: %s",
+              cmd);
     cr_assert(strstr(out, needle), "minionsd's message for %s lacks '%s': %s", cmd, needle, out);
 }
 
@@ -621,19 +640,76 @@ Test(speculate, bad_drafts_are_refused_at_start_up, .timeout = 120)
     rmdir(dir);
 }
 
+/* A copy of the GGUF at src in dst whose u32 value at `key` is value (patched in place). */
+static void copy_with_u32(const char *src, const char *dst, const char *key, uint32_t value)
+{
+    size_t len = 0, klen = strlen(key);
+    char *bytes = slurp(src, &len), *at = memmem(bytes, len, key, klen);
+    cr_assert(at, "no %s in %s", key, src);
+    uint32_t type;
+    memcpy(&type, at + klen, 4);
+    cr_assert_eq(type, 4, "%s is a u32", key); /* GGUF's UINT32; the value follows */
+    memcpy(at + klen + 4, &value, 4);
+    FILE *f = fopen(dst, "wb");
+    cr_assert(f && fwrite(bytes, 1, len, f) == len && fclose(f) == 0, "%s", dst);
+    free(bytes);
+}
+
+/* A draft with the target's vocabulary but another end or beginning of text (draft-kjv with eos,
+ * then bos, token 1; both are token 0 in the target and the drafts) would propose ends the target
+ * does not take: refused at start-up, saying which. */
+Test(speculate, a_draft_with_another_bos_or_eos_is_refused, .timeout = 120)
+{
+    char dir[TEMP_DIR], path[1100];
+    temp_file(dir, path, sizeof path, "", "draft-kjv.gguf");
+    copy_with_u32(model_file("draft-kjv.gguf"), path, "tokenizer.ggml.eos_token_id", 1);
+    refused((const char *[]){"--draft", path, NULL}, "has bos/eos 0/1, the target");
+    copy_with_u32(model_file("draft-kjv.gguf"), path, "tokenizer.ggml.bos_token_id", 1);
+    refused((const char *[]){"--draft", path, NULL}, "has bos/eos 1/0, the target");
+    unlink(path);
+    rmdir(dir);
+}
+
 /* ---- admin and events -------------------------------------------------------------------------- */
 
-/* A nanomsg SUB socket on the --events address for the lines starting with topic, 20 s receive
- * timeout, connected and given time to reach the publisher (PUB drops what nobody takes). */
-static int subscribe(const char *events, const char *topic)
+/* The summary of a request whose id starts with "hello" (subscribe's). */
+#define HELLO "{\"event\":\"request\",\"id\":\"hello"
+
+static bool is_hello(const char *buf, int n)
+{
+    return n >= (int)strlen(HELLO) && !memcmp(buf, HELLO, strlen(HELLO));
+}
+
+/* A nanomsg SUB socket on s's --events address for the lines starting with topic, with a receive
+ * timeout of 20 s, once it is seen to receive: nn_connect returns before the connection is made,
+ * and PUB drops what no connected subscriber takes. One-token requests "hello0", "hello1", ... go
+ * to s, each given 100 ms for its summary to come, until one comes. Summaries of those ids may
+ * still come later where topic takes them (is_hello tells them). */
+static int subscribe(server *s, const char *events, const char *topic)
 {
     int sub = nn_socket(AF_SP, NN_SUB);
     cr_assert(sub >= 0);
+    cr_assert_eq(nn_setsockopt(sub, NN_SUB, NN_SUB_SUBSCRIBE, HELLO, strlen(HELLO)), 0);
     cr_assert_eq(nn_setsockopt(sub, NN_SUB, NN_SUB_SUBSCRIBE, topic, strlen(topic)), 0);
-    int tmo = 20000;
+    int tmo = 100;
     nn_setsockopt(sub, NN_SOL_SOCKET, NN_RCVTIMEO, &tmo, sizeof tmo);
     cr_assert(nn_connect(sub, events) >= 0);
-    usleep(200000);
+    tconn c;
+    connect_to(s->tcp, &c);
+    bool up = false;
+    for (int k = 0; k < 200 && !up; k++) {
+        char id[16], *buf = NULL;
+        snprintf(id, sizeof id, "hello%d", k);
+        send_request(&c, id, "Hello", 1, 0, 0);
+        json_decref(await(&c, id));
+        for (int n; !up && (n = nn_recv(sub, &buf, NN_MSG, 0)) >= 0; nn_freemsg(buf))
+            up = is_hello(buf, n);
+    }
+    cr_assert(up, "no event reached a subscriber of %s in 200 requests", events);
+    tconn_close(&c);
+    cr_assert_eq(nn_setsockopt(sub, NN_SUB, NN_SUB_UNSUBSCRIBE, HELLO, strlen(HELLO)), 0);
+    tmo = 20000;
+    nn_setsockopt(sub, NN_SOL_SOCKET, NN_RCVTIMEO, &tmo, sizeof tmo);
     return sub;
 }
 
@@ -658,12 +734,11 @@ static json_int_t ngram_cache_stat(server *s, const char *key) { return drafter_
 Test(speculate, admin_keys_stats_and_events, .timeout = 300)
 {
     server s;
-    char events[200], dir[] = "/tmp/minions-ev-XXXXXX";
-    cr_assert(mkdtemp(dir));
-    snprintf(events, sizeof events, "ipc://%s/events", dir);
+    char events[200], dir[TEMP_DIR];
+    temp_file(dir, events, sizeof events, "ipc://", "events");
     server_start(&s, (const char *[]){"--draft", model_file("draft-kjv.gguf"), "--draft", "ngram", "--events", events,
                                       "--spec-weights", "global", NULL});
-    int sub = subscribe(events, "");
+    int sub = subscribe(&s, events, "");
 
     json_t *r = admin(&s, "{\"cmd\":\"get\"}");
     json_t *cfg = json_object_get(r, "config");
@@ -757,20 +832,36 @@ Test(speculate, admin_keys_stats_and_events, .timeout = 300)
                   json_integer_value(json_object_get(kjv, "agreed")));
     json_decref(r);
 
-    int requests = 0, weights = 0;
-    for (int i = 0; i < 1000 && requests < 2; i++) {
+    /* one summary per finished request: each went out before its blocks came free (wait_idle);
+     * once every one has come, whatever else comes within half a second (a second summary) */
+    static const char *const finished[] = {"capped", "long", "cache-warm", "cache-off", "cache-on"};
+    enum { N_FINISHED = sizeof finished / sizeof *finished };
+    int summaries[N_FINISHED] = {0}, seen = 0, weights = 0;
+    for (;;) {
         char *buf = NULL;
         int n = nn_recv(sub, &buf, NN_MSG, 0);
-        cr_assert(n > 0, "no event: %s", nn_strerror(nn_errno()));
+        if (n < 0 && seen == N_FINISHED)
+            break;
+        cr_assert(n > 0, "no event: %s; %d of the %d summaries came", nn_strerror(nn_errno()), seen, N_FINISHED);
         json_t *ev = json_loadb(buf, (size_t)n, 0, NULL);
         cr_assert(ev, "an event is a JSON object: %.*s", n, buf);
         const char *kind = json_string_value(json_object_get(ev, "event"));
-        requests += kind && !strcmp(kind, "request");
         weights += kind && !strcmp(kind, "weight");
+        if (kind && !strcmp(kind, "request") && !is_hello(buf, n)) {
+            const char *id = json_string_value(json_object_get(ev, "id"));
+            int k = 0;
+            while (k < N_FINISHED && (!id || strcmp(id, finished[k])))
+                k++;
+            cr_assert_lt(k, N_FINISHED, "a summary of a request never sent: %.*s", n, buf);
+            cr_assert_eq(++summaries[k], 1, "a second summary of %s: %.*s", id, n, buf);
+            if (++seen == N_FINISHED) {
+                int tmo = 500;
+                nn_setsockopt(sub, NN_SOL_SOCKET, NN_RCVTIMEO, &tmo, sizeof tmo);
+            }
+        }
         json_decref(ev);
         nn_freemsg(buf);
     }
-    cr_assert_eq(requests, 2, "one summary per finished request");
     cr_assert_gt(weights, 0, "weight changes are published");
     nn_close(sub);
     tconn_close(&c);
@@ -833,12 +924,11 @@ Test(speculate, adaptive_length_is_lossless_and_visible, .timeout = 600)
     char *prompts[6], *want[6];
     int n = load_references(prompts, want, TOKENS);
     server s;
-    char events[200], dir[] = "/tmp/minions-tu-XXXXXX";
-    cr_assert(mkdtemp(dir));
-    snprintf(events, sizeof events, "ipc://%s/events", dir);
+    char events[200], dir[TEMP_DIR];
+    temp_file(dir, events, sizeof events, "ipc://", "events");
     server_start(&s, (const char *[]){"--draft", model_file("draft-kjv.gguf"), "--draft", "ngram", "--events", events,
                                       "--tuner", "adaptive,decision_threshold=2,probe_every=2,s_max=6", NULL});
-    int sub = subscribe(events, "{\"event\":\"tuner\"");
+    int sub = subscribe(&s, events, "{\"event\":\"tuner\"");
 
     tconn c;
     connect_to(s.tcp, &c);
@@ -864,7 +954,7 @@ Test(speculate, adaptive_length_is_lossless_and_visible, .timeout = 600)
     wait_idle(&s);
 
     json_t *r = admin(&s, "{\"cmd\":\"stats\"}");
-    json_t *tuner = json_object_get(json_object_get(json_object_get(r, "stats"), "spec"), "tuner");
+    json_t *tuner = tuner_of(r);
     cr_assert_str_eq(json_string_value(json_object_get(tuner, "mode")), "adaptive");
     cr_assert_gt(json_integer_value(json_object_get(tuner, "measured")), 0);
     json_t *one = json_object_get(json_object_get(tuner, "batch"), "1");
@@ -911,7 +1001,7 @@ Test(speculate, adaptive_length_is_lossless_and_visible, .timeout = 600)
     cr_assert_str_eq(json_string_value(json_object_get(done, "text")), want[0]);
     json_decref(done);
     r = admin(&s, "{\"cmd\":\"stats\"}");
-    tuner = json_object_get(json_object_get(json_object_get(r, "stats"), "spec"), "tuner");
+    tuner = tuner_of(r);
     cr_assert_str_eq(json_string_value(json_object_get(tuner, "mode")), "fixed");
     const char *cls;
     json_t *k;
@@ -929,7 +1019,7 @@ Test(speculate, adaptive_length_is_lossless_and_visible, .timeout = 600)
     send_all_await_plain(&c, "seq", n, prompts, want, TOKENS);
     wait_idle(&s);
     r = admin(&s, "{\"cmd\":\"stats\"}");
-    tuner = json_object_get(json_object_get(json_object_get(r, "stats"), "spec"), "tuner");
+    tuner = tuner_of(r);
     int with_figures = 0;
     json_object_foreach(json_object_get(tuner, "batch"), cls, k) {
         json_t *seq = json_object_get(k, "sequence");
@@ -967,8 +1057,7 @@ Test(speculate, adaptive_length_is_lossless_and_visible, .timeout = 600)
     cr_assert_str_eq(json_string_value(json_object_get(done, "text")), want[1]);
     json_decref(done);
     r = admin(&s, "{\"cmd\":\"stats\"}");
-    one = json_object_get(json_object_get(json_object_get(json_object_get(json_object_get(r, "stats"), "spec"),
-                                                          "tuner"), "batch"), "1");
+    one = json_object_get(json_object_get(tuner_of(r), "batch"), "1");
     cr_assert_eq(json_integer_value(json_object_get(one, "s")), 0);
     json_t *zero = json_object_get(json_object_get(one, "curve"), "0");
     cr_assert(zero && json_integer_value(json_object_get(zero, "steps")) > 0, "no step measured at 0: %s",
@@ -1146,12 +1235,11 @@ Test(speculate, catching_up_after_plain_steps_is_a_backlog, .timeout = 300)
     int n = load_prompts(prompts, 2);
     cr_assert_geq(n, 2);
     char *want_steady = generate(prompts[0], STEADY), *want_long = generate(prompts[1], LONG);
-    char dir[] = "/tmp/minions-backlog-XXXXXX", path[1100];
-    cr_assert(mkdtemp(dir));
-    snprintf(path, sizeof path, "%s/steps.jsonl", dir);
+    char dir[TEMP_DIR], path[1100];
+    temp_file(dir, path, sizeof path, "", "steps.jsonl");
     server s;
     server_start(&s, (const char *[]){"--draft", model_file("draft-kjv.gguf"), "--spec-length", "4", "--tuner", "fixed",
-                                      "--step-trace", path, NULL});
+                                      "--step-trace", path, "--output-buffer", "4", NULL});
     tconn c;
     connect_to(s.tcp, &c);
     send_request(&c, "steady", prompts[0], STEADY, 0, 0);
@@ -1160,33 +1248,33 @@ Test(speculate, catching_up_after_plain_steps_is_a_backlog, .timeout = 300)
     cr_assert_gt(json_integer_value(json_object_get(json_object_get(done, "spec"), "drafted")), 0);
     json_decref(done);
     json_t *r = admin(&s, "{\"cmd\":\"stats\"}");
-    json_t *tuner = json_object_get(json_object_get(json_object_get(r, "stats"), "spec"), "tuner");
+    json_t *tuner = tuner_of(r);
     cr_assert(json_is_real(json_object_get(tuner, "backlog_seconds")), "%s", json_dumps(tuner, 0));
     cr_assert_eq(json_real_value(json_object_get(tuner, "backlog_seconds")), 0.0, "no backlog while speculating: %s",
                  json_dumps(tuner, 0));
     json_decref(r);
 
-    /* plain for a stretch (spec.length 0), then speculating again, within one request */
+    /* plain for a stretch (spec.length 0), then speculating again, within one request: streamed
+     * to a client that does not read it yet, it is paused past the 4 KiB --output-buffer (some 140
+     * tokens in, over the Unix socket, here) and held there while the length changes, however fast
+     * the model runs */
     admin_ok(&s, "{\"cmd\":\"set\",\"key\":\"spec.length\",\"value\":0}");
-    send_request(&c, "switch", prompts[1], LONG, 0, 1);
-    size_t streamed = 0;
-    while (streamed < 40) {
-        json_t *o = next_for(&c, "switch");
-        cr_assert(json_object_get(o, "delta"), "ended before the switch: %s", json_dumps(o, 0));
-        streamed += json_string_length(json_object_get(o, "delta"));
-        json_decref(o);
-    }
+    tconn held;
+    connect_to(s.unix_path, &held);
+    send_request(&held, "switch", prompts[1], LONG, 0, 1);
+    wait_stat(&s, "requests.paused", "==", 1);
     admin_ok(&s, "{\"cmd\":\"set\",\"key\":\"spec.length\",\"value\":4}");
-    done = await(&c, "switch");
+    done = await(&held, "switch");
     cr_assert_str_eq(json_string_value(json_object_get(done, "text")), want_long);
     cr_assert_gt(json_integer_value(json_object_get(json_object_get(done, "spec"), "drafted")), 0, "%s",
                  json_dumps(done, 0));
     json_decref(done);
     r = admin(&s, "{\"cmd\":\"stats\"}");
-    tuner = json_object_get(json_object_get(json_object_get(r, "stats"), "spec"), "tuner");
+    tuner = tuner_of(r);
     double backlog = json_real_value(json_object_get(tuner, "backlog_seconds"));
     cr_assert_gt(backlog, 0, "the drafter caught up on the plain stretch: %s", json_dumps(tuner, 0));
     json_decref(r);
+    tconn_close(&held);
     tconn_close(&c);
     server_stop(&s); /* the trace is complete */
 
@@ -1416,9 +1504,8 @@ Test(speculate, draft_threads_are_checked_at_start_up, .timeout = 120)
  * in time order; a path that cannot be written is refused at start-up. */
 Test(speculate, step_trace_accounts_for_every_step, .timeout = 300)
 {
-    char dir[] = "/tmp/minions-trace-XXXXXX", path[1100];
-    cr_assert(mkdtemp(dir));
-    snprintf(path, sizeof path, "%s/steps.jsonl", dir);
+    char dir[TEMP_DIR], path[1100];
+    temp_file(dir, path, sizeof path, "", "steps.jsonl");
     server s;
     server_start(&s, (const char *[]){"--draft", "ngram", "--step-trace", path, NULL});
     tconn c;
@@ -1492,37 +1579,191 @@ Test(speculate, step_trace_accounts_for_every_step, .timeout = 300)
     refused((const char *[]){"--step-trace", "/nonexistent/steps.jsonl", NULL}, "step trace");
 }
 
+/* A decoding request keeps its token a step while long prompts are prefilled beside it. A round
+ * planned over a pass full of prompt chunks has no room for its drafts, and the step used to leave it
+ * out for wanting drafts: it got no token until every prompt was in (on the line protocol as on
+ * HTTP; 10-15 s with 40 streams at length 16, whose drafts alone overfill a pass). Now the round's
+ * leftovers step plainly. Four prompts of ~700 tokens, each finishing at its first token, arrive
+ * with it; every step over their chunks (prompt tokens >= 64 in the step trace) must give it one
+ * token: what those steps produced, less the prompts' four. */
+Test(speculate, a_decoding_request_keeps_its_token_beside_prompt_chunks, .timeout = 120)
+{
+    char dir[TEMP_DIR], path[1100];
+    temp_file(dir, path, sizeof path, "", "steps.jsonl");
+    server s;
+    server_start(&s, (const char *[]){"--draft", "ngram", "--tuner", "fixed", "--spec-length", "4", "--step-trace",
+                                      path, NULL});
+    char text[8192] = "", *lines = NULL;
+    for (int i = 0; i < 100; i++)
+        strcat(text, "and the lord spake unto moses saying ");
+    size_t n_lines = 0;
+    FILE *out = open_memstream(&lines, &n_lines);
+    cr_assert(out);
+    fprintf(out, "{\"id\":\"decoding\",\"prompt\":\"And God said\",\"max_tokens\":200}\n");
+    for (int i = 0; i < 4; i++)
+        fprintf(out, "{\"id\":\"p%d\",\"prompt\":\"%d %s\",\"max_tokens\":1}\n", i, i, text);
+    cr_assert_eq(fclose(out), 0);
+    tconn c;
+    connect_to(s.tcp, &c);
+    send_line(&c, lines); /* one write: the decoding request first, admitted before the prompts */
+    free(lines);
+    for (int i = 0; i < 5; i++) {
+        char id[16];
+        snprintf(id, sizeof id, i < 4 ? "p%d" : "decoding", i);
+        json_t *o = await(&c, id);
+        cr_assert_str_eq(json_string_value(json_object_get(o, "finish_reason")), "length", "%s", id);
+        json_decref(o);
+    }
+    tconn_close(&c);
+    server_stop(&s); /* the trace is complete */
+
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "no trace at %s", path);
+    char buf[1024];
+    json_int_t chunk_steps = 0, produced_there = 0;
+    while (fgets(buf, sizeof buf, f)) {
+        json_t *o = json_loads(buf, 0, NULL);
+        cr_assert(o, "%s", buf);
+        json_int_t prompt = json_integer_value(json_object_get(o, "prompt"));
+        chunk_steps += prompt >= 64;
+        produced_there += prompt >= 64 ? json_integer_value(json_object_get(o, "produced")) : 0;
+        json_decref(o);
+    }
+    fclose(f);
+    unlink(path);
+    rmdir(dir);
+    cr_assert_geq(chunk_steps, 4, "the prompts took %lld steps", (long long)chunk_steps);
+    json_int_t got = produced_there - 4;
+    cr_assert_geq(got, chunk_steps - 1, "the decoding request got %lld tokens in %lld steps over prompt chunks",
+                  (long long)got, (long long)chunk_steps);
+}
+
 /* A request that opts out ("speculate": false) decodes plainly in every step beside the drafted ones:
  * those steps still tell the tuner what the length costs. A step was measured only when every
  * sequence in it was drafted, so while such a request ran the tuner saw nothing and its classes
- * never decided. */
+ * never decided. The request that opts out cannot be held by a client that does not read: a paused
+ * request sits out the steps. It runs to the context's end instead (1000 tokens, some 40 KB of
+ * stream: never paused within the default 256 KiB --output-buffer), requests that speculate go
+ * beside it one at a time until a step was measured, and then it is cancelled: it ran throughout. */
 Test(speculate, the_tuner_measures_beside_a_request_that_opts_out, .timeout = 300)
 {
     server s;
     server_start(&s, (const char *[]){"--draft", "ngram", NULL});
     tconn plain, spec;
     connect_to(s.tcp, &plain);
-    send_line(&plain, "{\"id\":\"out\",\"prompt\":\"And God said\",\"max_tokens\":900,\"speculate\":false,"
+    send_line(&plain, "{\"id\":\"out\",\"prompt\":\"And God said\",\"max_tokens\":1000,\"speculate\":false,"
                       "\"stream\":true}");
     json_int_t running = wait_running(&s);
     cr_assert_eq(running, 1, "the request that opts out never started");
     connect_to(s.tcp, &spec);
-    for (int i = 0; i < 8; i++) { /* 64-token requests one after another, beside it */
+    json_int_t measured = 0;
+    int sent = 0;
+    while (sent < 8 && !measured) { /* 64-token requests one after another, beside it */
         char id[16];
-        snprintf(id, sizeof id, "in%d", i);
+        snprintf(id, sizeof id, "in%d", sent++);
         send_request(&spec, id, "In the beginning God created the heaven and the earth.", 64, 0, 0);
         json_t *o = await(&spec, id);
         cr_assert(json_object_get(o, "done"), "%s", id);
         json_decref(o);
+        json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
+        measured = json_integer_value(json_object_get(tuner_of(st), "measured"));
+        json_decref(st);
     }
-    json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
-    cr_assert_eq(stat_of(st, "requests", "running"), 1, "the request that opts out ran throughout");
-    json_t *tuner = json_object_get(json_object_get(json_object_get(st, "stats"), "spec"), "tuner");
-    cr_assert_gt(json_integer_value(json_object_get(tuner, "measured")), 0,
-                 "no step was measured beside the request that opts out: %s", json_dumps(tuner, 0));
-    json_decref(st);
-    tconn_close(&plain); /* a dropped client: its request is cancelled */
+    send_line(&plain, "{\"cancel\":\"out\"}");
+    json_t *o = await(&plain, "out");
+    cr_assert_str_eq(json_string_value(json_object_get(o, "finish_reason")), "cancelled",
+                     "the request that opts out ended before the %d requests beside it did: %s", sent,
+                     json_dumps(o, 0));
+    json_decref(o);
+    cr_assert_gt(measured, 0, "no step was measured beside the request that opts out (%d requests)", sent);
+    tconn_close(&plain);
     tconn_close(&spec);
     wait_idle(&s);
+    server_stop(&s);
+}
+
+/* ---- live switches ----------------------------------------------------------------------------- */
+
+/* spec.enabled, set live: off, requests decode plainly (no verification in their done lines or the
+ * stats) with plain decoding's text; on again, they speculate again. */
+Test(speculate, spec_enabled_switches_speculation_live, .timeout = 120)
+{
+    enum { TOKENS = 32 };
+    static const char prompt[] = "And God said, Let there be light: and there was light.";
+    char *want = generate(prompt, TOKENS);
+    server s;
+    server_start(&s, (const char *[]){"--draft", model_file("draft-kjv.gguf"), "--draft", "ngram", "--spec-length", "4",
+                                      "--tuner", "fixed", NULL});
+    tconn c;
+    connect_to(s.tcp, &c);
+    static const char *const set[] = {NULL, "{\"cmd\":\"set\",\"key\":\"spec.enabled\",\"value\":false}",
+                                      "{\"cmd\":\"set\",\"key\":\"spec.enabled\",\"value\":true}"};
+    for (int phase = 0; phase < 3; phase++) { /* on (the default), off, on */
+        bool on = phase != 1;
+        if (set[phase])
+            admin_ok(&s, set[phase]);
+        json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
+        cr_assert_eq(stat_at(st, "spec.enabled"), on, "stats: spec.enabled in phase %d", phase);
+        json_int_t before = stat_at(st, "spec.verifications");
+        json_decref(st);
+        char id[8];
+        snprintf(id, sizeof id, "p%d", phase);
+        json_t *done = ask(&c, id, prompt, TOKENS, "");
+        cr_assert_str_eq(json_string_value(json_object_get(done, "text")), want, "phase %d", phase);
+        json_t *spec = json_object_get(done, "spec");
+        json_int_t ver = json_integer_value(json_object_get(spec, "verifications"));
+        json_int_t drafted = json_integer_value(json_object_get(spec, "drafted"));
+        if (on)
+            cr_assert(ver > 0 && drafted > 0, "phase %d did not speculate: %s", phase, json_dumps(done, 0));
+        else
+            cr_assert(ver == 0 && drafted == 0, "spec.enabled false speculated: %s", json_dumps(done, 0));
+        json_decref(done);
+        st = admin(&s, "{\"cmd\":\"stats\"}");
+        cr_assert_eq(stat_at(st, "spec.verifications") - before, ver, "stats: phase %d's verifications", phase);
+        json_decref(st);
+    }
+    tconn_close(&c);
+    server_stop(&s);
+    free(want);
+}
+
+/* drafter.ngram.learn, set live: off, finished requests stop going into the n-gram drafter's shared
+ * cache (stats: its tokens_added stands still); on again, they go in again. The figure is the
+ * drafter's at its latest round, so a request's tokens show in the next request's figure; and a
+ * finished request has gone past the drafter once its blocks are free (wait_idle), before the
+ * next setting reaches it. */
+Test(speculate, ngram_learn_switches_the_cache_filling_live, .timeout = 120)
+{
+    enum { TOKENS = 24 };
+    server s;
+    server_start(&s, (const char *[]){"--draft", "ngram", "--spec-length", "4", "--tuner", "fixed", NULL});
+    json_t *r = admin(&s, "{\"cmd\":\"get\",\"key\":\"drafter.ngram.learn\"}");
+    cr_assert(json_is_true(json_object_get(r, "value")), "learning is the default: %s", json_dumps(r, 0));
+    json_decref(r);
+    tconn c;
+    connect_to(s.tcp, &c);
+    /* learning: on0 | off: off0, off1 | on: on1, on2. added[i]: the figure after request i, which
+     * had rounds of its own (else the figure would be an older request's) */
+    static const char *const ids[] = {"on0", "off0", "off1", "on1", "on2"};
+    json_int_t added[5], tokens[5], rounds = 0;
+    for (int i = 0; i < 5; i++) {
+        if (i == 1 || i == 3)
+            admin_ok(&s, i == 1 ? "{\"cmd\":\"set\",\"key\":\"drafter.ngram.learn\",\"value\":false}"
+                                : "{\"cmd\":\"set\",\"key\":\"drafter.ngram.learn\",\"value\":true}");
+        json_t *done = ask(&c, ids[i], "And God said", TOKENS, "");
+        tokens[i] = usage_of(done, "prompt_tokens") + usage_of(done, "completion_tokens");
+        json_decref(done);
+        wait_idle(&s);
+        json_int_t now = drafter_rounds(&s, "ngram");
+        cr_assert_gt(now, rounds, "%s had no round of the n-gram drafter", ids[i]);
+        rounds = now;
+        added[i] = ngram_cache_stat(&s, "tokens_added");
+    }
+    cr_assert_eq(added[0], 0, "nothing finished before on0");
+    cr_assert_eq(added[1], tokens[0], "on0 went into the cache while learning");
+    cr_assert_eq(added[2], added[1], "off0 went into the cache with drafter.ngram.learn false");
+    cr_assert_eq(added[3], added[2], "off1 went into the cache with drafter.ngram.learn false");
+    cr_assert_eq(added[4], added[3] + tokens[3], "on1 did not go into the cache once learning again");
+    tconn_close(&c);
     server_stop(&s);
 }
