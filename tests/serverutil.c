@@ -1,5 +1,6 @@
 /* serverutil.c - see serverutil.h. */
 #include "serverutil.h"
+#include "testutil.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -130,6 +131,42 @@ void server_start_model(server *s, const char *model, const char *const *extra)
     sscanf(tcp + 4, "%63s", s->tcp);
     const char *http = strstr(line, " http ");
     s->http_port = http && strrchr(http, ':') ? atoi(strrchr(http, ':') + 1) : 0;
+}
+
+/* minionsd (the bundled target, --port 0, --admin none) with these arguments exits non-zero at start-up, its stderr naming `needle`. One that
+ * starts instead is stopped after 30 s (timeout's 124): the test fails then, leaving no daemon. */
+void start_refused(const char *const *args, const char *needle)
+{
+    char cmd[4096], bin[1024];
+    snprintf(bin, sizeof bin, "%s/minionsd", env_or("MINIONS_BIN_DIR", "."));
+    int n = snprintf(cmd, sizeof cmd, "timeout 30 %s --model %s --port 0 --admin none", bin, model_path());
+    for (int i = 0; args[i]; i++)
+        n += snprintf(cmd + n, sizeof cmd - (size_t)n, " '%s'", args[i]);
+    snprintf(cmd + n, sizeof cmd - (size_t)n, " 2>&1 </dev/null");
+    FILE *f = popen(cmd, "r");
+    cr_assert(f);
+    char out[4096] = {0};
+    size_t len = fread(out, 1, sizeof out - 1, f);
+    out[len] = 0;
+    int status = pclose(f);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 124, "minionsd started with: %s",
+              cmd);
+    cr_assert(strstr(out, needle), "minionsd's message for %s lacks '%s': %s", cmd, needle, out);
+}
+
+/* A copy of the GGUF at src in dst whose u32 value at `key` is value (patched in place). */
+void copy_with_u32(const char *src, const char *dst, const char *key, uint32_t value)
+{
+    size_t len = 0, klen = strlen(key);
+    char *bytes = slurp(src, &len), *at = memmem(bytes, len, key, klen);
+    cr_assert(at, "no %s in %s", key, src);
+    uint32_t type;
+    memcpy(&type, at + klen, 4);
+    cr_assert_eq(type, 4, "%s is a u32", key); /* GGUF's UINT32; the value follows */
+    memcpy(at + klen + 4, &value, 4);
+    FILE *f = fopen(dst, "wb");
+    cr_assert(f && fwrite(bytes, 1, len, f) == len && fclose(f) == 0, "%s", dst);
+    free(bytes);
 }
 
 /* Wait for the daemon to exit; returns its exit status (-1: killed after timeout_s, or a signal).

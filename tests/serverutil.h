@@ -6,6 +6,7 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/resource.h>
 #include <sys/types.h>
 
@@ -33,6 +34,14 @@ const char *model_path(void);
 void server_start(server *s, const char *const *extra);
 /* The same with another target model (a path). */
 void server_start_model(server *s, const char *model, const char *const *extra);
+
+/* minionsd (the bundled target, --port 0, --admin none) with these arguments (NULL-ended) exits
+ * non-zero at start-up, its output naming `needle`; one that starts instead fails the test after
+ * 30 s. */
+void start_refused(const char *const *args, const char *needle);
+
+/* A copy of the GGUF at src in dst whose u32 value at `key` is value (patched in place). */
+void copy_with_u32(const char *src, const char *dst, const char *key, uint32_t value);
 
 /* Wait for the daemon to exit; returns its exit status (-1: killed after timeout_s, or a signal).
  * Either way its directory (s->dir: sockets, log) is removed. A daemon the test leaves running (an

@@ -1168,43 +1168,10 @@ Test(http, an_occupied_http_port_is_a_start_up_error, .timeout = 120)
     cr_assert_eq(bind(l, (struct sockaddr *)&a, sizeof a), 0);
     cr_assert_eq(listen(l, 4), 0);
     cr_assert_eq(getsockname(l, (struct sockaddr *)&a, &alen), 0);
-    char addr[32], cmd[4096];
+    char addr[32];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", ntohs(a.sin_port));
-    snprintf(cmd, sizeof cmd, "timeout 60 '%s/minionsd' --model '%s' --port 0 --admin none --http %s 2>&1 </dev/null",
-             env_or("MINIONS_BIN_DIR", "."), model_path(), addr);
-    FILE *f = popen(cmd, "r");
-    cr_assert(f);
-    char out[4096] = {0};
-    size_t len = fread(out, 1, sizeof out - 1, f);
-    out[len] = 0;
-    int status = pclose(f);
+    start_refused((const char *[]){"--http", addr, NULL}, addr);
     close(l);
-    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 124,
-              "minionsd started on an occupied port: %s: %s", cmd, out);
-    cr_assert(strstr(out, addr), "minionsd's message lacks the address %s: %s", addr, out);
-}
-
-/* A copy of the GGUF at src in dst whose end-of-text token is id (a u32 key, patched in place). */
-static void copy_with_eos(const char *src, const char *dst, uint32_t id)
-{
-    FILE *f = fopen(src, "rb");
-    cr_assert(f, "%s", src);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char *buf = malloc((size_t)n);
-    cr_assert(buf && fread(buf, 1, (size_t)n, f) == (size_t)n);
-    fclose(f);
-    static const char key[] = "tokenizer.ggml.eos_token_id";
-    char *at = memmem(buf, (size_t)n, key, sizeof key - 1);
-    cr_assert(at, "no %s in %s", key, src);
-    uint32_t type;
-    memcpy(&type, at + sizeof key - 1, 4);
-    cr_assert_eq(type, 4, "the key is a u32");
-    memcpy(at + sizeof key - 1 + 4, &id, 4);
-    f = fopen(dst, "wb");
-    cr_assert(f && fwrite(buf, 1, (size_t)n, f) == (size_t)n && fclose(f) == 0, "%s", dst);
-    free(buf);
 }
 
 /* One greedy chat on a model; returns the response object (the caller decrefs it). */
@@ -1243,7 +1210,7 @@ Test(http, a_chatml_model_answers_a_chat_and_ends_its_turn, .timeout = 300)
     char dir[] = "/tmp/minions-eot-XXXXXX";
     cr_assert(mkdtemp(dir));
     snprintf(moved, sizeof moved, "%s/smollm2-eos0.gguf", dir);
-    copy_with_eos(path, moved, 0); /* <|endoftext|> */
+    copy_with_u32(path, moved, "tokenizer.ggml.eos_token_id", 0); /* <|endoftext|> */
     json_t *m = chat_on(moved, cmd, sizeof cmd);
     cr_assert_str_eq(str_at(m, "choices.0.message.content"), answer);
     cr_assert_str_eq(str_at(m, "choices.0.finish_reason"), "stop");

@@ -556,27 +556,6 @@ Test(speculate, sampling_draws_from_the_target_distribution, .timeout = 900)
 
 /* ---- start-up errors ------------------------------------------------------------------------- */
 
-/* minionsd with these arguments exits non-zero at start-up, its stderr naming `needle`. One that
- * starts instead is stopped after 30 s (timeout's 124): the test fails then, leaving no daemon. */
-static void refused(const char *const *args, const char *needle)
-{
-    char cmd[4096], bin[1024];
-    snprintf(bin, sizeof bin, "%s/minionsd", env_or("MINIONS_BIN_DIR", "."));
-    int n = snprintf(cmd, sizeof cmd, "timeout 30 %s --model %s --port 0 --admin none", bin, model_path());
-    for (int i = 0; args[i]; i++)
-        n += snprintf(cmd + n, sizeof cmd - (size_t)n, " '%s'", args[i]);
-    snprintf(cmd + n, sizeof cmd - (size_t)n, " 2>&1 </dev/null");
-    FILE *f = popen(cmd, "r");
-    cr_assert(f);
-    char out[4096] = {0};
-    size_t len = fread(out, 1, sizeof out - 1, f);
-    out[len] = 0;
-    int status = pclose(f);
-    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 124, "minionsd started with: %s",
-              cmd);
-    cr_assert(strstr(out, needle), "minionsd's message for %s lacks '%s': %s", cmd, needle, out);
-}
-
 /* Whether the CUDA backend runs here (a device and a build with CUDA). */
 static bool cuda_runs(void)
 {
@@ -600,29 +579,29 @@ Test(speculate, bad_drafts_are_refused_at_start_up, .timeout = 120)
     FILE *f = fopen(bad, "w");
     fputs("GGUF but not really", f);
     fclose(f);
-    refused((const char *[]){"--draft", "/nonexistent/draft.gguf", NULL}, "/nonexistent/draft.gguf");
-    refused((const char *[]){"--draft", bad, NULL}, "corrupt.gguf");
-    refused((const char *[]){"--draft", NULL}, "draft");
-    refused((const char *[]){"--draft", "ngram", "--draft", "ngram", NULL}, "already loaded");
+    start_refused((const char *[]){"--draft", "/nonexistent/draft.gguf", NULL}, "/nonexistent/draft.gguf");
+    start_refused((const char *[]){"--draft", bad, NULL}, "corrupt.gguf");
+    start_refused((const char *[]){"--draft", NULL}, "draft");
+    start_refused((const char *[]){"--draft", "ngram", "--draft", "ngram", NULL}, "already loaded");
     snprintf(other, sizeof other, "%s/ngram.gguf", dir); /* a model file named like the n-gram drafter */
     cr_assert_eq(link(model_file("draft-kjv.gguf"), other) == 0 || symlink(model_file("draft-kjv.gguf"), other) == 0,
                  1);
-    refused((const char *[]){"--draft", other, NULL}, "may not be named 'ngram'");
+    start_refused((const char *[]){"--draft", other, NULL}, "may not be named 'ngram'");
     unlink(other);
-    refused((const char *[]){"--spec-length", "17", NULL}, "bad option value");
-    refused((const char *[]){"--spec-weights", "loud", NULL}, "bad option value");
-    refused((const char *[]){"--draft", "ngram", "--tuner", "sometimes", NULL}, "fixed or adaptive");
-    refused((const char *[]){"--draft", "ngram", "--tuner", "adaptive,s_max=17", NULL}, "s_max");
-    refused((const char *[]){"--draft", "ngram", "--ngram-cache", "10", NULL}, "bad option value");
-    refused((const char *[]){"--draft", "ngram", "--ngram-cache", "-1", NULL}, "bad option value");
-    refused((const char *[]){"--draft", "ngram", "--draft-backend", "gpu", NULL}, "bad option value");
-    refused((const char *[]){"--kv-type", "f8", NULL}, "bad option value");
+    start_refused((const char *[]){"--spec-length", "17", NULL}, "bad option value");
+    start_refused((const char *[]){"--spec-weights", "loud", NULL}, "bad option value");
+    start_refused((const char *[]){"--draft", "ngram", "--tuner", "sometimes", NULL}, "fixed or adaptive");
+    start_refused((const char *[]){"--draft", "ngram", "--tuner", "adaptive,s_max=17", NULL}, "s_max");
+    start_refused((const char *[]){"--draft", "ngram", "--ngram-cache", "10", NULL}, "bad option value");
+    start_refused((const char *[]){"--draft", "ngram", "--ngram-cache", "-1", NULL}, "bad option value");
+    start_refused((const char *[]){"--draft", "ngram", "--draft-backend", "gpu", NULL}, "bad option value");
+    start_refused((const char *[]){"--kv-type", "f8", NULL}, "bad option value");
     if (!cuda_runs()) /* a draft asked onto CUDA where it cannot run: refused, naming the draft */
-        refused((const char *[]){"--draft", model_file("draft-kjv.gguf"), "--draft-backend", "cuda", NULL},
+        start_refused((const char *[]){"--draft", model_file("draft-kjv.gguf"), "--draft-backend", "cuda", NULL},
                 "draft-kjv.gguf");
     /* another vocabulary: a test fixture model with 512 tokens */
     snprintf(other, sizeof other, "%s/gqa_f32.gguf", env_or("MINIONS_TEST_DATA", "tests/data"));
-    refused((const char *[]){"--draft", other, NULL}, "vocabulary");
+    start_refused((const char *[]){"--draft", other, NULL}, "vocabulary");
     /* the same but for one control token's text (a control token decodes to nothing, so only its
      * text tells): draft-kjv with "<|endoftext|>" spelt "<|endoftexT|>", the same length */
     snprintf(other, sizeof other, "%s/control.gguf", dir);
@@ -634,25 +613,10 @@ Test(speculate, bad_drafts_are_refused_at_start_up, .timeout = 120)
     f = fopen(other, "wb");
     cr_assert(f && fwrite(bytes, 1, len, f) == len && fclose(f) == 0);
     free(bytes);
-    refused((const char *[]){"--draft", other, NULL}, "token 0 is the control token '<|endoftexT|>', not the control token '<|endoftext|>'");
+    start_refused((const char *[]){"--draft", other, NULL}, "token 0 is the control token '<|endoftexT|>', not the control token '<|endoftext|>'");
     unlink(other);
     unlink(bad);
     rmdir(dir);
-}
-
-/* A copy of the GGUF at src in dst whose u32 value at `key` is value (patched in place). */
-static void copy_with_u32(const char *src, const char *dst, const char *key, uint32_t value)
-{
-    size_t len = 0, klen = strlen(key);
-    char *bytes = slurp(src, &len), *at = memmem(bytes, len, key, klen);
-    cr_assert(at, "no %s in %s", key, src);
-    uint32_t type;
-    memcpy(&type, at + klen, 4);
-    cr_assert_eq(type, 4, "%s is a u32", key); /* GGUF's UINT32; the value follows */
-    memcpy(at + klen + 4, &value, 4);
-    FILE *f = fopen(dst, "wb");
-    cr_assert(f && fwrite(bytes, 1, len, f) == len && fclose(f) == 0, "%s", dst);
-    free(bytes);
 }
 
 /* A draft with the target's vocabulary but another end or beginning of text (draft-kjv with eos,
@@ -663,9 +627,9 @@ Test(speculate, a_draft_with_another_bos_or_eos_is_refused, .timeout = 120)
     char dir[TEMP_DIR], path[1100];
     temp_file(dir, path, sizeof path, "", "draft-kjv.gguf");
     copy_with_u32(model_file("draft-kjv.gguf"), path, "tokenizer.ggml.eos_token_id", 1);
-    refused((const char *[]){"--draft", path, NULL}, "has bos/eos 0/1, the target");
+    start_refused((const char *[]){"--draft", path, NULL}, "has bos/eos 0/1, the target");
     copy_with_u32(model_file("draft-kjv.gguf"), path, "tokenizer.ggml.bos_token_id", 1);
-    refused((const char *[]){"--draft", path, NULL}, "has bos/eos 1/0, the target");
+    start_refused((const char *[]){"--draft", path, NULL}, "has bos/eos 1/0, the target");
     unlink(path);
     rmdir(dir);
 }
@@ -1494,10 +1458,10 @@ Test(speculate, pipeline_preempts_and_recomputes, .timeout = 600)
 /* --draft-threads must leave the target a thread and needs a draft model to run. */
 Test(speculate, draft_threads_are_checked_at_start_up, .timeout = 120)
 {
-    refused((const char *[]){"--draft", model_file("draft-kjv.gguf"), "-t", "2", "--draft-threads", "2", NULL},
+    start_refused((const char *[]){"--draft", model_file("draft-kjv.gguf"), "-t", "2", "--draft-threads", "2", NULL},
             "leaves the target none");
-    refused((const char *[]){"--draft", "ngram", "--draft-threads", "1", NULL}, "no draft model");
-    refused((const char *[]){"--draft-threads", "x", NULL}, "bad option value");
+    start_refused((const char *[]){"--draft", "ngram", "--draft-threads", "1", NULL}, "no draft model");
+    start_refused((const char *[]){"--draft-threads", "x", NULL}, "bad option value");
 }
 
 /* --step-trace: a line per step, whose figures add up to what the requests got (their done lines),
@@ -1576,7 +1540,7 @@ Test(speculate, step_trace_accounts_for_every_step, .timeout = 300)
                  (long long)drafted);
     unlink(path);
     rmdir(dir);
-    refused((const char *[]){"--step-trace", "/nonexistent/steps.jsonl", NULL}, "step trace");
+    start_refused((const char *[]){"--step-trace", "/nonexistent/steps.jsonl", NULL}, "step trace");
 }
 
 /* A decoding request keeps its token a step while long prompts are prefilled beside it. A round
