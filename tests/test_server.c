@@ -654,6 +654,39 @@ Test(server, admin_get_set_stats, .timeout = 300)
     server_stop(&s);
 }
 
+/* A failed target pass (MINIONS_FAIL_PASS=2: the second after the warm-up, the request's first
+ * decoding step) fails the request in it with `internal`, not the connection, and frees its KV;
+ * the server serves on, greedy text still plain decoding's. */
+Test(server, a_failed_pass_fails_its_request_and_the_server_serves_on, .timeout = 120)
+{
+    cr_assert_eq(setenv("MINIONS_FAIL_PASS", "2", 1), 0); /* the daemon's; this test's process only */
+    server s;
+    server_start(&s, NULL);
+    tconn c;
+    connect_to(s.tcp, &c);
+    send_request(&c, "failed", "And God said", 20, 0, 0);
+    json_t *o = next_for(&c, "failed");
+    json_t *e = json_object_get(o, "error");
+    cr_assert_str_eq(json_string_value(json_object_get(e, "code")), "internal", "%s", json_dumps(o, 0));
+    cr_assert(strstr(json_string_value(json_object_get(e, "message")), "failed on purpose"), "%s",
+              json_string_value(json_object_get(e, "message")));
+    json_decref(o);
+    wait_idle(&s);
+    send_request(&c, "after", "In the beginning", 16, 0, 0);
+    o = await(&c, "after");
+    char *want = generate("In the beginning", 16);
+    cr_assert_str_eq(json_string_value(json_object_get(o, "text")), want);
+    free(want);
+    json_decref(o);
+    o = admin(&s, "{\"cmd\":\"stats\"}");
+    cr_assert_eq(stat_of(o, "requests", "failed"), 1);
+    cr_assert_eq(stat_of(o, "requests", "done"), 1);
+    json_decref(o);
+    wait_idle(&s);
+    tconn_close(&c);
+    server_stop(&s);
+}
+
 /* A full queue answers `busy` (docs/server.md) with the request's id, and the connection lives on;
  * queue.max set over the admin socket is the bound from then on, up to --max-queue. One sequence
  * runs at a time (--max-batch 1). The places are held by a client that reads nothing: its first

@@ -1543,6 +1543,36 @@ Test(speculate, step_trace_accounts_for_every_step, .timeout = 300)
     start_refused((const char *[]){"--step-trace", "/nonexistent/steps.jsonl", NULL}, "step trace");
 }
 
+/* A failed draft pass (MINIONS_FAIL_DRAFT_PASS: the first, a catch-up over the prompt; the second,
+ * the first drafted position after it) costs its round's proposals, nothing else: the request
+ * goes on, drafts again in later rounds, and its greedy text is plain decoding's; the draft's KV
+ * comes back to zero. */
+Test(speculate, a_failed_draft_pass_costs_only_its_proposals, .timeout = 120)
+{
+    const char *prompt = "And God said unto Noah";
+    char *want = generate(prompt, 40);
+    for (int pass = 1; pass <= 2; pass++) {
+        char n[4];
+        snprintf(n, sizeof n, "%d", pass);
+        cr_assert_eq(setenv("MINIONS_FAIL_DRAFT_PASS", n, 1), 0);
+        server s;
+        server_start(&s, (const char *[]){"--draft", model_file("draft-kjv.gguf"), "--tuner", "fixed", "--spec-length",
+                                          "4", NULL});
+        tconn c;
+        connect_to(s.tcp, &c);
+        send_request(&c, "r", prompt, 40, 0, 0);
+        json_t *o = await(&c, "r");
+        cr_assert_str_eq(json_string_value(json_object_get(o, "text")), want, "draft pass %d failed", pass);
+        cr_assert_gt(json_integer_value(json_object_get(json_object_get(o, "spec"), "drafted")), 0,
+                     "no drafts after the failed pass %d", pass);
+        json_decref(o);
+        tconn_close(&c);
+        wait_idle(&s);
+        server_stop(&s);
+    }
+    free(want);
+}
+
 /* A decoding request keeps its token a step while long prompts are prefilled beside it. A round
  * planned over a pass full of prompt chunks has no room for its drafts, and the step used to leave it
  * out for wanting drafts: it got no token until every prompt was in (on the line protocol as on

@@ -6,8 +6,10 @@
 #include <event2/event.h>
 #include <event2/thread.h>
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -30,6 +32,7 @@
 #include "util/alloc.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/num.h"
 
 #define MAILBOX_BATCH 64 /* messages an actor handles per wakeup before the others get a turn */
 #define WORKER_JOBS 4    /* the worker's job queue: the verifier's step and, per drafter, its job */
@@ -446,6 +449,28 @@ static mn_status warm_up_all(mn_engine *e, mn_err *err)
     return st;
 }
 
+/* MINIONS_FAIL_PASS=N (MINIONS_FAIL_DRAFT_PASS=N): the target's (every draft model's) N-th pass
+ * after the warm-up fails, for tests of what a failed pass does to the requests in it. */
+static mn_status arm_failures(mn_engine *e, mn_err *err)
+{
+    static const char *const names[] = {"MINIONS_FAIL_PASS", "MINIONS_FAIL_DRAFT_PASS"};
+    for (int k = 0; k < 2; k++) {
+        const char *v = getenv(names[k]);
+        long n;
+        if (!v)
+            continue;
+        if (!mn_parse_long(v, 1, LONG_MAX, &n))
+            return mn_fail(err, MN_INVALID, "%s=%s: not a pass number (1, 2, ...)", names[k], v);
+        if (k == 0)
+            e->be->fail_pass = (uint64_t)n;
+        for (uint32_t i = 0; k == 1 && i < e->n_drafts; i++)
+            if (e->drafts[i].be)
+                e->drafts[i].be->fail_pass = (uint64_t)n;
+        mn_log(MN_LOG_WARN, "engine: %s=%ld: that pass will fail on purpose", names[k], n);
+    }
+    return MN_OK;
+}
+
 /* The drafts' share of the compute threads: --draft-threads, or by default, with the pipeline on
  * and a model draft to run, a quarter of them (at least one; a draft model is small, and its pass
  * gains little from more: docs/speculation.md measures it). n_threads becomes the target's share. */
@@ -524,7 +549,7 @@ mn_status mn_engine_new(const mn_engine_config *cfg, mn_engine **out, mn_err *er
         goto fail;
     }
     if ((st = mn_backend_new(e->model, &bc, &e->be, err)) != MN_OK || (st = load_drafts(e, &bc, err)) != MN_OK ||
-        (st = warm_up_all(e, err)) != MN_OK ||
+        (st = warm_up_all(e, err)) != MN_OK || (st = arm_failures(e, err)) != MN_OK ||
         (st = mn_worker_new("mn-compute", WORKER_JOBS + e->n_drafts, &e->worker, err)) != MN_OK ||
         (e->draft_threads && (st = mn_worker_new("mn-draft", e->n_drafts, &e->draft_worker, err)) != MN_OK) ||
         (st = new_mailboxes(e, err)) != MN_OK || (st = new_actors(e, bc.kv_blocks, err)) != MN_OK ||

@@ -83,7 +83,8 @@ static void usage(FILE *f)
             "      --step-trace FILE  one JSON line per target step into FILE: its times, sequences and\n"
             "                         tokens (tools/bench-steps.py reads it; docs/server.md)\n"
             "Environment: MINIONS_CPU=avx512w|avx512|avx2|generic picks the CPU kernels (default: the\n"
-            "fastest this CPU runs; all give the same bits, docs/runtime.md)\n");
+            "fastest this CPU runs; all give the same bits, docs/runtime.md); for tests,\n"
+            "MINIONS_FAIL_PASS=N (MINIONS_FAIL_DRAFT_PASS=N) fails the target's (each draft's) N-th pass\n");
 }
 
 /* on|off into *out; 0 (and *out unchanged) for anything else. */

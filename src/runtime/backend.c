@@ -140,6 +140,9 @@ mn_status mn_backend_forward(mn_backend *b, const mn_batch *batch, float *logits
         for (uint32_t i = 0; i < batch->n_seqs && !b->draws; i++)
             if (batch->seqs[i].draw && !make_draw_spaces(b))
                 return mn_fail(err, MN_NOMEM, "forward: no memory to draw from %u logits", b->model->hp.n_vocab);
+    if (b->fail_pass && ++b->passes == b->fail_pass)
+        return mn_fail(err, MN_ERROR, "forward: pass %llu failed on purpose (MINIONS_FAIL_PASS or "
+                       "MINIONS_FAIL_DRAFT_PASS)", (unsigned long long)b->passes);
     mn_status st = b->ops->forward(b, batch, logits, err);
     if (st != MN_OK)
         return st;

@@ -96,6 +96,10 @@ struct mn_backend {
                                    * first (freed by mn_backend_free) */
     mn_backend_config cfg;
     void *impl;
+    /* Testing the failure paths: when fail_pass is set (the engine reads MINIONS_FAIL_PASS), the
+     * pass of that number, counted from then, fails with MN_ERROR before it runs, as a device or
+     * allocation failure would. */
+    uint64_t fail_pass, passes;
 };
 
 /* Sensible defaults for a model: threads = online CPUs, 512 tokens a pass, 16-token blocks and
