@@ -12,8 +12,9 @@
  * drafters, a request's verification is preceded by a round verifier -> voter -> every enabled
  * drafter -> voter -> verifier (mn_round; with the pipeline, one group's round runs while another
  * group's step does), and requests leave the verifier through the voter (verifier -> voter ->
- * kvmem), which judges their last vote on the way. After each verification step the verifier reports its cost to the tuner
- * (mn_measure), which sets the verifier's speculation length per batch size (MN_SET_SPEC_LENGTH).
+ * kvmem), which judges their last vote on the way. After each verification step the verifier
+ * reports its cost to the tuner (mn_measure), which sets the verifier's speculation length per
+ * batch size (MN_SET_SPEC_LENGTH).
  */
 #ifndef MN_MSG_H
 #define MN_MSG_H
