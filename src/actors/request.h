@@ -3,10 +3,10 @@
  * The request is a message (req->msg) that travels: owner -> intake -> kvmem -> verifier -> kvmem
  * -> owner, and its owner (the client actor, or the http actor) frees it after writing its final
  * answer. Every actor runs on the engine's loop thread, so the fields need no lock; each says which
- * actor writes it. The compute
- * workers touch only the KV lengths, the tokens, the sampler, the drafts, the step's verdict
- * (spec.kept, spec.n_kept, kept_lp) and a drafter's own part of a round, and only while the job
- * that holds the request is in flight: its step (phase VERIFYING) or its round (DRAFTING).
+ * actor writes it. The compute workers touch only the KV lengths, the tokens, the sampler, the
+ * drafts, the step's verdict (spec.kept, spec.n_kept, kept_lp) and a drafter's own part of a round,
+ * and only while the job that holds the request is in flight: its step (phase VERIFYING) or its
+ * round (DRAFTING).
  *
  * State machine (mn_req_event is the only code that changes state; illegal events are refused):
  *
