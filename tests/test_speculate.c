@@ -1632,48 +1632,56 @@ Test(speculate, a_decoding_request_keeps_its_token_beside_prompt_chunks, .timeou
                   (long long)got, (long long)chunk_steps);
 }
 
-/* A request that opts out ("speculate": false) decodes plainly in every step beside the drafted ones:
- * those steps still tell the tuner what the length costs. A step was measured only when every
- * sequence in it was drafted, so while such a request ran the tuner saw nothing and its classes
- * never decided. The request that opts out cannot be held by a client that does not read: a paused
+/* A request that opts out ("speculate": false, or "spec": {"max_len": 0}) decodes plainly in every
+ * step beside the drafted ones: those steps still tell the tuner what the length costs. A step was
+ * measured only when every sequence in it was drafted, so while such a request ran the tuner saw
+ * nothing and its classes never decided (max_len 0 did so still after "speculate": false was
+ * fixed). The request that opts out cannot be held by a client that does not read: a paused
  * request sits out the steps. It runs to the context's end instead (1000 tokens, some 40 KB of
  * stream: never paused within the default 256 KiB --output-buffer), requests that speculate go
  * beside it one at a time until a step was measured, and then it is cancelled: it ran throughout. */
 Test(speculate, the_tuner_measures_beside_a_request_that_opts_out, .timeout = 300)
 {
-    server s;
-    server_start(&s, (const char *[]){"--draft", "ngram", NULL});
-    tconn plain, spec;
-    connect_to(s.tcp, &plain);
-    send_line(&plain, "{\"id\":\"out\",\"prompt\":\"And God said\",\"max_tokens\":1000,\"speculate\":false,"
-                      "\"stream\":true}");
-    json_int_t running = wait_running(&s);
-    cr_assert_eq(running, 1, "the request that opts out never started");
-    connect_to(s.tcp, &spec);
-    json_int_t measured = 0;
-    int sent = 0;
-    while (sent < 8 && !measured) { /* 64-token requests one after another, beside it */
-        char id[16];
-        snprintf(id, sizeof id, "in%d", sent++);
-        send_request(&spec, id, "In the beginning God created the heaven and the earth.", 64, 0, 0);
-        json_t *o = await(&spec, id);
-        cr_assert(json_object_get(o, "done"), "%s", id);
+    static const char *const opt_out[] = {"\"speculate\":false", "\"spec\":{\"max_len\":0}"};
+    for (int form = 0; form < 2; form++) {
+        server s;
+        server_start(&s, (const char *[]){"--draft", "ngram", NULL});
+        tconn plain, spec;
+        connect_to(s.tcp, &plain);
+        char line[256];
+        snprintf(line, sizeof line,
+                 "{\"id\":\"out\",\"prompt\":\"And God said\",\"max_tokens\":1000,%s,\"stream\":true}",
+                 opt_out[form]);
+        send_line(&plain, line);
+        json_int_t running = wait_running(&s);
+        cr_assert_eq(running, 1, "the request that opts out (%s) never started", opt_out[form]);
+        connect_to(s.tcp, &spec);
+        json_int_t measured = 0;
+        int sent = 0;
+        while (sent < 8 && !measured) { /* 64-token requests one after another, beside it */
+            char id[16];
+            snprintf(id, sizeof id, "in%d", sent++);
+            send_request(&spec, id, "In the beginning God created the heaven and the earth.", 64, 0, 0);
+            json_t *o = await(&spec, id);
+            cr_assert(json_object_get(o, "done"), "%s", id);
+            json_decref(o);
+            json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
+            measured = json_integer_value(json_object_get(tuner_of(st), "measured"));
+            json_decref(st);
+        }
+        send_line(&plain, "{\"cancel\":\"out\"}");
+        json_t *o = await(&plain, "out");
+        cr_assert_str_eq(json_string_value(json_object_get(o, "finish_reason")), "cancelled",
+                         "the request that opts out (%s) ended before the %d requests beside it did: %s",
+                         opt_out[form], sent, json_dumps(o, 0));
         json_decref(o);
-        json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
-        measured = json_integer_value(json_object_get(tuner_of(st), "measured"));
-        json_decref(st);
+        cr_assert_gt(measured, 0, "no step was measured beside the request that opts out (%s; %d requests)",
+                     opt_out[form], sent);
+        tconn_close(&plain);
+        tconn_close(&spec);
+        wait_idle(&s);
+        server_stop(&s);
     }
-    send_line(&plain, "{\"cancel\":\"out\"}");
-    json_t *o = await(&plain, "out");
-    cr_assert_str_eq(json_string_value(json_object_get(o, "finish_reason")), "cancelled",
-                     "the request that opts out ended before the %d requests beside it did: %s", sent,
-                     json_dumps(o, 0));
-    json_decref(o);
-    cr_assert_gt(measured, 0, "no step was measured beside the request that opts out (%d requests)", sent);
-    tconn_close(&plain);
-    tconn_close(&spec);
-    wait_idle(&s);
-    server_stop(&s);
 }
 
 /* ---- live switches ----------------------------------------------------------------------------- */

@@ -112,7 +112,7 @@ static void admit(mn_intake *in, mn_req *r)
         mn_req_fail(r, MN_E_INTERNAL, "out of memory for the log-probabilities");
         return answer(in, r);
     }
-    r->spec.on = in->cfg.n_drafters && r->p.speculate;
+    r->spec.on = in->cfg.n_drafters && r->p.speculate && r->p.spec_max_len > 0; /* max_len 0: opted out */
     r->spec.max_len = r->p.spec_max_len;
     mn_sampler_params sp = {r->p.temperature, r->p.top_p, r->p.seed};
     if (mn_sampler_new(model->hp.n_vocab, &sp, &r->smp) != MN_OK) {

@@ -407,6 +407,7 @@ static bool start_step(mn_verifier *v, uint32_t cls, uint32_t s)
         bool drafted_now = r->phase == MN_PHASE_DRAFTED;
         if (!drafted_now)
             r->spec.n_draft = 0;
+        bool left_out = r->spec.no_room;
         r->spec.no_room = false; /* the next round plans its drafts afresh */
         drafted += drafted_now;
         r->phase = MN_PHASE_VERIFYING;
@@ -414,7 +415,8 @@ static bool start_step(mn_verifier *v, uint32_t cls, uint32_t s)
         st->seqs[n] = (mn_batch_seq){.kv = &r->kv, .tokens = r->toks.ids + r->kv.len, .n_tokens = n_new};
         st->sample[n] = r->kv.len + n_new == r->toks.n;
         decoding_only &= n_new == 1 && st->sample[n];
-        opted_out += !r->spec.on && n_new == 1 && st->sample[n]; /* "speculate": false, decoding */
+        /* "speculate": false (or spec.max_len 0), or no room in the round: decoding beside the drafts */
+        opted_out += (!r->spec.on || left_out) && !drafted_now && n_new == 1 && st->sample[n];
         if (!drafted_now && n_new == 1 && st->sample[n]) { /* a plain decoding step: its token at toks.n */
             if (r->spec.plain_end != r->toks.n) /* the step before was not one: a new run */
                 r->spec.plain_from = (uint32_t)r->toks.n;
@@ -457,8 +459,9 @@ static bool start_step(mn_verifier *v, uint32_t cls, uint32_t s)
      * decoding, no round), when every one was decoding: without the latter a tuner that tried 0
      * would never see another step at 0, and stay there */
     bool plain = !drafted && s == 0 && decoding_only;
-    /* a request that opted out decodes plainly at every length: beside it the drafted ones still
-     * tell the length's cost (unmeasured, a class never saw a step while such a request ran) */
+    /* a request that opted out decodes plainly at every length (and one the round had no room for,
+     * at this one): beside it the drafted ones still tell the length's cost (unmeasured, a class
+     * never saw a step while such a request ran) */
     v->step_measured = v->cfg.addr->tuner && ((drafted && drafted + opted_out == n) || plain);
     v->step_s = plain ? 0 : v->voted_s;
     v->step_draft_seconds = plain ? 0 : v->round_seconds;

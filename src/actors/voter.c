@@ -287,7 +287,7 @@ static void cascade(mn_voter *v, mn_round *round)
             r->spec.ask = cheap;
         asked |= r->spec.ask;
     }
-    fan_out(v, round, asked & v->cfg.costly);
+    fan_out(v, round, asked & v->enabled & v->cfg.costly); /* not one disabled since the round began */
 }
 
 static void part_in(mn_voter *v, mn_round_part *part)
