@@ -1,5 +1,6 @@
 #!/bin/sh
-# cli.sh - black-box checks of minions-generate and minions-bench-decode on a fixture model.
+# cli.sh - black-box checks of minions-generate, minions-bench-decode, minionsd's start-up and the
+# clients' (minions-cli, minions-bench, minions-soak) refusals and failures, on a fixture model.
 # Prints "cli: N passed, N failed"; exits non-zero on any failure.
 set -u
 bin=${MINIONS_BIN_DIR:-.}
@@ -13,6 +14,12 @@ check() { # description, then a command whose success means pass
   desc=$1
   shift
   if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: $desc"; fi
+}
+usage_error() { # what is run, then the command: it must exit 2
+  what=$1
+  shift
+  "$@" >/dev/null 2>&1
+  check "$what is a usage error (exit 2)" test $? -eq 2
 }
 
 gen() { "$bin/minions-generate" --model "$model" --threads 2 "$@"; }
@@ -90,6 +97,18 @@ check "... and reports prefill and both batch sizes" sh -c "grep -q prefill '$tm
   >"$tmp/curve" 2>/dev/null
 check "the verify curve runs" test $? -eq 0
 check "... with every k and the cores' round trip" sh -c "grep -q 'seqs  1 k 8' '$tmp/curve' && grep -q '^cores: ' '$tmp/curve'"
+# malformed numbers and lists are usage errors, found before the model loads (a list strtol cannot
+# step through once spun for ever)
+for v in x 1:4 1,,4; do
+  usage_error "minions-bench-decode --batches $v" timeout 10 "$bin/minions-bench-decode" --model "$model" --batches "$v"
+done
+usage_error "minions-bench-decode --threads abc" "$bin/minions-bench-decode" --model "$model" --threads abc
+usage_error "minions-bench-decode --temperature -1" "$bin/minions-bench-decode" --model "$model" --temperature -1
+if [ -w /dev/full ]; then
+  gen --prompt "This License applies" --max-tokens 4 >/dev/full 2>"$tmp/full.err"
+  check "minions-generate: a stdout that cannot be written fails with exit 1" test $? -eq 1
+  check "... and says why" grep -q "cannot write" "$tmp/full.err"
+fi
 
 # minionsd's start-up: refusals with a message and exit 2, and a model with a context of 4 tokens
 d() { "$bin/minionsd" --port 0 --admin none --threads 2 "$@"; }
@@ -115,6 +134,44 @@ wait $dpid
 check "... and drains to exit 0" test $? -eq 0
 "$bin/minions-generate" --model "$data/ctx4.gguf" --prompt "ab" --max-tokens 8 >/dev/null 2>"$tmp/g4.err"
 check "minions-generate fills a context of 4 tokens and stops" grep -q "finish: length" "$tmp/g4.err"
+
+# the clients: refusals before any connection, then against a server on a Unix socket
+soak() { "$bin/minions-soak" --unix "$tmp/none" --admin "ipc://$tmp/none" "$@"; }
+usage_error "minions-soak --requests 1e4" soak --requests 1e4
+usage_error "minions-soak --clients abc" soak --clients abc
+usage_error "minions-soak --stall x" soak --stall x
+usage_error "minions-soak --seed -1" soak --seed -1
+"$bin/minions-bench" --out "$tmp/missing/dir/out.jsonl" --addr "$tmp/none" >/dev/null 2>"$tmp/b1.err"
+check "minions-bench: an --out that cannot be opened is refused before the run (exit 2)" test $? -eq 2
+check "... saying why" grep -q "No such file" "$tmp/b1.err"
+usage_error "minions-cli: a prompt that is not UTF-8" "$bin/minions-cli" --unix "$tmp/none" "$(printf 'bad \377')"
+usage_error "minions-cli: a --stop that is not UTF-8" "$bin/minions-cli" --unix "$tmp/none" --stop "$(printf '\377')" x
+"$bin/minionsd" --port -1 --unix "$tmp/sock" --admin "ipc://$tmp/admin" --threads 2 --model "$model" \
+  >"$tmp/d4.out" 2>"$tmp/d4.err" &
+dpid=$!
+for _ in $(seq 100); do grep -q listening "$tmp/d4.out" 2>/dev/null && break; sleep 0.1; done
+"$bin/minions-cli" --admin "ipc://$tmp/admin" '{"cmd":"stats"}' >/dev/null 2>&1
+check "minions-cli --admin: an ok reply exits 0" test $? -eq 0
+"$bin/minions-cli" --admin "ipc://$tmp/admin" '{"cmd":"bogus"}' >"$tmp/a1.out" 2>&1
+check "minions-cli --admin: a reply whose ok is false exits 1" test $? -eq 1
+check "... and is printed" grep -q '"ok":false' "$tmp/a1.out"
+if [ -w /dev/full ]; then
+  "$bin/minions-cli" --unix "$tmp/sock" -n 4 "This License applies" >/dev/full 2>/dev/null
+  check "minions-cli: a stdout that cannot be written fails with exit 1" test $? -eq 1
+fi
+"$bin/minions-bench" --addr "$tmp/sock" --prompts "${MINIONS_SRCDIR:-.}/prompts/kjv.jsonl" --requests 3 --clients 2 \
+  --max-tokens 4 --out "$tmp/b2.jsonl" >"$tmp/b2.out" 2>/dev/null
+check "minions-bench runs against the server (exit 0)" test $? -eq 0
+check "... every client to its end, a record each request" \
+  sh -c "grep -q '\"clients_ended_early\":0' '$tmp/b2.out' && test \$(wc -l <'$tmp/b2.jsonl') -eq 3"
+# a server that goes silent (stopped; its socket still takes the request): a timeout, not a hang
+kill -STOP $dpid
+timeout 20 "$bin/minions-cli" --unix "$tmp/sock" --timeout 0.5 -n 4 "This License applies" >/dev/null 2>"$tmp/t1.err"
+check "minions-cli --timeout: a silent server fails with exit 1" test $? -eq 1
+check "... saying it timed out" grep -q "timed out" "$tmp/t1.err"
+kill -CONT $dpid
+kill -TERM $dpid 2>/dev/null
+wait $dpid
 
 echo "cli: $passed passed, $failed failed"
 test "$failed" -eq 0

@@ -48,6 +48,7 @@
 #include "runtime/registry.h"
 #include "util/alloc.h"
 #include "util/clock.h"
+#include "util/num.h"
 
 /* ---- the triad probe ---------------------------------------------------------------------------- */
 
@@ -267,22 +268,13 @@ static int timed_pass(mn_backend *be, mn_kv_seq *kv, mn_batch_seq *seqs, const i
 }
 
 /* --verify-curve: see the file comment. kv[0..max_b) hold a ctx_tokens prompt each; every pass is
- * rolled back to that length. logits holds max_b * VERIFY_MAX_K rows. Returns 0 or 1 (error). */
-static int verify_curve(mn_backend *be, mn_kv_seq *kv, mn_batch_seq *seqs, float *logits, const char *batches,
+ * rolled back to that length. logits holds max_b * VERIFY_MAX_K rows; bs[0..n_b) are the batch
+ * sizes. Returns 0 or 1 (error). */
+static int verify_curve(mn_backend *be, mn_kv_seq *kv, mn_batch_seq *seqs, float *logits, const int *bs, int n_b,
                         int max_b, uint32_t ctx_tokens, int rounds)
 {
     enum { WARMUP = 3 };
     uint32_t V = be->model->hp.n_vocab;
-    int n_b = 0, bs[32];
-    for (const char *p = batches; *p && n_b < 32;) {
-        char *end;
-        int b = (int)strtol(p, &end, 10);
-        if (end == p)
-            break;
-        if (b >= 1)
-            bs[n_b++] = b;
-        p = end + (*end == ',');
-    }
     int32_t *toks = mn_malloc((size_t)max_b * VERIFY_MAX_K * sizeof(int32_t));
     /* [n_b][VERIFY_MAX_K][rounds], then [n_b][rounds] of plain steps */
     double *times = mn_malloc((size_t)n_b * (VERIFY_MAX_K + 1) * (size_t)rounds * sizeof(double));
@@ -338,13 +330,39 @@ static int verify_curve(mn_backend *be, mn_kv_seq *kv, mn_batch_seq *seqs, float
     return 0;
 }
 
+#define MAX_BATCHES 32 /* sizes in a --batches list */
+#define MAX_BATCH 1024 /* the largest size */
+
+/* The sizes of a --batches list ("1,4,16": each in 1..MAX_BATCH, at most MAX_BATCHES) into bs:
+ * their count, or -1 when the list is malformed. */
+static int parse_batches(const char *list, int *bs)
+{
+    int n = 0;
+    for (const char *p = list;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char item[16];
+        long b;
+        if (n == MAX_BATCHES || len >= sizeof item)
+            return -1;
+        memcpy(item, p, len);
+        item[len] = 0;
+        if (!mn_parse_long(item, 1, MAX_BATCH, &b))
+            return -1;
+        bs[n++] = (int)b;
+        if (!comma)
+            return n;
+        p = comma + 1;
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *model_path = NULL;
     int threads = 0, prompt_tokens = 512, ctx_tokens = 32, gen_tokens = 64, reps = 1, curve = 0, rounds = 200;
     int host_draw = 0;
     float temperature = 0.0f, top_p = 1.0f;
-    char batches[128] = "1,4,16";
+    const char *batches = "1,4,16";
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},        {"threads", required_argument, 0, 't'},
         {"prompt-tokens", required_argument, 0, 'p'},{"ctx-tokens", required_argument, 0, 'c'},
@@ -357,6 +375,9 @@ int main(int argc, char **argv)
     };
     int kind = MN_BACKEND_AUTO, kv_type = MN_KV_F32;
     for (int c; (c = getopt_long(argc, argv, "m:t:p:c:g:b:r:hvn:", opts, NULL)) != -1;) {
+        long n = 0;
+        double x = 0;
+        bool ok = true;
         switch (c) {
         case 'B':
             if ((kind = mn_backend_parse_kind(optarg)) < 0) {
@@ -371,16 +392,16 @@ int main(int argc, char **argv)
             }
             break;
         case 'm': model_path = optarg; break;
-        case 't': threads = atoi(optarg); break;
-        case 'p': prompt_tokens = atoi(optarg); break;
-        case 'c': ctx_tokens = atoi(optarg); break;
-        case 'g': gen_tokens = atoi(optarg); break;
-        case 'b': snprintf(batches, sizeof batches, "%s", optarg); break;
-        case 'r': reps = atoi(optarg); break;
+        case 't': ok = mn_parse_long(optarg, 1, 256, &n), threads = (int)n; break;
+        case 'p': ok = mn_parse_long(optarg, 1, 1 << 20, &n), prompt_tokens = (int)n; break;
+        case 'c': ok = mn_parse_long(optarg, 1, 1 << 20, &n), ctx_tokens = (int)n; break;
+        case 'g': ok = mn_parse_long(optarg, 1, 1 << 20, &n), gen_tokens = (int)n; break;
+        case 'b': batches = optarg; break;
+        case 'r': ok = mn_parse_long(optarg, 1, 1 << 20, &n), reps = (int)n; break;
         case 'v': curve = 1; break;
-        case 'n': rounds = atoi(optarg); break;
-        case 'T': temperature = strtof(optarg, NULL); break;
-        case 'P': top_p = strtof(optarg, NULL); break;
+        case 'n': ok = mn_parse_long(optarg, 1, 1 << 20, &n), rounds = (int)n; break;
+        case 'T': ok = mn_parse_real(optarg, 0, 100, &x), temperature = (float)x; break;
+        case 'P': ok = mn_parse_real(optarg, 1e-6, 1, &x), top_p = (float)x; break;
         case 'H': host_draw = 1; break;
         default:
             fprintf(stderr, "usage: minions-bench-decode --model FILE [--threads N] [--prompt-tokens N]\n"
@@ -389,26 +410,28 @@ int main(int argc, char **argv)
                             "       [--temperature T [--top-p P] [--host-draw]]\n");
             return c == 'h' ? 0 : 2;
         }
+        if (!ok) {
+            fprintf(stderr, "minions-bench-decode: bad option value '%s'\n", optarg);
+            return 2;
+        }
     }
-    if (!model_path || prompt_tokens < 1 || ctx_tokens < 1 || gen_tokens < 1 || reps < 1 || rounds < 1) {
-        fprintf(stderr, "minions-bench-decode: --model is required and counts must be positive\n");
+    if (!model_path) {
+        fprintf(stderr, "minions-bench-decode: --model is required\n");
         return 2;
     }
-    if (!(temperature >= 0.0f) || !(top_p > 0.0f && top_p <= 1.0f)) {
-        fprintf(stderr, "minions-bench-decode: --temperature must be >= 0 and --top-p in (0, 1]\n");
+    int bs[MAX_BATCHES], n_b = parse_batches(batches, bs), max_b = 1;
+    if (n_b < 0) {
+        fprintf(stderr, "minions-bench-decode: --batches takes sizes in 1..%d separated by commas (at most %d), not '%s'\n",
+                MAX_BATCH, MAX_BATCHES, batches);
         return 2;
     }
+    for (int i = 0; i < n_b; i++)
+        max_b = bs[i] > max_b ? bs[i] : max_b;
     mn_err err = {{0}};
     mn_model *m;
     if (mn_model_load(model_path, &m, &err) != MN_OK) {
         fprintf(stderr, "minions-bench-decode: %s\n", err.msg);
         return 1;
-    }
-    int max_b = 1;
-    for (char *p = batches; *p;) {
-        int b = (int)strtol(p, &p, 10);
-        max_b = b > max_b ? b : max_b;
-        p += *p == ',';
     }
     uint32_t per_seq = (uint32_t)(ctx_tokens + (gen_tokens > VERIFY_MAX_K ? gen_tokens : VERIFY_MAX_K));
     uint32_t total = (uint32_t)prompt_tokens > per_seq * (uint32_t)max_b ? (uint32_t)prompt_tokens : per_seq * (uint32_t)max_b;
@@ -462,7 +485,7 @@ int main(int argc, char **argv)
                 return 1;
             }
         }
-        if (verify_curve(be, kv, seqs, logits, batches, max_b, (uint32_t)ctx_tokens, rounds))
+        if (verify_curve(be, kv, seqs, logits, bs, n_b, max_b, (uint32_t)ctx_tokens, rounds))
             return 1;
         for (int s = 0; s < max_b; s++)
             mn_kv_seq_release(be->kv, &kv[s]);
@@ -482,11 +505,8 @@ int main(int argc, char **argv)
         fflush(stdout);
         if (r < 0)
             continue;
-        for (char *p = batches; *p;) {
-            int B = (int)strtol(p, &p, 10);
-            p += *p == ',';
-            if (B < 1)
-                continue;
+        for (int bi = 0; bi < n_b; bi++) {
+            int B = bs[bi];
             for (int s = 0; s < B; s++) {
                 random_tokens(toks, (uint32_t)ctx_tokens, V, 100 + (uint64_t)s);
                 if (mn_backend_prefill(be, &kv[s], toks, (uint32_t)ctx_tokens, logits, &err) != MN_OK) {

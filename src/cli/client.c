@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -52,7 +53,40 @@ int mn_client_connect(const char *addr, mn_client *c, mn_err *err)
         int one = 1;
         setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     }
+    if (mn_client_set_timeout(c, MN_CLIENT_TIMEOUT_S) < 0) {
+        int en = errno;
+        mn_client_close(c);
+        return mn_fail(err, MN_IO, "%s: cannot set a timeout: %s", addr, strerror(en)), -1;
+    }
     return 0;
+}
+
+int mn_client_set_timeout(mn_client *c, double seconds)
+{
+    struct timeval tv = {.tv_sec = (time_t)seconds, .tv_usec = (suseconds_t)((seconds - (double)(time_t)seconds) * 1e6)};
+    if (setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) < 0 ||
+        setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) < 0)
+        return -1;
+    c->timeout_s = seconds;
+    return 0;
+}
+
+/* Record why a read or a send failed: n from recv or send, errno with it. */
+static int failed(mn_client *c, ssize_t n)
+{
+    c->error = n == 0 ? 0 : errno == EAGAIN || errno == EWOULDBLOCK ? ETIMEDOUT : errno;
+    return -1;
+}
+
+const char *mn_client_strerror(mn_client *c)
+{
+    if (c->error == 0)
+        return "connection closed before the reply ended";
+    if (c->error == ETIMEDOUT)
+        snprintf(c->msg, sizeof c->msg, "timed out: nothing from the server for %g s", c->timeout_s);
+    else
+        snprintf(c->msg, sizeof c->msg, "%s", strerror(c->error));
+    return c->msg;
 }
 
 int mn_client_send(mn_client *c, const char *data, size_t len)
@@ -62,7 +96,7 @@ int mn_client_send(mn_client *c, const char *data, size_t len)
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
-            return -1;
+            return failed(c, -1); /* send returns 0 only for 0 bytes */
         data += n;
         len -= (size_t)n;
     }
@@ -75,8 +109,10 @@ static int fill(mn_client *c)
     if (c->len == c->cap) {
         size_t cap = c->cap ? c->cap * 2 : 4096;
         char *b = mn_realloc(c->buf, cap);
-        if (!b)
+        if (!b) {
+            c->error = ENOMEM;
             return -1;
+        }
         c->buf = b;
         c->cap = cap;
     }
@@ -85,7 +121,7 @@ static int fill(mn_client *c)
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
-            return -1;
+            return failed(c, n);
         c->len += (size_t)n;
         return 0;
     }
@@ -96,8 +132,10 @@ static int fill(mn_client *c)
 static char *take(mn_client *c, size_t n, size_t skip)
 {
     char *out = mn_malloc(n + 1);
-    if (!out)
+    if (!out) {
+        c->error = ENOMEM;
         return NULL;
+    }
     memcpy(out, c->buf, n);
     out[n] = 0;
     memmove(c->buf, c->buf + n + skip, c->len - n - skip);

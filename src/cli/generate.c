@@ -54,7 +54,8 @@ static char *read_file(const char *path, size_t *len)
             buf = grown;
         }
     }
-    int failed = ferror(f) ? (errno ? errno : EIO) : 0; /* a directory, an I/O error: not an empty prompt */
+    /* a directory, an I/O error: not an empty prompt */
+    int failed = !buf ? ENOMEM : ferror(f) ? (errno ? errno : EIO) : 0;
     fclose(f);
     if (failed) {
         mn_free(buf);
@@ -180,8 +181,10 @@ int main(int argc, char **argv)
         }
         size_t n;
         const char *piece = mn_tok_piece(m->tok, next, &n);
-        fwrite(piece, 1, n, stdout);
-        fflush(stdout);
+        if (fwrite(piece, 1, n, stdout) != n || fflush(stdout) != 0) {
+            fprintf(stderr, "\nminions-generate: cannot write the text: %s\n", strerror(errno));
+            goto out;
+        }
         if (produced == (uint32_t)max_tokens || kv.len >= want)
             break;
         mn_batch_seq seq = {.kv = &kv, .tokens = &next, .n_tokens = 1};

@@ -1,6 +1,9 @@
 /* minions_cli.c - minions-cli: send one prompt to a running minionsd and stream the continuation to
  * stdout (raw text, as it arrives); the finish reason and token counts go to stderr. Exit 1 when the
- * server answers with an error (its code and message go to stderr). */
+ * server answers with an error (its code and message go to stderr), when the reply does not end
+ * (the connection closes, or nothing comes for --timeout seconds) or when stdout cannot be
+ * written; exit 2 on a usage error. */
+#include <errno.h>
 #include <float.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -29,9 +32,11 @@ static void usage(FILE *f)
             "      --seed N           sampling seed (default 0)\n"
             "      --stop TEXT        stop string (repeatable)\n"
             "      --no-stream        print the text once, at the end\n"
+            "      --timeout S        give up when nothing comes for S seconds (default 300; 0: never)\n"
             "usage: minions-cli --admin ADDR COMMAND   (e.g. --admin default '{\"cmd\":\"stats\"}')\n"
-            "      sends one JSON command to the admin socket and prints the reply; ADDR 'default' is\n"
-            "      minionsd's default (ipc://$XDG_RUNTIME_DIR/minionsd.admin, else under /tmp/minionsd-UID/)\n");
+            "      sends one JSON command to the admin socket and prints the reply (exit 1 unless its\n"
+            "      \"ok\" is true); ADDR 'default' is minionsd's default (ipc://$XDG_RUNTIME_DIR/minionsd.admin,\n"
+            "      else under /tmp/minionsd-UID/)\n");
 }
 
 /* The whole of s as a finite number (an integer where integer is set): a value for the request,
@@ -45,7 +50,17 @@ static json_t *number(const char *s, bool integer)
     return mn_parse_real(s, -DBL_MAX, DBL_MAX, &x) ? json_real(x) : NULL;
 }
 
-/* One request-reply round trip on the admin socket; the reply goes to stdout. */
+/* Whether stdout took everything written to it; says why not on stderr. */
+static bool stdout_ok(void)
+{
+    if (fflush(stdout) == 0 && !ferror(stdout))
+        return true;
+    fprintf(stderr, "minions-cli: cannot write to stdout: %s\n", strerror(errno));
+    return false;
+}
+
+/* One request-reply round trip on the admin socket; the reply goes to stdout. 0 when the reply is
+ * a JSON object whose "ok" is true. */
 static int admin_command(const char *addr, const char *cmd)
 {
     int sock = nn_socket(AF_SP, NN_REQ), tmo = 10000;
@@ -61,9 +76,14 @@ static int admin_command(const char *addr, const char *cmd)
         return 1;
     }
     printf("%.*s\n", n, reply);
+    json_t *o = json_loadb(reply, (size_t)n, 0, NULL);
+    int rc = json_is_true(json_object_get(o, "ok")) ? 0 : 1;
+    json_decref(o);
     nn_freemsg(reply);
     nn_close(sock);
-    return 0;
+    if (!stdout_ok())
+        rc = 1;
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -71,6 +91,7 @@ int main(int argc, char **argv)
     const char *addr = "127.0.0.1:8090";
     int stream = 1;
     const char *admin = NULL;
+    double timeout = MN_CLIENT_TIMEOUT_S;
     json_t *req = json_object(), *stops = json_array();
     json_object_set_new(req, "id", json_string("cli"));
     json_object_set_new(req, "stream", json_true());
@@ -80,7 +101,7 @@ int main(int argc, char **argv)
         {"top-p", required_argument, 0, 'P'},       {"seed", required_argument, 0, 'S'},
         {"stop", required_argument, 0, 's'},        {"no-stream", no_argument, 0, 'N'},
         {"admin", required_argument, 0, 'A'},      {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
+        {"timeout", required_argument, 0, 'O'},    {0, 0, 0, 0},
     };
     char unix_path[MN_SOCKPATH_ADDR_MAX];
     for (int c; (c = getopt_long(argc, argv, "a:u:n:h", opts, NULL)) != -1;) {
@@ -99,7 +120,18 @@ int main(int argc, char **argv)
         case 'T': key = "temperature"; break;
         case 'P': key = "top_p"; break;
         case 'S': key = "seed"; break;
-        case 's': json_array_append_new(stops, json_string(optarg)); break;
+        case 's':
+            if (json_array_append_new(stops, json_string(optarg)) != 0) {
+                fprintf(stderr, "minions-cli: --stop '%s' is not UTF-8\n", optarg);
+                goto usage_error;
+            }
+            break;
+        case 'O':
+            if (!mn_parse_real(optarg, 0, 86400, &timeout)) {
+                fprintf(stderr, "minions-cli: bad option value '%s'\n", optarg);
+                goto usage_error;
+            }
+            break;
         case 'A': admin = optarg; break;
         case 'N': json_object_set_new(req, "stream", json_false()), stream = 0; break;
         case 'h':
@@ -130,7 +162,10 @@ int main(int argc, char **argv)
         }
         return admin_command(strcmp(admin, "default") ? admin : dflt, argv[optind]);
     }
-    json_object_set_new(req, "prompt", json_string(argv[optind]));
+    if (json_object_set_new(req, "prompt", json_string(argv[optind])) != 0) {
+        fprintf(stderr, "minions-cli: the prompt is not UTF-8\n");
+        goto usage_error;
+    }
     if (json_array_size(stops))
         json_object_set(req, "stop", stops);
     json_decref(stops);
@@ -139,18 +174,27 @@ int main(int argc, char **argv)
     mn_client c;
     mn_err err = {{0}};
     if (!line || mn_client_connect(addr, &c, &err) < 0) {
-        fprintf(stderr, "minions-cli: %s\n", err.msg[0] ? err.msg : "bad prompt (not UTF-8?)");
+        fprintf(stderr, "minions-cli: %s\n", err.msg[0] ? err.msg : "out of memory");
         free(line);
         return 1;
     }
     size_t n = strlen(line);
     line[n] = '\n'; /* json_dumps leaves room for the NUL we overwrite; send n + 1 bytes */
     int rc = 1;
-    if (mn_client_send(&c, line, n + 1) < 0) {
-        fprintf(stderr, "minions-cli: send failed: %s\n", strerror(errno));
+    if (mn_client_set_timeout(&c, timeout) < 0) {
+        fprintf(stderr, "minions-cli: cannot set the timeout: %s\n", strerror(errno));
         goto out;
     }
-    for (char *l; (l = mn_client_read_line(&c, &n));) {
+    if (mn_client_send(&c, line, n + 1) < 0) {
+        fprintf(stderr, "minions-cli: send failed: %s\n", mn_client_strerror(&c));
+        goto out;
+    }
+    for (;;) {
+        char *l = mn_client_read_line(&c, &n);
+        if (!l) {
+            fprintf(stderr, "\nminions-cli: %s\n", mn_client_strerror(&c));
+            break;
+        }
         json_t *o = json_loadb(l, n, 0, NULL), *v;
         if (!o) {
             fprintf(stderr, "minions-cli: bad reply line: %s\n", l);
@@ -158,10 +202,17 @@ int main(int argc, char **argv)
         }
         if ((v = json_object_get(o, "delta"))) {
             fwrite(json_string_value(v), 1, json_string_length(v), stdout);
-            fflush(stdout);
+            if (!stdout_ok()) {
+                json_decref(o);
+                break;
+            }
         } else if ((v = json_object_get(o, "error"))) {
-            fprintf(stderr, "minions-cli: %s: %s\n", json_string_value(json_object_get(v, "code")),
-                    json_string_value(json_object_get(v, "message")));
+            const char *code = json_string_value(json_object_get(v, "code")),
+                       *msg = json_string_value(json_object_get(v, "message"));
+            if (code && msg)
+                fprintf(stderr, "minions-cli: %s: %s\n", code, msg);
+            else /* not the protocol's error object: show the line */
+                fprintf(stderr, "minions-cli: error: %s\n", l);
             json_decref(o);
             break;
         } else if (json_object_get(o, "done")) {
@@ -185,7 +236,7 @@ int main(int argc, char **argv)
                         json_number_value(json_object_get(sp, "mean_accepted_len")), voted ? voted : "?");
                 free(voted);
             }
-            rc = 0;
+            rc = stdout_ok() ? 0 : 1;
             json_decref(o);
             break;
         }

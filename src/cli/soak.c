@@ -1,7 +1,8 @@
 /* soak.c - minions-soak: a soak tester for minionsd whose end state is checked (issue #9).
  *
  * --clients threads each run connections ("sessions") one after another until the thread's share
- * of --requests is sent. A session's plan comes from the thread's seeded RNG, so a seed replays the
+ * of --requests is sent, or until MAX_STALLS sessions in a row stalled (a frozen server ends the
+ * run with its summary). A chat set's prompts (prompts.h) go as a user's message. A session's plan comes from the thread's seeded RNG, so a seed replays the
  * same plans (what is in flight when a cancel or a close lands still depends on timing):
  *   - pipelined requests with unique ids (up to 6 in flight), stream or not, greedy or sampled,
  *     stop strings sometimes, ids with quotes, backslashes, non-ASCII or 128 bytes;
@@ -35,6 +36,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <limits.h>
 #include <nanomsg/nn.h>
 #include <nanomsg/reqrep.h>
 #include <poll.h>
@@ -55,6 +57,7 @@
 #include "cli/prompts.h"
 #include "util/alloc.h"
 #include "util/clock.h"
+#include "util/num.h"
 
 #define MAX_ID 128             /* the protocol's longest id */
 #define MAX_SESSION_REQS 12    /* requests per connection */
@@ -62,6 +65,7 @@
 #define IDLE_WAIT_S 30.0       /* how long the end waits for the server to become idle */
 #define SHOW_VIOLATIONS 5      /* violations printed in detail, per check */
 #define BASE_TOKENS 32         /* the greedy request of the start and the end */
+#define MAX_STALLS 3           /* stalled sessions in a row before a thread gives up */
 
 /* ---- checks and violations --------------------------------------------------------------------- */
 
@@ -246,6 +250,7 @@ typedef struct session {
     char sync_id[48];
     int n_sent;
     double last_progress;
+    bool stalled;         /* it ended for want of progress (stall_s) */
 } session;
 
 static bool grow(char **buf, size_t *cap, size_t need)
@@ -323,10 +328,11 @@ static int in_flight(const session *s)
 
 /* ---- planning ------------------------------------------------------------------------------------ */
 
-static char *make_prompt(soak *k, uint64_t *rng, int *index)
+/* A prompt's text: the set's prompt *index, or one made from the set's prompt *base (*index -1). */
+static char *make_prompt(soak *k, uint64_t *rng, int *index, int *base)
 {
     int p = (int)rng_below(rng, (uint32_t)k->n_prompts);
-    *index = p;
+    *index = *base = p;
     if (rng_chance(rng, 0.9))
         return mn_strndup(k->prompts[p].text, strlen(k->prompts[p].text));
     /* made up: a few prompts joined, or one with non-ASCII text */
@@ -360,14 +366,16 @@ static void plan_request(session *s, uint64_t *rng, int i)
         memset(r->id + n, 'x', MAX_ID - (size_t)n);
         r->id[MAX_ID] = 0;
     }
-    char *text = make_prompt(k, rng, &r->prompt);
+    int base = 0;
+    char *text = make_prompt(k, rng, &r->prompt, &base);
     /* a reader that pauses gets longer answers, so that its output passes the server's watermark */
     r->max_tokens = 1 + (int)rng_below(rng, (uint32_t)k->max_tokens * (s->pause_after >= 0 ? 3 : 1));
     r->stream = rng_chance(rng, s->pause_after >= 0 ? 0.9 : 0.6);
     r->stopset = rng_chance(rng, 0.7) ? 0 : 1 + (int)rng_below(rng, N_STOPSETS - 1);
     json_t *o = json_object();
     json_object_set_new(o, "id", json_string(r->id));
-    json_object_set_new(o, "prompt", json_string(text));
+    /* a chat set's prompt is a user's message, made-up ones too */
+    mn_prompt_set(&(mn_prompt){.text = text, .chat = k->prompts[base].chat}, o);
     mn_free(text);
     if (r->max_tokens != 64 || rng_chance(rng, 0.9))
         json_object_set_new(o, "max_tokens", json_integer(r->max_tokens));
@@ -1094,6 +1102,7 @@ static int session_run(session *s)
         if (now - s->last_progress > k->stall_s) {
             violation(k, C_PROGRESS, "%s: no progress for %.0f s (mode %d, %d in flight, sent %d/%d)", s->tag,
                       k->stall_s, s->mode, in_flight(s), s->n_sent, s->n_reqs);
+            s->stalled = true;
             if (s->mode == END_SYNC || s->mode == END_HALFCLOSE)
                 check_complete(s);
             break;
@@ -1138,7 +1147,7 @@ static void *client_main(void *arg)
     client_arg *ca = arg;
     soak *k = ca->k;
     uint64_t rng = k->seed * 0x100000001b3ULL + (uint64_t)ca->thread * 0x9e3779b97f4a7c15ULL + 1;
-    int left = ca->quota, failures = 0;
+    int left = ca->quota, failures = 0, stalls = 0;
     session *s = mn_malloc(sizeof *s);
     if (!s)
         return NULL;
@@ -1159,6 +1168,14 @@ static void *client_main(void *arg)
             continue;
         }
         left -= sent;
+        stalls = s->stalled ? stalls + 1 : 0;
+        if (stalls >= MAX_STALLS && left > 0) { /* a frozen server: end the run with its summary */
+            pthread_mutex_lock(&k->print_mu); /* its stalls are the violations; this says why the run ends */
+            fprintf(stderr, "soak: client %d gives up after %d stalled sessions in a row, %d requests unsent\n",
+                    ca->thread, stalls, left);
+            pthread_mutex_unlock(&k->print_mu);
+            break;
+        }
     }
     mn_free(s);
     return NULL;
@@ -1339,12 +1356,22 @@ static char *greedy_text(soak *k, const char *tag, bool stream)
         fprintf(stderr, "minions-soak: %s request: %s\n", tag, err.msg);
         return NULL;
     }
-    json_t *o = json_pack("{s:s, s:s, s:i, s:i, s:b}", "id", tag, "prompt", k->prompts[0].text, "max_tokens",
-                          BASE_TOKENS, "temperature", 0, "stream", stream);
+    if (mn_client_set_timeout(&c, k->stall_s) < 0) { /* a frozen server is a failed check, not a hang */
+        fprintf(stderr, "minions-soak: %s request: cannot set a timeout: %s\n", tag, strerror(errno));
+        mn_client_close(&c);
+        return NULL;
+    }
+    json_t *o = json_pack("{s:s, s:i, s:i, s:b}", "id", tag, "max_tokens", BASE_TOKENS, "temperature", 0, "stream",
+                          stream);
+    if (o && mn_prompt_set(&k->prompts[0], o) < 0) {
+        json_decref(o);
+        o = NULL;
+    }
     char *line = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     char *text = NULL, *deltas = NULL;
     size_t dlen = 0, dcap = 0;
+    bool ended = false;
     if (line && mn_client_send(&c, line, strlen(line)) == 0 && mn_client_send(&c, "\n", 1) == 0) {
         size_t n;
         for (char *l; (l = mn_client_read_line(&c, &n));) {
@@ -1357,7 +1384,9 @@ static char *greedy_text(soak *k, const char *tag, bool stream)
             if (json_object_get(r, "done") || json_object_get(r, "error")) {
                 const char *t = json_string_value(json_object_get(r, "text"));
                 const char *fr = json_string_value(json_object_get(r, "finish_reason"));
-                if (!t || !fr || strcmp(fr, "length"))
+                ended = true;
+                /* "stop": a chat prompt's answer may end at the end of its turn */
+                if (!t || !fr || (strcmp(fr, "length") && strcmp(fr, "stop")))
                     fprintf(stderr, "minions-soak: %s request: %s\n", tag, l);
                 else if (stream && (dlen != json_string_length(json_object_get(r, "text")) || memcmp(deltas, t, dlen)))
                     fprintf(stderr, "minions-soak: %s request: deltas differ from the text\n", tag);
@@ -1371,6 +1400,8 @@ static char *greedy_text(soak *k, const char *tag, bool stream)
     }
     if (!text && !line)
         fprintf(stderr, "minions-soak: %s request: out of memory\n", tag);
+    else if (!ended)
+        fprintf(stderr, "minions-soak: %s request: %s\n", tag, mn_client_strerror(&c));
     free(line);
     mn_free(deltas);
     mn_client_close(&c);
@@ -1412,7 +1443,8 @@ static void usage(FILE *f)
             "      --max-line N       the server's --max-line: some connections end with a longer line\n"
             "                         (default 0: never)\n"
             "      --no-churn         leave batch.max_sequences and queue.max alone during the run\n"
-            "      --stall S          a connection with no answer for S seconds has stalled (default 60)\n"
+            "      --stall S          a connection with no answer for S seconds has stalled (default 60);\n"
+            "                         a thread stops after 3 stalled connections in a row\n"
             "  -v, --verbose          a stats line every second and the settings moved, on stderr\n"
             "Prints one JSON summary line, then 'soak: N passed, M failed'; exit 0 when all passed.\n");
 }
@@ -1438,26 +1470,30 @@ int main(int argc, char **argv)
         {"help", no_argument, 0, 'h'},             {0, 0, 0, 0},
     };
     for (int c; (c = getopt_long(argc, argv, "a:u:r:c:p:s:n:vh", opts, NULL)) != -1;) {
+        long n = 0;
+        bool ok = true;
         switch (c) {
         case 'a': k->tcp = optarg; break;
         case 'u': k->unix_path = optarg; break;
         case 'A': k->admin = optarg; break;
-        case 'r': k->n_requests = atoi(optarg); break;
-        case 'c': k->n_clients = atoi(optarg); break;
+        case 'r': ok = mn_parse_long(optarg, 1, 1L << 30, &n), k->n_requests = (int)n; break;
+        case 'c': ok = mn_parse_long(optarg, 1, 1024, &n), k->n_clients = (int)n; break;
         case 'p': prompts = optarg; break;
-        case 's': k->seed = strtoull(optarg, NULL, 10); break;
-        case 'n': k->max_tokens = atoi(optarg); break;
-        case 'L': k->max_line = atoi(optarg); break;
+        case 's': ok = mn_parse_long(optarg, 0, LONG_MAX, &n), k->seed = (uint64_t)n; break;
+        case 'n': ok = mn_parse_long(optarg, 1, 4096, &n), k->max_tokens = (int)n; break;
+        case 'L': ok = mn_parse_long(optarg, 0, 64 << 20, &n), k->max_line = (int)n; break;
         case 'N': k->churn = false; break;
         case 'v': k->verbose = true; break;
-        case 'S': k->stall_s = atof(optarg); break;
+        case 'S': ok = mn_parse_real(optarg, 1e-3, 86400, &k->stall_s); break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
+        if (!ok) {
+            fprintf(stderr, "minions-soak: bad option value '%s'\n", optarg);
+            return 2;
+        }
     }
-    if (optind != argc || (!k->tcp && !k->unix_path) || !k->admin || k->n_requests < 1 || k->n_clients < 1 ||
-        k->n_clients > 1024 || k->max_tokens < 1 || k->max_tokens > 4096 || k->max_line < 0 ||
-        k->max_line > (64 << 20) || !(k->stall_s > 0)) {
+    if (optind != argc || (!k->tcp && !k->unix_path) || !k->admin) {
         usage(stderr);
         return 2;
     }
@@ -1505,21 +1541,27 @@ int main(int argc, char **argv)
     double tw = mn_now();
     wait_idle(admin, &st, IDLE_WAIT_S);
     double idle_s = mn_now() - tw;
-    if (st.total < 0)
-        violation(k, C_IDLE, "no stats from the admin socket after the soak: is the server still there?");
-    else if (st.running || st.queued || st.in_flight)
-        violation(k, C_IDLE, "not idle after %.0f s: running %ld queued %ld in_flight %ld", IDLE_WAIT_S, st.running,
-                  st.queued, st.in_flight);
-    if (st.used != 0 || st.drafts_used != 0)
-        violation(k, C_KV_ZERO,
-                  "KV used %ld of %ld blocks, drafts' %ld, after the soak (running %ld queued %ld in_flight %ld)",
-                  st.used, st.total, st.drafts_used, st.running, st.queued, st.in_flight);
-    if (st.connections != 0)
-        violation(k, C_CONNS_ZERO, "%ld connections left after the soak", st.connections);
+    /* without stats (the server or its admin socket is gone) the checks of its state are skipped:
+     * the one violation says so */
+    bool have_stats = st.total >= 0;
     long finished = (st.done - st0.done) + (st.failed - st0.failed) - 1; /* the base request */
     long answered = atomic_load(&k->answered), sent_all = atomic_load(&k->sent) + atomic_load(&k->dups_raced);
-    if (st.total < 0 || finished < answered || finished > sent_all)
-        violation(k, C_COUNTERS, "stats done+failed grew by %ld; answered %ld, sent %ld", finished, answered, sent_all);
+    if (!have_stats) {
+        violation(k, C_IDLE, "no stats from the admin socket after the soak: is the server still there?");
+    } else {
+        if (st.running || st.queued || st.in_flight)
+            violation(k, C_IDLE, "not idle after %.0f s: running %ld queued %ld in_flight %ld", IDLE_WAIT_S,
+                      st.running, st.queued, st.in_flight);
+        if (st.used != 0 || st.drafts_used != 0)
+            violation(k, C_KV_ZERO,
+                      "KV used %ld of %ld blocks, drafts' %ld, after the soak (running %ld queued %ld in_flight %ld)",
+                      st.used, st.total, st.drafts_used, st.running, st.queued, st.in_flight);
+        if (st.connections != 0)
+            violation(k, C_CONNS_ZERO, "%ld connections left after the soak", st.connections);
+        if (finished < answered || finished > sent_all)
+            violation(k, C_COUNTERS, "stats done+failed grew by %ld; answered %ld, sent %ld", finished, answered,
+                      sent_all);
+    }
     char *last = greedy_text(k, "last", true);
     if (!last || strcmp(last, base)) {
         char b1[600], b2[600];
@@ -1528,12 +1570,16 @@ int main(int argc, char **argv)
     }
     stats st2;
     wait_idle(admin, &st2, 5);
-    if (st2.in_flight != 0 && st.total >= 0)
-        violation(k, C_IDLE, "after the final request: in_flight %ld", st2.in_flight);
-    if ((st2.used != 0 || st2.drafts_used != 0) && st.used == 0 && st.drafts_used == 0)
-        violation(k, C_KV_ZERO, "after the final request: KV used %ld, drafts' %ld", st2.used, st2.drafts_used);
-    if (st2.connections != 0 && st.connections == 0)
-        violation(k, C_CONNS_ZERO, "after the final request: %ld connections", st2.connections);
+    if (have_stats && st2.total < 0) {
+        violation(k, C_IDLE, "no stats from the admin socket after the final request: is the server still there?");
+    } else if (have_stats) {
+        if (st2.in_flight != 0)
+            violation(k, C_IDLE, "after the final request: in_flight %ld", st2.in_flight);
+        if ((st2.used != 0 || st2.drafts_used != 0) && st.used == 0 && st.drafts_used == 0)
+            violation(k, C_KV_ZERO, "after the final request: KV used %ld, drafts' %ld", st2.used, st2.drafts_used);
+        if (st2.connections != 0 && st.connections == 0)
+            violation(k, C_CONNS_ZERO, "after the final request: %ld connections", st2.connections);
+    }
     nn_close(admin);
 
     int passed = 0, failed = 0, total_viol = 0;
