@@ -545,6 +545,17 @@ Test(server, a_client_that_does_not_read_stalls_only_itself, .timeout = 300)
     server_stop(&s);
 }
 
+/* stats count `running` requests holding KV and `queued` ones waiting. */
+static void check_running_queued(server *s, json_int_t running, json_int_t queued)
+{
+    json_t *o = admin(s, "{\"cmd\":\"stats\"}");
+    char *dump = json_dumps(o, JSON_COMPACT);
+    cr_assert_eq(stat_at(o, "requests.running"), running, "not %lld running: %s", (long long)running, dump);
+    cr_assert_eq(stat_at(o, "requests.queued"), queued, "not %lld queued: %s", (long long)queued, dump);
+    free(dump);
+    json_decref(o);
+}
+
 /* --idle-timeout also bounds a stall: a client that leaves its output unread that long is closed and
  * its requests cancelled (paused, they held their KV and their places in the queue for as long as
  * it stayed connected); the time runs from the throttle, and a client that reads is unaffected. */
@@ -634,12 +645,7 @@ Test(server, admin_get_set_stats, .timeout = 300)
         send_request(&c, id, "And it came to pass", 200, 0, 1);
     }
     wait_stat(&s, "throttled", "==", 1);
-    o = admin(&s, "{\"cmd\":\"stats\"}");
-    char *dump = json_dumps(o, JSON_COMPACT);
-    cr_assert_eq(stat_at(o, "requests.running"), 3, "not 3 running: %s", dump);
-    cr_assert_eq(stat_at(o, "requests.queued"), 3, "not 3 queued: %s", dump);
-    free(dump);
-    json_decref(o);
+    check_running_queued(&s, 3, 3);
     for (int i = 0; i < 6; i++) {
         char id[16];
         snprintf(id, sizeof id, "q%d", i);
@@ -706,12 +712,7 @@ Test(server, a_full_queue_answers_busy, .timeout = 120)
     send_request(&held, "h0", "And God said", 400, 0, 1);
     send_request(&held, "h1", "And God said", 400, 0, 1);
     wait_stat(&s, "throttled", "==", 1);
-    o = admin(&s, "{\"cmd\":\"stats\"}");
-    char *dump = json_dumps(o, JSON_COMPACT);
-    cr_assert_eq(stat_at(o, "requests.running"), 1, "h0 holds the batch: %s", dump);
-    cr_assert_eq(stat_at(o, "requests.queued"), 1, "h1 fills the queue: %s", dump);
-    free(dump);
-    json_decref(o);
+    check_running_queued(&s, 1, 1); /* h0 holds the batch, h1 fills the queue */
 
     send_request(&c, "over", "In the beginning", 8, 0, 0); /* queue.max 1, not --max-queue 2 */
     o = read_reply(&c);
@@ -740,7 +741,7 @@ Test(server, a_full_queue_answers_busy, .timeout = 120)
     }
     wait_idle(&s);
     o = admin(&s, "{\"cmd\":\"stats\"}");
-    dump = json_dumps(o, JSON_COMPACT);
+    char *dump = json_dumps(o, JSON_COMPACT);
     static const char *const zero[] = {"requests.running", "requests.queued", "requests.paused", "requests.in_flight",
                                        "throttled", "kv.target.used"};
     for (size_t i = 0; i < sizeof zero / sizeof *zero; i++)
