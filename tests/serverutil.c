@@ -133,8 +133,9 @@ void server_start_model(server *s, const char *model, const char *const *extra)
     s->http_port = http && strrchr(http, ':') ? atoi(strrchr(http, ':') + 1) : 0;
 }
 
-/* minionsd (the bundled target, --port 0, --admin none) with these arguments exits non-zero at start-up, its stderr naming `needle`. One that
- * starts instead is stopped after 30 s (timeout's 124): the test fails then, leaving no daemon. */
+/* minionsd (the bundled target, --port 0, --admin none) with these arguments exits non-zero at
+ * start-up, its stderr naming `needle`. One that starts instead is stopped after 30 s (timeout's
+ * 124): the test fails then, leaving no daemon. */
 void start_refused(const char *const *args, const char *needle)
 {
     char cmd[4096], bin[1024];

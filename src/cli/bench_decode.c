@@ -421,7 +421,8 @@ int main(int argc, char **argv)
     }
     int bs[MAX_BATCHES], n_b = parse_batches(batches, bs), max_b = 1;
     if (n_b < 0) {
-        fprintf(stderr, "minions-bench-decode: --batches takes sizes in 1..%d separated by commas (at most %d), not '%s'\n",
+        fprintf(stderr,
+                "minions-bench-decode: --batches takes sizes in 1..%d separated by commas (at most %d), not '%s'\n",
                 MAX_BATCH, MAX_BATCHES, batches);
         return 2;
     }

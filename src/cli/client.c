@@ -63,7 +63,8 @@ int mn_client_connect(const char *addr, mn_client *c, mn_err *err)
 
 int mn_client_set_timeout(mn_client *c, double seconds)
 {
-    struct timeval tv = {.tv_sec = (time_t)seconds, .tv_usec = (suseconds_t)((seconds - (double)(time_t)seconds) * 1e6)};
+    time_t whole = (time_t)seconds;
+    struct timeval tv = {.tv_sec = whole, .tv_usec = (suseconds_t)((seconds - (double)whole) * 1e6)};
     if (setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) < 0 ||
         setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) < 0)
         return -1;

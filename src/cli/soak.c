@@ -2,8 +2,9 @@
  *
  * --clients threads each run connections ("sessions") one after another until the thread's share
  * of --requests is sent, or until MAX_STALLS sessions in a row stalled (a frozen server ends the
- * run with its summary). A chat set's prompts (prompts.h) go as a user's message. A session's plan comes from the thread's seeded RNG, so a seed replays the
- * same plans (what is in flight when a cancel or a close lands still depends on timing):
+ * run with its summary). A chat set's prompts (prompts.h) go as a user's message. A session's plan
+ * comes from the thread's seeded RNG, so a seed replays the same plans (what is in flight when a
+ * cancel or a close lands still depends on timing):
  *   - pipelined requests with unique ids (up to 6 in flight), stream or not, greedy or sampled,
  *     stop strings sometimes, ids with quotes, backslashes, non-ASCII or 128 bytes;
  *   - cancels (at send time, after some deltas, or after a delay), duplicate in-flight ids, bad
