@@ -236,6 +236,22 @@ int admin_connect(server *s)
     return sock;
 }
 
+void admin_ok(server *s, const char *cmd)
+{
+    json_t *r = admin(s, cmd);
+    cr_assert(json_is_true(json_object_get(r, "ok")), "%s: %s", cmd, json_dumps(r, 0));
+    json_decref(r);
+}
+
+void admin_refuses(server *s, const char *const *cmds, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        json_t *r = admin(s, cmds[i]);
+        cr_assert(json_is_false(json_object_get(r, "ok")), "accepted: %s", cmds[i]);
+        json_decref(r);
+    }
+}
+
 json_int_t stat_at(json_t *stats, const char *path)
 {
     json_t *v = json_object_get(stats, "stats");

@@ -56,6 +56,11 @@ json_t *admin(server *s, const char *cmd);
 int admin_connect(server *s);
 json_t *admin_on(int sock, const char *cmd);
 
+/* The command is answered ok:true (else the test fails, showing the reply). */
+void admin_ok(server *s, const char *cmd);
+/* Each of the n commands is answered ok:false. */
+void admin_refuses(server *s, const char *const *cmds, size_t n);
+
 /* A stats value by its dotted path under "stats": "idle_closed", "requests.running",
  * "http.accept_pauses"; a boolean ("draining") reads 1 or 0, a missing one 0. */
 json_int_t stat_at(json_t *stats, const char *path);

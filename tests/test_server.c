@@ -610,9 +610,7 @@ Test(server, admin_get_set_stats, .timeout = 300)
     cr_assert(json_is_true(json_object_get(o, "ok")));
     cr_assert_eq(json_integer_value(json_object_get(json_object_get(o, "config"), "batch.max_sequences")), 16);
     json_decref(o);
-    o = admin(&s, "{\"cmd\":\"set\",\"key\":\"batch.max_sequences\",\"value\":3}");
-    cr_assert(json_is_true(json_object_get(o, "ok")));
-    json_decref(o);
+    admin_ok(&s, "{\"cmd\":\"set\",\"key\":\"batch.max_sequences\",\"value\":3}");
     o = admin(&s, "{\"cmd\":\"get\",\"key\":\"batch.max_sequences\"}");
     cr_assert_eq(json_integer_value(json_object_get(o, "value")), 3);
     json_decref(o);
@@ -703,9 +701,7 @@ Test(server, a_full_queue_answers_busy, .timeout = 120)
 {
     server s;
     server_start(&s, (const char *[]){"--max-batch", "1", "--max-queue", "2", "--output-buffer", "4", NULL});
-    json_t *o = admin(&s, "{\"cmd\":\"set\",\"key\":\"queue.max\",\"value\":1}");
-    cr_assert(json_is_true(json_object_get(o, "ok")));
-    json_decref(o);
+    admin_ok(&s, "{\"cmd\":\"set\",\"key\":\"queue.max\",\"value\":1}");
     tconn held, c;
     connect_to(s.unix_path, &held);
     connect_to(s.tcp, &c);
@@ -715,19 +711,16 @@ Test(server, a_full_queue_answers_busy, .timeout = 120)
     check_running_queued(&s, 1, 1); /* h0 holds the batch, h1 fills the queue */
 
     send_request(&c, "over", "In the beginning", 8, 0, 0); /* queue.max 1, not --max-queue 2 */
-    o = read_reply(&c);
+    json_t *o = read_reply(&c);
     cr_assert_str_eq(json_string_value(json_object_get(o, "id")), "over");
     json_t *e = json_object_get(o, "error");
     cr_assert_str_eq(json_string_value(json_object_get(e, "code")), "busy", "the request beyond a full queue");
     cr_assert(json_string_length(json_object_get(e, "message")) > 0);
     json_decref(o);
 
-    o = admin(&s, "{\"cmd\":\"set\",\"key\":\"queue.max\",\"value\":2}");
-    cr_assert(json_is_true(json_object_get(o, "ok")));
-    json_decref(o);
-    o = admin(&s, "{\"cmd\":\"set\",\"key\":\"queue.max\",\"value\":3}"); /* past --max-queue */
-    cr_assert(json_is_false(json_object_get(o, "ok")));
-    json_decref(o);
+    admin_ok(&s, "{\"cmd\":\"set\",\"key\":\"queue.max\",\"value\":2}");
+    static const char *const over[] = {"{\"cmd\":\"set\",\"key\":\"queue.max\",\"value\":3}"}; /* past --max-queue */
+    admin_refuses(&s, over, 1);
     send_request(&c, "fits", "In the beginning", 8, 0, 0); /* queued beside h1, then run: h0 is paused */
     o = await(&c, "fits");
     cr_assert_str_eq(json_string_value(json_object_get(o, "finish_reason")), "length", "a queue.max of 2 takes it");

@@ -50,23 +50,6 @@ static void start_with_drafts(server *s, const char *spec_length)
                                      spec_length, "--tuner", "fixed", "--draft-backend", "cpu", NULL});
 }
 
-static void admin_ok(server *s, const char *cmd)
-{
-    json_t *r = admin(s, cmd);
-    cr_assert(json_is_true(json_object_get(r, "ok")), "%s: %s", cmd, json_dumps(r, 0));
-    json_decref(r);
-}
-
-/* Each of the n commands is answered ok:false. */
-static void admin_refuses(server *s, const char *const *cmds, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        json_t *r = admin(s, cmds[i]);
-        cr_assert(json_is_false(json_object_get(r, "ok")), "accepted: %s", cmds[i]);
-        json_decref(r);
-    }
-}
-
 /* stats.spec.tuner of an admin stats reply (the reply keeps it). */
 static json_t *tuner_of(json_t *stats_reply)
 {
