@@ -1670,7 +1670,9 @@ Test(speculate, the_tuner_measures_beside_a_request_that_opts_out, .timeout = 30
 /* ---- live switches ----------------------------------------------------------------------------- */
 
 /* spec.enabled, set live: off, requests decode plainly (no verification in their done lines or the
- * stats) with plain decoding's text; on again, they speculate again. */
+ * stats) with plain decoding's text; on again, they speculate again. Then every drafter disabled
+ * (drafter.<name>.enabled): the same, and no round is planned (they came back empty, and their
+ * steps were measured as speculating ones); one enabled again, they speculate again. */
 Test(speculate, spec_enabled_switches_speculation_live, .timeout = 120)
 {
     enum { TOKENS = 32 };
@@ -1681,15 +1683,21 @@ Test(speculate, spec_enabled_switches_speculation_live, .timeout = 120)
                                       "--tuner", "fixed", NULL});
     tconn c;
     connect_to(s.tcp, &c);
-    static const char *const set[] = {NULL, "{\"cmd\":\"set\",\"key\":\"spec.enabled\",\"value\":false}",
-                                      "{\"cmd\":\"set\",\"key\":\"spec.enabled\",\"value\":true}"};
-    for (int phase = 0; phase < 3; phase++) { /* on (the default), off, on */
-        bool on = phase != 1;
-        if (set[phase])
-            admin_ok(&s, set[phase]);
+    static const char *const set[][2] = {
+        {NULL},
+        {"{\"cmd\":\"set\",\"key\":\"spec.enabled\",\"value\":false}"},
+        {"{\"cmd\":\"set\",\"key\":\"spec.enabled\",\"value\":true}"},
+        {"{\"cmd\":\"set\",\"key\":\"drafter.draft-kjv.enabled\",\"value\":false}",
+         "{\"cmd\":\"set\",\"key\":\"drafter.ngram.enabled\",\"value\":false}"},
+        {"{\"cmd\":\"set\",\"key\":\"drafter.ngram.enabled\",\"value\":true}"},
+    };
+    for (int phase = 0; phase < 5; phase++) { /* on (the default), off, on, no drafter, one drafter */
+        bool on = phase != 1 && phase != 3;
+        for (int k = 0; k < 2 && set[phase][k]; k++)
+            admin_ok(&s, set[phase][k]);
         json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
-        cr_assert_eq(stat_at(st, "spec.enabled"), on, "stats: spec.enabled in phase %d", phase);
-        json_int_t before = stat_at(st, "spec.verifications");
+        cr_assert_eq(stat_at(st, "spec.enabled"), phase != 1, "stats: spec.enabled in phase %d", phase);
+        json_int_t before = stat_at(st, "spec.verifications"), rounds = stat_at(st, "spec.pipeline.rounds");
         json_decref(st);
         char id[8];
         snprintf(id, sizeof id, "p%d", phase);
@@ -1701,10 +1709,15 @@ Test(speculate, spec_enabled_switches_speculation_live, .timeout = 120)
         if (on)
             cr_assert(ver > 0 && drafted > 0, "phase %d did not speculate: %s", phase, json_dumps(done, 0));
         else
-            cr_assert(ver == 0 && drafted == 0, "spec.enabled false speculated: %s", json_dumps(done, 0));
+            cr_assert(ver == 0 && drafted == 0, "phase %d speculated: %s", phase, json_dumps(done, 0));
         json_decref(done);
         st = admin(&s, "{\"cmd\":\"stats\"}");
         cr_assert_eq(stat_at(st, "spec.verifications") - before, ver, "stats: phase %d's verifications", phase);
+        json_int_t planned = stat_at(st, "spec.pipeline.rounds") - rounds;
+        if (on)
+            cr_assert_gt(planned, 0, "phase %d planned no round", phase);
+        else
+            cr_assert_eq(planned, 0, "phase %d planned %lld rounds", phase, (long long)planned);
         json_decref(st);
     }
     tconn_close(&c);

@@ -279,6 +279,14 @@ static json_t *set_tuner_key(mn_admin *a, const char *key, json_t *value)
     return NULL;
 }
 
+static bool any_drafter_enabled(const mn_admin *a)
+{
+    for (uint32_t i = 0; i < a->cfg.n_drafters; i++)
+        if (a->drafter_enabled[i])
+            return true;
+    return false;
+}
+
 /* spec.*, pipeline.enabled and drafter.<name>.enabled: NULL when set, else the error reply. */
 static json_t *set_spec_key(mn_admin *a, const char *key, json_t *value)
 {
@@ -378,9 +386,12 @@ static json_t *set_spec_key(mn_admin *a, const char *key, json_t *value)
         mn_setting *s = mn_malloc(sizeof *s);
         if (!s)
             return fail("%s", "out of memory");
+        bool any_before = any_drafter_enabled(a);
         a->drafter_enabled[i] = json_is_true(value);
         *s = (mn_setting){.msg.type = MN_MSG_SET, .key = MN_SET_DRAFTER, .index = i, .value = a->drafter_enabled[i]};
         mn_mailbox_post(ab->voter, &s->msg);
+        if (any_drafter_enabled(a) != any_before)
+            send_setting(ab->verifier, MN_SET_DRAFTERS_ON, !any_before);
         return NULL;
     }
     return fail("unknown key '%s'", key);

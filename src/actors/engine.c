@@ -317,7 +317,7 @@ static mn_status new_actors(mn_engine *e, uint32_t n_blocks, mn_err *err)
     for (uint32_t i = 0; i < e->n_drafts; i++)
         kc.draft_pools[i] = e->drafts[i].be ? e->drafts[i].be->kv : NULL;
     mn_verifier_config vc = {.be = e->be, .worker = e->worker, .max_batch = cfg->max_batch,
-                             .max_held = cfg->max_batch + cfg->max_queue, .spec_enabled = true,
+                             .max_held = cfg->max_batch + cfg->max_queue, .spec_enabled = true, .drafters_on = true,
                              .pipeline = cfg->pipeline, .spec_length = cfg->spec_length,
                              .costly = costly_drafters(e), .step_trace = e->step_trace, .addr = &e->addr};
     if ((s = mn_intake_new(&ic, &e->intake, err)) != MN_OK || (s = mn_kvmem_new(&kc, &e->kvmem, err)) != MN_OK ||

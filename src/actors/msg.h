@@ -260,6 +260,8 @@ typedef enum mn_setting_key {
     MN_SET_VOTER,       /* voter: the weight rule (params), weights mode (value), skip_below (fvalue),
                          * cascade (flag) */
     MN_SET_DRAFTER,     /* voter: drafter.<index>.enabled (index, value 0/1) */
+    MN_SET_DRAFTERS_ON, /* verifier: whether any drafter is enabled (value 0/1): with none, requests
+                         * step plainly instead of waiting for empty rounds */
     MN_SET_NGRAM_SHORT, /* the n-gram drafter: drafter.ngram.short_len (value 0..16) */
     MN_SET_NGRAM_MIN_N, /* the n-gram drafter: drafter.ngram.min_n (value 1..MN_NGRAM_MAX_N_DEFAULT) */
     MN_SET_NGRAM_SHARED,/* the n-gram drafter: drafter.ngram.shared (value 0/1) */

@@ -275,9 +275,17 @@ static bool decoding(const mn_req *r)
     return r->toks.n == r->kv.len + 1;
 }
 
+/* Whether a round is worth planning at all: drafters exist, speculation is on and one of them is
+ * enabled (with every drafter disabled a round came back empty, and its steps were measured as
+ * speculating ones at its length). */
+static bool drafting_on(const mn_verifier *v)
+{
+    return v->cfg.addr->voter && v->cfg.spec_enabled && v->cfg.drafters_on;
+}
+
 static bool may_draft(const mn_verifier *v, const mn_req *r)
 {
-    return v->cfg.addr->voter && v->cfg.spec_enabled && r->spec.on && decoding(r);
+    return drafting_on(v) && r->spec.on && decoding(r);
 }
 
 /* The batch class of the sequences the next step will verify (with the pipeline, the pool's bound;
@@ -325,7 +333,7 @@ static bool wants_draft(const mn_verifier *v, const mn_req *r, uint32_t s)
  * round started. */
 static bool start_round(mn_verifier *v, uint32_t cls, uint32_t s)
 {
-    if (!v->cfg.addr->voter || !v->cfg.spec_enabled)
+    if (!drafting_on(v))
         return false;
     const mn_tuner_advice *advice = &v->advice[cls];
     if (!s)
@@ -725,6 +733,8 @@ void mn_verifier_handle(void *verifier, mn_msg *m)
             v->cfg.max_batch = s->value;
         else if (s->key == MN_SET_SPEC_ENABLED)
             v->cfg.spec_enabled = s->value != 0;
+        else if (s->key == MN_SET_DRAFTERS_ON)
+            v->cfg.drafters_on = s->value != 0;
         else if (s->key == MN_SET_PIPELINE)
             v->cfg.pipeline = s->value != 0;
         else if (s->key == MN_SET_SPEC_LENGTH && s->advice.s <= MN_SPEC_MAX_LEN && s->advice.other <= MN_SPEC_MAX_LEN)

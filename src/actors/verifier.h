@@ -71,6 +71,7 @@ typedef struct mn_verifier_config {
     uint32_t max_batch;          /* sequences in one step (live: batch.max_sequences) */
     uint32_t max_held;           /* requests that may hold KV at once (the running set's size) */
     bool spec_enabled;           /* spec.enabled (live): draft when there are drafters (addr->voter) */
+    bool drafters_on;            /* (live, MN_SET_DRAFTERS_ON) some drafter is enabled */
     bool pipeline;               /* pipeline.enabled (live): draft one group while verifying another */
     uint32_t spec_length;        /* tokens drafted per verification, 0..16, until the tuner says */
     uint32_t costly;             /* bit i: drafter i runs a model (the voter's mask): the drafts it
