@@ -181,9 +181,9 @@ static json_t *spec_stats_json(const mn_admin *a)
                               (json_int_t)d->proposed, "agreed", (json_int_t)d->agreed, "acceptance_rate",
                               d->proposed ? (double)d->agreed / d->proposed : 0.0, "voted", (json_int_t)d->voted,
                               "seconds", d->seconds);
-        if (d->cache_cap) /* the n-gram drafter's shared cache, once it has drafted */
-            json_object_set_new(o, "cache", json_pack("{s:I, s:I, s:I}", "capacity", (json_int_t)d->cache_cap,
-                                                      "tokens_added", (json_int_t)d->cache_added, "proposals",
+        if ((int)i == a->ngram && s->ngram.cache_cap) /* the n-gram drafter's shared cache */
+            json_object_set_new(o, "cache", json_pack("{s:I, s:I, s:I}", "capacity", (json_int_t)s->ngram.cache_cap,
+                                                      "tokens_added", (json_int_t)s->ngram.cache_added, "proposals",
                                                       (json_int_t)d->cache_proposals));
         json_object_set_new(drafters, a->cfg.drafter_names[i], o);
     }

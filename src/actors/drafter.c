@@ -201,8 +201,6 @@ static void propose_ngram(mn_drafter *d, mn_round_part *part)
         x->prop_len = m;
     }
     part->seconds = mn_now() - t0;
-    part->cache_cap = d->cache.cap;
-    part->cache_added = d->cache.added;
 }
 
 static void proposed(mn_drafter *d, mn_round_part *part)
@@ -293,6 +291,13 @@ void mn_drafter_handle(void *drafter, mn_msg *m)
         if (d->ngram_learn && r->state == MN_REQ_FINISHED && !r->failed)
             mn_ngram_cache_add(&d->cache, r->toks.ids, (uint32_t)r->toks.n);
         mn_mailbox_post(d->cfg.addr->kvmem, m);
+        break;
+    }
+    case MN_MSG_STATS: { /* the n-gram drafter's cache, as it is now (the voter has the rest) */
+        mn_stats_part *q = (mn_stats_part *)m;
+        q->stats->ngram.cache_cap = d->cache.cap;
+        q->stats->ngram.cache_added = d->cache.added;
+        mn_stats_reply(q);
         break;
     }
     case MN_MSG_SET: {

@@ -18,8 +18,9 @@
  * requests' tokens (what the sampling rule in spec/accept.h needs to be lossless).
  *
  * Messages in: DRAFT (mn_round_part), DRAFT_DONE (its job); the n-gram drafter also RELEASE (mn_req)
- * and SET (drafter.ngram.short_len, min_n, shared, learn). Out: PROPOSED (the part) to the voter, its job
- * to the worker; RELEASE on to kvmem.
+ * and SET (drafter.ngram.short_len, min_n, shared, learn), and STATS (its cache's figures, as they
+ * are now). Out: PROPOSED (the part) to the voter, its job to the worker; RELEASE on to kvmem;
+ * STATS_BACK to the asker.
  * Thread: the engine's loop; the job runs on the worker.
  */
 #ifndef MN_DRAFTER_H

@@ -276,7 +276,7 @@ static mn_status new_spec_actors(mn_engine *e, mn_err *err)
     vc.costly = costly_drafters(e);
     for (uint32_t i = 0; i < e->n_drafts; i++) {
         if (!e->drafts[i].model)
-            vc.release_to = e->addr.drafters[i];
+            vc.release_to = e->addr.ngram = e->addr.drafters[i];
     }
     if ((s = mn_voter_new(&vc, &e->voter, err)) != MN_OK)
         return s;

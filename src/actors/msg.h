@@ -77,8 +77,6 @@ typedef struct mn_round {
                                     * produced (spec.plain_from/end), its share of the passes by
                                     * tokens */
         uint32_t from_cache;       /* n-gram drafter: proposals it took from its shared cache */
-        uint32_t cache_cap;        /* and that cache's size in tokens (0: none), */
-        uint64_t cache_added;      /* and the tokens it ever took in */
     } part[MN_ADDR_MAX_DRAFTERS];
 } mn_round;
 typedef struct mn_round_part mn_round_part;
@@ -111,6 +109,7 @@ typedef struct mn_addr {
     mn_mailbox *voter, *tuner;                  /* NULL without drafters */
     mn_mailbox *http;                           /* NULL without --http */
     mn_mailbox *drafters[MN_ADDR_MAX_DRAFTERS]; /* [n_drafters] */
+    mn_mailbox *ngram;                          /* the n-gram drafter's (one of drafters), or NULL */
     uint32_t n_drafters;
     mn_kick *kvmem_kick, *verifier_kick;
 } mn_addr;
@@ -143,8 +142,6 @@ typedef struct mn_drafter_stats {
     uint64_t voted;                /* votes it won that the target verified */
     double seconds;                /* time spent proposing */
     uint64_t cache_proposals;      /* n-gram drafter: proposals from its shared cache */
-    uint32_t cache_cap;            /* that cache's size in tokens (0: none) */
-    uint64_t cache_added;          /* tokens finished requests added to it */
 } mn_drafter_stats;
 
 /* The verifier's pipeline (verifier.h). */
@@ -212,6 +209,10 @@ typedef struct mn_stats {
         const char *weights_mode;
         mn_drafter_stats drafter[MN_ADDR_MAX_DRAFTERS];
     } voter;
+    struct {                       /* the n-gram drafter's shared cache */
+        uint32_t cache_cap;        /* its size in tokens (0: none) */
+        uint64_t cache_added;      /* tokens finished requests added to it */
+    } ngram;
     struct {                       /* tuner */
         mn_tuner_mode mode;
         uint32_t spec_length;      /* spec.length: the fixed length, and where adaptive starts */
@@ -230,6 +231,7 @@ typedef enum mn_stats_who {
     MN_WHO_VOTER,     /* mn_stats.voter (asked only when there are drafters) */
     MN_WHO_TUNER,     /* mn_stats.tuner (likewise) */
     MN_WHO_HTTP,      /* mn_stats.http (asked only with --http) */
+    MN_WHO_NGRAM,     /* mn_stats.ngram (asked only with --draft ngram) */
     MN_WHO_N,
 } mn_stats_who;
 

@@ -8,7 +8,7 @@ void mn_stats_ask(mn_stats_query *q, const mn_addr *a, mn_mailbox *reply_to)
     mn_mailbox *to[MN_WHO_N] = {
         [MN_WHO_CLIENT] = a->client, [MN_WHO_INTAKE] = a->intake, [MN_WHO_KVMEM] = a->kvmem,
         [MN_WHO_VERIFIER] = a->verifier, [MN_WHO_VOTER] = a->voter, [MN_WHO_TUNER] = a->tuner,
-        [MN_WHO_HTTP] = a->http,
+        [MN_WHO_HTTP] = a->http, [MN_WHO_NGRAM] = a->ngram,
     };
     memset(&q->stats, 0, sizeof q->stats);
     q->addr = a;

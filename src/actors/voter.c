@@ -302,8 +302,6 @@ static void part_in(mn_voter *v, mn_round_part *part)
             round->costly_positions = part->positions;
     }
     st->cache_proposals += part->from_cache;
-    st->cache_cap = part->cache_cap;
-    st->cache_added = part->cache_added;
     if (!--round->pending)
         (round->cascade ? cascade : voted)(v, round);
 }
