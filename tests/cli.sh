@@ -1,6 +1,7 @@
 #!/bin/sh
-# cli.sh - black-box checks of minions-generate, minions-bench-decode, minionsd's start-up and the
-# clients' (minions-cli, minions-bench, minions-soak) refusals and failures, on a fixture model.
+# cli.sh - black-box checks of minions-generate, minions-bench-decode and -matmul, minionsd's
+# start-up and the clients' (minions-cli, minions-bench, minions-soak) refusals and failures, on a
+# fixture model.
 # Prints "cli: N passed, N failed"; exits non-zero on any failure.
 set -u
 bin=${MINIONS_BIN_DIR:-.}
@@ -103,6 +104,16 @@ for v in x 1:4 1,,4; do
   usage_error "minions-bench-decode --batches $v" timeout 10 "$bin/minions-bench-decode" --model "$model" --batches "$v"
 done
 usage_error "minions-bench-decode --threads abc" "$bin/minions-bench-decode" --model "$model" --threads abc
+# minions-bench-matmul: every weight type's product (the quantized ones through their repacked
+# weights and 16-bit activations), and its options checked whole
+for ty in f32 f16 q8_0 q4_0 q4_1; do
+  "$bin/minions-bench-matmul" --type $ty --rows 40 --cols 64 --tokens 1,3 --repeat 2 >"$tmp/mm" 2>&1
+  check "minions-bench-matmul --type $ty times T = 1 and 3" \
+    sh -c "test \$(grep -c '^$ty .* GFLOP/s' '$tmp/mm') -eq 2"
+done
+for a in "--type q5_0" "--tokens 4x" "--tokens 1,,4" "--type q8_0 --cols 48" "--rows 0"; do
+  usage_error "minions-bench-matmul $a" "$bin/minions-bench-matmul" $a
+done
 usage_error "minions-bench-decode --temperature -1" "$bin/minions-bench-decode" --model "$model" --temperature -1
 if [ -w /dev/full ]; then
   gen --prompt "This License applies" --max-tokens 4 >/dev/full 2>"$tmp/full.err"

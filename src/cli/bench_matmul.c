@@ -1,11 +1,14 @@
 /* bench_matmul.c - minions-bench-matmul: one matrix product's speed on one core, beside the core's
  * FMA peak, so a kernel change can be judged in isolation from the model around it.
  *
- *   minions-bench-matmul [--type f32|f16] [--rows N] [--cols N] [--tokens T,...] [--repeat N]
+ *   minions-bench-matmul [--type f32|f16|q8_0|q4_0|q4_1] [--rows N] [--cols N] [--tokens T,...]
+ *                        [--repeat N]
  *
- * For each T: y = x W^T over all rows (mn_matmul, the CPU backend's float kernel, one thread),
- * W rows x cols of the given type, x T rows; --repeat products after one warm-up, GFLOP/s =
- * 2 rows cols T / time. The weights and activations are small enough to stay in L2 for the
+ * For each T: y = x W^T over all rows (mn_matmul, the CPU backend's float kernel, one thread; for
+ * the quantized types mn_matmul_q8 over W repacked by mn_q8_pack and x quantized to 16 bits once,
+ * outside the timing, as the pass does per projection), W rows x cols of the given type, x T rows;
+ * --repeat products after one warm-up, GFLOP/s = 2 rows cols T / time (a multiply-add is two
+ * operations whatever the types). The weights and activations are small enough to stay in L2 for the
  * shapes of SmolLM2 (576 x 576, 1536 x 576, 576 x 1536), so this measures compute, not memory.
  * First line: an FMA-only loop (ten independent 8-lane chains) on the same core, the peak the
  * kernel is compared with; with AVX-512, the same in 16-lane registers; with AVX-512 VNNI, the
@@ -25,6 +28,9 @@
 #include "model/model.h"
 #include "model/quant.h"
 #include "util/clock.h"
+#include "util/num.h"
+
+#define MAX_T 64 /* token counts in one --tokens list */
 
 #if defined(__x86_64__)
 /* GFLOP/s of ten independent 8-lane FMA chains (two pipes x four cycles of latency need eight);
@@ -108,14 +114,15 @@ __attribute__((target("avx512f,avx512vl,avx512vnni,avx2,fma"))) static double q8
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: minions-bench-matmul [--type f32|f16] [--rows N] [--cols N] [--tokens T,...] "
-                    "[--repeat N]\n");
+    fprintf(stderr, "usage: minions-bench-matmul [--type f32|f16|q8_0|q4_0|q4_1] [--rows N] [--cols N] "
+                    "[--tokens T,...] [--repeat N]\n");
 }
 
 int main(int argc, char **argv)
 {
     const char *type_name = "f16", *tokens = "1,2,4,8,16,32,128";
     long rows = 576, cols = 576, repeat = 20;
+    bool ok = true;
     static const struct option opts[] = {{"type", required_argument, 0, 'y'},   {"rows", required_argument, 0, 'r'},
                                          {"cols", required_argument, 0, 'c'},   {"tokens", required_argument, 0, 't'},
                                          {"repeat", required_argument, 0, 'n'}, {0, 0, 0, 0}};
@@ -123,32 +130,70 @@ int main(int argc, char **argv)
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (ch) {
         case 'y': type_name = optarg; break;
-        case 'r': rows = strtol(optarg, NULL, 10); break;
-        case 'c': cols = strtol(optarg, NULL, 10); break;
+        case 'r': ok &= mn_parse_long(optarg, 1, 65536, &rows); break;
+        case 'c': ok &= mn_parse_long(optarg, 8, 65536, &cols); break;
         case 't': tokens = optarg; break;
-        case 'n': repeat = strtol(optarg, NULL, 10); break;
+        case 'n': ok &= mn_parse_long(optarg, 1, 1000000, &repeat); break;
         default: usage(); return 2;
         }
     }
-    int f16 = strcmp(type_name, "f16") == 0;
-    if ((!f16 && strcmp(type_name, "f32") != 0) || rows < 1 || rows > 65536 || cols < 8 || cols > 65536 ||
-        repeat < 1) {
+    long T_list[MAX_T];
+    int n_t = 0;
+    for (const char *p = tokens; ok;) { /* T,...: each in 1..4096 */
+        char one[16];
+        size_t len = strcspn(p, ",");
+        ok = len < sizeof one && n_t < MAX_T;
+        if (ok) {
+            memcpy(one, p, len);
+            one[len] = '\0';
+            ok = mn_parse_long(one, 1, 4096, &T_list[n_t++]);
+        }
+        if (!p[len])
+            break;
+        p += len + 1;
+    }
+    static const struct {
+        const char *name;
+        mn_dtype type;
+    } types[] = {{"f32", MN_F32}, {"f16", MN_F16}, {"q8_0", MN_Q8_0}, {"q4_0", MN_Q4_0}, {"q4_1", MN_Q4_1}};
+    int ti = -1;
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++)
+        ti = strcmp(type_name, types[i].name) ? ti : (int)i;
+    if (!ok || ti < 0 || (mn_dtype_quantized(types[ti].type) && cols % 32)) { /* blocks of 32 */
         usage();
         return 2;
     }
-    size_t row_bytes = (size_t)cols * (f16 ? 2 : 4);
+    mn_dtype type = types[ti].type;
+    int q8 = mn_dtype_quantized(type);
+    size_t row_bytes = mn_dtype_row_bytes(mn_dtype_get(type), (uint64_t)cols);
     uint8_t *w = aligned_alloc(64, (size_t)rows * row_bytes + 64);
-    if (!w)
+    uint8_t *packed = q8 ? aligned_alloc(64, (size_t)rows * row_bytes + 64) : NULL;
+    if (!w || (q8 && !packed))
         return 1;
-    for (size_t i = 0; i < (size_t)rows * (size_t)cols; i++) {
-        float v = (float)((i * 7) % 61) * 0.01f - 0.3f;
-        if (f16)
-            ((uint16_t *)w)[i] = mn_f32_to_f16(v);
-        else
-            ((float *)w)[i] = v;
+    if (q8) { /* arbitrary bytes, with a small finite f16 scale (and minimum) in every block */
+        const mn_dtype_info *info = mn_dtype_get(type);
+        for (size_t i = 0; i < (size_t)rows * row_bytes; i++)
+            w[i] = (uint8_t)(i * 131 + 7);
+        for (size_t b = 0; b < (size_t)rows * row_bytes / info->bytes; b++) {
+            uint16_t *h = (uint16_t *)(w + b * info->bytes);
+            h[0] = mn_f32_to_f16(0.001f * (float)(b % 7 + 1));
+            if (type == MN_Q4_1)
+                h[1] = mn_f32_to_f16(-0.004f * (float)(b % 5));
+        }
+    } else {
+        for (size_t i = 0; i < (size_t)rows * (size_t)cols; i++) {
+            float v = (float)((i * 7) % 61) * 0.01f - 0.3f;
+            if (type == MN_F16)
+                ((uint16_t *)w)[i] = mn_f32_to_f16(v);
+            else
+                ((float *)w)[i] = v;
+        }
     }
-    mn_weight W = {.type = f16 ? MN_F16 : MN_F32, .rows = (uint32_t)rows, .cols = (uint32_t)cols,
-                   .row_bytes = row_bytes, .data = w};
+    mn_weight W = {.type = type, .rows = (uint32_t)rows, .cols = (uint32_t)cols, .row_bytes = row_bytes, .data = w};
+    if (q8) {
+        mn_weight raw = W;
+        mn_q8_pack(&raw, packed, &W);
+    }
     printf("kernels %s\n", mn_cpu_kernels_name());
 #if defined(__x86_64__)
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
@@ -158,30 +203,37 @@ int main(int argc, char **argv)
     if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl"))
         printf("Q8 block step peak (one core)       %6.0f M/s (2 vpdpwssd + cvt + FMA)\n", q8_step_peak());
 #endif
-    for (const char *p = tokens; *p;) {
-        char *end;
-        long T = strtol(p, &end, 10);
-        if (end == p || T < 1 || T > 4096) {
-            usage();
-            return 2;
-        }
+    for (int k = 0; k < n_t; k++) {
+        long T = T_list[k];
         float *x = aligned_alloc(64, (size_t)T * (size_t)cols * sizeof(float) + 64);
         float *y = aligned_alloc(64, (size_t)T * (size_t)rows * sizeof(float) + 64);
         if (!x || !y)
             return 1;
         for (size_t i = 0; i < (size_t)T * (size_t)cols; i++)
             x[i] = (float)(i % 37) * 0.1f - 1.8f;
-        mn_matmul(&W, x, (size_t)cols, y, (size_t)rows, (int)T, 0, (uint32_t)rows);
-        double t0 = mn_now();
-        for (long r = 0; r < repeat; r++)
-            mn_matmul(&W, x, (size_t)cols, y, (size_t)rows, (int)T, 0, (uint32_t)rows);
+        size_t groups = mn_q8_groups((size_t)cols);
+        mn_q8 *xq = q8 ? aligned_alloc(64, (size_t)T * groups * sizeof *xq + 64) : NULL;
+        if (q8 && !xq)
+            return 1;
+        for (long t = 0; q8 && t < T; t++)
+            mn_quantize_q8(x + (size_t)t * (size_t)cols, (size_t)cols, xq + (size_t)t * groups);
+        double t0 = 0;
+        for (long r = -1; r < repeat; r++) { /* r = -1: the warm-up */
+            if (r == 0)
+                t0 = mn_now();
+            if (q8)
+                mn_matmul_q8(&W, xq, groups, y, (size_t)rows, (int)T, 0, (uint32_t)rows);
+            else
+                mn_matmul(&W, x, (size_t)cols, y, (size_t)rows, (int)T, 0, (uint32_t)rows);
+        }
         double t = mn_now() - t0;
+        free(xq);
         printf("%s %5ld x %5ld  T %4ld            %6.1f GFLOP/s\n", type_name, rows, cols, T,
                2.0 * (double)rows * (double)cols * (double)T * (double)repeat / t * 1e-9);
         free(x);
         free(y);
-        p = *end == ',' ? end + 1 : end;
     }
     free(w);
+    free(packed);
     return 0;
 }
