@@ -94,6 +94,9 @@ typedef struct mn_req_spec {
     uint32_t len[MN_TUNER_KINDS];   /* verifier: what a drafter of each kind may propose this round */
     bool no_room;                   /* verifier: the last round planned had no room for its drafts (the
                                      * pass's budget went to others): its next step is plain */
+    uint64_t round;                 /* verifier: the round that made its draft (the count of rounds then):
+                                     * with the pipeline a draft a step left in the pool may meet a later
+                                     * round's, planned at another length */
     uint32_t plain_from, plain_end; /* verifier: the positions the request's latest run of plain
                                      * decoding steps produced (none when equal); a model drafter
                                      * catching up on them missed them because the request decoded

@@ -48,6 +48,7 @@ struct mn_verifier {
     uint32_t round_s;       /* the length the round out (or the last one) was planned with */
     uint32_t voted_s;       /* the last voted round's: its drafts wait in the pool (with the pipeline
                              * the next round may be out, planned at another length) */
+    uint64_t voted_round;   /* and its number (mn_req_spec.round) */
     uint32_t step_s;        /* the length this step's drafts were made at */
     bool step_measured;     /* every sequence was drafted: the length shaped the step */
     double t_plan;          /* when the last round was planned */
@@ -388,6 +389,8 @@ static bool start_round(mn_verifier *v, uint32_t cls, uint32_t s)
     v->drafting = true;
     v->round_s = s;
     v->rounds++;
+    for (uint32_t k = 0; k < v->round.n; k++)
+        v->round.reqs[k]->spec.round = v->rounds;
     v->overlapped += v->stepping;
     v->t_plan = mn_now();
     v->round.msg.type = MN_MSG_DRAFT;
@@ -402,7 +405,7 @@ static bool start_round(mn_verifier *v, uint32_t cls, uint32_t s)
 static bool start_step(mn_verifier *v, uint32_t cls, uint32_t s)
 {
     step_job *st = &v->step;
-    uint32_t budget = v->cfg.be->cfg.max_tokens, n = 0, drafted = 0, opted_out = 0;
+    uint32_t budget = v->cfg.be->cfg.max_tokens, n = 0, drafted = 0, opted_out = 0, older = 0;
     bool decoding_only = true; /* every sequence brings its one next token: no prompt chunk */
     for (uint32_t i = 0; i < v->n_running && budget > 0 && n < v->cfg.max_batch; i++) {
         mn_req *r = v->running[i];
@@ -418,6 +421,7 @@ static bool start_step(mn_verifier *v, uint32_t cls, uint32_t s)
         bool left_out = r->spec.no_room;
         r->spec.no_room = false; /* the next round plans its drafts afresh */
         drafted += drafted_now;
+        older += drafted_now && r->spec.round != v->voted_round; /* left in the pool by the last step */
         r->phase = MN_PHASE_VERIFYING;
         st->reqs[n] = r;
         st->seqs[n] = (mn_batch_seq){.kv = &r->kv, .tokens = r->toks.ids + r->kv.len, .n_tokens = n_new};
@@ -469,8 +473,9 @@ static bool start_step(mn_verifier *v, uint32_t cls, uint32_t s)
     bool plain = !drafted && s == 0 && decoding_only;
     /* a request that opted out decodes plainly at every length (and one the round had no room for,
      * at this one): beside it the drafted ones still tell the length's cost (unmeasured, a class
-     * never saw a step while such a request ran) */
-    v->step_measured = v->cfg.addr->tuner && ((drafted && drafted + opted_out == n) || plain);
+     * never saw a step while such a request ran); drafts of an older round were made at its length,
+     * maybe not the last one's, and their drafting time is not the last round's: unmeasured */
+    v->step_measured = v->cfg.addr->tuner && ((drafted && drafted + opted_out == n && !older) || plain);
     v->step_s = plain ? 0 : v->voted_s;
     v->step_draft_seconds = plain ? 0 : v->round_seconds;
     v->step_backlog = drafted ? v->round_backlog : 0;
@@ -519,6 +524,7 @@ static void voted(mn_verifier *v)
 {
     v->drafting = false;
     v->voted_s = v->round_s;
+    v->voted_round = v->rounds; /* one round is out at a time: the last one planned */
     v->round_seconds = mn_now() - v->t_plan;
     v->round_backlog = v->round.backlog_seconds;
     v->round_costly = v->round.costly_seconds;
