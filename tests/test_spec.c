@@ -1427,6 +1427,27 @@ Test(tuner, windows_classes_and_fixed_mode)
     cr_assert_eq(t.c[0].s, 8, "adaptive: clamped to s_max");
 }
 
+/* With the pipeline the verifier takes its length from the class of the pool's bound B, and a step
+ * may verify more sequences than B (plain ones beside the drafted): the step counts in B's class,
+ * at that class's length, not in the class of its size. */
+Test(tuner, a_pipelined_step_counts_in_its_pools_class)
+{
+    mn_tuner_params p = with_rule(MN_TUNER_RULE_SLOPE);
+    p.decision_threshold = 3;
+    p.warm_up = 0;
+    mn_tuner t;
+    mn_tuner_init(&t, &p, 4);
+    mn_tuner_decision d;
+    mn_tuner_step st = {.batch = 12, .s = 4, .pool = 4, .seconds = 1.0, .tokens = 20};
+    cr_assert_not(mn_tuner_observe(&t, &st, true, &d));
+    cr_assert_eq(t.c[mn_tuner_class_of(4)].win_steps, 1, "filed under the pool's class (3-4)");
+    cr_assert_eq(t.c[mn_tuner_class_of(12)].win_steps, 0, "not under its size's (9-16)");
+    cr_assert_eq(t.c[mn_tuner_class_of(4)].win_seqs, 12, "its sequences are the step's");
+    st.pool = 0;
+    cr_assert_not(mn_tuner_observe(&t, &st, true, &d));
+    cr_assert_eq(t.c[mn_tuner_class_of(12)].win_steps, 1, "without a pool, its size's class");
+}
+
 /* A resting tuner re-measures its neighbors, so it follows a curve that moves (other text): after
  * the drafts get much better the best length rises, and it gets there. */
 Test(tuner, follows_a_curve_that_moves)

@@ -49,6 +49,8 @@ struct mn_verifier {
     uint32_t voted_s;       /* the last voted round's: its drafts wait in the pool (with the pipeline
                              * the next round may be out, planned at another length) */
     uint64_t voted_round;   /* and its number (mn_req_spec.round) */
+    uint32_t step_pool;     /* with the pipeline, the pool's bound B this step's length came from (the
+                             * tuner files the step under its class), else 0 */
     uint32_t step_s;        /* the length this step's drafts were made at */
     bool step_measured;     /* every sequence was drafted: the length shaped the step */
     double t_plan;          /* when the last round was planned */
@@ -477,6 +479,7 @@ static bool start_step(mn_verifier *v, uint32_t cls, uint32_t s)
      * maybe not the last one's, and their drafting time is not the last round's: unmeasured */
     v->step_measured = v->cfg.addr->tuner && ((drafted && drafted + opted_out == n && !older) || plain);
     v->step_s = plain ? 0 : v->voted_s;
+    v->step_pool = v->cfg.pipeline ? v->pool_batch : 0;
     v->step_draft_seconds = plain ? 0 : v->round_seconds;
     v->step_backlog = drafted ? v->round_backlog : 0;
     v->step_costly = drafted ? v->round_costly : 0;
@@ -604,7 +607,7 @@ static void report(mn_verifier *v, double back)
         return;
     mn_measure *m = &v->measure;
     mn_tuner_step *t = &m->step;
-    *t = (mn_tuner_step){.batch = s->n, .s = v->step_s, .costly_drafting = v->step_costly,
+    *t = (mn_tuner_step){.batch = s->n, .s = v->step_s, .pool = v->step_pool, .costly_drafting = v->step_costly,
                          .costly_positions = v->step_positions};
     for (uint32_t k = 0; k < s->n; k++) {
         const mn_req *r = s->reqs[k];
