@@ -423,7 +423,7 @@ static bool start_step(mn_verifier *v, uint32_t cls, uint32_t s)
         bool left_out = r->spec.no_room;
         r->spec.no_room = false; /* the next round plans its drafts afresh */
         drafted += drafted_now;
-        older += drafted_now && r->spec.round != v->voted_round; /* left in the pool by the last step */
+        older += drafted_now && r->spec.round != v->voted_round; /* left in the pool by an earlier step */
         r->phase = MN_PHASE_VERIFYING;
         st->reqs[n] = r;
         st->seqs[n] = (mn_batch_seq){.kv = &r->kv, .tokens = r->toks.ids + r->kv.len, .n_tokens = n_new};
