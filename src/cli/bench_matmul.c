@@ -112,6 +112,9 @@ __attribute__((target("avx512f,avx512vl,avx512vnni,avx2,fma"))) static double q8
 }
 #endif
 
+/* n bytes (and 64 to spare) on a 64-byte boundary: aligned_alloc wants a multiple of the alignment */
+static void *alloc64(size_t n) { return aligned_alloc(64, (n + 127) / 64 * 64); }
+
 static void usage(void)
 {
     fprintf(stderr, "usage: minions-bench-matmul [--type f32|f16|q8_0|q4_0|q4_1] [--rows N] [--cols N] "
@@ -166,8 +169,8 @@ int main(int argc, char **argv)
     mn_dtype type = types[ti].type;
     int q8 = mn_dtype_quantized(type);
     size_t row_bytes = mn_dtype_row_bytes(mn_dtype_get(type), (uint64_t)cols);
-    uint8_t *w = aligned_alloc(64, (size_t)rows * row_bytes + 64);
-    uint8_t *packed = q8 ? aligned_alloc(64, (size_t)rows * row_bytes + 64) : NULL;
+    uint8_t *w = alloc64((size_t)rows * row_bytes);
+    uint8_t *packed = q8 ? alloc64((size_t)rows * row_bytes) : NULL;
     if (!w || (q8 && !packed))
         return 1;
     if (q8) { /* arbitrary bytes, with a small finite f16 scale (and minimum) in every block */
@@ -205,14 +208,14 @@ int main(int argc, char **argv)
 #endif
     for (int k = 0; k < n_t; k++) {
         long T = T_list[k];
-        float *x = aligned_alloc(64, (size_t)T * (size_t)cols * sizeof(float) + 64);
-        float *y = aligned_alloc(64, (size_t)T * (size_t)rows * sizeof(float) + 64);
+        float *x = alloc64((size_t)T * (size_t)cols * sizeof(float));
+        float *y = alloc64((size_t)T * (size_t)rows * sizeof(float));
         if (!x || !y)
             return 1;
         for (size_t i = 0; i < (size_t)T * (size_t)cols; i++)
             x[i] = (float)(i % 37) * 0.1f - 1.8f;
         size_t groups = mn_q8_groups((size_t)cols);
-        mn_q8 *xq = q8 ? aligned_alloc(64, (size_t)T * groups * sizeof *xq + 64) : NULL;
+        mn_q8 *xq = q8 ? alloc64((size_t)T * groups * sizeof *xq) : NULL;
         if (q8 && !xq)
             return 1;
         for (long t = 0; q8 && t < T; t++)
