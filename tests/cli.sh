@@ -108,8 +108,9 @@ usage_error "minions-bench-decode --threads abc" "$bin/minions-bench-decode" --m
 # weights and 16-bit activations), and its options checked whole
 for ty in f32 f16 q8_0 q4_0 q4_1; do
   "$bin/minions-bench-matmul" --type $ty --rows 40 --cols 64 --tokens 1,3 --repeat 2 >"$tmp/mm" 2>&1
-  check "minions-bench-matmul --type $ty times T = 1 and 3" \
-    sh -c "test \$(grep -c '^$ty .* GFLOP/s' '$tmp/mm') -eq 2"
+  rc=$?
+  check "minions-bench-matmul --type $ty times T = 1 and 3, and exits 0" \
+    sh -c "test $rc -eq 0 && test \$(grep -c '^$ty .* GFLOP/s' '$tmp/mm') -eq 2"
 done
 for a in "--type q5_0" "--tokens 4x" "--tokens 1,,4" "--type q8_0 --cols 48" "--rows 0"; do
   usage_error "minions-bench-matmul $a" "$bin/minions-bench-matmul" $a

@@ -1438,12 +1438,12 @@ Test(tuner, a_pipelined_step_counts_in_its_pools_class)
     mn_tuner t;
     mn_tuner_init(&t, &p, 4);
     mn_tuner_decision d;
-    mn_tuner_step st = {.batch = 12, .s = 4, .pool = 4, .seconds = 1.0, .tokens = 20};
+    mn_tuner_step st = {.batch = 12, .s = 4, .planned = 4, .seconds = 1.0, .tokens = 20};
     cr_assert_not(mn_tuner_observe(&t, &st, true, &d));
     cr_assert_eq(t.c[mn_tuner_class_of(4)].win_steps, 1, "filed under the pool's class (3-4)");
     cr_assert_eq(t.c[mn_tuner_class_of(12)].win_steps, 0, "not under its size's (9-16)");
     cr_assert_eq(t.c[mn_tuner_class_of(4)].win_seqs, 12, "its sequences are the step's");
-    st.pool = 0;
+    st.planned = 0;
     cr_assert_not(mn_tuner_observe(&t, &st, true, &d));
     cr_assert_eq(t.c[mn_tuner_class_of(12)].win_steps, 1, "without a pool, its size's class");
 }

@@ -4,16 +4,19 @@
  * {"cmd":"get"[,"key":K]}, {"cmd":"set","key":K,"value":V}, {"cmd":"drain"}. Replies
  * {"ok":true,...} or {"ok":false,"error":"..."}; every message gets exactly one reply, whatever its
  * bytes (a reply never fails on bad UTF-8: what it quotes is sanitized). Stats are gathered by
- * message (MN_MSG_STATS to client, intake, kvmem and verifier, each filling its own section) and
- * sent when all four have answered. A setting goes to the actors that own it as MN_MSG_SET.
+ * message (MN_MSG_STATS to client, intake, kvmem and verifier, and those below, each filling its
+ * own section) and sent when all have answered. A setting goes to the actors that own it as
+ * MN_MSG_SET.
  * Settable keys (docs/server.md): batch.max_sequences, queue.max, log.level; with drafters also
  * spec.enabled, pipeline.enabled (verifier), spec.weights, spec.reward_threshold,
  * spec.punish_threshold, spec.reward_factor, spec.punish_factor, spec.skip_below,
- * spec.cascade and drafter.<name>.enabled (voter), drafter.ngram.short_len, drafter.ngram.min_n,
+ * spec.cascade and drafter.<name>.enabled (voter; the verifier also hears whether any drafter is
+ * left enabled, MN_SET_DRAFTERS_ON), drafter.ngram.short_len, drafter.ngram.min_n,
  * drafter.ngram.shared and drafter.ngram.learn (the n-gram drafter),
  * spec.length and tuner.mode, tuner.s_min, tuner.s_max, tuner.decision_threshold, tuner.s_reward,
  * tuner.s_punish, tuner.probe_every, tuner.margin, tuner.warm_up, tuner.cost (tuner). The voter and
- * the tuner answer stats too when there are drafters.
+ * the tuner answer stats too when there are drafters, the n-gram drafter when there is one, and
+ * the http actor with --http.
  *
  * Messages in: STATS (the parts coming back). Out: STATS, SET.
  * Thread: the engine's loop.

@@ -63,6 +63,9 @@ typedef struct mn_round {
     double backlog_seconds;        /* voter: the parts' backlog_seconds, summed */
     double costly_seconds;         /* voter: the costly drafters' parts' position_seconds, summed, */
     uint32_t costly_positions;     /* and the most positions one of them drafted (the tuner's delta) */
+    bool idle;                     /* voter: no drafter was enabled, none was asked (a drafter disabled
+                                    * before the verifier heard that the last one was): its step is
+                                    * not measured */
     bool cascade;                  /* voter: the free drafters' parts are out, the costly ones' next
                                     * (spec.cascade) */
     struct mn_round_part {

@@ -49,8 +49,14 @@ struct mn_verifier {
     uint32_t voted_s;       /* the last voted round's: its drafts wait in the pool (with the pipeline
                              * the next round may be out, planned at another length) */
     uint64_t voted_round;   /* and its number (mn_req_spec.round) */
-    uint32_t step_pool;     /* with the pipeline, the pool's bound B this step's length came from (the
-                             * tuner files the step under its class), else 0 */
+    bool voted_idle;        /* and whether it asked no drafter (mn_round.idle) */
+    bool voted_taken;       /* a step has taken drafts of the last voted round: it was charged the
+                             * round's drafting time, and a later one taking the rest is not measured */
+    uint32_t class_size;    /* the batch size whose class the last schedule went by (step_class) */
+    uint32_t round_size, voted_size; /* that of the round out (or the last one), and the last voted */
+    uint32_t step_size;     /* that of the length this step went by: the tuner files the step under its
+                             * class, which with the pipeline or a budget-bound step is not the class of
+                             * the sequences it verified */
     uint32_t step_s;        /* the length this step's drafts were made at */
     bool step_measured;     /* every sequence was drafted: the length shaped the step */
     double t_plan;          /* when the last round was planned */
@@ -292,9 +298,9 @@ static bool may_draft(const mn_verifier *v, const mn_req *r)
 }
 
 /* The batch class of the sequences the next step will verify (with the pipeline, the pool's bound;
- * without, every decoding sequence). *bound: the pool's bound B, half the speculating sequences
- * (at least 1, at most batch.max_sequences). */
-static uint32_t step_class(const mn_verifier *v, uint32_t *bound)
+ * without, every decoding sequence), and in *size the batch size it is the class of. *bound: the
+ * pool's bound B, half the speculating sequences (at least 1, at most batch.max_sequences). */
+static uint32_t step_class(const mn_verifier *v, uint32_t *bound, uint32_t *size)
 {
     uint32_t dec = 0, spec = 0;
     for (uint32_t i = 0; i < v->n_running; i++) {
@@ -309,7 +315,8 @@ static uint32_t step_class(const mn_verifier *v, uint32_t *bound)
     uint32_t cap = v->cfg.max_batch, half = (spec + 1) / 2;
     *bound = half < 1 ? 1 : half < cap ? half : cap;
     uint32_t batch = v->cfg.pipeline ? *bound : dec < cap ? dec : cap;
-    return mn_tuner_class_of(batch ? batch : 1);
+    *size = batch ? batch : 1;
+    return mn_tuner_class_of(*size);
 }
 
 /* The length of class cls's next step: its advice's, or in a paired probe the side whose block it
@@ -390,6 +397,7 @@ static bool start_round(mn_verifier *v, uint32_t cls, uint32_t s)
     }
     v->drafting = true;
     v->round_s = s;
+    v->round_size = v->class_size;
     v->rounds++;
     for (uint32_t k = 0; k < v->round.n; k++)
         v->round.reqs[k]->spec.round = v->rounds;
@@ -475,11 +483,15 @@ static bool start_step(mn_verifier *v, uint32_t cls, uint32_t s)
     bool plain = !drafted && s == 0 && decoding_only;
     /* a request that opted out decodes plainly at every length (and one the round had no room for,
      * at this one): beside it the drafted ones still tell the length's cost (unmeasured, a class
-     * never saw a step while such a request ran); drafts of an older round were made at its length,
-     * maybe not the last one's, and their drafting time is not the last round's: unmeasured */
-    v->step_measured = v->cfg.addr->tuner && ((drafted && drafted + opted_out == n && !older) || plain);
+     * never saw a step while such a request ran). The last round's drafting time goes with the
+     * first step that takes its drafts; a step that takes drafts it left (the pass's budget), or
+     * drafts of an older round (made at its length, maybe not the last one's), or of a round that
+     * asked no drafter, is not measured */
+    bool charged = drafted && !older && !v->voted_taken && !v->voted_idle;
+    v->voted_taken |= drafted > 0;
+    v->step_measured = v->cfg.addr->tuner && ((charged && drafted + opted_out == n) || plain);
     v->step_s = plain ? 0 : v->voted_s;
-    v->step_pool = v->cfg.pipeline ? v->pool_batch : 0;
+    v->step_size = drafted ? v->voted_size : v->class_size;
     v->step_draft_seconds = plain ? 0 : v->round_seconds;
     v->step_backlog = drafted ? v->round_backlog : 0;
     v->step_costly = drafted ? v->round_costly : 0;
@@ -511,7 +523,7 @@ static bool start_step(mn_verifier *v, uint32_t cls, uint32_t s)
 static void schedule(mn_verifier *v)
 {
     prune(v);
-    uint32_t cls = step_class(v, &v->pool_batch), s = class_length(v, cls);
+    uint32_t cls = step_class(v, &v->pool_batch, &v->class_size), s = class_length(v, cls);
     if (v->cfg.pipeline) {
         if (!v->stepping)
             start_step(v, cls, s);
@@ -527,7 +539,10 @@ static void voted(mn_verifier *v)
 {
     v->drafting = false;
     v->voted_s = v->round_s;
+    v->voted_size = v->round_size;
     v->voted_round = v->rounds; /* one round is out at a time: the last one planned */
+    v->voted_idle = v->round.idle;
+    v->voted_taken = false;
     v->round_seconds = mn_now() - v->t_plan;
     v->round_backlog = v->round.backlog_seconds;
     v->round_costly = v->round.costly_seconds;
@@ -607,8 +622,8 @@ static void report(mn_verifier *v, double back)
         return;
     mn_measure *m = &v->measure;
     mn_tuner_step *t = &m->step;
-    *t = (mn_tuner_step){.batch = s->n, .s = v->step_s, .pool = v->step_pool, .costly_drafting = v->step_costly,
-                         .costly_positions = v->step_positions};
+    *t = (mn_tuner_step){.batch = s->n, .s = v->step_s, .planned = v->step_size,
+                         .costly_drafting = v->step_costly, .costly_positions = v->step_positions};
     for (uint32_t k = 0; k < s->n; k++) {
         const mn_req *r = s->reqs[k];
         uint32_t a = r->spec.n_kept - 1;

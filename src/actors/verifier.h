@@ -35,9 +35,12 @@
  *
  * The length. A round drafts at the length the tuner set for the batch class (spec/tuner.h) of the
  * step that will verify it (the decoding sequences; with the pipeline, B), capped per request.
- * Every step that the length shaped (all its sequences drafted) is reported to the tuner: its
- * length, the drafting time of the last round (planned to voted), pass time and tokens produced
- * (MN_MSG_MEASURED).
+ * Every step that the length shaped (all its sequences drafted, or all decoding plainly at a
+ * length of 0) is reported to the tuner, under that class: its length, the drafting time of the
+ * last round (planned to voted), pass time and tokens produced (MN_MSG_MEASURED). Not reported: a
+ * step that takes drafts a step before it left (the round's time went with that one), drafts of
+ * an older round, or a round that asked no drafter. With every drafter disabled no round is
+ * planned (MN_SET_DRAFTERS_ON): requests step plainly.
  *
  * The step trace (--step-trace): with a file, every step that comes back writes one JSON line to
  * it, times in seconds of the monotonic clock (mn_now, CLOCK_MONOTONIC):

@@ -263,6 +263,7 @@ static void round_in(mn_voter *v, mn_round *round)
     }
     round->backlog_seconds = round->costly_seconds = 0;
     round->costly_positions = 0;
+    round->idle = !v->enabled;
     uint32_t cheap = asked & ~v->cfg.costly;
     round->cascade = v->cfg.cascade && cheap && (asked & v->cfg.costly);
     fan_out(v, round, round->cascade ? cheap : asked);

@@ -829,7 +829,7 @@ uint32_t mn_tuner_step_length(const mn_tuner_advice *a, uint32_t steps)
 
 bool mn_tuner_observe(mn_tuner *t, const mn_tuner_step *st, bool adapt, mn_tuner_decision *d)
 {
-    uint32_t cls = mn_tuner_class_of(st->pool ? st->pool : st->batch ? st->batch : 1);
+    uint32_t cls = mn_tuner_class_of(st->planned ? st->planned : st->batch ? st->batch : 1);
     mn_tuner_class *c = &t->c[cls];
     if (st->s > MN_TUNER_MAX_LEN || !(st->seconds >= 0) || !isfinite(st->seconds) || !st->batch || !st->tokens)
         return false;

@@ -224,9 +224,9 @@ typedef struct mn_tuner_decision {
  * sequence kept, indexes them; their counts sum to batch when s >= 1): */
 typedef struct mn_tuner_step {
     uint32_t batch, s;
-    uint32_t pool;                       /* with the pipeline, the pool's bound B whose class the length
-                                          * came from (the step's class; batch is how many it verified,
-                                          * which may be of another), else 0: the batch's class */
+    uint32_t planned;                    /* the batch size whose class the step's length came from (the
+                                          * step's class: with the pipeline the pool's bound, and batch,
+                                          * how many it verified, may be of another), or 0: batch's */
     double seconds;
     double handoff;                      /* of seconds, the hand-offs around the pass: no draft
                                           * token adds to them (a step pays them per produced
