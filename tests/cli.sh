@@ -112,7 +112,11 @@ for ty in f32 f16 q8_0 q4_0 q4_1; do
   check "minions-bench-matmul --type $ty times T = 1 and 3, and exits 0" \
     sh -c "test $rc -eq 0 && test \$(grep -c '^$ty .* GFLOP/s' '$tmp/mm') -eq 2"
 done
-for a in "--type q5_0" "--tokens 4x" "--tokens 1,,4" "--type q8_0 --cols 48" "--rows 0"; do
+"$bin/minions-bench-matmul" --probe 2 >"$tmp/probe" 2>&1
+rc=$?
+check "minions-bench-matmul --probe counts each kernel set's answers, and exits 0" \
+  sh -c "test $rc -eq 0 && test \$(grep -c 'preferred in [0-2] of 2 probes\|no probe here' '$tmp/probe') -eq 3"
+for a in "--type q5_0" "--tokens 4x" "--tokens 1,,4" "--type q8_0 --cols 48" "--rows 0" "--probe 0"; do
   usage_error "minions-bench-matmul $a" "$bin/minions-bench-matmul" $a
 done
 usage_error "minions-bench-decode --temperature -1" "$bin/minions-bench-decode" --model "$model" --temperature -1

@@ -72,29 +72,6 @@ Test(kernels, the_library_lists_its_kernel_sets)
     cr_assert_eq(mn_cpu_kernels_usable("sparc"), 0);
 }
 
-/* A table's `prefer` probe decides the default set once per process: it must give one answer on
- * one machine, start after start, or a server runs its passes 1.2x as long at random. The first
- * avx512w probe, whose chains ran through the stack, turned its 512-bit set down in 4 of 30 starts
- * on a Zen 5 host, and here said otherwise in 1-12 of the 100 probes in four of six runs. A 5 ms
- * rest before each lets the clock fall back as it has before a start. */
-Test(kernels, the_default_set_probe_gives_one_answer)
-{
-    const mn_cpu_kernels *const tables[] = {&mn_kernels_avx512w, &mn_kernels_avx512};
-    for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++) {
-        if (!tables[t]->prefer || !tables[t]->usable()) {
-            cr_log_info("kernel set %s has no probe here", tables[t]->name);
-            continue;
-        }
-        int first = tables[t]->prefer(), same = 0;
-        for (int r = 0; r < 100; r++) {
-            nanosleep(&(struct timespec){.tv_nsec = 5000000}, NULL);
-            same += tables[t]->prefer() == first;
-        }
-        cr_assert_eq(same, 100, "%s's probe said %d, then otherwise in %d of 100 more", tables[t]->name, first,
-                     100 - same);
-    }
-}
-
 static void check_matmul_at(const mn_weight *w, int T, const char *gguf, const char *tensor_kind, size_t wi)
 {
     float *x = malloc((size_t)T * w->cols * sizeof(float));

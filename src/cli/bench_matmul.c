@@ -3,6 +3,7 @@
  *
  *   minions-bench-matmul [--type f32|f16|q8_0|q4_0|q4_1] [--rows N] [--cols N] [--tokens T,...]
  *                        [--repeat N]
+ *   minions-bench-matmul --probe N
  *
  * For each T: y = x W^T over all rows (mn_matmul, the CPU backend's float kernel, one thread; for
  * the quantized types mn_matmul_q8 over W repacked by mn_q8_pack and x quantized to 16 bits once,
@@ -14,8 +15,15 @@
  * kernel is compared with; with AVX-512, the same in 16-lane registers; with AVX-512 VNNI, the
  * quantized tiles' inner step alone.
  * Values are arbitrary; results are not checked here (test_kernels does that bit for bit).
+ *
+ * --probe N: N times, 5 ms apart (the clock falls back as it has before a start), ask each kernel
+ * set that has a `prefer` probe whether it would be the default here, and count the answers. The
+ * default set is chosen once per process by that probe (kernels.h), so it should answer the same
+ * every time on one machine, or a server's passes take 1.2x as long at random; a timing probe
+ * cannot promise that on a shared machine, so this is a measurement, not a unit test.
  */
 #include <getopt.h>
+#include <time.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -23,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/kernels.h"
 #include "cpu/matmul.h"
 #include "model/dtype.h"
 #include "model/model.h"
@@ -115,20 +124,41 @@ __attribute__((target("avx512f,avx512vl,avx512vnni,avx2,fma"))) static double q8
 /* n bytes (and 64 to spare) on a 64-byte boundary: aligned_alloc wants a multiple of the alignment */
 static void *alloc64(size_t n) { return aligned_alloc(64, (n + 127) / 64 * 64); }
 
+/* --probe: each kernel set's `prefer` answers, n times. */
+static int probe(long n)
+{
+    printf("kernels %s\n", mn_cpu_kernels_name());
+    const mn_cpu_kernels *const tables[] = {&mn_kernels_avx512w, &mn_kernels_avx512, &mn_kernels_avx2};
+    for (size_t t = 0; t < sizeof tables / sizeof *tables; t++) {
+        if (!tables[t]->prefer || !tables[t]->usable()) {
+            printf("%-8s no probe here\n", tables[t]->name);
+            continue;
+        }
+        long yes = 0;
+        for (long r = 0; r < n; r++) {
+            nanosleep(&(struct timespec){.tv_nsec = 5000000}, NULL);
+            yes += tables[t]->prefer() != 0;
+        }
+        printf("%-8s preferred in %ld of %ld probes\n", tables[t]->name, yes, n);
+    }
+    return 0;
+}
+
 static void usage(void)
 {
     fprintf(stderr, "usage: minions-bench-matmul [--type f32|f16|q8_0|q4_0|q4_1] [--rows N] [--cols N] "
-                    "[--tokens T,...] [--repeat N]\n");
+                    "[--tokens T,...] [--repeat N]\n       minions-bench-matmul --probe N\n");
 }
 
 int main(int argc, char **argv)
 {
     const char *type_name = "f16", *tokens = "1,2,4,8,16,32,128";
-    long rows = 576, cols = 576, repeat = 20;
+    long rows = 576, cols = 576, repeat = 20, probes = 0;
     bool ok = true;
     static const struct option opts[] = {{"type", required_argument, 0, 'y'},   {"rows", required_argument, 0, 'r'},
                                          {"cols", required_argument, 0, 'c'},   {"tokens", required_argument, 0, 't'},
-                                         {"repeat", required_argument, 0, 'n'}, {0, 0, 0, 0}};
+                                         {"repeat", required_argument, 0, 'n'}, {"probe", required_argument, 0, 'p'},
+                                         {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (ch) {
@@ -137,6 +167,7 @@ int main(int argc, char **argv)
         case 'c': ok &= mn_parse_long(optarg, 8, 65536, &cols); break;
         case 't': tokens = optarg; break;
         case 'n': ok &= mn_parse_long(optarg, 1, 1000000, &repeat); break;
+        case 'p': ok &= mn_parse_long(optarg, 1, 100000, &probes); break;
         default: usage(); return 2;
         }
     }
@@ -166,6 +197,8 @@ int main(int argc, char **argv)
         usage();
         return 2;
     }
+    if (probes)
+        return probe(probes);
     mn_dtype type = types[ti].type;
     int q8 = mn_dtype_quantized(type);
     size_t row_bytes = mn_dtype_row_bytes(mn_dtype_get(type), (uint64_t)cols);
