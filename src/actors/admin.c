@@ -230,27 +230,65 @@ static json_t *stats_json(mn_admin *a)
     return o;
 }
 
-static void send_setting(mn_mailbox *to, mn_setting_key key, uint32_t value)
+/* The messages of one setting, allocated before any is posted: a setting reaches every actor that
+ * owns it or none, and the admin's view (what `get` says) changes only when it is sent. */
+typedef struct outbox {
+    mn_setting *s[2];
+    mn_mailbox *to[2];
+    int n;
+} outbox;
+
+/* Add `set` for `to`; false when out of memory, with the outbox emptied (nothing will be sent). */
+static bool outbox_add(outbox *o, mn_mailbox *to, mn_setting set)
 {
-    mn_setting *s = mn_malloc(sizeof *s);
+    mn_setting *s = o->n < 2 ? mn_malloc(sizeof *s) : NULL;
     if (!s) {
-        mn_log(MN_LOG_ERROR, "admin: out of memory for a setting");
-        return;
+        while (o->n > 0)
+            mn_free(o->s[--o->n]);
+        return false;
     }
-    *s = (mn_setting){.msg.type = MN_MSG_SET, .key = key, .value = value};
-    mn_mailbox_post(to, &s->msg);
+    set.msg.type = MN_MSG_SET;
+    *s = set;
+    o->s[o->n] = s;
+    o->to[o->n++] = to;
+    return true;
 }
 
-static void send_voter(mn_admin *a)
+static void outbox_post(outbox *o)
 {
-    mn_setting *s = mn_malloc(sizeof *s);
-    if (!s) {
-        mn_log(MN_LOG_ERROR, "admin: out of memory for a setting");
-        return;
-    }
-    *s = (mn_setting){.msg.type = MN_MSG_SET, .key = MN_SET_VOTER, .value = a->weights_mode, .params = a->weights,
-                      .fvalue = a->skip_below, .flag = a->cascade};
-    mn_mailbox_post(a->cfg.addr_book->voter, &s->msg);
+    for (int i = 0; i < o->n; i++)
+        mn_mailbox_post(o->to[i], &o->s[i]->msg);
+    o->n = 0;
+}
+
+/* Post one setting's message; false (nothing sent) when out of memory. */
+static bool send_one(mn_mailbox *to, mn_setting set)
+{
+    outbox o = {0};
+    if (!outbox_add(&o, to, set))
+        return false;
+    outbox_post(&o);
+    return true;
+}
+
+static bool send_setting(mn_mailbox *to, mn_setting_key key, uint32_t value)
+{
+    return send_one(to, (mn_setting){.key = key, .value = value});
+}
+
+static json_t *no_memory(void) { return fail("%s", "out of memory: nothing was changed"); }
+
+/* The voter's settings, all of them in one message: sent, then the view's; or the error reply. */
+static json_t *set_voter(mn_admin *a, mn_weights_mode mode, mn_weights_params params, float skip_below, bool cascade)
+{
+    if (!send_one(a->cfg.addr_book->voter, (mn_setting){.key = MN_SET_VOTER, .value = mode, .params = params,
+                                                        .fvalue = skip_below, .flag = cascade}))
+        return no_memory();
+    a->weights_mode = mode;
+    a->weights = params;
+    a->skip_below = skip_below;
+    a->cascade = cascade;
+    return NULL;
 }
 
 /* tuner.*: NULL when set, else the error reply. */
@@ -269,20 +307,18 @@ static json_t *set_tuner_key(mn_admin *a, const char *key, json_t *value)
                                json_string_value(value), &err) != MN_OK)
             return fail("%s", err.msg);
     }
-    mn_setting *s = mn_malloc(sizeof *s);
-    if (!s)
-        return fail("%s", "out of memory");
+    if (!send_one(a->cfg.addr_book->tuner, (mn_setting){.key = MN_SET_TUNER, .value = mode, .tuner = p}))
+        return no_memory();
     a->tuner_mode = mode;
     a->tuner = p;
-    *s = (mn_setting){.msg.type = MN_MSG_SET, .key = MN_SET_TUNER, .value = mode, .tuner = p};
-    mn_mailbox_post(a->cfg.addr_book->tuner, &s->msg);
     return NULL;
 }
 
-static bool any_drafter_enabled(const mn_admin *a)
+/* Whether a drafter other than drafter i is enabled. */
+static bool others_enabled(const mn_admin *a, uint32_t i)
 {
-    for (uint32_t i = 0; i < a->cfg.n_drafters; i++)
-        if (a->drafter_enabled[i])
+    for (uint32_t j = 0; j < a->cfg.n_drafters; j++)
+        if (j != i && a->drafter_enabled[j])
             return true;
     return false;
 }
@@ -295,40 +331,36 @@ static json_t *set_spec_key(mn_admin *a, const char *key, json_t *value)
         if (!json_is_boolean(value))
             return fail("%s must be true or false", key);
         bool pipeline = key[0] == 'p';
+        if (!send_setting(ab->verifier, pipeline ? MN_SET_PIPELINE : MN_SET_SPEC_ENABLED, json_is_true(value)))
+            return no_memory();
         *(pipeline ? &a->pipeline : &a->spec_enabled) = json_is_true(value);
-        send_setting(ab->verifier, pipeline ? MN_SET_PIPELINE : MN_SET_SPEC_ENABLED, json_is_true(value));
         return NULL;
     }
     if (!strcmp(key, "spec.length")) {
         json_int_t n = json_integer_value(value);
         if (!json_is_integer(value) || n < 0 || n > MN_SPEC_MAX_LEN)
             return fail("%s must be an integer in [0, 16]", key);
+        if (!send_setting(ab->tuner, MN_SET_SPEC_LENGTH, (uint32_t)n))
+            return no_memory();
         a->spec_length = (uint32_t)n;
-        send_setting(ab->tuner, MN_SET_SPEC_LENGTH, a->spec_length);
         return NULL;
     }
     if (!strcmp(key, "spec.weights")) {
         int mode = json_is_string(value) ? mn_weights_mode_parse(json_string_value(value)) : -1;
         if (mode < 0)
             return fail("%s must be one of sequence, global, fixed", key);
-        a->weights_mode = (mn_weights_mode)mode;
-        send_voter(a);
-        return NULL;
+        return set_voter(a, (mn_weights_mode)mode, a->weights, a->skip_below, a->cascade);
     }
     if (!strcmp(key, "spec.cascade")) {
         if (!json_is_boolean(value))
             return fail("%s must be true or false", key);
-        a->cascade = json_is_true(value);
-        send_voter(a);
-        return NULL;
+        return set_voter(a, a->weights_mode, a->weights, a->skip_below, json_is_true(value));
     }
     if (!strcmp(key, "spec.skip_below")) {
         double x = json_number_value(value);
         if (!json_is_number(value) || !(x >= 0 && x <= 1))
             return fail("%s must be a number in [0, 1]", key);
-        a->skip_below = (float)x;
-        send_voter(a);
-        return NULL;
+        return set_voter(a, a->weights_mode, a->weights, (float)x, a->cascade);
     }
     static const char *const rule[] = {"spec.reward_threshold", "spec.punish_threshold", "spec.reward_factor",
                                        "spec.punish_factor"};
@@ -343,16 +375,15 @@ static json_t *set_spec_key(mn_admin *a, const char *key, json_t *value)
         mn_err err;
         if (mn_weights_check(&p, &err) != MN_OK)
             return fail("%s", err.msg);
-        a->weights = p;
-        send_voter(a);
-        return NULL;
+        return set_voter(a, a->weights_mode, p, a->skip_below, a->cascade);
     }
     if (a->ngram >= 0 && !strcmp(key, "drafter.ngram.short_len")) {
         json_int_t n = json_integer_value(value);
         if (!json_is_integer(value) || n < 0 || n > MN_SPEC_MAX_LEN)
             return fail("%s must be an integer in [0, 16]", key);
+        if (!send_setting(ab->drafters[a->ngram], MN_SET_NGRAM_SHORT, (uint32_t)n))
+            return no_memory();
         a->ngram_short = (uint32_t)n;
-        send_setting(ab->drafters[a->ngram], MN_SET_NGRAM_SHORT, a->ngram_short);
         return NULL;
     }
     if (a->ngram >= 0 && (!strcmp(key, "drafter.ngram.shared") || !strcmp(key, "drafter.ngram.learn"))) {
@@ -361,8 +392,10 @@ static json_t *set_spec_key(mn_admin *a, const char *key, json_t *value)
             return fail("%s must be true or false", key);
         if (json_is_true(value) && !a->cfg.ngram_cache)
             return fail("%s: minionsd runs with --ngram-cache 0 (no cache)", key);
+        if (!send_setting(ab->drafters[a->ngram], learn ? MN_SET_NGRAM_LEARN : MN_SET_NGRAM_SHARED,
+                          json_is_true(value)))
+            return no_memory();
         *(learn ? &a->ngram_learn : &a->ngram_shared) = json_is_true(value);
-        send_setting(ab->drafters[a->ngram], learn ? MN_SET_NGRAM_LEARN : MN_SET_NGRAM_SHARED, json_is_true(value));
         return NULL;
     }
     if (a->ngram >= 0 && !strcmp(key, "drafter.ngram.min_n")) {
@@ -372,8 +405,9 @@ static json_t *set_spec_key(mn_admin *a, const char *key, json_t *value)
             snprintf(msg, sizeof msg, "%s must be an integer in [1, %d]", key, MN_NGRAM_MAX_N_DEFAULT);
             return fail("%s", msg);
         }
+        if (!send_setting(ab->drafters[a->ngram], MN_SET_NGRAM_MIN_N, (uint32_t)n))
+            return no_memory();
         a->ngram_min_n = (uint32_t)n;
-        send_setting(ab->drafters[a->ngram], MN_SET_NGRAM_MIN_N, a->ngram_min_n);
         return NULL;
     }
     for (uint32_t i = 0; i < a->cfg.n_drafters; i++) {
@@ -383,15 +417,14 @@ static json_t *set_spec_key(mn_admin *a, const char *key, json_t *value)
             continue;
         if (!json_is_boolean(value))
             return fail("%s must be true or false", key);
-        mn_setting *s = mn_malloc(sizeof *s);
-        if (!s)
-            return fail("%s", "out of memory");
-        bool any_before = any_drafter_enabled(a);
-        a->drafter_enabled[i] = json_is_true(value);
-        *s = (mn_setting){.msg.type = MN_MSG_SET, .key = MN_SET_DRAFTER, .index = i, .value = a->drafter_enabled[i]};
-        mn_mailbox_post(ab->voter, &s->msg);
-        if (any_drafter_enabled(a) != any_before)
-            send_setting(ab->verifier, MN_SET_DRAFTERS_ON, !any_before);
+        bool on = json_is_true(value), others = others_enabled(a, i);
+        bool turns = !others && on != a->drafter_enabled[i]; /* the first one on or the last one off */
+        outbox o = {0};
+        if (!outbox_add(&o, ab->voter, (mn_setting){.key = MN_SET_DRAFTER, .index = i, .value = on}) ||
+            (turns && !outbox_add(&o, ab->verifier, (mn_setting){.key = MN_SET_DRAFTERS_ON, .value = on})))
+            return no_memory();
+        a->drafter_enabled[i] = on;
+        outbox_post(&o);
         return NULL;
     }
     return fail("unknown key '%s'", key);
@@ -408,14 +441,13 @@ static json_t *set_key(mn_admin *a, const char *key, json_t *value)
             return fail("%s", msg);
         }
         uint32_t v = (uint32_t)json_integer_value(value);
-        if (batch) {
-            a->max_batch = v;
-            send_setting(a->cfg.addr_book->kvmem, MN_SET_MAX_BATCH, v);
-            send_setting(a->cfg.addr_book->verifier, MN_SET_MAX_BATCH, v);
-        } else {
-            a->max_queue = v;
-            send_setting(a->cfg.addr_book->kvmem, MN_SET_MAX_QUEUE, v);
-        }
+        outbox o = {0};
+        if (!outbox_add(&o, a->cfg.addr_book->kvmem, (mn_setting){.key = batch ? MN_SET_MAX_BATCH : MN_SET_MAX_QUEUE,
+                                                                  .value = v}) ||
+            (batch && !outbox_add(&o, a->cfg.addr_book->verifier, (mn_setting){.key = MN_SET_MAX_BATCH, .value = v})))
+            return no_memory();
+        *(batch ? &a->max_batch : &a->max_queue) = v;
+        outbox_post(&o);
     } else if (a->cfg.n_drafters &&
                (!strncmp(key, "spec.", 5) || !strncmp(key, "drafter.", 8) || !strcmp(key, "pipeline.enabled"))) {
         json_t *err = set_spec_key(a, key, value);
