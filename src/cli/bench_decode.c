@@ -333,29 +333,6 @@ static int verify_curve(mn_backend *be, mn_kv_seq *kv, mn_batch_seq *seqs, float
 #define MAX_BATCHES 32 /* sizes in a --batches list */
 #define MAX_BATCH 1024 /* the largest size */
 
-/* The sizes of a --batches list ("1,4,16": each in 1..MAX_BATCH, at most MAX_BATCHES) into bs:
- * their count, or -1 when the list is malformed. */
-static int parse_batches(const char *list, int *bs)
-{
-    int n = 0;
-    for (const char *p = list;;) {
-        const char *comma = strchr(p, ',');
-        size_t len = comma ? (size_t)(comma - p) : strlen(p);
-        char item[16];
-        long b;
-        if (n == MAX_BATCHES || len >= sizeof item)
-            return -1;
-        memcpy(item, p, len);
-        item[len] = 0;
-        if (!mn_parse_long(item, 1, MAX_BATCH, &b))
-            return -1;
-        bs[n++] = (int)b;
-        if (!comma)
-            return n;
-        p = comma + 1;
-    }
-}
-
 int main(int argc, char **argv)
 {
     const char *model_path = NULL;
@@ -419,15 +396,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "minions-bench-decode: --model is required\n");
         return 2;
     }
-    int bs[MAX_BATCHES], n_b = parse_batches(batches, bs), max_b = 1;
+    long sizes[MAX_BATCHES];
+    int bs[MAX_BATCHES], n_b = mn_parse_long_list(batches, 1, MAX_BATCH, sizes, MAX_BATCHES), max_b = 1;
     if (n_b < 0) {
         fprintf(stderr,
                 "minions-bench-decode: --batches takes sizes in 1..%d separated by commas (at most %d), not '%s'\n",
                 MAX_BATCH, MAX_BATCHES, batches);
         return 2;
     }
-    for (int i = 0; i < n_b; i++)
+    for (int i = 0; i < n_b; i++) {
+        bs[i] = (int)sizes[i];
         max_b = bs[i] > max_b ? bs[i] : max_b;
+    }
     mn_err err = {{0}};
     mn_model *m;
     if (mn_model_load(model_path, &m, &err) != MN_OK) {

@@ -172,20 +172,8 @@ int main(int argc, char **argv)
         }
     }
     long T_list[MAX_T];
-    int n_t = 0;
-    for (const char *p = tokens; ok;) { /* T,...: each in 1..4096 */
-        char one[16];
-        size_t len = strcspn(p, ",");
-        ok = len < sizeof one && n_t < MAX_T;
-        if (ok) {
-            memcpy(one, p, len);
-            one[len] = '\0';
-            ok = mn_parse_long(one, 1, 4096, &T_list[n_t++]);
-        }
-        if (!p[len])
-            break;
-        p += len + 1;
-    }
+    int n_t = mn_parse_long_list(tokens, 1, 4096, T_list, MAX_T);
+    ok &= n_t > 0;
     static const struct {
         const char *name;
         mn_dtype type;

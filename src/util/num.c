@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 bool mn_parse_long(const char *s, long lo, long hi, long *out)
 {
@@ -14,6 +15,25 @@ bool mn_parse_long(const char *s, long lo, long hi, long *out)
         return false;
     *out = v;
     return true;
+}
+
+int mn_parse_long_list(const char *list, long lo, long hi, long *out, int max)
+{
+    int n = 0;
+    for (const char *p = list;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char item[24];
+        if (n == max || len >= sizeof item)
+            return -1;
+        memcpy(item, p, len);
+        item[len] = 0;
+        if (!mn_parse_long(item, lo, hi, &out[n++]))
+            return -1;
+        if (!comma)
+            return n;
+        p = comma + 1;
+    }
 }
 
 bool mn_parse_real(const char *s, double lo, double hi, double *out)
