@@ -189,13 +189,13 @@ int main(int argc, char **argv)
         return probe(probes);
     mn_dtype type = types[ti].type;
     int q8 = mn_dtype_quantized(type);
-    size_t row_bytes = mn_dtype_row_bytes(mn_dtype_get(type), (uint64_t)cols);
+    const mn_dtype_info *info = mn_dtype_get(type);
+    size_t row_bytes = mn_dtype_row_bytes(info, (uint64_t)cols);
     uint8_t *w = alloc64((size_t)rows * row_bytes);
     uint8_t *packed = q8 ? alloc64((size_t)rows * row_bytes) : NULL;
     if (!w || (q8 && !packed))
         return 1;
     if (q8) { /* arbitrary bytes, with a small finite f16 scale (and minimum) in every block */
-        const mn_dtype_info *info = mn_dtype_get(type);
         for (size_t i = 0; i < (size_t)rows * row_bytes; i++)
             w[i] = (uint8_t)(i * 131 + 7);
         for (size_t b = 0; b < (size_t)rows * row_bytes / info->bytes; b++) {
