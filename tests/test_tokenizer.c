@@ -87,6 +87,32 @@ Test(tokenizer, a_vocabulary_without_every_byte_bounds_the_tokens)
     mn_model_free(m);
 }
 
+/* A generation ends at eos and at the other end-of-generation control tokens: SmolLM2's eos is
+ * <|im_end|>, and a completion that writes <|endoftext|> has ended its document too (it went on to
+ * max_tokens); <|im_start|> and the other control tokens do not end one. */
+Test(tokenizer, a_generation_ends_at_every_end_of_generation_token)
+{
+    mn_model *m = NULL;
+    mn_err err = {{0}};
+    cr_assert_eq(mn_model_load(source_file("models/smollm2-draft.gguf"), &m, &err), MN_OK, "%s", err.msg);
+    const mn_tokenizer *t = m->tok;
+    size_t len;
+    cr_assert_eq(mn_tok_eos(t), 2);
+    cr_assert(mn_tok_is_eog(t, 2), "eos");
+    cr_assert(mn_tok_is_eog(t, 0), "%s", mn_tok_text(t, 0, &len));
+    for (int32_t id = 1; id < 20; id++)
+        if (id != 2)
+            cr_assert_not(mn_tok_is_eog(t, id), "%d: %s", id, mn_tok_text(t, id, &len));
+    cr_assert_not(mn_tok_is_eog(t, -1));
+    mn_model_free(m);
+
+    m = load_model("gqa_f32.gguf"); /* the bundled family's: <|endoftext|> is eos */
+    cr_assert(mn_tok_is_eog(m->tok, 0));
+    for (int32_t id = 1; id < 300; id++)
+        cr_assert_not(mn_tok_is_eog(m->tok, id), "%d", id);
+    mn_model_free(m);
+}
+
 static void roundtrip(const mn_tokenizer *t, const char *s, size_t n)
 {
     mn_tokens out = {0};

@@ -564,7 +564,7 @@ static const char *take_token(mn_verifier *v, mn_req *r, uint32_t j)
         r->t_first = mn_now();
         mn_hist_observe(&v->ttft, r->t_first - r->t_arrive);
     }
-    if (tok == mn_tok_eos(m->tok) || tok == r->end_of_turn)
+    if (mn_tok_is_eog(m->tok, tok) || tok == r->end_of_turn)
         return "stop";
     if (r->lp)
         r->lp[r->n_lp++] = r->kept_lp[j];

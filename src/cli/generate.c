@@ -175,7 +175,7 @@ int main(int argc, char **argv)
     for (;;) { /* the last token comes from the logits of the context's last position */
         int32_t next = mn_sampler_next(smp, logits);
         produced++;
-        if (next == mn_tok_eos(m->tok)) {
+        if (mn_tok_is_eog(m->tok, next)) {
             finish = "eos";
             break;
         }

@@ -38,6 +38,8 @@ struct mn_tokenizer {
     size_t merge_mask;
     pre_kind pre;
     int32_t bos, eos;
+    int32_t eog[MN_TOK_MAX_EOG]; /* the tokens that end a generation (mn_tok_is_eog), eos first */
+    uint32_t n_eog;
     bool add_bos;
     bool lossless;         /* every byte has a token: decode(encode(x)) == x for all x */
     uint32_t max_piece;    /* bytes of the longest piece */
@@ -343,6 +345,40 @@ static mn_status optional_id(const gguf_file *f, const char *key, uint32_t n_voc
     return MN_OK;
 }
 
+/* The texts of control tokens that end a generation whatever the model's eos says, as llama.cpp
+ * reads them (its "end of generation" set): SmolLM2-Instruct's eos is <|im_end|>, yet a completion
+ * that writes <|endoftext|> has ended its document. */
+static const char *const eog_texts[] = {"<|endoftext|>", "<|im_end|>",    "<|eot_id|>",   "<|eom_id|>",
+                                        "<|end|>",       "<end_of_turn>", "<|end_of_text|>", "<EOT>",
+                                        "<end_of_utterance>"};
+
+static void add_eog(mn_tokenizer *t, int32_t id)
+{
+    if (id < 0 || t->n_eog == MN_TOK_MAX_EOG)
+        return;
+    for (uint32_t i = 0; i < t->n_eog; i++)
+        if (t->eog[i] == id)
+            return;
+    t->eog[t->n_eog++] = id;
+}
+
+/* eos, the file's end-of-turn and end-of-message tokens where it names them, and the control tokens
+ * of eog_texts. */
+static mn_status find_eog(mn_tokenizer *t, const gguf_file *f, mn_err *err)
+{
+    int32_t eot, eom;
+    mn_status s;
+    if ((s = optional_id(f, "tokenizer.ggml.eot_token_id", t->n_vocab, &eot, err)) ||
+        (s = optional_id(f, "tokenizer.ggml.eom_token_id", t->n_vocab, &eom, err)))
+        return s;
+    add_eog(t, t->eos);
+    add_eog(t, eot);
+    add_eog(t, eom);
+    for (size_t i = 0; i < sizeof eog_texts / sizeof *eog_texts; i++)
+        add_eog(t, mn_tok_control(t, eog_texts[i], strlen(eog_texts[i])));
+    return MN_OK;
+}
+
 mn_status mn_tok_load(const gguf_file *f, uint32_t n_vocab, mn_tokenizer **out, mn_err *err)
 {
     gguf_str model, pre;
@@ -371,7 +407,7 @@ mn_status mn_tok_load(const gguf_file *f, uint32_t n_vocab, mn_tokenizer **out, 
     }
     if ((s = load_vocab(t, f, err)) || (s = load_merges(t, f, err)) ||
         (s = optional_id(f, "tokenizer.ggml.bos_token_id", n_vocab, &t->bos, err)) ||
-        (s = optional_id(f, "tokenizer.ggml.eos_token_id", n_vocab, &t->eos, err)))
+        (s = optional_id(f, "tokenizer.ggml.eos_token_id", n_vocab, &t->eos, err)) || (s = find_eog(t, f, err)))
         goto fail;
     if (gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &t->add_bos, NULL) != MN_OK)
         t->add_bos = false;
@@ -698,6 +734,13 @@ const char *mn_tok_piece(const mn_tokenizer *t, int32_t id, size_t *len)
 
 int32_t mn_tok_bos(const mn_tokenizer *t) { return t->bos; }
 int32_t mn_tok_eos(const mn_tokenizer *t) { return t->eos; }
+bool mn_tok_is_eog(const mn_tokenizer *t, int32_t id)
+{
+    for (uint32_t i = 0; i < t->n_eog; i++)
+        if (t->eog[i] == id)
+            return true;
+    return false;
+}
 uint32_t mn_tok_n_vocab(const mn_tokenizer *t) { return t->n_vocab; }
 bool mn_tok_is_control(const mn_tokenizer *t, int32_t id)
 {

@@ -75,6 +75,12 @@ const char *mn_tok_text(const mn_tokenizer *t, int32_t id, size_t *len);
 size_t mn_tok_min_tokens(const mn_tokenizer *t, const char *text, size_t len, bool add_bos, bool special);
 int32_t mn_tok_bos(const mn_tokenizer *t);   /* -1 when the model has none */
 int32_t mn_tok_eos(const mn_tokenizer *t);   /* -1 when the model has none */
+#define MN_TOK_MAX_EOG 16
+/* Whether id ends a generation: eos, the file's tokenizer.ggml.eot_token_id / eom_token_id, and the
+ * control tokens "<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>",
+ * "<end_of_turn>", "<|end_of_text|>", "<EOT>" and "<end_of_utterance>" (llama.cpp's end-of-generation
+ * set; at most MN_TOK_MAX_EOG tokens, eos first). SmolLM2's are <|im_end|> (eos) and <|endoftext|>. */
+bool mn_tok_is_eog(const mn_tokenizer *t, int32_t id);
 uint32_t mn_tok_n_vocab(const mn_tokenizer *t);
 bool mn_tok_is_control(const mn_tokenizer *t, int32_t id);
 bool mn_tok_is_lossless(const mn_tokenizer *t);
