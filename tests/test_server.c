@@ -754,6 +754,29 @@ static void await_draining(server *s)
     wait_stat(s, "draining", "==", 1);
 }
 
+/* Whether a TCP connection to 127.0.0.1:port is refused now. */
+static bool refused(const char *tcp)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(strchr(tcp, ':') + 1))};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert_geq(fd, 0);
+    int rc = connect(fd, (struct sockaddr *)&a, sizeof a), en = errno;
+    close(fd);
+    return rc != 0 && en == ECONNREFUSED;
+}
+
+/* A draining server's listeners are closed: a new client is refused at once and the Unix socket
+ * file is gone (they were only disabled: the kernel still completed connects into the backlog,
+ * and those clients waited out the drain for a reset). */
+static void assert_not_listening(const server *s)
+{
+    for (int i = 0; i < 200 && !(refused(s->tcp) && access(s->unix_path, F_OK) != 0); i++)
+        usleep(50000);
+    cr_assert(refused(s->tcp), "a draining server accepted a connection on %s", s->tcp);
+    cr_assert_neq(access(s->unix_path, F_OK), 0, "%s is still there", s->unix_path);
+}
+
 /* drain: running requests finish, new ones are refused, the daemon exits 0. by_signal: the signal
  * that starts it, or 0 for the admin command. The requests that must still run through the drain's
  * checks are held: stall_a_client's 24, whose client reads only once those are done. */
@@ -777,6 +800,7 @@ static void drain_test(int by_signal)
     o = await(&c, "late");
     cr_assert_str_eq(json_string_value(json_object_get(json_object_get(o, "error"), "code")), "busy");
     json_decref(o);
+    assert_not_listening(&s);
     o = admin(&s, "{\"cmd\":\"stats\"}");
     cr_assert_eq(stat_of(o, "requests", "in_flight"), 24, "the held requests are still in flight");
     json_decref(o);

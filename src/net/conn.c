@@ -47,7 +47,7 @@ struct mn_net {
     mn_net_config cfg;
     mn_net_callbacks cb;
     struct evconnlistener *tcp, *unix_l;
-    char *unix_path;       /* owned copy, unlinked at free */
+    char *unix_path;       /* owned copy, unlinked when the listeners close */
     int port;
     mn_conn *conns;
     uint32_t n_conns;
@@ -391,13 +391,22 @@ mn_status mn_net_new(struct event_base *base, const mn_net_config *cfg, const mn
     return MN_OK;
 }
 
+/* The listeners close (disabled, they kept their sockets: the kernel went on completing connects
+ * into the backlog, and those clients waited out the drain for a reset), and the Unix socket file
+ * goes now, so that a new instance may claim the path while this one drains and this one's exit
+ * cannot remove the new one's file. */
 void mn_net_stop_listening(mn_net *n)
 {
-    mn_backoff_stop(n->backoff);
+    mn_backoff_stop(n->backoff); /* it forgets the listeners before they go */
     if (n->tcp)
-        evconnlistener_disable(n->tcp);
+        evconnlistener_free(n->tcp);
     if (n->unix_l)
-        evconnlistener_disable(n->unix_l);
+        evconnlistener_free(n->unix_l);
+    n->tcp = n->unix_l = NULL;
+    if (n->unix_path)
+        unlink(n->unix_path);
+    mn_free(n->unix_path);
+    n->unix_path = NULL;
 }
 
 void mn_net_close_all(mn_net *n)
@@ -411,15 +420,8 @@ void mn_net_free(mn_net *n)
     if (!n)
         return;
     mn_net_close_all(n);
-    mn_backoff_stop(n->backoff); /* it forgets the listeners before they go */
-    if (n->tcp)
-        evconnlistener_free(n->tcp);
-    if (n->unix_l)
-        evconnlistener_free(n->unix_l);
-    if (n->unix_path)
-        unlink(n->unix_path);
+    mn_net_stop_listening(n);
     mn_backoff_free(n->backoff);
-    mn_free(n->unix_path);
     mn_free(n->line);
     mn_free(n);
 }

@@ -73,7 +73,8 @@ mn_status mn_net_new(struct event_base *base, const mn_net_config *cfg, const mn
 void mn_net_free(mn_net *n);
 /* The bound TCP port, or -1. */
 int mn_net_port(const mn_net *n);
-/* Stop accepting connections (drain). */
+/* Stop accepting connections (drain): close the listeners, remove the Unix socket file; open
+ * connections go on. */
 void mn_net_stop_listening(mn_net *n);
 /* Close every connection now (on_close for each). */
 void mn_net_close_all(mn_net *n);
