@@ -138,6 +138,9 @@ Test(openai, token_prompts_are_taken_as_they_are)
 Test(openai, what_cannot_be_honoured_is_refused_by_name)
 {
     parse_bad(MN_OAI_COMPLETION, "{\"prompt\":\"x\",\"n\":17}", "n");
+    /* compared as integers: as doubles 2^53 + 1 and -2^53 - 1 round into the range */
+    parse_bad(MN_OAI_COMPLETION, "{\"prompt\":\"x\",\"seed\":9007199254740993}", "seed");
+    parse_bad(MN_OAI_COMPLETION, "{\"prompt\":\"x\",\"seed\":-9007199254740993}", "seed");
     parse_bad(MN_OAI_COMPLETION, "{\"prompt\":\"x\",\"n\":0}", "n");
     parse_bad(MN_OAI_COMPLETION, "{\"prompt\":\"x\",\"n\":1.5}", "n");
     parse_bad(MN_OAI_COMPLETION, "{\"prompt\":[\"a\",\"b\",\"c\",\"d\",\"e\"],\"n\":4}", "n");

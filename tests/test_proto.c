@@ -134,6 +134,7 @@ Test(proto, errors_name_the_field)
         {"{\"id\":\"a\",\"prompt\":\"x\",\"top_p\":0}", MN_E_INVALID_REQUEST, "top_p"},
         {"{\"id\":\"a\",\"prompt\":\"x\",\"top_p\":1.5}", MN_E_INVALID_REQUEST, "top_p"},
         {"{\"id\":\"a\",\"prompt\":\"x\",\"seed\":-3}", MN_E_INVALID_REQUEST, "seed"},
+        {"{\"id\":\"a\",\"prompt\":\"x\",\"spec\":{\"max_len\":17}}", MN_E_INVALID_REQUEST, "spec.max_len must be"},
         {"{\"id\":\"a\",\"prompt\":\"x\",\"seed\":9007199254740993}", MN_E_INVALID_REQUEST, "9007199254740992]"},
         {"{\"id\":\"a\",\"prompt\":\"x\",\"seed\":18446744073709551615}", MN_E_INVALID_REQUEST, "seed"},
         {"{\"id\":\"a\",\"prompt\":\"x\",\"seed\":1e400}", MN_E_INVALID_JSON, "overflow"},

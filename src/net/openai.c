@@ -75,8 +75,8 @@ static mn_status number(json_t *o, const char *key, double lo, double hi, bool i
     double x = json_number_value(v);
     if (!json_is_number(v) || (integer && x != floor(x)))
         return bad(err, key, "%s must be %s", key, integer ? "an integer" : "a number");
-    if (!(x >= lo && x <= hi))
-        return bad(err, key, "%s must be in [%g, %g]", key, lo, hi);
+    if (!mn_json_number_within(v, lo, hi))
+        return bad(err, key, "%s must be in [%.16g, %.16g]", key, lo, hi);
     *out = x;
     return MN_OK;
 }

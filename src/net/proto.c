@@ -116,12 +116,22 @@ static bool has_nul(json_t *str)
     return strlen(json_string_value(str)) != json_string_length(str);
 }
 
+bool mn_json_number_within(const json_t *v, double lo, double hi)
+{
+    if (json_is_integer(v))
+        return json_integer_value(v) >= (json_int_t)ceil(lo) && json_integer_value(v) <= (json_int_t)floor(hi);
+    double x = json_number_value(v);
+    return x >= lo && x <= hi;
+}
+
 /* A number field within [lo, hi]; integral when `integer` (then lo and hi are whole numbers, at
- * most 2^53). Absent: keep *out. An integer is compared as one: 2^53 + 1 would round to 2^53. */
+ * most 2^53). Absent: keep *out. key may be a path ("spec.max_len"): obj holds its last part, and
+ * messages name it whole. */
 static mn_status num_field(json_t *obj, const char *key, double lo, double hi, bool integer, double *out,
                            mn_proto_error *err)
 {
-    json_t *v = json_object_get(obj, key);
+    const char *dot = strrchr(key, '.');
+    json_t *v = json_object_get(obj, dot ? dot + 1 : key);
     if (!v)
         return MN_OK;
     if (!json_is_number(v))
@@ -129,10 +139,7 @@ static mn_status num_field(json_t *obj, const char *key, double lo, double hi, b
     double x = json_number_value(v);
     if (integer && (!json_is_integer(v) && x != floor(x)))
         return bad(err, MN_E_INVALID_REQUEST, "%s must be an integer", key);
-    bool in = json_is_integer(v) ? json_integer_value(v) >= (json_int_t)ceil(lo) &&
-                                       json_integer_value(v) <= (json_int_t)floor(hi)
-                                 : x >= lo && x <= hi;
-    if (!in)
+    if (!mn_json_number_within(v, lo, hi))
         return bad(err, MN_E_INVALID_REQUEST, "%s must be in [%.16g, %.16g]", key, lo, hi);
     *out = x;
     return MN_OK;
@@ -225,7 +232,7 @@ static mn_status parse_request(json_t *o, uint32_t limit, mn_chat_format chat, m
             if (strcmp(key, "max_len"))
                 return bad(err, MN_E_INVALID_REQUEST, "unknown field 'spec.%.*s'",
                            (int)mn_utf8_complete_len(key, strnlen(key, 60)), key);
-        if (num_field(spec, "max_len", 0, MN_PROTO_MAX_SPEC_LEN, true, &spec_max_len, err))
+        if (num_field(spec, "spec.max_len", 0, MN_PROTO_MAX_SPEC_LEN, true, &spec_max_len, err))
             return MN_INVALID;
     }
     json_t *stop = json_object_get(o, "stop");

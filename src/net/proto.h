@@ -118,6 +118,9 @@ struct json_t *mn_proto_spec_json(const mn_proto_spec *sp);
 /* A JSON string of s[0..len) in which every byte sequence that is not UTF-8 has become U+FFFD; NULL
  * only on OOM. */
 struct json_t *mn_json_utf8(const char *s, size_t len);
+/* Whether the JSON number v lies in [lo, hi] (whole numbers of at most 2^53 when v is an integer):
+ * an integer is compared as one, since 2^53 + 1 would round to 2^53 as a double. */
+bool mn_json_number_within(const struct json_t *v, double lo, double hi);
 
 /* The done line; spec (NULL: none) adds "spec", tokens (NULL: none) adds "tokens": [ids...]. */
 char *mn_proto_done(const char *id, const char *text, size_t text_len, const char *finish_reason,
