@@ -273,6 +273,40 @@ Test(http, completions_equal_plain_decoding_whole_and_streamed, .timeout = 300)
     server_stop(&s);
 }
 
+/* An HTTP/1.0 client that asks for keep-alive: a stream, whose length HTTP/1.0 cannot say, ends
+ * with the connection. libevent gave it "Content-Length: 0" and kept the connection open: the
+ * client read an empty reply, then took the events for the next one (or waited for ever). */
+Test(http, an_http_1_0_stream_ends_with_its_connection, .timeout = 120)
+{
+    server s;
+    server_start(&s, HTTP);
+    char *body = completion_body("In the beginning", 12, 1, NULL);
+    hresp whole = http_call(s.http_port, "POST", "/v1/completions", NULL, body); /* HTTP/1.1, chunked */
+    char *want = stream_text(&whole, 0, NULL);
+    int fd = http_connect(s.http_port, 0);
+    cr_assert(fd >= 0);
+    struct timeval patience = {.tv_sec = 20}; /* kept open, the read below ends here */
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &patience, sizeof patience);
+    char head[512];
+    int n = snprintf(head, sizeof head,
+                     "POST /v1/completions HTTP/1.0\r\nConnection: keep-alive\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\n\r\n%s",
+                     strlen(body), body);
+    cr_assert_eq(write(fd, head, (size_t)n), n);
+    hresp r = http_read_all(fd); /* to the end: the server closes it */
+    cr_assert_eq(r.status, 200, "%s", r.head);
+    cr_assert_null(strcasestr(r.head, "Content-Length"), "a stream with a length: %s", r.head);
+    cr_assert_null(strcasestr(r.head, "keep-alive"), "%s", r.head);
+    char *got = stream_text(&r, 0, NULL);
+    cr_assert_str_eq(got, want);
+    free(got);
+    free(want);
+    hresp_free(&r);
+    hresp_free(&whole);
+    free(body);
+    server_stop(&s);
+}
+
 /* stats' requests.key (running: holding KV, paused, queued, in_flight) */
 static json_int_t requests_stat(server *s, const char *key)
 {
@@ -497,6 +531,10 @@ static void expect_status(server *s, const char *method, const char *path, const
         if (param)
             cr_assert_str_eq(str_at(o, "error.param"), param, "%s", r.body);
         json_decref(o);
+    }
+    if (status == 405) { /* RFC 9110: a 405 says which methods the path takes */
+        bool post = strstr(path, "/v1/") && strcmp(path, "/v1/models");
+        cr_assert(strcasestr(r.head, post ? "Allow: POST" : "Allow: GET, HEAD"), "%s %s: %s", method, path, r.head);
     }
     hresp_free(&r);
 }

@@ -282,6 +282,13 @@ static void send_error(hreq *h, int status, const char *type, const char *msg)
     send_json(h, status, body, len);
 }
 
+/* 405, with the Allow header RFC 9110 asks of it: "GET, HEAD" or "POST". */
+static void send_not_allowed(hreq *h, bool get)
+{
+    evhttp_add_header(evhttp_request_get_output_headers(h->req), "Allow", get ? "GET, HEAD" : "POST");
+    send_error(h, 405, "invalid_request_error", get ? "this path takes GET" : "this path takes POST");
+}
+
 /* ---- generations ----------------------------------------------------------------------------- */
 
 static const char *finish_reason(const mn_req *r) { return r->finish ? r->finish : "stop"; }
@@ -343,6 +350,15 @@ static void write_event(hreq *h, char *event, size_t len)
         evhttp_add_header(out, "X-Accel-Buffering", "no"); /* nginx: pass each event on at once */
         if (h->ha->draining) /* as send_reply says it: the connection ends with this reply */
             evhttp_add_header(out, "Connection", "close");
+        /* A stream's length is unknown: HTTP/1.1 chunks it, and HTTP/1.0 can only end it by
+         * closing. libevent gives an HTTP/1.0 request that asked for keep-alive "Content-Length:
+         * 0" and keeps its connection, so the client read an empty reply and then took the events
+         * for the next one; without the request's keep-alive the stream ends with the connection
+         * (HTTP/1.1 connections persist without it, so theirs are unchanged). */
+        struct evkeyvalq *in = evhttp_request_get_input_headers(h->req);
+        const char *conn = evhttp_find_header(in, "Connection");
+        if (conn && !strcasecmp(conn, "keep-alive"))
+            evhttp_remove_header(in, "Connection");
         evhttp_send_reply_start(h->req, 200, "OK");
         h->started = true;
     }
@@ -706,7 +722,7 @@ static void on_request(struct evhttp_request *req, void *arg)
     if (!strcmp(path, "/health")) {
         static const char ok[] = "{\"status\":\"ok\"}", draining[] = "{\"status\":\"draining\"}";
         if (!get)
-            return send_error(h, 405, "invalid_request_error", "this path takes GET");
+            return send_not_allowed(h, true);
         return ha->draining ? send_reply(h, 503, "application/json", draining, strlen(draining))
                             : send_reply(h, 200, "application/json", ok, strlen(ok));
     }
@@ -716,7 +732,7 @@ static void on_request(struct evhttp_request *req, void *arg)
     }
     if (!strcmp(path, "/metrics") || !strcmp(path, "/v1/models")) {
         if (!get)
-            return send_error(h, 405, "invalid_request_error", "this path takes GET");
+            return send_not_allowed(h, true);
         if (!strcmp(path, "/metrics"))
             return ask_metrics(ha, h);
         size_t len = 0;
@@ -727,7 +743,7 @@ static void on_request(struct evhttp_request *req, void *arg)
         return send_error(h, 404, "invalid_request_error", "no such path: try /v1/completions, "
                                                            "/v1/chat/completions, /v1/models, /health or /metrics");
     if (cmd != EVHTTP_REQ_POST)
-        return send_error(h, 405, "invalid_request_error", "this path takes POST");
+        return send_not_allowed(h, false);
     if (ha->draining)
         return send_error(h, 503, "server_busy", "the server is draining and takes no new requests");
     generate(ha, h, strcmp(path, "/v1/chat/completions") ? MN_OAI_COMPLETION : MN_OAI_CHAT);
