@@ -621,6 +621,9 @@ Test(server, admin_get_set_stats, .timeout = 300)
         "{\"cmd\":\"set\",\"key\":\"no.such.key\",\"value\":1}",
         "{\"cmd\":\"set\",\"key\":\"log.level\",\"value\":\"loud\"}",
         "{\"cmd\":\"frobnicate\"}",
+        "{\"cmd\":\"get\",\"kye\":\"batch.max_sequences\"}", /* not the whole configuration */
+        "{\"cmd\":\"stats\",\"verbose\":true}",
+        "{\"cmd\":\"set\",\"key\":\"batch.max_sequences\",\"value\":2,\"live\":true}",
         "not json",
         /* which value would it be? (jansson keeps the last one unless told) */
         "{\"cmd\":\"set\",\"key\":\"batch.max_sequences\",\"value\":2,\"value\":4}",

@@ -7,6 +7,7 @@
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -50,10 +51,13 @@ static void reply_json(mn_admin *a, json_t *o)
 }
 
 /* {"ok":false,"error":...}; what it quotes of the command may be any bytes: sanitized. */
-static json_t *fail(const char *fmt, const char *arg)
+__attribute__((format(printf, 1, 2))) static json_t *fail(const char *fmt, ...)
 {
     char buf[200];
-    snprintf(buf, sizeof buf, fmt, arg);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
     size_t n;
     char *clean = mn_utf8_sanitize(buf, strlen(buf), &n);
     json_t *o = clean ? json_pack("{s:b, s:s%}", "ok", 0, "error", clean, n) : NULL;
@@ -485,6 +489,26 @@ static json_t *get_key(mn_admin *a, json_t *in)
     return out;
 }
 
+/* The first field of a command that its cmd does not take, or NULL (an unknown cmd: its own
+ * message). A typo ("kye") must not fall back to a default, get's whole configuration: the line
+ * protocol refuses one too. */
+static const char *unknown_field(json_t *in, const char *cmd)
+{
+    const char *takes = !strcmp(cmd, "get")                              ? " cmd key "
+                        : !strcmp(cmd, "set")                            ? " cmd key value "
+                        : !strcmp(cmd, "stats") || !strcmp(cmd, "drain") ? " cmd "
+                                                                         : NULL;
+    const char *k;
+    json_t *v;
+    json_object_foreach(in, k, v) {
+        char word[80];
+        snprintf(word, sizeof word, " %.64s ", k);
+        if (takes && (strlen(k) > 64 || !strstr(takes, word)))
+            return k;
+    }
+    return NULL;
+}
+
 /* One command from the socket. Every path ends in exactly one reply: now, or (stats) once the
  * actors have answered. */
 static void on_command(void *owner, const char *msg, size_t len)
@@ -494,11 +518,13 @@ static void on_command(void *owner, const char *msg, size_t len)
         return reply_json(a, fail("%s", "a command is a JSON object; this one contains a NUL byte"));
     json_error_t jerr;
     json_t *in = json_loadb(msg, len, JSON_REJECT_DUPLICATES, &jerr), *out;
-    const char *cmd = json_string_value(json_object_get(in, "cmd"));
+    const char *cmd = json_string_value(json_object_get(in, "cmd")), *extra;
     if (!in || !json_is_object(in))
         out = fail("a command is a JSON object: %s", in ? "not an object" : jerr.text);
     else if (!cmd)
         out = fail("%s", "cmd must be a string");
+    else if ((extra = unknown_field(in, cmd)))
+        out = fail("%s takes no field '%.64s'", cmd, extra);
     else if (!strcmp(cmd, "stats")) {
         json_decref(in);
         return mn_stats_ask(&a->query, a->cfg.addr_book, a->cfg.addr_book->admin);
