@@ -424,6 +424,13 @@ char *mn_proto_error_line(const char *id, mn_errcode code, const char *message, 
     return dump_line(o, len);
 }
 
+/* Whether b may follow lead byte c: overlongs, surrogates and code points past U+10FFFF are
+ * refused as early as the second byte allows. */
+static bool second_byte_ok(unsigned c, unsigned b)
+{
+    return !((c == 0xe0 && b < 0xa0) || (c == 0xed && b >= 0xa0) || (c == 0xf0 && b < 0x90) || (c == 0xf4 && b >= 0x90));
+}
+
 /* Length of the valid UTF-8 sequence starting at s[0] (1..4), 0 if invalid, -1 if it may be
  * valid but is cut short by the end of the buffer. */
 static int utf8_seq(const unsigned char *s, size_t avail)
@@ -448,12 +455,22 @@ static int utf8_seq(const unsigned char *s, size_t avail)
         if ((s[i] & 0xc0) != 0x80)
             return 0;
         cp = cp << 6 | (s[i] & 0x3f);
-        /* reject overlongs, surrogates and > U+10FFFF as early as the second byte allows */
-        if (i == 1 && ((n == 3 && c == 0xe0 && s[1] < 0xa0) || (n == 3 && c == 0xed && s[1] >= 0xa0) ||
-                       (n == 4 && c == 0xf0 && s[1] < 0x90) || (n == 4 && c == 0xf4 && s[1] >= 0x90)))
+        if (i == 1 && !second_byte_ok(c, s[1]))
             return 0;
     }
     return cp >= min ? n : 0;
+}
+
+/* The bytes one U+FFFD stands for where no character starts at s: a lead byte with the continuation
+ * bytes that could still have completed it (Unicode's "maximal subpart": an emoji cut after three
+ * of its four bytes is one U+FFFD, as Python and browsers decode it), else the one byte. */
+static size_t utf8_subpart(const unsigned char *s, size_t avail)
+{
+    unsigned c = s[0];
+    size_t n = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 1, i = 1;
+    while (i < n && i < avail && (s[i] & 0xc0) == 0x80 && (i > 1 || second_byte_ok(c, s[1])))
+        i++;
+    return i;
 }
 
 size_t mn_utf8_complete_len(const char *s, size_t len)
@@ -485,7 +502,7 @@ char *mn_utf8_sanitize(const char *s, size_t len, size_t *out_len)
         } else {
             memcpy(d + o, "\xef\xbf\xbd", 3);
             o += 3;
-            i++;
+            i += utf8_subpart(u + i, len - i);
         }
     }
     d[o] = 0;
