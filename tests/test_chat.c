@@ -241,6 +241,12 @@ Test(chat_detect, llama_cpp_order_decides_between_shared_markers)
     /* ChatML first: a ChatML template that mentions [INST] or <start_of_turn> is still ChatML */
     const char *mixed = "<|im_start|>[INST]<start_of_turn><|start_header_id|><|end_header_id|>";
     cr_assert_eq(mn_chat_detect(mixed, strlen(mixed)), MN_CHAT_CHATML);
+    /* formats we do not render are plain, even with markers of ones we do: SmolVLM's (ChatML's
+     * <|im_start|> beside its <end_of_utterance>), ChatGLM-4's (GLM-Edge's beside [gMASK]<sop>) */
+    const char *smolvlm = "<|im_start|>{{ message['role'] }}: {{ content }}<end_of_utterance>\\n";
+    cr_assert_eq(mn_chat_detect(smolvlm, strlen(smolvlm)), MN_CHAT_PLAIN);
+    const char *chatglm4 = "[gMASK]<sop>{% for m in messages %}<|user|>\\n{{ m.content }}<|assistant|>";
+    cr_assert_eq(mn_chat_detect(chatglm4, strlen(chatglm4)), MN_CHAT_PLAIN);
     /* one Llama-3 marker alone is not enough */
     cr_assert_eq(mn_chat_detect("<|start_header_id|>", 19), MN_CHAT_PLAIN);
     /* a text starting with "mistral" is the [INST] family, plain Llama-2 without other markers */

@@ -1,8 +1,9 @@
 /* chat.c - chat formats (see chat.h).
  *
  * Detection is llama.cpp's chain of substring tests, in its order, with the formats we do not
- * render left out (none of their markers would select a format we do render earlier than
- * llama.cpp does). Rendering appends to one growing buffer that remembers a failed allocation, so
+ * render left out, except the two whose markers would select one we do render earlier than
+ * llama.cpp does (SmolVLM's, ChatML's marker beside its own; ChatGLM-4's, GLM-Edge's): they are
+ * plain, as every format we do not render is. Rendering appends to one growing buffer that remembers a failed allocation, so
  * the format code reads as the table in chat.h and checks once at the end.
  */
 #include "model/chat.h"
@@ -74,12 +75,14 @@ mn_chat_format mn_chat_detect(const char *tmpl, size_t len)
     for (int f = 0; f < MN_CHAT_N_FORMATS; f++)
         if (strlen(format_names[f]) == len && !memcmp(format_names[f], tmpl, len))
             return (mn_chat_format)f;
-    if (has(t, "<|im_start|>"))
-        return has(t, "<|im_sep|>") ? MN_CHAT_PHI4 : MN_CHAT_CHATML;
+    if (has(t, "<|im_start|>")) /* SmolVLM's writes <|im_start|> too, but is its own format */
+        return has(t, "<|im_sep|>") ? MN_CHAT_PHI4 : has(t, "<end_of_utterance>") ? MN_CHAT_PLAIN : MN_CHAT_CHATML;
     if ((len >= 7 && !memcmp(tmpl, "mistral", 7)) || has(t, "[INST]"))
         return detect_inst(t);
     if (has(t, "<|assistant|>") && has(t, "<|end|>"))
         return MN_CHAT_PHI3;
+    if (has(t, "[gMASK]<sop>")) /* ChatGLM-4, whose markers are GLM-Edge's */
+        return MN_CHAT_PLAIN;
     if (has(t, "<|assistant|>") && has(t, "<|user|>"))
         return has(t, "</s>") ? MN_CHAT_FALCON3 : MN_CHAT_GLMEDGE;
     if (has(t, "<|user|>") && has(t, "<|endoftext|>"))
