@@ -144,10 +144,14 @@ static int probe(long n)
     return 0;
 }
 
-static void usage(void)
+static void usage(FILE *to)
 {
-    fprintf(stderr, "usage: minions-bench-matmul [--type f32|f16|q8_0|q4_0|q4_1] [--rows N] [--cols N] "
-                    "[--tokens T,...] [--repeat N]\n       minions-bench-matmul --probe N\n");
+    fprintf(to, "usage: minions-bench-matmul [--type f32|f16|q8_0|q4_0|q4_1] [--rows N] [--cols N] [--tokens T,...]\n"
+                "                            [--repeat N]\n"
+                "       minions-bench-matmul --probe N\n"
+                "  one product of a ROWS x COLS weight (default f16, 576 x 576) with T tokens on one core, per\n"
+                "  kernel set, beside the core's FMA peaks (default tokens 1,2,4,8,16,32,128; repeat 20);\n"
+                "  --probe N asks the default kernel set's probe N times and counts its answers\n");
 }
 
 int main(int argc, char **argv)
@@ -158,7 +162,7 @@ int main(int argc, char **argv)
     static const struct option opts[] = {{"type", required_argument, 0, 'y'},   {"rows", required_argument, 0, 'r'},
                                          {"cols", required_argument, 0, 'c'},   {"tokens", required_argument, 0, 't'},
                                          {"repeat", required_argument, 0, 'n'}, {"probe", required_argument, 0, 'p'},
-                                         {0, 0, 0, 0}};
+                                         {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (ch) {
@@ -168,7 +172,8 @@ int main(int argc, char **argv)
         case 't': tokens = optarg; break;
         case 'n': ok &= mn_parse_long(optarg, 1, 1000000, &repeat); break;
         case 'p': ok &= mn_parse_long(optarg, 1, 100000, &probes); break;
-        default: usage(); return 2;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
         }
     }
     long T_list[MAX_T];
@@ -182,7 +187,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof types / sizeof *types; i++)
         ti = strcmp(type_name, types[i].name) ? ti : (int)i;
     if (!ok || ti < 0 || (mn_dtype_quantized(types[ti].type) && cols % 32)) { /* blocks of 32 */
-        usage();
+        usage(stderr);
         return 2;
     }
     if (probes)

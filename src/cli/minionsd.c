@@ -50,7 +50,7 @@ static void usage(FILE *f)
             "      --output-buffer KIB unsent output that pauses a client's requests (default 256)\n"
             "      --prefix-cache on|off keep finished requests' KV for later ones that start the same way\n"
             "                         (default on)\n"
-            "      --drain-timeout S  a drain (SIGTERM, SIGINT, admin) still running after S seconds\n"
+            "      --drain-timeout S  a drain (SIGTERM, SIGINT, SIGHUP, admin) still running after S seconds\n"
             "                         closes every connection; 0 = wait for ever (default 30)\n"
             "      --log-level L      error|warn|info|debug (default warn)\n"
             "speculative decoding:\n"
