@@ -2027,6 +2027,40 @@ Test(tuner, sequence_rule_edges)
     cr_assert_eq(t.c[0].probes, 0, "the sequence rule's probes start from its first");
 }
 
+/* A live change of rule starts the new rule from where the class is (the slope rule moves s alone,
+ * and the model rule read its stale home as where to rest); a change of what a step's time counts
+ * (tuner.cost) forgets the times measured as the other quantity, not what was kept. */
+Test(tuner, a_change_of_rule_or_cost_forgets_what_no_longer_holds)
+{
+    spec_model all = {.a = 0.95, .verify_slope = 0.05, .draft_cost = 0, .drawn = true};
+    mn_tuner_params p = with_rule(MN_TUNER_RULE_SLOPE);
+    mn_tuner t;
+    mn_tuner_init(&t, &p, 2);
+    uint32_t rng = 5;
+    int at_best;
+    run_decisions(&t, &all, 1, 0, 12, &rng, &at_best);
+    mn_tuner_class *c = &t.c[0];
+    cr_assert_gt(c->s, 2, "the slope rule moved up: s %u", c->s);
+    cr_assert_eq(c->home, 2, "the slope rule leaves home where it started");
+    p.rule = MN_TUNER_RULE_MODEL;
+    mn_tuner_reparam(&t, &p);
+    cr_assert_eq(c->home, c->s, "the model rule starts where the class is");
+    run_decisions(&t, &all, 1, 0, 4, &rng, &at_best);
+    double seqs = c->model.seqs;
+    bool known = false;
+    for (uint32_t x = 0; x <= MN_TUNER_MAX_LEN; x++)
+        known |= c->at[x].known;
+    cr_assert(known && seqs > 0);
+    p.cost = MN_TUNER_COST_VERIFY;
+    mn_tuner_reparam(&t, &p);
+    for (uint32_t x = 0; x <= MN_TUNER_MAX_LEN; x++) {
+        cr_assert_not(c->at[x].known, "point %u measured the other cost", x);
+        cr_assert_eq(c->model.seconds[x], 0);
+    }
+    cr_assert_eq(c->model.spec_seconds, 0);
+    cr_assert_eq(c->model.seqs, seqs, "what was kept stays");
+}
+
 /* Steps that cannot be costed (no token produced, no finite time) count nowhere. */
 Test(tuner, steps_without_tokens_or_time_are_ignored)
 {

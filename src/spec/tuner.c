@@ -171,16 +171,32 @@ static void restart_window(mn_tuner_class *c)
     memset(c->pair, 0, sizeof c->pair);
 }
 
+/* What a step's time counts changed (tuner.cost: with or without drafting and hand-offs): the
+ * points and the model's sums of a step's seconds measured another quantity, and go. What the pass
+ * alone cost (the draft-time line, the one-sequence passes) and what was kept stay. */
+static void forget_times(mn_tuner_class *c)
+{
+    for (uint32_t x = 0; x <= MN_TUNER_MAX_LEN; x++)
+        c->at[x].known = false;
+    mn_tuner_model *m = &c->model;
+    memset(m->seconds, 0, sizeof m->seconds);
+    memset(m->steps, 0, sizeof m->steps);
+    m->spec_seconds = m->produced = 0;
+}
+
 void mn_tuner_reparam(mn_tuner *t, const mn_tuner_params *p)
 {
-    bool rule_changed = p->rule != t->p.rule;
+    bool rule_changed = p->rule != t->p.rule, cost_changed = p->cost != t->p.cost;
     t->p = *p;
     for (int i = 0; i < MN_TUNER_CLASSES; i++) {
         if (rule_changed) { /* the model rule's neighbor probes are not the sequence rule's paired ones */
             t->c[i].probes = 0;
             t->c[i].probed_at = t->c[i].decisions;
             t->c[i].probe_gap = 0;
+            t->c[i].home = t->c[i].s; /* the slope rule moves s alone: home is where it started */
         }
+        if (cost_changed)
+            forget_times(&t->c[i]);
         t->c[i].s = clamp_s(p, t->c[i].s);
         t->c[i].home = clamp_s(p, t->c[i].home);
         t->c[i].home_paired = 0;
