@@ -234,11 +234,15 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* The q-quantile (0..1) of n samples, sorted in place. */
+/* The q-quantile (0..1) of n samples, sorted in place, between the two nearest ranks (the median
+ * of an even count is the mean of the middle two; rounding to a rank made a quartile of three
+ * samples their median). */
 static double quantile(double *v, int n, double q)
 {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return v[(int)(q * (n - 1) + 0.5)];
+    double at = q * (n - 1);
+    int lo = (int)at;
+    return lo + 1 < n ? v[lo] + (at - lo) * (v[lo + 1] - v[lo]) : v[lo];
 }
 
 /* One pass of k new tokens (all logits) for B sequences after their ctx_tokens, rolled back after;
