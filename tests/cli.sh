@@ -118,7 +118,8 @@ check "minions-bench-matmul --probe counts each kernel set's answers, and exits 
   sh -c "test $rc -eq 0 && test \$(grep -c 'preferred in [0-2] of 2 probes\|no probe here' '$tmp/probe') -eq 3"
 "$bin/minions-bench-matmul" --help >"$tmp/mmhelp" 2>&1
 rc=$?
-check "minions-bench-matmul --help prints its usage and exits 0" sh -c "test $rc -eq 0 && grep -q -- '--probe N' '$tmp/mmhelp'"
+check "minions-bench-matmul --help prints its usage and exits 0" \
+  sh -c "test $rc -eq 0 && grep -q -- '--probe N' '$tmp/mmhelp'"
 for a in "--type q5_0" "--tokens 4x" "--tokens 1,,4" "--type q8_0 --cols 48" "--rows 0" "--probe 0"; do
   usage_error "minions-bench-matmul $a" "$bin/minions-bench-matmul" $a
 done

@@ -3,8 +3,9 @@
  * Detection is llama.cpp's chain of substring tests, in its order, with the formats we do not
  * render left out, except the two whose markers would select one we do render earlier than
  * llama.cpp does (SmolVLM's, ChatML's marker beside its own; ChatGLM-4's, GLM-Edge's): they are
- * plain, as every format we do not render is. Rendering appends to one growing buffer that remembers a failed allocation, so
- * the format code reads as the table in chat.h and checks once at the end.
+ * plain, as every format we do not render is. Rendering appends to one growing buffer that
+ * remembers a failed allocation, so the format code reads as the table in chat.h and checks once
+ * at the end.
  */
 #include "model/chat.h"
 

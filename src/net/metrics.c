@@ -102,7 +102,8 @@ static void requests(text *t, const mn_stats *s)
     help(t, "minions_accept_pauses_total", "counter", "Times a front end stopped accepting for want of file descriptors");
     for (int i = 0; i < 2; i++)
         put(t, "minions_accept_pauses_total{frontend=\"%s\"} %llu\n", fe[i].name, (unsigned long long)fe[i].f->accept_pauses);
-    single(t, "minions_requests_running", "gauge", "Requests holding KV (the paused ones among them)", s->kvmem.running);
+    single(t, "minions_requests_running", "gauge", "Requests holding KV (the paused ones among them)",
+           s->kvmem.running);
     single(t, "minions_requests_queued", "gauge", "Requests waiting for admission (the queue depth)", s->kvmem.queued);
     single(t, "minions_requests_paused", "gauge", "Requests whose client does not read", s->kvmem.paused);
     single(t, "minions_preemptions_total", "counter", "Requests that gave their KV back to be recomputed later",

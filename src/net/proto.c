@@ -428,7 +428,8 @@ char *mn_proto_error_line(const char *id, mn_errcode code, const char *message, 
  * refused as early as the second byte allows. */
 static bool second_byte_ok(unsigned c, unsigned b)
 {
-    return !((c == 0xe0 && b < 0xa0) || (c == 0xed && b >= 0xa0) || (c == 0xf0 && b < 0x90) || (c == 0xf4 && b >= 0x90));
+    return !((c == 0xe0 && b < 0xa0) || (c == 0xed && b >= 0xa0) || (c == 0xf0 && b < 0x90) ||
+             (c == 0xf4 && b >= 0x90));
 }
 
 /* Length of the valid UTF-8 sequence starting at s[0] (1..4), 0 if invalid, -1 if it may be
