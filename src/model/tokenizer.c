@@ -348,9 +348,9 @@ static mn_status optional_id(const gguf_file *f, const char *key, uint32_t n_voc
 /* The texts of control tokens that end a generation whatever the model's eos says, as llama.cpp
  * reads them (its "end of generation" set): SmolLM2-Instruct's eos is <|im_end|>, yet a completion
  * that writes <|endoftext|> has ended its document. */
-static const char *const eog_texts[] = {"<|endoftext|>", "<|im_end|>",    "<|eot_id|>",   "<|eom_id|>",
-                                        "<|end|>",       "<end_of_turn>", "<|end_of_text|>", "<EOT>",
-                                        "<end_of_utterance>"};
+static const char *const eog_texts[] = {"<|endoftext|>",   "<|im_end|>", "<|eot_id|>",
+                                        "<|eom_id|>",      "<|end|>",    "<end_of_turn>",
+                                        "<|end_of_text|>", "<EOT>",      "<end_of_utterance>"};
 
 static void add_eog(mn_tokenizer *t, int32_t id)
 {
