@@ -1,7 +1,7 @@
 /* test_http.c - minionsd's OpenAI-compatible HTTP API and /metrics, end to end over real sockets:
  * greedy text equal to minions-generate's (whole and streamed, plain and speculative), OpenAI's
  * error shapes, the API key, log-probabilities, a dropped stream freeing its KV, a stream that is
- * not read pausing, a drain, --http-timeout, a full queue's 503, an occupied port, the metrics.
+ * not read pausing, a drain, --http-timeout, a full queue's 429, an occupied port, the metrics.
  * (tests/http-clients.sh runs curl, the openai package and
  * prometheus_client against it.) */
 #include <arpa/inet.h>
@@ -1144,12 +1144,13 @@ Test(http, the_http_timeout_closes_idle_and_stuck_connections, .timeout = 120)
     server_stop(&s);
 }
 
-/* A full queue answers 503 server_busy in OpenAI's error shape (docs/server.md). With a batch of one
- * and a queue of one, two paused streams (clients that do not read) hold KV, beside the batch (paused
- * requests hold max_queue places beside it); a third is admitted by preempting the newer back into
- * the queue, where it waits for its client to read, and fills it: a fourth request is refused. Once
- * they leave, the server takes requests again. */
-Test(http, a_full_queue_answers_503_server_busy, .timeout = 120)
+/* A full queue answers 429 server_busy in OpenAI's error shape, with Retry-After (docs/server.md;
+ * a 503, which nginx retries elsewhere and counts against the instance, is a drain's). With a batch
+ * of one and a queue of one, two paused streams (clients that do not read) hold KV, beside the
+ * batch (paused requests hold max_queue places beside it); a third is admitted by preempting the
+ * newer back into the queue, where it waits for its client to read, and fills it: a fourth request
+ * is refused. Once they leave, the server takes requests again. */
+Test(http, a_full_queue_answers_429_server_busy, .timeout = 120)
 {
     static const char *const args[] = {"--http",      "127.0.0.1:0", "--max-batch",     "1", "--max-queue", "1",
                                        "--kv-blocks", "256",         "--output-buffer", "4", NULL};
@@ -1176,7 +1177,8 @@ Test(http, a_full_queue_answers_503_server_busy, .timeout = 120)
               (long long)queued, (long long)paused, (long long)preempted);
     body = completion_body("In the beginning", 4, 0, NULL);
     hresp r = http_call(s.http_port, "POST", "/v1/completions", NULL, body);
-    cr_assert_eq(r.status, 503, "a request past a full queue: %d %s", r.status, r.body);
+    cr_assert_eq(r.status, 429, "a request past a full queue: %d %s", r.status, r.body);
+    cr_assert(strcasestr(r.head, "Retry-After: 1"), "%s", r.head);
     json_t *o = json_of(&r);
     cr_assert_str_eq(str_at(o, "error.type"), "server_busy", "%s", r.body);
     cr_assert(str_at(o, "error.message") && strstr(str_at(o, "error.message"), "queue is full"), "%s", r.body);

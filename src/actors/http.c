@@ -422,9 +422,13 @@ static mn_proto_spec spec_of(const mn_http_actor *ha, const mn_req *r)
                            ha->cfg.drafter_names, r->spec.voted_n};
 }
 
+/* A full queue is 429 (too many requests: clients retry it, OpenAI's with a backoff), not 503,
+ * which stays a draining server's: nginx moves a 503 to another instance and parks the one that
+ * gave it (deploy/nginx.conf), and with every instance's queue full that parked them all, leaving
+ * no upstream for fail_timeout, /health included. */
 static int status_of(mn_errcode code)
 {
-    return code == MN_E_BUSY ? 503 : code == MN_E_INTERNAL ? 500 : 400;
+    return code == MN_E_BUSY ? 429 : code == MN_E_INTERNAL ? 500 : 400;
 }
 
 /* A failed request: an error status, or an error event when its stream has begun. */
@@ -439,8 +443,11 @@ static void answer_failed(hreq *h, const mn_req *r)
         snprintf(e.param, sizeof e.param, "%s", h->api == MN_OAI_CHAT ? "messages" : "prompt");
     size_t len = 0;
     char *body = mn_oai_error_body(&e, &len);
-    if (!h->started)
+    if (!h->started) {
+        if (e.status == 429)
+            evhttp_add_header(evhttp_request_get_output_headers(h->req), "Retry-After", "1");
         return send_json(h, e.status, body, len);
+    }
     char *event = body ? mn_malloc(len + 9) : NULL;
     if (event)
         snprintf(event, len + 9, "data: %s\n\n", body);
