@@ -1,7 +1,8 @@
 #!/bin/sh
 # install-deps.sh: everything minions needs on Debian 12, installed idempotently.
 #   - Debian packages (compiler, autotools, libraries, Criterion, Python with numpy and regex, curl
-#     and nginx for the HTTP tests (nginx is only run by tests/nginx.sh, as the current user),
+#     and nginx for the HTTP tests (nginx is only run by tests/nginx.sh, as the current user; the
+#     package's own service on port 80 starts at its install, and is not used),
 #     qemu-user (tests/cli.sh runs the binaries on an emulated CPU without AVX: the generic kernels), and
 #     the public-domain corpora the bundled models were trained on, for the held-out tests);
 #   - .venv: a virtual environment over Debian's Python with the PyPI `gguf` package, used by
@@ -32,9 +33,17 @@ for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
 if [ -n "$missing" ]; then
+  if [ -n "$SUDO" ] && ! command -v sudo >/dev/null; then # Debian installed with a root password has no sudo
+    echo "install-deps: missing$missing; run this as root once, or install sudo" >&2
+    exit 1
+  fi
   echo "install-deps: installing$missing"
   $SUDO apt-get update -qq
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+  case " $missing " in
+  *" nginx-light "*) echo "install-deps: Debian's nginx package also started its own service on port 80;" \
+    "the tests do not use it ('systemctl disable --now nginx' stops it)" ;;
+  esac
 fi
 
 # PyPI's packages are for the tests' fixtures and clients: without PyPI (offline) the engine still

@@ -21,13 +21,16 @@ if tools/fetch-smollm2.sh; then
 fi
 
 echo "== minionsd serving the bundled target with its drafts; minions-cli over its Unix socket"
-sock=$(mktemp -u /tmp/minionsd-quickstart.XXXXXX)
+dir=$(mktemp -d /tmp/minionsd-quickstart.XXXXXX)
+sock=$dir/sock
 build/minionsd --model models/target.gguf --draft models/draft-kjv.gguf --draft models/draft-web.gguf \
-  --draft models/draft-devil.gguf --draft ngram --port 0 --unix "$sock" --admin none >"$sock.out" &
+  --draft models/draft-devil.gguf --draft ngram --port 0 --unix "$sock" --admin none >"$dir/out" &
 pid=$!
-trap 'kill $pid 2>/dev/null || true; rm -f "$sock.out"' EXIT
-for _ in $(seq 100); do grep -q listening "$sock.out" 2>/dev/null && break; sleep 0.1; done
-cat "$sock.out"
+# dash runs an EXIT trap on exit only: a signal (a CI's timeout, ^C) must stop the server too
+trap 'kill $pid 2>/dev/null || true; rm -rf "$dir"' EXIT
+trap 'exit 130' INT TERM HUP
+for _ in $(seq 100); do grep -q listening "$dir/out" 2>/dev/null && break; sleep 0.1; done
+cat "$dir/out"
 build/minions-cli --unix "$sock" -n "$tokens" "$prompt"
 kill -TERM $pid
 rc=0
@@ -35,4 +38,4 @@ wait $pid || rc=$?
 [ $rc = 0 ] || { echo "quickstart: minionsd exited $rc after SIGTERM" >&2; exit 1; }
 echo "minionsd drained and exited 0"
 trap - EXIT
-rm -f "$sock.out"
+rm -rf "$dir"

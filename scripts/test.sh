@@ -18,6 +18,9 @@
 set -eu
 cd "$(dirname "$0")/.."
 top=$(pwd)
+case "$top" in
+*[[:space:]]*) echo "test: the checkout's path has a space ('$top'): autotools cannot build there" >&2; exit 2 ;;
+esac
 jobs=$(nproc 2>/dev/null || echo 2)
 export CRITERION_VERBOSITY_LEVEL=1 # a [SKIP] line per skipped test (the summary does not count them)
 
