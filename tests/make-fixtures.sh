@@ -27,13 +27,16 @@ done
 # group's input only when its first matrix was: a SIGSEGV)
 $w --out "$out/mixed.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ff 128 --vocab 384 --untied --seed 4 \
    --tensor-type blk.0.attn_k.weight=q8_0 --tensor-type blk.1.attn_v.weight=q4_1 --tensor-type blk.0.ffn_up.weight=q4_0
+# heads of 128 dimensions (Llama's and Qwen's; the others here have 16 to 64): the attention
+# kernels' lanes and loops past 64 dimensions, on the CPU and in the CUDA backend's host twin
+$w --out "$out/hd128_f32.gguf" --dim 256 --layers 2 --heads 2 --kv-heads 1 --ff 128 --vocab 384 --seed 5
 $w --out "$out/broken_missing.gguf" --vocab 300 --drop blk.1.ffn_up.weight
 $w --out "$out/broken_shape.gguf" --vocab 300 --ff 96 --bad-shape blk.0.ffn_gate.weight
 $w --out "$out/ctx4.gguf" --vocab 300 --ctx 4 # a context shorter than minionsd's warm-up pass
 
 # one teacher-forced sequence of 40 tokens for the logits references
 $py -c "print(' '.join(str((i * 7919 + 11) % 384) for i in range(40)))" > "$out/tokens.txt"
-for m in gqa_f32 untied_f32 f16; do
+for m in gqa_f32 untied_f32 f16 hd128_f32; do
   $py "$src/tools/ref_forward.py" "$out/$m.gguf" "$out/tokens.txt" "$out/$m.logits"
 done
 # quantized weights multiply 16-bit activations in the engine: the reference rounds them alike, and

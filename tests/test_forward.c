@@ -109,6 +109,7 @@ static void check_reference_q8(const char *model)
 Test(forward, matches_reference_gqa_tied_f32) { check_reference("gqa_f32"); }
 Test(forward, matches_reference_untied_f32) { check_reference("untied_f32"); }
 Test(forward, matches_reference_f16) { check_reference("f16"); }
+Test(forward, matches_reference_head_dim_128) { check_reference("hd128_f32"); }
 Test(forward, matches_reference_q8_0) { check_reference_q8("q8_0"); }
 Test(forward, matches_reference_q4_0) { check_reference_q8("q4_0"); }
 Test(forward, matches_reference_q4_1) { check_reference_q8("q4_1"); }
@@ -136,6 +137,7 @@ static void check_reference_f16_kv(const char *model)
 
 Test(forward, half_float_kv_stays_near_the_reference_f32) { check_reference_f16_kv("gqa_f32"); }
 Test(forward, half_float_kv_stays_near_the_reference_f16) { check_reference_f16_kv("f16"); }
+Test(forward, half_float_kv_stays_near_the_reference_head_dim_128) { check_reference_f16_kv("hd128_f32"); }
 
 /* A sequence's logits are bit-identical alone in one pass, token by token, in uneven chunks, and
  * inside a batch of 8 sequences of different lengths (some prefilling, some decoding). */
@@ -265,6 +267,7 @@ Test(forward, kernel_sets_agree_f32) { check_kernel_sets("gqa_f32.gguf"); }
 Test(forward, kernel_sets_agree_f16) { check_kernel_sets("f16.gguf"); }
 Test(forward, kernel_sets_agree_q8_0) { check_kernel_sets("q8_0.gguf"); }
 Test(forward, kernel_sets_agree_q4_1) { check_kernel_sets("q4_1.gguf"); }
+Test(forward, kernel_sets_agree_head_dim_128) { check_kernel_sets("hd128_f32.gguf"); }
 
 /* Append k tokens, truncate back to n, append others: the logits equal those of a sequence that
  * never saw the rolled-back tokens, and the pool gets the blocks back. */

@@ -238,6 +238,7 @@ Test(gpu_twin, matches_cpu_f16) { check_model(fixture("f16.gguf"), twin_backend)
 Test(gpu_twin, matches_cpu_q8_0) { check_model(fixture("q8_0.gguf"), twin_backend); }
 Test(gpu_twin, matches_cpu_q4_0) { check_model(fixture("q4_0.gguf"), twin_backend); }
 Test(gpu_twin, matches_cpu_q4_1) { check_model(fixture("q4_1.gguf"), twin_backend); }
+Test(gpu_twin, matches_cpu_head_dim_128) { check_model(fixture("hd128_f32.gguf"), twin_backend); }
 
 Test(gpu_twin, matches_cpu_bundled_target) { check_model(source_file("models/target.gguf"), twin_backend); }
 
@@ -331,6 +332,10 @@ Test(gpu_twin, half_float_kv_matches_cpu_bundled_target)
     with_half_kv(check_model, source_file("models/target.gguf"), twin_backend);
 }
 Test(gpu_twin, half_float_kv_long_context_q4_1) { with_half_kv(check_long, fixture("q4_1.gguf"), twin_backend); }
+Test(gpu_twin, half_float_kv_matches_cpu_head_dim_128)
+{
+    with_half_kv(check_model, fixture("hd128_f32.gguf"), twin_backend);
+}
 Test(gpu_twin, half_float_kv_batch_invariant_f16) { with_half_kv(check_invariance, fixture("f16.gguf"), twin_backend); }
 
 /* The argmax block's logic (mn_k_argmax, run thread by thread) against mn_argmax on rows that
@@ -481,6 +486,7 @@ Test(gpu_twin, nucleus_at_the_interval_end)
 Test(gpu_device, matches_cpu_gqa_tied_f32) { check_model(fixture("gqa_f32.gguf"), device_backend); }
 Test(gpu_device, matches_cpu_f16) { check_model(fixture("f16.gguf"), device_backend); }
 Test(gpu_device, matches_cpu_q4_1) { check_model(fixture("q4_1.gguf"), device_backend); }
+Test(gpu_device, matches_cpu_head_dim_128) { check_model(fixture("hd128_f32.gguf"), device_backend); }
 Test(gpu_device, matches_cpu_bundled_target) { check_model(source_file("models/target.gguf"), device_backend); }
 
 /* SmolLM2-shaped files on the device (576 wide, 30 layers, 9 query heads on 3 KV heads, a 49,152
@@ -553,6 +559,10 @@ Test(gpu_device, half_float_kv_matches_cpu_bundled_target)
     with_half_kv(check_model, source_file("models/target.gguf"), device_backend);
 }
 Test(gpu_device, half_float_kv_long_context_q4_1) { with_half_kv(check_long, fixture("q4_1.gguf"), device_backend); }
+Test(gpu_device, half_float_kv_matches_cpu_head_dim_128)
+{
+    with_half_kv(check_model, fixture("hd128_f32.gguf"), device_backend);
+}
 Test(gpu_device, half_float_kv_batch_invariant_f16)
 {
     with_half_kv(check_invariance, fixture("f16.gguf"), device_backend);
