@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "gpu/cuda_backend.h"
+#include "gpu/graph_cache.h"
 #include "gpu/twin.h"
 #include "model/sampler.h"
 #include "testutil.h"
@@ -634,4 +635,54 @@ Test(gpu_device, draws_on_vocabulary_rows, .timeout = 600)
         cr_log_info("device draw, %d rows of %d at top_p %g: %.0f us a launch (median; %.0f..%.0f)", ROWS, VOCAB,
                     (double)vocab_tops[t], v[n / 2], v[0], v[n - 1]);
     }
+}
+
+/* ---- which shapes keep a graph (gpu/graph_cache.h: the policy, no device needed) ---- */
+
+static mn_graph_verdict pass_of(mn_graph_cache *c, uint32_t T, int *slot, bool *evict)
+{
+    *evict = false;
+    return mn_graph_cache_pass(c, T, T, slot, evict);
+}
+
+/* A shape is captured at its second pass and replayed after; a full cache gives the least recently
+ * used graph's slot to a shape that recurs, while shapes that come once take nothing (before, the
+ * first 64 shapes held the cache for good, one-off prompt lengths among them). */
+Test(gpu_graphs, a_recurring_shape_is_captured_and_the_least_recent_makes_room)
+{
+    mn_graph_cache c = {0};
+    int slot, first;
+    bool evict;
+    cr_assert_eq(pass_of(&c, 1, &slot, &evict), MN_GRAPH_PLAIN, "a shape's first pass");
+    cr_assert_eq(pass_of(&c, 1, &first, &evict), MN_GRAPH_CAPTURE);
+    cr_assert_not(evict);
+    cr_assert_eq(pass_of(&c, 1, &slot, &evict), MN_GRAPH_REPLAY);
+    cr_assert_eq(slot, first);
+    for (uint32_t T = 2; T <= MN_GRAPH_SLOTS; T++) { /* fill the cache */
+        cr_assert_eq(pass_of(&c, T, &slot, &evict), MN_GRAPH_PLAIN);
+        cr_assert_eq(pass_of(&c, T, &slot, &evict), MN_GRAPH_CAPTURE, "shape %u", T);
+        cr_assert_not(evict, "shape %u: the cache had room", T);
+    }
+    cr_assert_eq(mn_graph_cache_count(&c), MN_GRAPH_SLOTS);
+    for (uint32_t T = 1000; T < 1300; T++) /* shapes that never come back take nothing */
+        cr_assert_eq(pass_of(&c, T, &slot, &evict), MN_GRAPH_PLAIN);
+    cr_assert_eq(pass_of(&c, 1, &slot, &evict), MN_GRAPH_REPLAY, "the oldest, used again");
+    int taken;
+    cr_assert_eq(pass_of(&c, 5000, &slot, &evict), MN_GRAPH_PLAIN);
+    cr_assert_eq(pass_of(&c, 5000, &taken, &evict), MN_GRAPH_CAPTURE);
+    cr_assert(evict, "the cache was full");
+    cr_assert_eq(pass_of(&c, 2, &slot, &evict), MN_GRAPH_PLAIN, "shape 2, the least recently used, gave its slot");
+    cr_assert_eq(pass_of(&c, 1, &slot, &evict), MN_GRAPH_REPLAY);
+    cr_assert_eq(pass_of(&c, 5000, &slot, &evict), MN_GRAPH_REPLAY);
+    cr_assert_eq(slot, taken);
+    cr_assert_eq(mn_graph_cache_count(&c), MN_GRAPH_SLOTS);
+
+    /* a failed capture empties its slot; the buffers moving empties every slot, and a shape that
+     * had a graph is captured again at its next pass */
+    mn_graph_cache_drop(&c, taken);
+    cr_assert_eq(mn_graph_cache_count(&c), MN_GRAPH_SLOTS - 1);
+    mn_graph_cache_clear(&c);
+    cr_assert_eq(mn_graph_cache_count(&c), 0);
+    cr_assert_eq(pass_of(&c, 1, &slot, &evict), MN_GRAPH_CAPTURE);
+    cr_assert_not(evict, "its graph was destroyed with the others");
 }

@@ -36,6 +36,7 @@
 
 #include <cuda_runtime.h>
 
+#include "gpu/graph_cache.h"
 #define MN_GPU_KERNELS /* the device wrappers of kernels.cuh are compiled here */
 #include "gpu/pass.h"
 
@@ -97,10 +98,10 @@ enum { STAGE_NONE, STAGE_PROJ, STAGE_ALL };
 
 /* CUDA graphs: a pass's launches depend on its shape only (T tokens, n_out logits rows): every
  * pointer they take is fixed for the backend's life and the layout they read is copied into
- * those buffers before each launch. So a pass is captured once per shape into a bounded cache and
- * replayed; shapes past the bound run as plain launches. Growing the block-table buffer moves a
- * pointer the graphs hold, so it empties the cache. */
-enum { MAX_GRAPHS = 64 };
+ * those buffers before each launch. So a shape that recurs is captured once into a bounded cache
+ * and replayed (gpu/graph_cache.h: at its second pass; with the cache full, the graph used least
+ * recently goes). Growing the block-table buffer moves a pointer the graphs hold, so it empties
+ * the cache. */
 
 /* The steps MINIONS_CUDA_PROFILE times apart. */
 enum { S_EMBED, S_RMSNORM, S_QKV, S_ATTENTION, S_WO, S_GATE_UP, S_DOWN, S_LOGITS, S_ARGMAX, S_DRAW, N_STEPS };
@@ -138,12 +139,9 @@ typedef struct cuda_state {
     cudaEvent_t ev[2];
     double step_ms[N_STEPS];
     uint64_t step_n[N_STEPS];
-    struct {
-        uint32_t T, n_out;    /* the shape a graph was captured for */
-        cudaGraphExec_t exec;
-    } graph[MAX_GRAPHS];
-    int n_graphs;
-    uint64_t replays;
+    mn_graph_cache gc;        /* which shape each graph is */
+    cudaGraphExec_t graph[MN_GRAPH_SLOTS];
+    uint64_t replays, captures, evictions;
 } cuda_state;
 
 static mn_status dalloc(cuda_state *st, size_t bytes, void **out, mn_err *err)
@@ -327,17 +325,22 @@ static const mn_gpu_exec device_exec = {k_embed, k_rmsnorm, k_proj, k_attention}
 
 static void drop_graphs(cuda_state *st)
 {
-    for (int i = 0; i < st->n_graphs; i++)
-        cudaGraphExecDestroy(st->graph[i].exec);
-    st->n_graphs = 0;
+    for (int i = 0; i < MN_GRAPH_SLOTS; i++)
+        if (st->graph[i]) {
+            cudaGraphExecDestroy(st->graph[i]);
+            st->graph[i] = NULL;
+        }
+    mn_graph_cache_clear(&st->gc);
 }
 
 static void cuda_free(mn_backend *be)
 {
     cuda_state *st = (cuda_state *)be->impl;
     if (st) {
-        if (st->n_graphs || st->replays)
-            mn_log(MN_LOG_INFO, "cuda: %d pass graphs, %llu replays", st->n_graphs, (unsigned long long)st->replays);
+        if (st->captures)
+            mn_log(MN_LOG_INFO, "cuda: %d pass graphs (%llu captured, %llu evicted), %llu replays",
+                   mn_graph_cache_count(&st->gc), (unsigned long long)st->captures,
+                   (unsigned long long)st->evictions, (unsigned long long)st->replays);
         for (int i = 0; i < N_STEPS; i++) /* asked for by name: printed whatever the log level */
             if (st->step_n[i])
                 fprintf(stderr, "minions cuda profile: %-11s %8llu launches %10.3f ms %8.2f us each\n", step_name[i],
@@ -416,16 +419,21 @@ static mn_status upload_layout(cuda_state *st, uint32_t n_seqs, cudaStream_t q, 
     return MN_OK;
 }
 
-/* The graph of a pass of T tokens and n_out logits rows: cached, else captured now (and cached
- * while there is room). NULL where capture fails: graphs are then off for this backend (said once)
- * and the pass runs as plain launches. */
+/* The graph of a pass of T tokens and n_out logits rows: cached, else captured now if the shape
+ * recurs (gpu/graph_cache.h). NULL for plain launches: a shape's first pass, or capture failed
+ * (graphs are then off for this backend, said once). */
 static cudaGraphExec_t graph_for(cuda_state *st, mn_gpu_attn a, uint32_t T, uint32_t n_out)
 {
-    for (int i = 0; i < st->n_graphs; i++)
-        if (st->graph[i].T == T && st->graph[i].n_out == n_out)
-            return st->graph[i].exec;
-    if (st->n_graphs == MAX_GRAPHS)
-        return NULL;
+    int i = 0;
+    bool evict = false;
+    mn_graph_verdict v = mn_graph_cache_pass(&st->gc, T, n_out, &i, &evict);
+    if (v != MN_GRAPH_CAPTURE)
+        return v == MN_GRAPH_REPLAY ? st->graph[i] : NULL;
+    if (evict) {
+        cudaGraphExecDestroy(st->graph[i]);
+        st->graph[i] = NULL;
+        st->evictions++;
+    }
     cudaGraph_t graph = NULL;
     cudaGraphExec_t exec = NULL;
     cudaError_t e = cudaStreamBeginCapture(st->stream, cudaStreamCaptureModeThreadLocal);
@@ -440,12 +448,12 @@ static cudaGraphExec_t graph_for(cuda_state *st, mn_gpu_attn a, uint32_t T, uint
     if (e != cudaSuccess) {
         mn_log(MN_LOG_WARN, "cuda: graph capture failed (%s): plain launches from now on", cudaGetErrorString(e));
         cudaGetLastError(); /* clear it */
+        mn_graph_cache_drop(&st->gc, i);
         st->graphs = false;
         return NULL;
     }
-    st->graph[st->n_graphs].T = T;
-    st->graph[st->n_graphs].n_out = n_out;
-    st->graph[st->n_graphs++].exec = exec;
+    st->graph[i] = exec;
+    st->captures++;
     return exec;
 }
 
