@@ -233,6 +233,12 @@ Test(server, bad_input_gets_errors_and_the_connection_lives, .timeout = 120)
     o = await(&c, "ok");
     cr_assert(json_object_get(o, "done"), "after the errors a request still completes");
     json_decref(o);
+    /* the nine lines that did not parse and the duplicate id were refused before they were requests;
+     * the two prompts too long for the context failed as requests (the cancel of nobody is neither) */
+    o = admin(&s, "{\"cmd\":\"stats\"}");
+    cr_assert_eq(stat_of(o, "requests", "rejected"), 10);
+    cr_assert_eq(stat_of(o, "requests", "failed"), 2);
+    json_decref(o);
     tconn_close(&c);
     server_stop(&s);
 }

@@ -209,13 +209,13 @@ static json_t *stats_json(mn_admin *a)
 {
     const mn_stats *s = &a->query.stats;
     const mn_frontend_stats *c = &s->client, *h = &s->http;
-    json_t *o = json_pack("{s:{s:I, s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I}, s:f, s:I, s:f, s:I,"
+    json_t *o = json_pack("{s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I}, s:f, s:I, s:f, s:I,"
                           " s:{s:{s:I, s:I, s:I, s:I, s:I}},"
                           " s:{s:I, s:I, s:I, s:I}, s:I, s:I, s:I, s:I, s:I, s:b}",
                           "requests", "running", (json_int_t)s->kvmem.running, "queued", (json_int_t)s->kvmem.queued,
                           "paused", (json_int_t)s->kvmem.paused, "in_flight", (json_int_t)(c->in_flight + h->in_flight),
                           "done", (json_int_t)(c->done + h->done), "failed", (json_int_t)(c->failed + h->failed),
-                          "tokens", "generated", (json_int_t)s->verifier.tokens_generated, "prompt",
+                          "rejected", (json_int_t)(c->rejected + h->rejected), "tokens", "generated", (json_int_t)s->verifier.tokens_generated, "prompt",
                           (json_int_t)s->intake.prompt_tokens, "tok_per_s", s->verifier.tok_per_s, "steps",
                           (json_int_t)s->verifier.steps, "step_seconds", s->verifier.step_seconds, "preemptions",
                           (json_int_t)s->kvmem.preemptions, "kv", "target", "used", (json_int_t)s->kvmem.kv_used,
