@@ -145,6 +145,15 @@ check "... saying so" grep -q "give one" "$tmp/d5.err"
 d --model "$model" --events ipc://"$tmp/ev" >/dev/null 2>"$tmp/d6.err"
 check "minionsd: --events without a drafter is refused (exit 2)" test $? -eq 2
 check "... saying so" grep -q "no --draft" "$tmp/d6.err"
+# a server no client could reach, and a key that guards nothing, are usage errors
+"$bin/minionsd" --port -1 --admin none --threads 2 --model "$model" >/dev/null 2>"$tmp/d7.err"
+check "minionsd: --port -1 without --unix or --http is refused (exit 2)" test $? -eq 2
+check "... saying so" grep -q "no client could reach" "$tmp/d7.err"
+d --model "$model" --api-key k >/dev/null 2>"$tmp/d8.err"
+check "minionsd: --api-key without --http is refused (exit 2)" test $? -eq 2
+check "... saying so" grep -q "there is no --http" "$tmp/d8.err"
+d --model "$model" --threads 0 >/dev/null 2>"$tmp/d9.err"
+check "minionsd: a bad value names its option" grep -q "bad value '0' for --threads" "$tmp/d9.err"
 "$bin/minionsd" --port 0 --admin none --threads 2 --model "$data/ctx4.gguf" >"$tmp/d3.out" 2>"$tmp/d3.err" &
 dpid=$!
 for _ in $(seq 100); do grep -q listening "$tmp/d3.out" 2>/dev/null && break; sleep 0.1; done

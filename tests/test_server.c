@@ -905,7 +905,7 @@ Test(server, socket_paths_are_claimed_safely, .timeout = 120)
                                                 "--admin", admin2, NULL},
                               "live process"),
                   0);
-    cr_assert_neq(start_fails((const char *[]){bin, "--model", model_path(), "--port", "-1", "--admin", s.admin, NULL},
+    cr_assert_neq(start_fails((const char *[]){bin, "--model", model_path(), "--port", "0", "--admin", s.admin, NULL},
                               "live process"),
                   0);
     snprintf(file, sizeof file, "%s/precious", s.dir);
@@ -918,10 +918,10 @@ Test(server, socket_paths_are_claimed_safely, .timeout = 120)
                                                 "--admin", "none", NULL},
                               "not a socket"),
                   0);
-    cr_assert_neq(start_fails((const char *[]){bin, "--model", model_path(), "--port", "-1", "--admin", ipc_file, NULL},
+    cr_assert_neq(start_fails((const char *[]){bin, "--model", model_path(), "--port", "0", "--admin", ipc_file, NULL},
                               "not a socket"),
                   0);
-    cr_assert_neq(start_fails((const char *[]){bin, "--model", model_path(), "--port", "-1", "--admin", "ipc://", NULL},
+    cr_assert_neq(start_fails((const char *[]){bin, "--model", model_path(), "--port", "0", "--admin", "ipc://", NULL},
                               "empty"),
                   0);
     cr_assert_eq(stat(file, &st), 0, "a regular file was removed");

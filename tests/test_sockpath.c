@@ -182,6 +182,35 @@ Test(sockpath, claim_stale_socket_is_removed)
     close(bound(p, SOCK_STREAM, 8));
 }
 
+/* A bound socket's file goes when it is released, but only while it is still that file: another
+ * server that bound the path after ours was removed keeps its own (a daemon's exit took it away,
+ * and the new daemon could not be reached). */
+Test(sockpath, a_released_socket_file_is_removed_only_while_it_is_ours)
+{
+    const char *p = at("ours.sock");
+    int fd = bound(p, SOCK_STREAM, 8);
+    mn_sockpath_bound b = {0};
+    mn_err err;
+    cr_assert_eq(mn_sockpath_bound_take(&b, p, &err), MN_OK, "%s", err.msg);
+    mn_sockpath_bound_release(&b);
+    cr_assert(!exists(p), "ours: removed");
+    cr_assert_null(b.path);
+    mn_sockpath_bound_release(&b); /* nothing bound: nothing happens */
+    close(fd);
+
+    fd = bound(p, SOCK_STREAM, 8);
+    cr_assert_eq(mn_sockpath_bound_take(&b, p, &err), MN_OK, "%s", err.msg);
+    cr_assert_eq(unlink(p), 0); /* a clean-up removes it, and another server binds the path */
+    int other = bound(p, SOCK_STREAM, 8);
+    mn_sockpath_bound_release(&b);
+    cr_assert(exists(p), "the other server's socket file was removed");
+    int c = try_connect(p, 0);
+    cr_assert_geq(c, 0, "the other server is still reachable: %s", strerror(errno));
+    close(c);
+    close(other);
+    close(fd);
+}
+
 /* A datagram socket is not ours to judge: connect says EPROTOTYPE, the claim fails, nothing is removed. */
 Test(sockpath, claim_datagram_socket_is_an_error)
 {

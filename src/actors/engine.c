@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "actors/admin.h"
@@ -555,7 +556,9 @@ mn_status mn_engine_new(const mn_engine_config *cfg, mn_engine **out, mn_err *er
         (st = new_mailboxes(e, err)) != MN_OK || (st = new_actors(e, bc.kv_blocks, err)) != MN_OK ||
         (st = watch_signals(e, err)) != MN_OK)
         goto fail;
-    if (e->step_trace && ftruncate(fileno(e->step_trace), 0) != 0) {
+    struct stat trace;
+    if (e->step_trace && fstat(fileno(e->step_trace), &trace) == 0 && S_ISREG(trace.st_mode) && /* a FIFO is not */
+        ftruncate(fileno(e->step_trace), 0) != 0) {
         st = mn_fail(err, MN_IO, "engine: cannot empty the step trace %s: %s", cfg->step_trace, strerror(errno));
         goto fail;
     }

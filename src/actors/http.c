@@ -796,10 +796,12 @@ mn_status mn_http_actor_new(struct event_base *base, const mn_http_config *cfg, 
      * the socket would reset, and the client see a broken pipe instead of the answer */
     evhttp_set_flags(ha->http, EVHTTP_SERVER_LINGERING_CLOSE);
     mn_status st = MN_OK;
+    errno = 0; /* what the bind below fails with, if it does (a name that does not resolve sets none) */
     if (!(ha->backoff = mn_backoff_new(base, "http")))
         st = mn_fail(err, MN_NOMEM, "http: out of memory");
     else if (!(ha->sock = evhttp_bind_socket_with_handle(ha->http, cfg->host, (uint16_t)cfg->port)))
-        st = mn_fail(err, MN_IO, "http: cannot listen on %s:%d", cfg->host, cfg->port);
+        st = mn_fail(err, MN_IO, "http: cannot listen on %s:%d: %s", cfg->host, cfg->port,
+                     errno ? strerror(errno) : "no such address");
     else if (!mn_backoff_watch(ha->backoff, evhttp_bound_socket_get_listener(ha->sock)))
         st = mn_fail(err, MN_INVALID, "http: too many listeners in this process to watch for running out of "
                                       "descriptors");

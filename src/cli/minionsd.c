@@ -236,7 +236,10 @@ int main(int argc, char **argv)
         default: usage(stderr); return 2;
         }
         if (!ok) {
-            fprintf(stderr, "minionsd: bad option value '%s'\n", optarg);
+            const struct option *o = opts;
+            while (o->name && o->val != c)
+                o++;
+            fprintf(stderr, "minionsd: bad value '%s' for --%s\n", optarg, o->name ? o->name : "?");
             return 2;
         }
     }
@@ -247,6 +250,10 @@ int main(int argc, char **argv)
     const char *clash = cfg.kv_blocks && kv_mib ? "--kv-blocks and --kv-mib each size the KV pool: give one"
                         : cfg.events_addr && !cfg.n_drafts
                             ? "--events publishes what speculation does, and there is no --draft"
+                        : cfg.port < 0 && !cfg.unix_path && !cfg.http_host
+                            ? "--port -1 with neither --unix nor --http: no client could reach the server"
+                        : cfg.api_key && !cfg.http_host
+                            ? "--api-key guards the HTTP API, and there is no --http (the line protocol takes no key)"
                             : NULL;
     if (clash) {
         fprintf(stderr, "minionsd: %s\n", clash);

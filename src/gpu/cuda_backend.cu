@@ -73,9 +73,9 @@ __global__ static void probe_kernel(int *out, int n)
 static mn_status probe(mn_err *err)
 {
     int n_dev = 0;
-    CUDA_TRY(cudaGetDeviceCount(&n_dev));
-    if (n_dev == 0)
-        return mn_fail(err, MN_UNSUPPORTED, "no CUDA device");
+    cudaError_t count = cudaGetDeviceCount(&n_dev); /* no driver, or no device: nothing here to use */
+    if (count != cudaSuccess || n_dev == 0)
+        return mn_fail(err, MN_NOTFOUND, "no CUDA device (%s)", count ? cudaGetErrorString(count) : "none found");
     enum { N = 256 };
     int *d = NULL, h[N];
     CUDA_TRY(cudaMalloc((void **)&d, N * sizeof(int)));

@@ -21,7 +21,7 @@ struct mn_adminsock {
     struct event *ev;      /* readable; removed while a reply is owed */
     mn_adminsock_fn fn;
     void *owner;
-    char *ipc_path;        /* removed at free */
+    mn_sockpath_bound ipc;  /* the ipc socket's file, removed at free */
     bool owed;             /* a message was handed to the owner and not yet answered */
 };
 
@@ -70,13 +70,13 @@ void mn_adminsock_reply(mn_adminsock *a, const char *reply, size_t len)
 static bool loopback_tcp(const char *addr) { return !strncmp(addr, "tcp://127.", 10); }
 
 /* A nanomsg socket of protocol proto bound to addr (ipc://PATH claimed and made socket_mode, or
- * loopback tcp://); *ipc_path gets the path to unlink at close (NULL for tcp). */
+ * loopback tcp://); *ipc gets the socket file to remove at close (none for tcp). */
 static mn_status nn_listen(int proto, const char *what, const char *addr, unsigned socket_mode, int *sock,
-                           char **ipc_path, mn_err *err)
+                           mn_sockpath_bound *ipc_file, mn_err *err)
 {
     bool ipc = !strncmp(addr, "ipc://", 6);
     *sock = -1;
-    *ipc_path = NULL;
+    *ipc_file = (mn_sockpath_bound){0};
     if (!ipc && !loopback_tcp(addr))
         return mn_fail(err, MN_INVALID, "--%s %s: use ipc://PATH or tcp://127.0.0.1:PORT (loopback only)", what, addr);
     mn_status s;
@@ -91,21 +91,18 @@ static mn_status nn_listen(int proto, const char *what, const char *addr, unsign
     if (ep < 0)
         return mn_fail(err, MN_IO, "%s: cannot bind %s: %s", what, addr, nn_strerror(en));
     if (ipc) {
-        if (!(*ipc_path = mn_strndup(addr + 6, strlen(addr + 6))))
-            return mn_fail(err, MN_NOMEM, "%s: out of memory", what);
-        if ((s = mn_sockpath_set_mode(*ipc_path, socket_mode, err)) != MN_OK)
+        if ((s = mn_sockpath_bound_take(ipc_file, addr + 6, err)) != MN_OK ||
+            (s = mn_sockpath_set_mode(addr + 6, socket_mode, err)) != MN_OK)
             return s;
     }
     return MN_OK;
 }
 
-static void nn_unlisten(int sock, char *ipc_path)
+static void nn_unlisten(int sock, mn_sockpath_bound *ipc_file)
 {
     if (sock >= 0)
         nn_close(sock);
-    if (ipc_path)
-        unlink(ipc_path);
-    mn_free(ipc_path);
+    mn_sockpath_bound_release(ipc_file);
 }
 
 mn_status mn_adminsock_new(struct event_base *base, const char *addr, unsigned socket_mode, mn_adminsock_fn fn,
@@ -118,7 +115,7 @@ mn_status mn_adminsock_new(struct event_base *base, const char *addr, unsigned s
     a->owner = owner;
     int rcvfd;
     size_t sz = sizeof rcvfd;
-    mn_status s = nn_listen(NN_REP, "admin", addr, socket_mode, &a->sock, &a->ipc_path, err);
+    mn_status s = nn_listen(NN_REP, "admin", addr, socket_mode, &a->sock, &a->ipc, err);
     if (s != MN_OK)
         goto fail;
     int unlimited = -1; /* nanomsg's 1 MiB limit drops a longer message, and its REQ peer waits for ever */
@@ -144,13 +141,13 @@ void mn_adminsock_free(mn_adminsock *a)
         return;
     if (a->ev)
         event_free(a->ev);
-    nn_unlisten(a->sock, a->ipc_path);
+    nn_unlisten(a->sock, &a->ipc);
     mn_free(a);
 }
 
 struct mn_pubsock {
     int sock;
-    char *ipc_path;
+    mn_sockpath_bound ipc;
     uint64_t dropped;
 };
 
@@ -159,7 +156,7 @@ mn_status mn_pubsock_new(const char *addr, unsigned socket_mode, mn_pubsock **ou
     mn_pubsock *p = mn_calloc(1, sizeof *p);
     if (!p)
         return mn_fail(err, MN_NOMEM, "events: out of memory");
-    mn_status s = nn_listen(NN_PUB, "events", addr, socket_mode, &p->sock, &p->ipc_path, err);
+    mn_status s = nn_listen(NN_PUB, "events", addr, socket_mode, &p->sock, &p->ipc, err);
     if (s != MN_OK) {
         mn_pubsock_free(p);
         return s;
@@ -178,6 +175,6 @@ void mn_pubsock_free(mn_pubsock *p)
 {
     if (!p)
         return;
-    nn_unlisten(p->sock, p->ipc_path);
+    nn_unlisten(p->sock, &p->ipc);
     mn_free(p);
 }

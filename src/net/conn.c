@@ -47,7 +47,7 @@ struct mn_net {
     mn_net_config cfg;
     mn_net_callbacks cb;
     struct evconnlistener *tcp, *unix_l;
-    char *unix_path;       /* owned copy, unlinked when the listeners close */
+    mn_sockpath_bound unix_file; /* the Unix socket's file, removed when the listeners close */
     int port;
     mn_conn *conns;
     uint32_t n_conns;
@@ -359,8 +359,8 @@ static mn_status listen_unix(mn_net *n, mn_err *err)
     umask(old);
     if (!n->unix_l)
         return mn_fail(err, MN_IO, "cannot listen on %s: %s", path, strerror(en));
-    if (!(n->unix_path = mn_strndup(path, strlen(path))))
-        return mn_fail(err, MN_NOMEM, "net: out of memory");
+    if ((s = mn_sockpath_bound_take(&n->unix_file, path, err)) != MN_OK)
+        return s;
     return mn_sockpath_set_mode(path, n->cfg.socket_mode, err);
 }
 
@@ -393,8 +393,8 @@ mn_status mn_net_new(struct event_base *base, const mn_net_config *cfg, const mn
 
 /* The listeners close (disabled, they kept their sockets: the kernel went on completing connects
  * into the backlog, and those clients waited out the drain for a reset), and the Unix socket file
- * goes now, so that a new instance may claim the path while this one drains and this one's exit
- * cannot remove the new one's file. */
+ * goes now, so that a new instance may claim the path while this one drains (and only if it is
+ * still this one's: mn_sockpath_bound). */
 void mn_net_stop_listening(mn_net *n)
 {
     mn_backoff_stop(n->backoff); /* it forgets the listeners before they go */
@@ -403,10 +403,7 @@ void mn_net_stop_listening(mn_net *n)
     if (n->unix_l)
         evconnlistener_free(n->unix_l);
     n->tcp = n->unix_l = NULL;
-    if (n->unix_path)
-        unlink(n->unix_path);
-    mn_free(n->unix_path);
-    n->unix_path = NULL;
+    mn_sockpath_bound_release(&n->unix_file);
 }
 
 void mn_net_close_all(mn_net *n)

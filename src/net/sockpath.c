@@ -17,6 +17,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "util/alloc.h"
+
 _Static_assert(MN_SOCKPATH_MAX == sizeof(((struct sockaddr_un *)0)->sun_path), "MN_SOCKPATH_MAX is sun_path's size");
 
 /* A word for what lstat found, for messages. */
@@ -83,6 +85,27 @@ mn_status mn_sockpath_claim(const char *path, mn_err *err)
     if (unlink(path) < 0 && errno != ENOENT)
         return mn_fail(err, MN_IO, "socket path %s: cannot remove the stale socket: %s", path, strerror(errno));
     return MN_OK;
+}
+
+mn_status mn_sockpath_bound_take(mn_sockpath_bound *b, const char *path, mn_err *err)
+{
+    struct stat st;
+    if (lstat(path, &st) < 0)
+        return mn_fail(err, MN_IO, "socket path %s: %s", path, strerror(errno));
+    if (!(b->path = mn_strndup(path, strlen(path))))
+        return mn_fail(err, MN_NOMEM, "socket path %s: out of memory", path);
+    b->dev = st.st_dev;
+    b->ino = st.st_ino;
+    return MN_OK;
+}
+
+void mn_sockpath_bound_release(mn_sockpath_bound *b)
+{
+    struct stat st;
+    if (b->path && lstat(b->path, &st) == 0 && st.st_dev == b->dev && st.st_ino == b->ino)
+        unlink(b->path);
+    mn_free(b->path);
+    b->path = NULL;
 }
 
 /* Copy s into buf (n bytes) or fail without writing a truncated path. */

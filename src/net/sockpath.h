@@ -21,6 +21,7 @@
 #define MN_SOCKPATH_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "util/status.h"
 
@@ -45,6 +46,21 @@
  * listen(), which nanomsg's own probe shares). Ownership: PATH stays the caller's.
  * Thread: any, at start-up (blocking system calls). */
 mn_status mn_sockpath_claim(const char *path, mn_err *err);
+
+/* A socket file this process bound: its path and the file's identity then. Released, the path is
+ * unlinked only while it still names that file: another instance may have bound the path since
+ * this one's file was removed (a clean-up of /tmp, a deploy script), and this one's exit must not
+ * take its socket away. */
+typedef struct mn_sockpath_bound {
+    char *path; /* NULL: nothing bound */
+    dev_t dev;
+    ino_t ino;
+} mn_sockpath_bound;
+
+/* Record PATH, just bound by this process (lstat now). MN_NOMEM, or MN_IO when lstat fails. */
+mn_status mn_sockpath_bound_take(mn_sockpath_bound *b, const char *path, mn_err *err);
+/* Unlink b's path if it is still b's file, and forget it (b may be empty). */
+void mn_sockpath_bound_release(mn_sockpath_bound *b);
 
 /* The directory for this user's runtime sockets, written NUL-terminated into buf (n bytes):
  *   - $XDG_RUNTIME_DIR when it is set to an absolute path (a relative one is ignored, as the XDG

@@ -22,9 +22,13 @@ mn_status mn_backend_new(const mn_model *m, const mn_backend_config *cfg, mn_bac
         return mn_cuda_backend_new(m, cfg, out, err);
     if (cfg->kind == MN_BACKEND_AUTO) {
         mn_err why = {{0}};
-        if (mn_cuda_backend_new(m, cfg, out, &why) == MN_OK)
+        mn_status s = mn_cuda_backend_new(m, cfg, out, &why);
+        if (s == MN_OK)
             return MN_OK;
-        mn_log(MN_LOG_DEBUG, "backend: not CUDA: %s", why.msg);
+        /* no device is the CPU's ordinary case; a device whose backend failed (its memory, a kernel
+         * built for another architecture) is one an operator should hear of */
+        mn_log(s == MN_NOTFOUND ? MN_LOG_DEBUG : MN_LOG_WARN, "backend: not CUDA: %s%s", why.msg,
+               s == MN_NOTFOUND ? "" : "; the CPU serves");
     }
     mn_status s = mn_cpu_backend_new(m, cfg, out, err);
     if (s == MN_OK) {
