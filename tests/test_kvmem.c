@@ -287,6 +287,44 @@ Test(kvmem, paused_requests_filling_every_place_are_preempted_for_a_reader)
     stop();
 }
 
+/* The victim's client reads again before the verifier looks: the verifier keeps it (given back, it
+ * was queued first and, no longer throttled, took its blocks back before the reader it was preempted
+ * for: its KV recomputed for nothing), clears preempt_wanted and kicks kvmem, which asks for the
+ * next paused request instead. kvmem had counted the first ask as on its way for ever, and the
+ * reader waited for a running request to finish. */
+Test(kvmem, a_victim_that_resumes_is_kept_and_another_is_asked_for)
+{
+    start(4);
+    mn_req *older = request("older", 32), *newer = request("newer", 32);
+    to_kvmem(older, MN_MSG_ENQUEUE);
+    to_kvmem(newer, MN_MSG_ENQUEUE);
+    cr_assert_eq(t.n_started, 2);
+    cr_assert(mn_req_event(older, MN_REQ_EV_THROTTLED) && mn_req_event(newer, MN_REQ_EV_THROTTLED));
+    mn_req *reader = request("reader", 16);
+    to_kvmem(reader, MN_MSG_ENQUEUE);
+    cr_assert(newer->preempt_wanted && !older->preempt_wanted, "the newest paused one is asked for");
+
+    cr_assert(mn_req_event(newer, MN_REQ_EV_RESUMED)); /* its client reads again */
+    deliver_kvmem_kick();
+    cr_assert_not(older->preempt_wanted, "one ask at a time");
+    newer->preempt_wanted = false; /* the verifier, finding it running, keeps it and kicks kvmem */
+    deliver_kvmem_kick();
+    cr_assert(older->preempt_wanted, "kvmem did not ask for the other paused request");
+
+    to_kvmem(older, MN_MSG_RELEASE);
+    cr_assert_eq(older->state, MN_REQ_PREEMPTED);
+    cr_assert_eq(t.n_started, 3);
+    cr_assert_eq(t.started[2], reader, "the reader got the freed blocks");
+    finish(reader);
+    finish(newer);
+    cr_assert(mn_req_event(older, MN_REQ_EV_RESUMED));
+    deliver_kvmem_kick();
+    cr_assert_eq(t.started[3], older);
+    finish(older);
+    cr_assert_eq(mn_kv_used(t.pool), 0, "blocks leaked");
+    stop();
+}
+
 /* A preempted request whose client went while it came back, the batch full by then (a paused
  * request's client read again): answered at once, not once a slot frees. */
 Test(kvmem, cancelled_request_back_from_preemption_does_not_wait_for_a_slot)

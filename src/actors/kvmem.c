@@ -2,8 +2,8 @@
  *
  * Invariants: every request in held[] is ADMITTED, RUNNING or PAUSED and owns exactly the blocks of
  * its kv table; the queue holds QUEUED and PREEMPTED requests, which own none; at most one
- * preemption is asked for at a time (preempting), so a dry pool gives back one paused request per
- * admission that needs it. */
+ * preemption is asked for at a time (a held request with preempt_wanted), so a dry pool gives back
+ * one paused request per admission that needs it. */
 #include "actors/kvmem.h"
 
 #include "util/alloc.h"
@@ -16,7 +16,6 @@ struct mn_kvmem {
     uint32_t q_cap, q_head, q_len;
     mn_req **held;            /* [max_held] requests holding KV */
     uint32_t n_held, max_held;
-    uint32_t preempting;      /* paused requests asked back from the verifier, not yet returned */
     uint64_t serial, preemptions;
     uint64_t adopted;         /* prompt positions admitted requests took from the prefix cache */
     uint64_t draft_adopted;   /* the same, summed over the draft pools */
@@ -163,22 +162,23 @@ static void drop_cancelled(mn_kvmem *k)
     }
 }
 
-/* Ask the verifier for the blocks of the newest paused request that is not already on its way back.
- * Returns false when there is none (the head then waits for a running request to finish). */
+/* Ask the verifier for the blocks of the newest paused request. Returns false when there is none
+ * (the head then waits for a running request to finish). One asked for and not yet returned is
+ * enough: admission resumes when it lands, or, when its client read again before the verifier
+ * looked (the verifier then keeps it, clears preempt_wanted and kicks kvmem), with another. */
 static bool preempt_a_paused_one(mn_kvmem *k)
 {
-    if (k->preempting)
-        return true; /* one is on its way back: admission resumes when it lands */
     mn_req *victim = NULL;
     for (uint32_t i = 0; i < k->n_held; i++) {
         mn_req *r = k->held[i];
-        if (r->state == MN_REQ_PAUSED && !r->preempt_wanted && (!victim || r->serial > victim->serial))
+        if (r->preempt_wanted)
+            return true;
+        if (r->state == MN_REQ_PAUSED && (!victim || r->serial > victim->serial))
             victim = r;
     }
     if (!victim)
         return false;
     victim->preempt_wanted = true;
-    k->preempting++;
     mn_kick_verifier(k->cfg.addr);
     return true;
 }
@@ -239,7 +239,6 @@ static void release(mn_kvmem *k, mn_req *r)
     release_kv(k, r);
     if (r->preempt_wanted) {
         r->preempt_wanted = false;
-        k->preempting--;
         if (r->state != MN_REQ_FINISHED) {
             mn_req_event(r, MN_REQ_EV_PREEMPTED);
             queue_push_front(k, r);

@@ -130,7 +130,8 @@ typedef struct mn_req {
     mn_req_state resume_to;   /* mn_req_event: where PAUSED goes back to */
     bool throttled;           /* client (through mn_req_event): its connection does not read */
     bool cancelled;           /* client: cancel or disconnect; actors drop it at their next look */
-    bool preempt_wanted;      /* kvmem: give its KV back at the verifier's next look */
+    bool preempt_wanted;      /* kvmem: give its KV back at the verifier's next look (the verifier clears it and
+                               * kicks kvmem instead when the request is no longer paused then) */
     bool flush_queued;        /* verifier/client */
     mn_req_phase phase;       /* verifier: IDLE when it arrives (START) */
     uint64_t serial;          /* kvmem: admission order; the newest paused one is preempted first */

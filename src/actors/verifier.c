@@ -250,7 +250,9 @@ static void finish(mn_verifier *v, mn_req *r, const char *reason)
 }
 
 /* End what was cancelled, return what kvmem wants back: those not out in a step or a round (a
- * drafted one's draft is dropped). */
+ * drafted one's draft is dropped) and still paused. One whose client read again since is kept: given
+ * back, it was queued first, not throttled, and took the blocks again before the reader it was
+ * preempted for. */
 static void prune(mn_verifier *v)
 {
     for (uint32_t i = 0; i < v->n_running;) {
@@ -259,10 +261,15 @@ static void prune(mn_verifier *v)
             i++;
         else if (r->cancelled)
             finish(v, r, "cancelled");
-        else if (r->preempt_wanted)
+        else if (r->preempt_wanted && r->state == MN_REQ_PAUSED)
             give_back(v, r);
-        else
+        else if (r->preempt_wanted) { /* its client reads again: kvmem asks for another */
+            r->preempt_wanted = false;
+            mn_kick_kvmem(v->cfg.addr);
             i++;
+        } else {
+            i++;
+        }
     }
 }
 
