@@ -3,11 +3,14 @@
  * It keeps the pending queue (FIFO, bounded by queue.max: past it a request ends with `busy`) and
  * the set of requests that hold KV. Admission reserves a request's whole length at once (intake
  * sized it: prompt + max_tokens, within the context; drafts are capped inside it), so the verifier never
- * waits for blocks mid-step; at most batch.max_sequences unpaused requests hold KV. A throttled
+ * waits for blocks mid-step; admission stops at batch.max_sequences unpaused requests holding KV
+ * (a paused one's place goes to the next reader, and when it reads again both hold KV: the
+ * verifier steps the older ones first, batch.max_sequences a step, until one ends). A throttled
  * (paused) request keeps its blocks until they are needed: when the head of the queue cannot get
  * blocks, or paused requests fill every place kvmem holds requests in (queue.max of them beside a
  * full batch), kvmem asks the verifier to give back the newest paused request (preempt_wanted + a kick);
- * the verifier returns it with MN_MSG_RELEASE, kvmem frees its blocks and queues it again, to be
+ * the verifier returns it with MN_MSG_RELEASE (or, when its client reads again first, keeps it,
+ * clears preempt_wanted and kicks kvmem, which asks for the next), kvmem frees its blocks and queues it again, to be
  * recomputed once its client reads. Paused requests are skipped at admission, so clients that stop
  * reading can never hold the pool against those that read. A cancelled request in the queue is
  * answered at the next message kvmem handles (a KICK, an ENQUEUE, a RELEASE), throttled or not,
