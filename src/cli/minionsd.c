@@ -96,7 +96,7 @@ static int parse_on_off(const char *s, bool *out)
     return 1;
 }
 
-/* --http [HOST:]PORT; HOST may be [IPv6]. */
+/* --http [HOST:]PORT; HOST may be [IPv6], in brackets ("::1" alone would read as host ":", port 1). */
 static int parse_http(const char *arg, char *host, size_t cap, mn_engine_config *cfg)
 {
     const char *colon = strrchr(arg, ':');
@@ -106,6 +106,8 @@ static int parse_http(const char *arg, char *host, size_t cap, mn_engine_config 
     size_t n = colon ? (size_t)(colon - arg) : 0;
     if (n >= 2 && arg[0] == '[' && arg[n - 1] == ']')
         arg++, n -= 2;
+    else if (memchr(arg, ':', n))
+        return 0;
     if (n >= cap)
         return 0;
     snprintf(host, cap, "%.*s", (int)(colon && n ? n : 9), colon && n ? arg : "127.0.0.1");
