@@ -154,6 +154,9 @@ check "minionsd: --api-key without --http is refused (exit 2)" test $? -eq 2
 check "... saying so" grep -q "there is no --http" "$tmp/d8.err"
 d --model "$model" --threads 0 >/dev/null 2>"$tmp/d9.err"
 check "minionsd: a bad value names its option" grep -q "bad value '0' for --threads" "$tmp/d9.err"
+d --model "$model" --unix '' >/dev/null 2>"$tmp/d11.err"
+check "minionsd: an empty --unix path is a usage error (exit 2), before the model loads" test $? -eq 2
+check "... saying so" grep -q "socket path is empty" "$tmp/d11.err"
 d --model "$model" --http ::1 >/dev/null 2>"$tmp/d10.err"
 check "minionsd: an IPv6 --http host without brackets is a usage error (exit 2)" test $? -eq 2
 check "... naming --http" grep -q "for --http" "$tmp/d10.err"

@@ -256,6 +256,10 @@ int main(int argc, char **argv)
                             ? "--port -1 with neither --unix nor --http: no client could reach the server"
                         : cfg.api_key && !cfg.http_host
                             ? "--api-key guards the HTTP API, and there is no --http (the line protocol takes no key)"
+                        : (cfg.unix_path && !*cfg.unix_path) ||
+                                  (cfg.admin_addr && !strcmp(cfg.admin_addr, "ipc://")) ||
+                                  (cfg.events_addr && !strcmp(cfg.events_addr, "ipc://"))
+                            ? "a socket path is empty (--unix, or --admin / --events ipc://)"
                             : NULL;
     if (clash) {
         fprintf(stderr, "minionsd: %s\n", clash);
