@@ -1014,7 +1014,10 @@ Test(http, a_drain_finishes_streams_and_refuses_new_work, .timeout = 300)
     hresp_free(&h);
     json_t *st = admin(&s, "{\"cmd\":\"stats\"}");
     cr_assert(json_is_true(json_object_get(json_object_get(st, "stats"), "draining")));
-    cr_assert_eq(stat_of(st, "requests", "paused"), 1, "the stream is still held, unfinished");
+    /* held, unfinished: paused, or running a while where the kernel took a little more of the
+     * unread stream (a window probe, it seems: 3 runs of 80 here, on the build before too) */
+    cr_assert_eq(stat_of(st, "requests", "running"), 1, "the stream is still held: %s", json_dumps(st, 0));
+    cr_assert_eq(stat_of(st, "requests", "done"), 0, "and unfinished");
     cr_assert_eq(stat_of(st, "http", "in_flight"), 1);
     json_decref(st);
     hresp r = http_read_all(stream); /* its client reads at last: it runs to its end */
