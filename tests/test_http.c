@@ -1016,7 +1016,7 @@ Test(http, a_drain_finishes_streams_and_refuses_new_work, .timeout = 300)
     cr_assert(json_is_true(json_object_get(json_object_get(st, "stats"), "draining")));
     /* held, unfinished: paused, or running a while where the kernel took a little more of the
      * unread stream (a window probe, it seems: 3 runs of 80 with this build; 0 of 45 with the
-     * session's first build, though I find nothing on this path that changed between them) */
+     * session's first build, though no change on this path between them was found) */
     cr_assert_eq(stat_of(st, "requests", "running"), 1, "the stream is still held: %s", json_dumps(st, 0));
     cr_assert_eq(stat_of(st, "requests", "done"), 0, "and unfinished");
     cr_assert_eq(stat_of(st, "http", "in_flight"), 1);
