@@ -432,23 +432,22 @@ static bool second_byte_ok(unsigned c, unsigned b)
              (c == 0xf4 && b >= 0x90));
 }
 
+/* The bytes of the character lead byte c starts (1..4), 0 when c starts none (a continuation
+ * byte, or a lead byte of an overlong or out-of-range form: c0, c1, f5..ff). */
+static int lead_len(unsigned c)
+{
+    return c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+}
+
 /* Length of the valid UTF-8 sequence starting at s[0] (1..4), 0 if invalid, -1 if it may be
  * valid but is cut short by the end of the buffer. */
 static int utf8_seq(const unsigned char *s, size_t avail)
 {
     unsigned c = s[0];
-    int n;
-    unsigned min;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xc2 && c <= 0xdf)
-        n = 2, min = 0x80;
-    else if (c >= 0xe0 && c <= 0xef)
-        n = 3, min = 0x800;
-    else if (c >= 0xf0 && c <= 0xf4)
-        n = 4, min = 0x10000;
-    else
-        return 0;
+    int n = lead_len(c);
+    if (n <= 1)
+        return n;
+    unsigned min = n == 2 ? 0x80 : n == 3 ? 0x800 : 0x10000;
     unsigned cp = c & (0x3f >> (n - 1));
     for (int i = 1; i < n; i++) {
         if ((size_t)i >= avail)
@@ -468,7 +467,7 @@ static int utf8_seq(const unsigned char *s, size_t avail)
 static size_t utf8_subpart(const unsigned char *s, size_t avail)
 {
     unsigned c = s[0];
-    size_t n = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 1, i = 1;
+    size_t n = (size_t)lead_len(c), i = 1;
     while (i < n && i < avail && (s[i] & 0xc0) == 0x80 && (i > 1 || second_byte_ok(c, s[1])))
         i++;
     return i;
