@@ -215,8 +215,9 @@ static json_t *stats_json(mn_admin *a)
                           "requests", "running", (json_int_t)s->kvmem.running, "queued", (json_int_t)s->kvmem.queued,
                           "paused", (json_int_t)s->kvmem.paused, "in_flight", (json_int_t)(c->in_flight + h->in_flight),
                           "done", (json_int_t)(c->done + h->done), "failed", (json_int_t)(c->failed + h->failed),
-                          "rejected", (json_int_t)(c->rejected + h->rejected), "tokens", "generated", (json_int_t)s->verifier.tokens_generated, "prompt",
-                          (json_int_t)s->intake.prompt_tokens, "tok_per_s", s->verifier.tok_per_s, "steps",
+                          "rejected", (json_int_t)(c->rejected + h->rejected), "tokens", "generated",
+                          (json_int_t)s->verifier.tokens_generated, "prompt", (json_int_t)s->intake.prompt_tokens,
+                          "tok_per_s", s->verifier.tok_per_s, "steps",
                           (json_int_t)s->verifier.steps, "step_seconds", s->verifier.step_seconds, "preemptions",
                           (json_int_t)s->kvmem.preemptions, "kv", "target", "used", (json_int_t)s->kvmem.kv_used,
                           "free", (json_int_t)s->kvmem.kv_free, "total", (json_int_t)s->kvmem.kv_total, "cached",
@@ -494,16 +495,19 @@ static json_t *get_key(mn_admin *a, json_t *in)
  * protocol refuses one too. */
 static const char *unknown_field(json_t *in, const char *cmd)
 {
-    const char *takes = !strcmp(cmd, "get")                              ? " cmd key "
-                        : !strcmp(cmd, "set")                            ? " cmd key value "
-                        : !strcmp(cmd, "stats") || !strcmp(cmd, "drain") ? " cmd "
-                                                                         : NULL;
+    static const char *const bare[] = {"cmd", NULL}, *const get[] = {"cmd", "key", NULL},
+                             *const set[] = {"cmd", "key", "value", NULL};
+    const char *const *takes = !strcmp(cmd, "get")                              ? get
+                               : !strcmp(cmd, "set")                            ? set
+                               : !strcmp(cmd, "stats") || !strcmp(cmd, "drain") ? bare
+                                                                                : NULL;
     const char *k;
     json_t *v;
     json_object_foreach(in, k, v) {
-        char word[80];
-        snprintf(word, sizeof word, " %.64s ", k);
-        if (takes && (strlen(k) > 64 || !strstr(takes, word)))
+        const char *const *f = takes;
+        while (f && *f && strcmp(*f, k))
+            f++;
+        if (f && !*f)
             return k;
     }
     return NULL;
