@@ -54,18 +54,25 @@ static int http_connect(int port, int rcvbuf)
     return fd;
 }
 
-static void http_send(int fd, const char *method, const char *path, const char *headers, const char *body,
-                      int keep_alive)
+/* A request in HTTP/version ("1.1", "1.0"); without keep_alive it says "Connection: close". */
+static void http_send_as(int fd, const char *version, const char *method, const char *path, const char *headers,
+                         const char *body, int keep_alive)
 {
     char head[2048];
     int n = snprintf(head, sizeof head,
-                     "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n%s%sContent-Type: application/json\r\n"
+                     "%s %s HTTP/%s\r\nHost: 127.0.0.1\r\n%s%sContent-Type: application/json\r\n"
                      "Content-Length: %zu\r\n\r\n",
-                     method, path, keep_alive ? "" : "Connection: close\r\n", headers ? headers : "",
+                     method, path, version, keep_alive ? "" : "Connection: close\r\n", headers ? headers : "",
                      body ? strlen(body) : 0);
     cr_assert_eq(write(fd, head, (size_t)n), n);
     if (body)
         cr_assert_eq(write(fd, body, strlen(body)), (ssize_t)strlen(body));
+}
+
+static void http_send(int fd, const char *method, const char *path, const char *headers, const char *body,
+                      int keep_alive)
+{
+    http_send_as(fd, "1.1", method, path, headers, body, keep_alive);
 }
 
 /* Everything until the server closes, split into head and (de-chunked) body. */
@@ -287,12 +294,7 @@ Test(http, an_http_1_0_stream_ends_with_its_connection, .timeout = 120)
     cr_assert(fd >= 0);
     struct timeval patience = {.tv_sec = 20}; /* kept open, the read below ends here */
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &patience, sizeof patience);
-    char head[512];
-    int n = snprintf(head, sizeof head,
-                     "POST /v1/completions HTTP/1.0\r\nConnection: keep-alive\r\nContent-Type: application/json\r\n"
-                     "Content-Length: %zu\r\n\r\n%s",
-                     strlen(body), body);
-    cr_assert_eq(write(fd, head, (size_t)n), n);
+    http_send_as(fd, "1.0", "POST", "/v1/completions", "Connection: keep-alive\r\n", body, 1);
     hresp r = http_read_all(fd); /* to the end: the server closes it */
     cr_assert_eq(r.status, 200, "%s", r.head);
     cr_assert_null(strcasestr(r.head, "Content-Length"), "a stream with a length: %s", r.head);
