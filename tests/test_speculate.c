@@ -575,9 +575,12 @@ Test(speculate, bad_drafts_are_refused_at_start_up, .timeout = 120)
     start_refused((const char *[]){"--spec-weights", "loud", NULL}, "bad value 'loud' for --spec-weights");
     start_refused((const char *[]){"--draft", "ngram", "--tuner", "sometimes", NULL}, "fixed or adaptive");
     start_refused((const char *[]){"--draft", "ngram", "--tuner", "adaptive,s_max=17", NULL}, "s_max");
-    start_refused((const char *[]){"--draft", "ngram", "--ngram-cache", "10", NULL}, "bad value '10' for --ngram-cache");
-    start_refused((const char *[]){"--draft", "ngram", "--ngram-cache", "-1", NULL}, "bad value '-1' for --ngram-cache");
-    start_refused((const char *[]){"--draft", "ngram", "--draft-backend", "gpu", NULL}, "bad value 'gpu' for --draft-backend");
+    start_refused((const char *[]){"--draft", "ngram", "--ngram-cache", "10", NULL},
+                  "bad value '10' for --ngram-cache");
+    start_refused((const char *[]){"--draft", "ngram", "--ngram-cache", "-1", NULL},
+                  "bad value '-1' for --ngram-cache");
+    start_refused((const char *[]){"--draft", "ngram", "--draft-backend", "gpu", NULL},
+                  "bad value 'gpu' for --draft-backend");
     start_refused((const char *[]){"--kv-type", "f8", NULL}, "bad value 'f8' for --kv-type");
     if (!cuda_runs()) /* a draft asked onto CUDA where it cannot run: refused, naming the draft */
         start_refused((const char *[]){"--draft", model_file("draft-kjv.gguf"), "--draft-backend", "cuda", NULL},

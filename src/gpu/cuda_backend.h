@@ -2,9 +2,9 @@
  *
  * It probes first: a device must exist (else MN_NOTFOUND: no driver, no device, or a build with
  * --disable-cuda), run a self-test kernel built for sm_80/sm_90 and create a cuBLAS handle (else
- * MN_UNSUPPORTED says why); either way `auto` (runtime/registry.h) takes the CPU. MN_INVALID for max_tokens over 65535, MN_UNSUPPORTED
- * for an odd head dimension or one over 256, MN_NOMEM / MN_UNSUPPORTED with the failing CUDA call
- * when device memory runs out. The first backend built logs the device at info level.
+ * MN_UNSUPPORTED says why); either way `auto` (runtime/registry.h) takes the CPU. MN_INVALID for
+ * max_tokens over 65535, MN_UNSUPPORTED for an odd head dimension or one over 256, MN_NOMEM /
+ * MN_UNSUPPORTED with the failing CUDA call when device memory runs out. The first backend built logs the device at info level.
  * The backend's forward pass blocks its calling thread until the device is done.
  * Called from the thread that creates backends.
  */
